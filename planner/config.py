@@ -1,0 +1,43 @@
+"""One parallel configuration: what the search chooses (the mapping is separate)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb")
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2)
+V_SHAPES = ("v-min", "v-half", "v-zb")
+
+
+@dataclass(frozen=True, order=True)
+class ParallelConfig:
+    tp: int
+    pp: int
+    dp: int
+    micro_batch_size: int
+    num_microbatches: int
+    schedule: str = "1f1b"
+    vpp: int = 1                       # model chunks per device (interleaved: v; V-shape: 2)
+    recompute: str = "none"
+    zero: int = 0
+    sequence_parallel: bool = False
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.micro_batch_size * self.num_microbatches * self.dp
+
+    def layers_per_stage(self, num_layers: int) -> int:
+        return num_layers // self.pp
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def label(self) -> str:
+        v = f" v{self.vpp}" if self.vpp > 1 else ""
+        sp = " sp" if self.sequence_parallel else ""
+        return (f"tp{self.tp} pp{self.pp} dp{self.dp} mbs{self.micro_batch_size} m{self.num_microbatches} "
+                f"{self.schedule}{v} rc={self.recompute} z{self.zero}{sp}")

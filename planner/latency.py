@@ -1,0 +1,140 @@
+"""Critical-path iteration time (Pipette eqs. 3-6, generalised to our schedules) and the estimate.
+
+T = compute(schedule, bubbles) + (m/pp) * slowest pipeline's p2p path + slowest data-parallel ring
+(each row's ring after its backward ends, less the slack it has over stage 0).
+`build_problem` folds everything the mapping does not change into a constant, so that the exact
+solver, the annealer and `estimate` all score a mapping with MappingProblem.objective.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.config import ParallelConfig
+from planner.costs import Costs, default_costs
+from planner.costs.comm import p2p_time, ring_allreduce_time, ring_reduce_scatter_time
+from planner.costs.compute import BYTES
+from planner.costs.memory import GiB, MemoryBreakdown, stage_params
+from planner.mapping.problem import Layout, MappingProblem, layouts
+from planner.schedules import compute_time, p2p_hops
+
+
+@dataclass
+class Estimate:
+    iteration_s: float
+    tokens_per_s: float
+    mfu: float
+    compute_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    memory: list = field(default_factory=list)      # MemoryBreakdown per stage
+    memory_limit_GiB: float = 0.0
+
+    @property
+    def peak_memory_GiB(self) -> float:
+        return max(m.total for m in self.memory) / GiB if self.memory else 0.0
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_GiB <= self.memory_limit_GiB
+
+    def memory_dict(self) -> dict:
+        worst = max(self.memory, key=lambda m: m.total)
+        d = {k: round(v, 3) for k, v in worst.as_GiB().items() if k != "total"}
+        d["peak"] = round(self.peak_memory_GiB, 3)
+        d["limit"] = round(self.memory_limit_GiB, 3)
+        d["per_stage"] = [round(m.total / GiB, 3) for m in self.memory]
+        return d
+
+    def as_dict(self) -> dict:
+        return {"iteration_s": self.iteration_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
+                "compute_s": self.compute_s, "pp_comm_s": self.pp_comm_s, "dp_comm_s": self.dp_comm_s,
+                "memory_GiB": self.memory_dict()}
+
+
+def memory_limit_GiB(spec) -> float:
+    return spec.cluster.gpu.memory_GiB * (1.0 - spec.search.memory_margin)
+
+
+def stage_memory(spec, cfg: ParallelConfig, costs: Costs) -> list[MemoryBreakdown]:
+    return [costs.memory.stage_memory(spec.model, spec.cluster, spec.training, cfg, s) for s in range(cfg.pp)]
+
+
+def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None = None,
+                  bandwidth: np.ndarray | None = None, nodes: np.ndarray | None = None) -> MappingProblem:
+    costs = costs or default_costs(spec.cluster)
+    cl, tr, model = spec.cluster, spec.training, spec.model
+    bw = cl.bandwidth if bandwidth is None else bandwidth
+    nodes = np.arange(cl.nodes) if nodes is None else np.asarray(nodes)
+    B = bw[np.ix_(nodes, nodes)]
+    N = len(nodes)
+    pp, m, tp = cfg.pp, cfg.num_microbatches, cfg.tp
+    st = costs.compute.stage_times(model, cl, tr, cfg)
+    comp = max(compute_time(cfg.schedule, pp, m, cfg.vpp, s.forward, s.backward, s.weight_grad) for s in st)
+    const = comp
+
+    # pipeline p2p: activations of one micro-batch, scattered over the tensor group
+    eff = costs.comm.inter_efficiency
+    share = cl.rail_share(layout.b * tp)
+    msg = tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / tp
+    trav, wraps = p2p_hops(cfg.schedule, pp, cfg.vpp)
+    coef = m / pp
+    with np.errstate(divide="ignore"):
+        one_way = cl.inter.latency_us * 1e-6 + msg / (np.where(B > 0, B, np.inf) * 1e9 * eff * share)
+    hop = coef * trav * (one_way + one_way.T)
+    intra_hop = 2 * p2p_time(msg, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency, cl.intra.latency_us)
+    if pp > 1:
+        const += coef * trav * (pp - layout.rows) * intra_hop
+    wrap = None
+    if wraps and pp > 1:
+        if layout.rows > 1:
+            wrap = coef * wraps * (one_way + one_way.T)
+        else:
+            const += coef * wraps * intra_hop
+    np.fill_diagonal(hop, 0.0)
+
+    # data parallel: hierarchical ring per row (reduce-scatter in node, ring across nodes, all-gather)
+    R, K, b = layout.rows, layout.cols, layout.b
+    dp_base = np.zeros(R)
+    dp_link = np.zeros((R, N, N))
+    if cfg.dp > 1:
+        gbytes = costs.comm.grad_bytes
+        slack_unit = min(s.backward for s in st) / max(1, cfg.vpp if cfg.schedule == "interleaved" else 1)
+        pair_bw = np.minimum(B, B.T) * eff * cl.rail_share(b * tp)
+        for i in range(R):
+            stages = range(i * layout.a, (i + 1) * layout.a)
+            nbytes = max(stage_params(model, cfg, s) for s in stages) * gbytes
+            slack = i * layout.a * slack_unit
+            intra = 2 * ring_reduce_scatter_time(nbytes, b, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency,
+                                                 cl.intra.latency_us) if b > 1 else 0.0
+            dp_base[i] = intra - slack
+            if K > 1:
+                with np.errstate(divide="ignore"):
+                    ring = ring_allreduce_time(nbytes / b, K, np.where(pair_bw > 0, pair_bw, np.inf),
+                                               cl.inter.latency_us)
+                dp_link[i] = ring
+                np.fill_diagonal(dp_link[i], 0.0)
+    return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const)
+
+
+def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndarray,
+             costs: Costs | None = None) -> Estimate:
+    costs = costs or default_costs(spec.cluster)
+    t = problem.objective(assign)
+    path = float(problem.path_costs(assign).max())
+    dpc = float(problem.dp_costs(assign).max())
+    tokens = spec.training.global_batch_size * spec.training.seq_length
+    flops = spec.model.model_flops_per_token(spec.training.seq_length) * tokens
+    peak = spec.cluster.gpu.peak_flops(spec.training.precision) * cfg.num_gpus
+    return Estimate(t, tokens / t, flops / (t * peak), problem.const, path, dpc,
+                    stage_memory(spec, cfg, costs), memory_limit_GiB(spec))
+
+
+def default_layout(cfg: ParallelConfig, gpus_per_node: int) -> Layout:
+    """The layout Megatron's rank order (tp -> dp -> pp) produces on consecutive nodes."""
+    opts = layouts(cfg.tp, cfg.pp, cfg.dp, gpus_per_node)
+    if not opts:
+        raise ValueError(f"{cfg.label()} does not tile onto nodes of {gpus_per_node} GPUs")
+    # rank order fills a node with data-parallel replicas first
+    return max(opts, key=lambda L: L.b)

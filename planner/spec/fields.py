@@ -1,0 +1,106 @@
+"""Strict reading of YAML mappings: unknown keys, wrong types and bad values name file and field."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from planner.errors import SpecError
+
+_MISSING = object()
+
+
+class Fields:
+    """A view of one YAML mapping that remembers where it came from.
+
+    Every accessor checks type and range and raises SpecError(file, "a.b.c", reason);
+    `done()` rejects keys nobody asked for (typos must not be silently ignored).
+    """
+
+    def __init__(self, data: Any, file: str | None, prefix: str = ""):
+        if not isinstance(data, dict):
+            raise SpecError(file, prefix or None, f"expected a mapping, got {type(data).__name__}")
+        self.data, self.file, self.prefix = data, file, prefix
+        self.seen: set[str] = set()
+
+    def path(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def error(self, key: str, reason: str) -> SpecError:
+        return SpecError(self.file, self.path(key), reason)
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        self.seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            if default is _MISSING:
+                raise self.error(key, "is required")
+            return default
+        return self.data[key]
+
+    def int(self, key: str, default: Any = _MISSING, *, min_value: int | None = 1) -> int:
+        v = self.raw(key, default)
+        if v is default and default is not _MISSING:
+            return v
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            else:
+                raise self.error(key, f"must be an integer, got {v!r}")
+        if min_value is not None and v < min_value:
+            raise self.error(key, f"must be >= {min_value}, got {v}")
+        return v
+
+    def float(self, key: str, default: Any = _MISSING, *, positive: bool = True,
+              min_value: float | None = None, max_value: float | None = None) -> float:
+        v = self.raw(key, default)
+        if v is default and default is not _MISSING:
+            return v
+        if isinstance(v, str):   # YAML 1.1 reads 3.0e11 (no sign in the exponent) as a string
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.error(key, f"must be a number, got {v!r}")
+        v = float(v)
+        if positive and not v > 0:
+            raise self.error(key, f"must be positive, got {v}")
+        if min_value is not None and v < min_value:
+            raise self.error(key, f"must be >= {min_value}, got {v}")
+        if max_value is not None and v > max_value:
+            raise self.error(key, f"must be <= {max_value}, got {v}")
+        return v
+
+    def str(self, key: str, default: Any = _MISSING, *, choices: Iterable[str] | None = None) -> str:
+        v = self.raw(key, default)
+        if v is default and default is not _MISSING:
+            return v
+        if not isinstance(v, str):
+            raise self.error(key, f"must be a string, got {v!r}")
+        if choices is not None and v not in choices:
+            raise self.error(key, f"must be one of {sorted(choices)}, got {v!r}")
+        return v
+
+    def bool(self, key: str, default: Any = _MISSING) -> bool:
+        v = self.raw(key, default)
+        if not isinstance(v, bool):
+            raise self.error(key, f"must be true or false, got {v!r}")
+        return v
+
+    def list(self, key: str, default: Any = _MISSING) -> list:
+        v = self.raw(key, default)
+        if v is default and default is not _MISSING:
+            return v
+        if not isinstance(v, list):
+            v = [v]
+        return v
+
+    def sub(self, key: str, default: Any = _MISSING) -> "Fields":
+        v = self.raw(key, default)
+        return Fields(v, self.file, self.path(key))
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            raise self.error(unknown[0], f"unknown key (known: {', '.join(sorted(self.seen))})")

@@ -1,0 +1,115 @@
+"""Model architecture spec: the shapes that set FLOPs, parameters and activations."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.errors import SpecError
+from planner.spec.fields import Fields
+
+FAMILIES = ("gpt", "llama")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    family: str                  # gpt: learned pos-emb, GeLU MLP, LayerNorm, biases; llama: RoPE, SwiGLU, RMSNorm, GQA
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    tied_embeddings: bool
+    max_position_embeddings: int = 2048
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def kv_channels(self) -> int:
+        """Width of K (or V) projections: heads_kv * head_dim (== hidden for plain MHA)."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.family == "llama"
+
+    # --- parameter counts (exact for Megatron-style GPT / Llama blocks) ---
+    def layer_params(self) -> int:
+        h, f, kv = self.hidden_size, self.ffn_hidden_size, self.kv_channels
+        if self.family == "gpt":
+            attn = h * (h + 2 * kv) + (h + 2 * kv) + h * h + h     # QKV + out, with biases
+            mlp = 2 * h * f + f + h
+            norms = 4 * h                                         # two LayerNorms (weight + bias)
+        else:
+            attn = h * (h + 2 * kv) + h * h                       # no biases
+            mlp = 3 * h * f                                       # SwiGLU: gate, up, down
+            norms = 2 * h                                         # two RMSNorms
+        return attn + mlp + norms
+
+    def embedding_params(self) -> int:
+        pos = self.max_position_embeddings * self.hidden_size if self.family == "gpt" else 0
+        return self.vocab_size * self.hidden_size + pos
+
+    def output_params(self) -> int:
+        """Final norm + (untied) output projection; the last stage holds these."""
+        norm = (2 if self.family == "gpt" else 1) * self.hidden_size
+        return norm + (0 if self.tied_embeddings else self.vocab_size * self.hidden_size)
+
+    def num_params(self) -> int:
+        return self.num_layers * self.layer_params() + self.embedding_params() + self.output_params()
+
+    # --- FLOPs per token (matmuls only; 2 FLOPs per multiply-add) ---
+    def layer_forward_flops_per_token(self, seq_length: int) -> float:
+        h, f, kv = self.hidden_size, self.ffn_hidden_size, self.kv_channels
+        proj = 2 * h * (h + 2 * kv) + 2 * h * h
+        mlp = 2 * h * f * (3 if self.gated_mlp else 2)
+        attn = 2 * 2 * seq_length * h                             # QK^T and AV (no causal saving, as Megatron)
+        return float(proj + mlp + attn)
+
+    def logits_forward_flops_per_token(self) -> float:
+        return 2.0 * self.hidden_size * self.vocab_size
+
+    def model_flops_per_token(self, seq_length: int) -> float:
+        """Forward + backward (3x forward), no recompute: the FLOPs MFU is quoted against."""
+        return 3.0 * (self.num_layers * self.layer_forward_flops_per_token(seq_length)
+                      + self.logits_forward_flops_per_token())
+
+
+def parse_model(data, file: str | None, prefix: str = "") -> ModelSpec:
+    f = Fields(data, file, prefix)
+    name = f.str("name")
+    family = f.str("family", "gpt", choices=FAMILIES)
+    layers = f.int("num_layers")
+    hidden = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    kv = f.int("num_kv_heads", heads)
+    ffn_default = 4 * hidden if family == "gpt" else _llama_ffn(hidden)
+    ffn = f.int("ffn_hidden_size", ffn_default)
+    vocab = f.int("vocab_size")
+    tied = f.bool("tied_embeddings", family == "gpt")
+    maxpos = f.int("max_position_embeddings", 2048)
+    f.raw("parameters_B", None)   # informational (published size), checked below when given
+    f.raw("source", None)
+    f.done()
+    if hidden % heads:
+        raise f.error("num_attention_heads", f"hidden_size {hidden} is not divisible by {heads} heads")
+    if heads % kv:
+        raise f.error("num_kv_heads", f"num_attention_heads {heads} is not divisible by {kv} kv heads")
+    spec = ModelSpec(name, family, layers, hidden, heads, kv, ffn, vocab, tied, maxpos)
+    published = data.get("parameters_B")
+    if published is not None:
+        if not isinstance(published, (int, float)) or published <= 0:
+            raise SpecError(file, f.path("parameters_B"), f"must be a positive number, got {published!r}")
+        got = spec.num_params() / 1e9
+        if abs(got - published) / published > 0.1:
+            raise SpecError(file, f.path("parameters_B"),
+                            f"shapes give {got:.2f}B parameters, more than 10% from the stated {published}B")
+    return spec
+
+
+def _llama_ffn(hidden: int) -> int:
+    # Llama's rule: 2/3 * 4h rounded up to a multiple of 256
+    f = int(2 * 4 * hidden / 3)
+    return 256 * ((f + 255) // 256)
