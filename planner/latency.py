@@ -72,7 +72,8 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     pp, m, tp = cfg.pp, cfg.num_microbatches, cfg.tp
     st = costs.compute.stage_times(model, cl, tr, cfg)
     comp = max(compute_time(cfg.schedule, pp, m, cfg.vpp, s.forward, s.backward, s.weight_grad) for s in st)
-    const = comp
+    # once per iteration: optimizer step and fixed overheads (the slowest stage's)
+    const = comp + max(getattr(s, "step", 0.0) for s in st)
 
     # pipeline p2p: activations of one micro-batch, scattered over the tensor group
     eff = costs.comm.inter_efficiency
@@ -106,8 +107,13 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
             stages = range(i * layout.a, (i + 1) * layout.a)
             nbytes = max(stage_params(model, cfg, s) for s in stages) * gbytes
             slack = i * layout.a * slack_unit
-            intra = 2 * ring_reduce_scatter_time(nbytes, b, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency,
-                                                 cl.intra.latency_us) if b > 1 else 0.0
+            if b <= 1:
+                intra = 0.0
+            elif hasattr(costs.comm, "intra_reduce_scatter_time"):   # measured in-node table when given
+                intra = 2 * costs.comm.intra_reduce_scatter_time(nbytes, b, cl)
+            else:
+                intra = 2 * ring_reduce_scatter_time(nbytes, b, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency,
+                                                     cl.intra.latency_us)
             dp_base[i] = intra - slack
             if K > 1:
                 with np.errstate(divide="ignore"):
