@@ -192,9 +192,9 @@ def validate(rows: list[Row], cluster: ClusterSpec, costs: Costs, defaults: dict
 # --- fitting -------------------------------------------------------------------------------------
 
 FIT_BOUNDS = {   # physically plausible ranges (A100-class GPUs)
-    "max_efficiency": (0.2, 0.95), "half_flops": (1e6, 1e11), "attn_efficiency": (0.05, 1.5),
-    "hbm_GBps": (100.0, 3000.0), "layer_overhead_s": (0.0, 2e-3), "iteration_overhead_s": (0.0, 0.2),
-    "backward_ratio": (1.5, 3.5),
+    "max_efficiency": (0.2, 0.85), "half_flops": (1e6, 1e11), "attn_efficiency": (0.05, 1.0),
+    "hbm_GBps": (100.0, 1555.0), "layer_overhead_s": (0.0, 2e-3), "iteration_overhead_s": (0.0, 0.2),
+    "backward_ratio": (1.5, 3.5), "tp_sync_s": (0.0, 1e-3),
 }
 LOG_PARAMS = ("half_flops",)
 
@@ -214,7 +214,8 @@ def fit_compute(rows: list[Row], cluster: ClusterSpec, base, names=None, costs_f
     Returns (fitted ComputeModel, scipy result)."""
     from scipy.optimize import least_squares
     from planner.costs import costs_with_compute
-    names = list(names or FIT_BOUNDS)
+    from planner.costs.compute import DEFAULT_FIT
+    names = list(names or DEFAULT_FIT)
     use = [r for r in rows if unsupported_reason(r, cluster) is None]
     lo = [math.log(FIT_BOUNDS[n][0]) if n in LOG_PARAMS else FIT_BOUNDS[n][0] for n in names]
     hi = [math.log(FIT_BOUNDS[n][1]) if n in LOG_PARAMS else FIT_BOUNDS[n][1] for n in names]
@@ -227,7 +228,7 @@ def fit_compute(rows: list[Row], cluster: ClusterSpec, base, names=None, costs_f
         pred = np.array([predict(r, cluster, costs, defaults) for r in use])
         return np.log(pred / meas)
 
-    x_scale = np.maximum(np.abs(x0), 1e-6)
+    x_scale = np.array([FIT_BOUNDS[n][1] - FIT_BOUNDS[n][0] if n not in LOG_PARAMS else 1.0 for n in names]) / 10
     res = least_squares(resid, x0, bounds=(lo, hi), x_scale=x_scale, diff_step=1e-3, max_nfev=200)
     return _unpack(base, names, res.x), res
 

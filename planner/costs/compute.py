@@ -36,6 +36,12 @@ ELEM_SCORES = 9.0
 # Bytes per parameter one mixed-precision Adam step touches: fp16 grad read, fp32 master,
 # m and v read+write, fp16 weight write, plus unscale / inf-check / norm passes over the grads.
 OPT_BYTES_PER_PARAM = 40.0
+# Bytes per logit of Megatron's vocab-parallel cross-entropy forward: fp16 read, fp32 cast, max,
+# subtract, exp, sum (about five fp32 passes; the backward re-reads them 2x).
+LOSS_BYTES = 24.0
+# Backward of element-wise kernels moves ~1.5x their forward bytes (gradient in, gradient out and
+# the saved input; softmax backward reads probabilities and gradient), unlike GEMMs whose FLOPs double.
+ELEM_BACKWARD = 1.5
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,11 @@ class StageTimes:
 
 
 FITTED = ("max_efficiency", "half_flops", "attn_efficiency", "hbm_GBps", "layer_overhead_s",
-          "iteration_overhead_s", "backward_ratio")
+          "iteration_overhead_s", "tp_sync_s", "backward_ratio")
+# fitted by default; backward_ratio stays at its FLOP count (2) unless asked, since the
+# single-node runs cannot separate it from the GEMM efficiency
+DEFAULT_FIT = ("max_efficiency", "half_flops", "attn_efficiency", "hbm_GBps", "layer_overhead_s",
+               "iteration_overhead_s", "tp_sync_s")
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class ComputeModel:
     hbm_GBps: float = 1500.0           # achieved bandwidth of memory-bound element-wise kernels
     layer_overhead_s: float = 60e-6    # kernel launches and small ops per layer forward
     iteration_overhead_s: float = 0.0  # fixed per iteration
+    tp_sync_s: float = 0.0             # per tensor-parallel collective: launch + waiting for the slowest rank
     backward_ratio: float = 2.0        # backward time / forward time of the same work
     comm: CommModel = field(default_factory=CommModel)
     source: str | None = field(default=None, compare=False)
@@ -100,8 +111,11 @@ class ComputeModel:
         elem_t = elem / (self.hbm_GBps * 1e9)
         # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
         # all-gather pairs of the same volume with sequence parallelism)
-        comm = 2 * self.comm.tp_allreduce_time(tokens * h * by, t, cluster)
+        comm = 2 * self._tp_allreduce(tokens * h * by, t, cluster)
         return {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm}
+
+    def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
+        return self.comm.tp_allreduce_time(nbytes, t, cluster) + (self.tp_sync_s if t > 1 else 0.0)
 
     def layer_forward(self, model, cluster, training, cfg: ParallelConfig) -> tuple[float, float, float]:
         """(compute s, attention-core s, TP comm s) for one layer's forward of one micro-batch."""
@@ -118,8 +132,8 @@ class ComputeModel:
         hbm = self.hbm_GBps * 1e9
         emb = (s * b * h * by * 2 + V * h / t * by) / hbm        # gather, and zeroing its dense grad
         logits = self._gemm_time(2 * s * b * h * V / t, peak)
-        loss = s * b * V / t * (by + 4 * 3) / hbm                 # fp32 softmax cross-entropy passes
-        comm = self.comm.tp_allreduce_time(s * b * h * by, t, cluster)   # embedding / output-grad all-reduce
+        loss = s * b * V / t * LOSS_BYTES / hbm                   # fp32 vocab-parallel cross-entropy passes
+        comm = self._tp_allreduce(s * b * h * by, t, cluster)   # embedding / output-grad all-reduce
         return emb + self.layer_overhead_s, logits + loss + self.layer_overhead_s, comm
 
     def step_time(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> float:
@@ -134,8 +148,9 @@ class ComputeModel:
         r = self.backward_ratio
         fwd = comp + attn + comm
         # backward: r x the compute, and the mirrored all-reduces of the input gradients
-        bwd = r * (comp - self.layer_overhead_s + attn) + 2 * self.layer_overhead_s + comm
-        w = 0.5 * r * (comp - self.layer_overhead_s)   # weight-grad GEMMs, about half the backward matmuls
+        p = self.layer_parts(model, cluster, training, cfg)
+        bwd = r * (p["gemm"] + attn) + ELEM_BACKWARD * p["elem"] + 2 * self.layer_overhead_s + comm
+        w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
         rc = {"none": 0.0, "selective": attn, "full": fwd}[cfg.recompute]
         first, last, head_comm = self.head_times(model, cluster, training, cfg)
         L = model.num_layers // cfg.pp
