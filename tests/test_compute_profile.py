@@ -24,7 +24,7 @@ def test_csv_roundtrip(tmp_path):
 
 
 def test_layer_fit_recovers_known_parameters():
-    truth = ComputeModel(max_efficiency=0.6, half_flops=5e8, hbm_GBps=50.0, layer_overhead_s=2e-4)
+    truth = ComputeModel(max_efficiency=0.6, half_flops=5e8, hbm_GBps=200.0, layer_overhead_s=2e-4)
     peak = 2e12
     samples = []
     for h in (256, 512, 1024):

@@ -6,7 +6,12 @@ Physically grounded, with a handful of fitted parameters (planner fit compute):
   attention core = batched QK^T and AV GEMMs at attn_efficiency of the GEMM curve (head_dim-wide
                    batched GEMMs run below plain GEMMs), plus softmax/mask/dropout over s^2 elements
   element-wise   = bytes moved by norms, bias/GeLU/dropout/residual kernels at hbm_GBps
-  overheads      = layer_overhead_s per layer forward (kernel launches, small ops; backward 2x),
+  host floor     = layer_overhead_s: the host's time to launch one layer forward (2x for backward).
+                   The GPU runs ahead of the host, so a pass takes max(GPU work, host time) (a smooth
+                   max): small layers are launch-bound, large ones compute-bound; vTrain's single-node
+                   runs show a ~3 ms floor per layer and micro-batch (fwd + recompute + bwd) that does
+                   not shrink with the work.
+  overheads      =
                    iteration_overhead_s once per iteration (loss/grad-norm syncs, timers, launch gaps)
   optimizer step = parameter bytes touched by mixed-precision Adam at hbm_GBps, once per iteration
 Backward = backward_ratio x forward FLOPs (input + weight gradients); full recompute adds one more
@@ -66,12 +71,12 @@ DEFAULT_FIT = ("max_efficiency", "half_flops", "attn_efficiency", "hbm_GBps", "l
 class ComputeModel:
     """Time of a transformer layer from FLOPs, bytes and overheads; see the module docstring."""
     max_efficiency: float = 0.75       # of peak, for very large GEMMs
-    half_flops: float = 2.0e9          # per-GEMM FLOPs at which efficiency is half of max
+    half_flops: float = 5.0e9          # per-GEMM FLOPs at which efficiency is half of max
     attn_efficiency: float = 0.5       # batched attention GEMMs, relative to a plain GEMM of equal FLOPs
     hbm_GBps: float = 1500.0           # achieved bandwidth of memory-bound element-wise kernels
-    layer_overhead_s: float = 60e-6    # kernel launches and small ops per layer forward
+    layer_overhead_s: float = 7e-4     # host time to launch one layer forward (Megatron, Python)
     iteration_overhead_s: float = 0.0  # fixed per iteration
-    tp_sync_s: float = 0.0             # per tensor-parallel collective: launch + waiting for the slowest rank
+    tp_sync_s: float = 0.0             # per TP collective and per other rank: launch skew, waiting for the slowest
     backward_ratio: float = 2.0        # backward time / forward time of the same work
     comm: CommModel = field(default_factory=CommModel)
     source: str | None = field(default=None, compare=False)
@@ -115,12 +120,20 @@ class ComputeModel:
         return {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm}
 
     def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
-        return self.comm.tp_allreduce_time(nbytes, t, cluster) + (self.tp_sync_s if t > 1 else 0.0)
+        # waiting for the slowest of t ranks' launches: skew grows with the number of other ranks
+        return self.comm.tp_allreduce_time(nbytes, t, cluster) + self.tp_sync_s * (t - 1)
+
+    def pass_times(self, parts: dict) -> tuple[float, float]:
+        """(forward, backward) compute of one layer pass: GPU work or the host's launch time."""
+        gpu_f = parts["gemm"] + parts["attn"] + parts["elem"]
+        gpu_b = self.backward_ratio * (parts["gemm"] + parts["attn"]) + ELEM_BACKWARD * parts["elem"]
+        return smooth_max(gpu_f, parts["overhead"]), smooth_max(gpu_b, 2 * parts["overhead"])
 
     def layer_forward(self, model, cluster, training, cfg: ParallelConfig) -> tuple[float, float, float]:
         """(compute s, attention-core s, TP comm s) for one layer's forward of one micro-batch."""
         p = self.layer_parts(model, cluster, training, cfg)
-        return p["gemm"] + p["elem"] + p["overhead"], p["attn"], p["tp_comm"]
+        f, _ = self.pass_times(p)
+        return f - p["attn"], p["attn"], p["tp_comm"]
 
     def head_times(self, model, cluster, training, cfg: ParallelConfig) -> tuple[float, float, float]:
         """(first-stage extra fwd, last-stage extra fwd, TP comm of the head) per micro-batch:
@@ -149,7 +162,7 @@ class ComputeModel:
         fwd = comp + attn + comm
         # backward: r x the compute, and the mirrored all-reduces of the input gradients
         p = self.layer_parts(model, cluster, training, cfg)
-        bwd = r * (p["gemm"] + attn) + ELEM_BACKWARD * p["elem"] + 2 * self.layer_overhead_s + comm
+        bwd = self.pass_times(p)[1] + comm
         w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
         rc = {"none": 0.0, "selective": attn, "full": fwd}[cfg.recompute]
         first, last, head_comm = self.head_times(model, cluster, training, cfg)
@@ -172,6 +185,13 @@ class ComputeModel:
     # --- profiles ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"compute": self.params(), "comm": self.comm.to_dict()}
+
+
+def smooth_max(a: float, b: float, p: float = 8.0) -> float:
+    """max(a, b) rounded near a == b (overlap is partial there), differentiable for the fit."""
+    if a <= 0 or b <= 0:
+        return max(a, b)
+    return (a ** p + b ** p) ** (1.0 / p)
 
 
 def load_profile(path: str) -> ComputeModel:

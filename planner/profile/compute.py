@@ -165,10 +165,7 @@ def _layer_pred(m, sample: LayerSample, peak_flops: float):
     # a one-GPU stand-in: layer_parts reads the peak and (for its TP term, ignored here) the link
     cl = SimpleNamespace(gpu=GPUSpec("profiled", 0, {sample.precision: peak_flops / 1e12}), intra=Link(1.0, 0.0))
     parts = m.layer_parts(model, cl, tr, cfg)    # its tp_comm is not used: profiling runs one rank alone
-    fwd = parts["gemm"] + parts["attn"] + parts["elem"] + parts["overhead"]
-    from planner.costs.compute import ELEM_BACKWARD
-    bwd = m.backward_ratio * (parts["gemm"] + parts["attn"]) + ELEM_BACKWARD * parts["elem"] + 2 * parts["overhead"]
-    return fwd, bwd
+    return m.pass_times(parts)
 
 
 def fit_layer_profile(samples: list[LayerSample], peak_flops: float, base=None, names=LAYER_FIT):
