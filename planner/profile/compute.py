@@ -148,6 +148,9 @@ def read_profile_csv(path: str) -> list[LayerSample]:
 # --- layer-level fit -----------------------------------------------------------------------------
 
 LAYER_FIT = ("max_efficiency", "half_flops", "attn_efficiency", "hbm_GBps", "layer_overhead_s")
+# any device (a CPU as well as a GPU), so wider than the A100 iteration-fit bounds
+LAYER_BOUNDS = {"max_efficiency": (0.01, 1.0), "half_flops": (1e3, 1e12), "attn_efficiency": (0.01, 2.0),
+                "hbm_GBps": (0.5, 10000.0), "layer_overhead_s": (0.0, 0.1), "backward_ratio": (1.0, 4.0)}
 
 
 def _layer_pred(m, sample: LayerSample, peak_flops: float):
@@ -172,8 +175,9 @@ def fit_layer_profile(samples: list[LayerSample], peak_flops: float, base=None, 
     """Least squares on log(pred/measured) of forward and backward times; returns (model, rel. errors)."""
     from scipy.optimize import least_squares
     from planner.costs.compute import ComputeModel
-    from planner.validate import FIT_BOUNDS, LOG_PARAMS, _pack, _unpack
-    base = base or ComputeModel()
+    from planner.validate import LOG_PARAMS, _pack, _unpack
+    FIT_BOUNDS = LAYER_BOUNDS
+    base = base or ComputeModel(layer_overhead_s=1e-5)
     names = list(names)
     lo = [math.log(FIT_BOUNDS[n][0]) if n in LOG_PARAMS else FIT_BOUNDS[n][0] for n in names]
     hi = [math.log(FIT_BOUNDS[n][1]) if n in LOG_PARAMS else FIT_BOUNDS[n][1] for n in names]
@@ -229,9 +233,13 @@ def register_profile(subparsers):
                    help="default: fp16 on CUDA, fp32 on CPU")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--json", action="store_true")
 
     def run(args):
+        if args.threads:
+            import torch
+            torch.set_num_threads(args.threads)
         if args.precision is None:
             import torch
             args.precision = "fp16" if (args.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda") else "fp32"
