@@ -192,11 +192,11 @@ def validate(rows: list[Row], cluster: ClusterSpec, costs: Costs, defaults: dict
 # --- fitting -------------------------------------------------------------------------------------
 
 FIT_BOUNDS = {   # physically plausible ranges (A100-class GPUs)
-    "max_efficiency": (0.2, 0.85), "half_flops": (1e6, 1e11), "attn_efficiency": (0.05, 1.0),
+    "max_efficiency": (0.2, 0.85), "half_size": (1e6, 1e11), "attn_efficiency": (0.05, 1.0),
     "hbm_GBps": (100.0, 1555.0), "layer_overhead_s": (0.0, 2e-3), "iteration_overhead_s": (0.0, 0.2),
     "backward_ratio": (1.5, 3.5), "tp_sync_s": (0.0, 1e-3),
 }
-LOG_PARAMS = ("half_flops",)
+LOG_PARAMS = ("half_size",)
 
 
 def _pack(model, names):

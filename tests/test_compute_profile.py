@@ -24,7 +24,7 @@ def test_csv_roundtrip(tmp_path):
 
 
 def test_layer_fit_recovers_known_parameters():
-    truth = ComputeModel(max_efficiency=0.6, half_flops=5e8, hbm_GBps=200.0, layer_overhead_s=2e-4)
+    truth = ComputeModel(max_efficiency=0.6, half_size=5e8, hbm_GBps=200.0, layer_overhead_s=2e-4)
     peak = 2e12
     samples = []
     for h in (256, 512, 1024):
@@ -32,7 +32,7 @@ def test_layer_fit_recovers_known_parameters():
             for b in (1, 4):
                 f, bw = _layer_pred(truth, LayerSample(h, 8, s, b, 1, "fp32", "cpu", 0, 0), peak)
                 samples.append(LayerSample(h, 8, s, b, 1, "fp32", "cpu", f * 1e3, bw * 1e3))
-    m, rel = fit_layer_profile(samples, peak, names=("max_efficiency", "half_flops", "hbm_GBps", "layer_overhead_s"))
+    m, rel = fit_layer_profile(samples, peak, names=("max_efficiency", "half_size", "hbm_GBps", "layer_overhead_s"))
     assert np.max(np.abs(rel)) < 0.01
     assert m.max_efficiency == pytest.approx(0.6, rel=0.05)
 

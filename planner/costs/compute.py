@@ -1,7 +1,7 @@
 """Per-stage forward / backward time of one micro-batch (tensor-parallel collectives included).
 
 Physically grounded, with a handful of fitted parameters (planner fit compute):
-  GEMM time      = FLOPs / (peak * eff(FLOPs)),  eff(f) = max_efficiency * f / (f + half_flops)
+  GEMM time      = FLOPs / (peak * eff(FLOPs)),  eff(f) = max_efficiency * f / (f + half_size)
                    (small GEMMs cannot fill the GPU; tensor parallelism makes GEMMs smaller)
   attention core = batched QK^T and AV GEMMs at attn_efficiency of the GEMM curve (head_dim-wide
                    batched GEMMs run below plain GEMMs), plus softmax/mask/dropout over s^2 elements
@@ -59,11 +59,11 @@ class StageTimes:
     step: float = 0.0       # once per iteration: optimizer step + fixed per-iteration overhead
 
 
-FITTED = ("max_efficiency", "half_flops", "attn_efficiency", "hbm_GBps", "layer_overhead_s",
+FITTED = ("max_efficiency", "half_size", "attn_efficiency", "hbm_GBps", "layer_overhead_s",
           "iteration_overhead_s", "tp_sync_s", "backward_ratio")
 # fitted by default; backward_ratio stays at its FLOP count (2) unless asked, since the
 # single-node runs cannot separate it from the GEMM efficiency
-DEFAULT_FIT = ("max_efficiency", "half_flops", "attn_efficiency", "hbm_GBps", "layer_overhead_s",
+DEFAULT_FIT = ("max_efficiency", "half_size", "attn_efficiency", "hbm_GBps", "layer_overhead_s",
                "iteration_overhead_s", "tp_sync_s")
 
 
@@ -71,7 +71,7 @@ DEFAULT_FIT = ("max_efficiency", "half_flops", "attn_efficiency", "hbm_GBps", "l
 class ComputeModel:
     """Time of a transformer layer from FLOPs, bytes and overheads; see the module docstring."""
     max_efficiency: float = 0.75       # of peak, for very large GEMMs
-    half_flops: float = 5.0e9          # per-GEMM FLOPs at which efficiency is half of max
+    half_size: float = 5.0e9          # per-GEMM FLOPs at which efficiency is half of max
     attn_efficiency: float = 0.5       # batched attention GEMMs, relative to a plain GEMM of equal FLOPs
     hbm_GBps: float = 1500.0           # achieved bandwidth of memory-bound element-wise kernels
     layer_overhead_s: float = 7e-4     # host time to launch one layer forward (Megatron, Python)
@@ -80,11 +80,6 @@ class ComputeModel:
     backward_ratio: float = 2.0        # backward time / forward time of the same work
     comm: CommModel = field(default_factory=CommModel)
     source: str | None = field(default=None, compare=False)
-
-    # kept for callers of the scaffold's name
-    @property
-    def half_size(self) -> float:
-        return self.half_flops
 
     def params(self) -> dict:
         return {k: getattr(self, k) for k in FITTED}
@@ -95,7 +90,7 @@ class ComputeModel:
     def _gemm_time(self, flops: float, peak: float) -> float:
         if flops <= 0:
             return 0.0
-        eff = self.max_efficiency * flops / (flops + self.half_flops)
+        eff = self.max_efficiency * flops / (flops + self.half_size)
         return flops / (peak * eff)
 
     def layer_parts(self, model, cluster, training, cfg: ParallelConfig) -> dict:

@@ -147,9 +147,9 @@ def read_profile_csv(path: str) -> list[LayerSample]:
 
 # --- layer-level fit -----------------------------------------------------------------------------
 
-LAYER_FIT = ("max_efficiency", "half_flops", "attn_efficiency", "hbm_GBps", "layer_overhead_s")
+LAYER_FIT = ("max_efficiency", "half_size", "attn_efficiency", "hbm_GBps", "layer_overhead_s")
 # any device (a CPU as well as a GPU), so wider than the A100 iteration-fit bounds
-LAYER_BOUNDS = {"max_efficiency": (0.01, 1.0), "half_flops": (1e3, 1e12), "attn_efficiency": (0.01, 2.0),
+LAYER_BOUNDS = {"max_efficiency": (0.01, 1.0), "half_size": (1e3, 1e12), "attn_efficiency": (0.01, 2.0),
                 "hbm_GBps": (0.5, 10000.0), "layer_overhead_s": (0.0, 0.1), "backward_ratio": (1.0, 4.0)}
 
 
