@@ -1,7 +1,9 @@
+import glob
 import os
 
 import numpy as np
 import pytest
+import yaml
 
 from planner.spec.cluster import read_matrix
 from planner.synth import bandwidth_matrix, format_csv, regenerate, snapshots, write_csv
@@ -113,8 +115,20 @@ def test_write_csv_round_trips_through_the_loader(tmp_path):
     assert p.read_text() == format_csv(m, header=["test"])
 
 
-@pytest.mark.parametrize("name", ["v100-16x8-edr-het", "a100-16x8-hdr-het", "a100-32x8-het", "a100-64x8-het",
-                                  "a100-128x8-het", "a100-256x8-het"])
+def _generated():
+    out = []
+    for y in sorted(glob.glob(os.path.join(ROOT, "clusters", "*.yaml"))):
+        if (yaml.safe_load(open(y))["network"] or {}).get("generator"):
+            out.append(os.path.splitext(os.path.basename(y))[0])
+    return out
+
+
+def test_every_heterogeneous_cluster_is_generated():
+    assert {"v100-16x8-edr-het", "a100-16x8-hdr-het", "a100-32x8-het", "a100-64x8-het", "a100-128x8-het",
+            "a100-256x8-het", "dgx-a100-superpod-het", "dgx-h100-het"} <= set(_generated())
+
+
+@pytest.mark.parametrize("name", _generated())
 def test_regenerating_gives_the_shipped_csvs_byte_identically(name, tmp_path):
     y = os.path.join(ROOT, "clusters", f"{name}.yaml")
     written = regenerate(y, str(tmp_path))
