@@ -31,7 +31,7 @@ def _int(a) -> np.ndarray:
 
 def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s: float = 10.0, seed: int = 0,
                 hint: np.ndarray | None = None, robust: str = "worst", workers: int = 2,
-                strong: bool | None = None) -> MappingResult:
+                strong: bool | None = None, both_sides: bool = True) -> MappingResult:
     probs = problems if isinstance(problems, list) else [problems]
     p0 = probs[0]
     L, N = p0.layout, p0.n
@@ -97,6 +97,14 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
                     for n in range(N):
                         big = int(c[n].max())
                         m.Add(ce >= sum(int(c[n, q]) * x[v][q] for q in range(N) if q != n) - big * (1 - x[u][n]))
+                        if both_sides:
+                            big = int(c[:, n].max())
+                            m.Add(ce >= sum(int(c[q, n]) * x[u][q] for q in range(N) if q != n)
+                                  - big * (1 - x[v][n]))
+                    if both_sides:   # a hop leaving (entering) node n costs at least n's cheapest link
+                        cm = np.where(np.eye(N, dtype=bool), np.iinfo(np.int64).max, c)
+                        m.Add(ce >= sum(int(cm[n].min()) * x[u][n] for n in range(N)))
+                        m.Add(ce >= sum(int(cm[:, n].min()) * x[v][n] for n in range(N)))
                     terms.append(ce)
             m.Add(tpp >= sum(terms))
         base = _int(p.dp_base)
