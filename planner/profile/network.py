@@ -456,6 +456,21 @@ def matrix_csv(m: np.ndarray, comments=()) -> str:
     return "\n".join(lines) + "\n"
 
 
+def csv_node_names(path: str) -> tuple:
+    """Node names from a matrix CSV's '# nodes: a b c' comment (written by the profiler and importers)."""
+    try:
+        with open(path) as fh:
+            for line in fh:
+                if not line.startswith("#"):
+                    break
+                m = line[1:].strip()
+                if m.startswith("nodes:"):
+                    return tuple(m[len("nodes:"):].split())
+    except OSError:
+        pass
+    return ()
+
+
 def sidecar_path(csv_path: str) -> str:
     root, ext = os.path.splitext(csv_path)
     return root + ".yaml"
