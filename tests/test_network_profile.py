@@ -156,3 +156,13 @@ def test_register_profile_cli_spawn(tmp_path):
     assert m[0, 1] > 0 and m[1, 0] > 0
     g = read_matrix(str(tmp_path / "g.csv"), None, "g", 2)
     assert g[0, 1] > 0
+
+
+def test_spawn_all_on_one_host_fails_cleanly_without_hanging():
+    from planner.errors import PlannerError
+    t0 = time.perf_counter()
+    with pytest.raises(PlannerError) as e:
+        net.profile_spawn(2, net.ProfileOptions(sizes_bytes=(1024,), repeats=1, warmup=0, node_key="host"),
+                          deadline_s=60)
+    assert "no node pair" in str(e.value)
+    assert time.perf_counter() - t0 < 60

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.errors import SpecError
+from planner.errors import PlannerError, SpecError
 
 STATISTICS = ("median", "mean", "min", "max")
 DEFAULT_SIZES = (1 << 16, 1 << 20, 1 << 24)          # 64 KiB, 1 MiB, 16 MiB
@@ -37,14 +37,15 @@ class ProfileOptions:
     scope: str = "node"             # node: one measuring rank per node; gpu: every rank pair
     exclusive_nodes: bool = True    # scope gpu: at most one inter-node pair per node in a round
     node_key: str = "host"          # host: group ranks by host name; rank: every rank is its own node
+    max_pairs: int = 0              # pairs measured at once (0: every disjoint pair of a round; 1: one by one)
     backend: str | None = None      # None: nccl when CUDA is available, else gloo
     timeout_s: float = 120.0
 
     def check(self) -> "ProfileOptions":
         if not self.sizes_bytes or any(int(s) <= 0 for s in self.sizes_bytes):
             raise SpecError(None, "sizes", "message sizes must be positive byte counts")
-        if self.repeats < 1 or self.warmup < 0 or self.window < 1:
-            raise SpecError(None, "repeats", "repeats and window must be >= 1, warmup >= 0")
+        if self.repeats < 1 or self.warmup < 0 or self.window < 1 or self.max_pairs < 0:
+            raise SpecError(None, "repeats", "repeats and window must be >= 1, warmup and max_pairs >= 0")
         if self.statistic not in STATISTICS:
             raise SpecError(None, "statistic", f"must be one of {', '.join(STATISTICS)}")
         if self.scope not in ("node", "gpu"):
@@ -103,6 +104,7 @@ class NetworkProfile:
             "repeats": o.repeats,
             "warmup": o.warmup,
             "window": o.window,
+            "max_pairs": o.max_pairs,
             "rounds": self.rounds,
             "wall_s": round(self.wall_s, 3),
             "sizes_bytes": [int(s) for s in self.sizes_bytes],
@@ -246,6 +248,11 @@ def schedule(rank_hosts, options: ProfileOptions):
         rounds = round_robin_rounds(range(len(rank_hosts)))
         if options.exclusive_nodes:
             rounds = split_exclusive(rounds, rank_nodes)
+    if options.max_pairs:
+        # Fewer pairs at once: on hosts where pairs share something (CPU cores on loopback, a switch
+        # uplink) this trades time for isolation.
+        k = options.max_pairs
+        rounds = [pairs[i:i + k] for pairs in rounds for i in range(0, len(pairs), k)]
     return names, rank_nodes, rounds
 
 
@@ -338,6 +345,10 @@ def run_rank(rank: int, world: int, options: ProfileOptions, master_addr: str, m
         hosts = [None] * world
         dist.all_gather_object(hosts, host or socket.gethostname())
         names, rank_nodes, rounds = schedule(hosts, options)
+        if len(names) < 2 and options.scope == "node":
+            # Every rank reaches this same decision, so all of them leave together (no hang).
+            raise SpecError(None, "ranks", f"all {world} rank(s) run on host {hosts[0]!r}: there is no node pair "
+                            "to measure (use --group-by rank or --gpu-matrix, or launch on several nodes)")
         nsz = len(options.sizes_bytes)
         bw = torch.zeros((nsz, world, world), dtype=torch.float64)
         lat = torch.zeros((world, world), dtype=torch.float64)
@@ -414,6 +425,7 @@ def profile_spawn(nprocs: int, options: ProfileOptions | None = None, deadline_s
     """Profile `nprocs` local gloo processes on 127.0.0.1; each process stands for one node."""
     import pickle
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
 
     if nprocs < 2:
         raise SpecError(None, "--spawn", "needs at least 2 processes")
@@ -431,7 +443,9 @@ def profile_spawn(nprocs: int, options: ProfileOptions | None = None, deadline_s
         try:
             while not ctx.join(timeout=1.0):
                 if time.monotonic() > end:
-                    raise TimeoutError(f"network profile of {nprocs} local processes exceeded {deadline_s:.0f} s")
+                    raise PlannerError(f"network profile of {nprocs} local processes exceeded {deadline_s:.0f} s")
+        except ProcessException as e:
+            raise PlannerError(f"a profiling process failed: {str(e).strip().splitlines()[-1]}") from None
         finally:
             for p in ctx.processes:
                 if p.is_alive():
@@ -522,6 +536,8 @@ def register_profile(subparsers):
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--window", type=int, default=1, help="messages in flight per timed repetition")
     p.add_argument("--statistic", choices=STATISTICS, default="median")
+    p.add_argument("--max-pairs", type=int, default=0,
+                   help="pairs measured at once (default 0: all disjoint pairs of a round; 1: one at a time)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
     p.add_argument("--group-by", choices=("host", "rank"), default=None,
                    help="what a node is: ranks on one host (default) or each rank (default with --spawn)")
@@ -535,7 +551,7 @@ def register_profile(subparsers):
 
 def options_from_args(args) -> ProfileOptions:
     return ProfileOptions(sizes_bytes=_sizes(args.sizes), repeats=args.repeats, warmup=args.warmup,
-                          statistic=args.statistic, window=args.window,
+                          statistic=args.statistic, window=args.window, max_pairs=args.max_pairs,
                           scope="gpu" if args.gpu_matrix else "node", exclusive_nodes=not args.shared_nics,
                           node_key=args.group_by or ("rank" if args.spawn else "host"),
                           backend=args.backend, timeout_s=args.timeout).check()
