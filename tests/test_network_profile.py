@@ -166,3 +166,55 @@ def test_spawn_all_on_one_host_fails_cleanly_without_hanging():
                           deadline_s=60)
     assert "no node pair" in str(e.value)
     assert time.perf_counter() - t0 < 60
+
+
+# ------------------------------------------------------------------ timing arithmetic on a simulated link
+
+class _SimLink:
+    """A point-to-point link with latency `lat` s and bandwidth `bw` B/s, on a simulated clock.
+
+    Sends complete locally at once; a blocking receive of the peer's reply returns when the last data
+    sent has arrived (lat + bytes/bw) and the reply has come back (lat + its bytes/bw).
+    """
+
+    def __init__(self, lat, bw):
+        self.lat, self.bw, self.clock, self.outstanding = lat, bw, 0.0, 0
+
+    def now(self):
+        return self.clock
+
+    def isend(self, t, peer):
+        self.outstanding += t.numel()
+        return self
+
+    def wait(self):
+        pass
+
+    def send(self, t, peer):
+        self.isend(t, peer)
+
+    def recv(self, t, peer):
+        if self.outstanding:          # our data must arrive before the peer replies
+            self.clock += self.lat + self.outstanding / self.bw
+            self.outstanding = 0
+        self.clock += self.lat + t.numel() / self.bw
+
+
+@pytest.mark.parametrize("first", [True, False])
+@pytest.mark.parametrize("window", [1, 4])
+def test_measure_pair_recovers_latency_and_effective_bandwidth(first, window):
+    import torch
+    lat, bw = 20e-6, 10e9
+    link = _SimLink(lat, bw)
+    sizes = (1 << 16, 1 << 24)
+    opts = net.ProfileOptions(sizes_bytes=sizes, repeats=3, warmup=1, window=window)
+    bufs = [torch.zeros(s, dtype=torch.uint8) for s in sizes]
+    ack = torch.zeros(1, dtype=torch.uint8)
+    got_lat, res = net._measure_pair(link, 0, 1, first, opts, bufs, ack, link)
+    assert got_lat == pytest.approx(lat + 1 / bw, rel=1e-9)
+    for s in sizes:
+        # what the profiler reports: window*S delivered in (lat + window*S/bw), the ack's latency removed
+        expect = window * s / (lat + window * s / bw)
+        assert len(res[s]) == 3
+        assert res[s][0] == pytest.approx(expect, rel=1e-3)
+    assert res[sizes[1]][0] / bw == pytest.approx(1.0, abs=0.02)   # large messages: the link's bandwidth
