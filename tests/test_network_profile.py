@@ -218,3 +218,16 @@ def test_measure_pair_recovers_latency_and_effective_bandwidth(first, window):
         assert len(res[s]) == 3
         assert res[s][0] == pytest.approx(expect, rel=1e-3)
     assert res[sizes[1]][0] / bw == pytest.approx(1.0, abs=0.02)   # large messages: the link's bandwidth
+
+
+def test_fit_alpha_beta_recovers_a_linear_link():
+    sizes = (1 << 12, 1 << 16, 1 << 20, 1 << 24)
+    alpha_s, beta = 5e-6, 12.5e9
+    bw = np.zeros((4, 3, 3))
+    for k, s in enumerate(sizes):
+        bw[k] = s / (alpha_s + s / beta) / 1e9
+        np.fill_diagonal(bw[k], 0)
+    bw[:, 2, 0] = 0                       # one link not measured
+    a, b = net.fit_alpha_beta(sizes, bw)
+    assert a[0, 1] == pytest.approx(5.0, rel=1e-6) and b[1, 2] == pytest.approx(12.5, rel=1e-6)
+    assert np.isnan(a[2, 0]) and a[1, 1] == 0

@@ -113,6 +113,10 @@ class NetworkProfile:
             "bandwidth_by_size_GBps": {int(s): _round(m) for s, m in zip(self.sizes_bytes, self.bandwidth_by_size_GBps)},
             "latency_us": _round(self.latency_us),
         }
+        if len(self.sizes_bytes) >= 2:
+            a, b = fit_alpha_beta(self.sizes_bytes, self.bandwidth_by_size_GBps)
+            d["alpha_us"] = _round(a)
+            d["beta_GBps"] = _round(b)
         if self.gpu_bandwidth_GBps is not None:
             d["gpu_bandwidth_GBps"] = _round(self.gpu_bandwidth_GBps)
             d["gpu_latency_us"] = _round(self.gpu_latency_us)
@@ -120,8 +124,34 @@ class NetworkProfile:
         return d
 
 
+def fit_alpha_beta(sizes_bytes, bw_by_size_GBps):
+    """Per link, fit the message time t(S) = alpha + S / beta to the measured sizes (least squares).
+
+    Returns (alpha_us, beta_GBps) matrices; NaN where a link has fewer than two measured sizes or the
+    fit is not physical (time not growing with size). A negative alpha means the small sizes were
+    measured slower than the line through the large ones (noise); it is reported as fitted.
+    """
+    sizes = np.asarray(sizes_bytes, dtype=float)
+    bw = np.asarray(bw_by_size_GBps, dtype=float)
+    n = bw.shape[1]
+    alpha = np.full((n, n), np.nan)
+    beta = np.full((n, n), np.nan)
+    for i in range(n):
+        for j in range(n):
+            ok = bw[:, i, j] > 0
+            if i == j or ok.sum() < 2:
+                continue
+            t = sizes[ok] / (bw[ok, i, j] * 1e9)
+            slope, icpt = np.polyfit(sizes[ok], t, 1)
+            if slope > 0:
+                alpha[i, j], beta[i, j] = icpt * 1e6, 1.0 / slope / 1e9
+    np.fill_diagonal(alpha, 0.0)
+    np.fill_diagonal(beta, 0.0)
+    return alpha, beta
+
+
 def _round(m, nd=4):
-    return [[round(float(v), nd) for v in row] for row in np.asarray(m)]
+    return [[None if not np.isfinite(v) else round(float(v), nd) for v in row] for row in np.asarray(m)]
 
 
 # ----------------------------------------------------------------------------- environment
