@@ -141,6 +141,7 @@ def test_profile_writes_cluster_csv_and_sidecar(four_proc_profile, tmp_path):
     side = yaml.safe_load((tmp_path / "bw.yaml").read_text())
     assert side["node_names"] == list(prof.node_names) and len(side["latency_us"]) == 4
     assert side["sizes_bytes"] == [4096, 1 << 18] and side["timestamp"]
+    assert len(side["alpha_us"]) == 4 and len(side["beta_GBps"][0]) == 4
     assert net.csv_node_names(str(out)) == prof.node_names
 
 

@@ -99,3 +99,22 @@ def test_cli_network_report_bad_input(tmp_path, capsys):
     assert main(["network", "report", str(tmp_path / "none.yaml")]) == 2
     assert main(["network", "report", "a.txt"]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_rank_correlation_matches_scipy_and_detects_reshuffling():
+    from scipy.stats import spearmanr
+    rng = np.random.default_rng(0)
+    base = rng.uniform(10, 30, size=(5, 5))
+    np.fill_diagonal(base, 0)
+    off = ~np.eye(5, dtype=bool)
+    same_order = [base, base * 0.9, base * 1.1]
+    assert sn.rank_correlation(same_order) == (pytest.approx(1.0), pytest.approx(1.0))
+    other = rng.uniform(10, 30, size=(5, 5))
+    np.fill_diagonal(other, 0)
+    mean, mn = sn.rank_correlation([base, other])
+    assert mean == pytest.approx(spearmanr(base[off], other[off]).statistic)
+    assert sn.rank_correlation([base]) == (None, None)
+    flat = np.full((5, 5), 3.0)
+    assert sn.rank_correlation([flat, flat]) == (None, None)
+    rep = sn.spread_report(sn.drifted_snapshots(base, 4, 0.2, seed=1))
+    assert rep.rank_corr_min is not None and rep.rank_corr_min < 1

@@ -70,6 +70,9 @@ def _report(args) -> int:
     out.write(f"  mean link bandwidth {rep.mean_GBps:.2f} GB/s; slowest link in the worst case {rep.worst_GBps:.2f} GB/s\n")
     out.write(f"  coefficient of variation per link: mean {rep.mean_cv:.3f}, median {rep.median_cv:.3f}, "
               f"max {rep.max_cv:.3f}; largest drop below the mean {100 * rep.max_drop:.1f}%\n")
+    if rep.rank_corr_mean is not None:
+        out.write(f"  link ordering between snapshots (Spearman): mean {rep.rank_corr_mean:.2f}, "
+                  f"min {rep.rank_corr_min:.2f}  (1 = same fast/slow links every time)\n")
     out.write("  snapshot means (GB/s): " + " ".join(f"{v:.2f}" for v in rep.per_snapshot_mean_GBps) + "\n")
     if rep.most_variable:
         out.write(f"  most variable links:\n  {'src':>12} {'dst':>12} {'mean':>8} {'min':>8} {'max':>8} {'cv':>6}\n")

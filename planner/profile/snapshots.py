@@ -76,6 +76,11 @@ class SpreadReport:
     worst_GBps: float       # slowest link of the worst-case matrix
     most_variable: tuple    # LinkSpread, most variable first (by cv)
     per_snapshot_mean_GBps: tuple
+    # Spearman rank correlation of the links' bandwidths between snapshot pairs: near 1 means the fast
+    # and slow links stay the same (a mapping tuned on one snapshot carries over); near 0 means the
+    # ordering is reshuffled by drift. None with one snapshot or when a snapshot has equal links.
+    rank_corr_mean: float | None = None
+    rank_corr_min: float | None = None
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -119,7 +124,38 @@ def spread_report(snaps, node_names=(), top: int = 10) -> SpreadReport:
         max_drop=float(max(x.drop for x in links)),
         mean_GBps=float(s.mean(0)[off].mean()), worst_GBps=float(s.min(0)[off].min()),
         most_variable=tuple(ranked[:max(0, top)]),
-        per_snapshot_mean_GBps=tuple(float(m[off].mean()) for m in s))
+        per_snapshot_mean_GBps=tuple(float(m[off].mean()) for m in s),
+        **dict(zip(("rank_corr_mean", "rank_corr_min"), rank_correlation(s))))
+
+
+def rank_correlation(snaps):
+    """(mean, min) Spearman correlation of link bandwidths over all snapshot pairs, or (None, None)."""
+    s = stack(snaps)
+    k, n = s.shape[0], s.shape[1]
+    off = _offdiag(n)
+    vals = []
+    for a in range(k):
+        for b in range(a + 1, k):
+            x, y = s[a][off], s[b][off]
+            if np.ptp(x) == 0 or np.ptp(y) == 0:
+                continue
+            rx, ry = _ranks(x), _ranks(y)
+            vals.append(float(np.corrcoef(rx, ry)[0, 1]))
+    if not vals:
+        return None, None
+    return float(np.mean(vals)), float(np.min(vals))
+
+
+def _ranks(x):
+    """Average ranks (ties share their mean rank), as Spearman's correlation needs."""
+    order = np.argsort(x, kind="mergesort")
+    r = np.empty(len(x))
+    r[order] = np.arange(len(x), dtype=float)
+    for v in np.unique(x):
+        m = x == v
+        if m.sum() > 1:
+            r[m] = r[m].mean()
+    return r
 
 
 def cluster_snapshots(cluster, include_main: bool = False) -> list:
