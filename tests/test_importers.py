@@ -155,3 +155,10 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     bad.write_text("Send\tx:0\ty:1\nx:0 to\t0\n")
     assert main(["import", "mpigraph", str(bad)]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_nccl_two_runs_in_one_file_are_refused():
+    text = imp.read_text(NCCL_STDOUT)
+    with pytest.raises(SpecError) as e:
+        imp.parse_nccl_tests(text + text)
+    assert "twice" in e.value.reason

@@ -261,6 +261,10 @@ def _table(rows, file, placement, layout, collective, nranks, avg):
     for r in rows:
         if r.size_bytes <= 0 or not r.time_us > 0:
             raise SpecError(file, f"size {r.size_bytes}", "sizes and times must be positive")
+    sizes = [r.size_bytes for r in rows]
+    if len(set(sizes)) != len(sizes):
+        dup = next(x for x in sizes if sizes.count(x) > 1)
+        raise SpecError(file, f"size {dup}", "appears twice: several runs in one file? split it, one table per file")
     rows = tuple(sorted(rows, key=lambda r: r.size_bytes))
     return NcclTable(rows, placement, layout, collective, nranks, avg)
 

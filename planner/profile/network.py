@@ -393,7 +393,8 @@ def run_rank(rank: int, world: int, options: ProfileOptions, master_addr: str, m
                     lat[rank, peer] = l
                     for k, s in enumerate(options.sizes_bytes):
                         bw[k, rank, peer] = _stat(res[s], options.statistic)
-            dist.barrier()               # the next round starts only when every pair of this one is done
+            # The next round starts only when every pair of this one is done.
+            dist.barrier(device_ids=[device.index]) if backend == "nccl" else dist.barrier()
         # Every entry was written by exactly one rank: a sum gathers the full matrices everywhere.
         packed = torch.cat([bw.flatten(), lat.flatten()]).to(device)
         dist.all_reduce(packed)
