@@ -232,3 +232,19 @@ def test_fit_alpha_beta_recovers_a_linear_link():
     a, b = net.fit_alpha_beta(sizes, bw)
     assert a[0, 1] == pytest.approx(5.0, rel=1e-6) and b[1, 2] == pytest.approx(12.5, rel=1e-6)
     assert np.isnan(a[2, 0]) and a[1, 1] == 0
+
+
+@pytest.mark.slow
+def test_spawn_emulated_two_nodes_of_two_gpus_gpu_matrix():
+    """Real gloo processes grouped as 2 hosts x 2 ranks: GPU x GPU matrix and per-host aggregation."""
+    opts = net.ProfileOptions(sizes_bytes=(4096, 1 << 16), repeats=2, warmup=1, scope="gpu", node_key="host",
+                              timeout_s=60)
+    prof = net.profile_spawn(4, opts, deadline_s=120, hosts=["h0", "h0", "h1", "h1"])
+    assert prof.node_names == ("h0", "h1") and prof.rank_nodes == (0, 0, 1, 1)
+    g = prof.gpu_bandwidth_GBps
+    off = ~np.eye(4, dtype=bool)
+    assert g.shape == (4, 4) and np.all(g[off] > 0)
+    # 3 tournament rounds; the two with 2 inter-host pairs each are split so a host's NIC is never shared
+    assert prof.rounds == 5
+    assert prof.bandwidth_GBps[0, 1] == pytest.approx(np.median(g[np.ix_([0, 1], [2, 3])]))
+    assert prof.bandwidth_GBps[1, 0] == pytest.approx(np.median(g[np.ix_([2, 3], [0, 1])]))

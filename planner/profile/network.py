@@ -439,27 +439,31 @@ def assemble(hosts, names, rank_nodes, bw_r, lat_r, options, backend, rounds, wa
 
 # ----------------------------------------------------------------------------- local spawn
 
-def _spawn_entry(rank, world, options, port, result_path):
+def _spawn_entry(rank, world, options, port, result_path, hosts=None):
     ifname = _loopback_ifname()
     if ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = ifname    # keep gloo on loopback, never a real NIC
     import torch
     torch.set_num_threads(1)
-    prof = run_rank(rank, world, options, "127.0.0.1", port, local_rank=rank)
+    prof = run_rank(rank, world, options, "127.0.0.1", port, local_rank=rank, host=hosts[rank] if hosts else None)
     if rank == 0:
         import pickle
         with open(result_path, "wb") as fh:
             pickle.dump(prof, fh)
 
 
-def profile_spawn(nprocs: int, options: ProfileOptions | None = None, deadline_s: float = 300.0) -> NetworkProfile:
-    """Profile `nprocs` local gloo processes on 127.0.0.1; each process stands for one node."""
+def profile_spawn(nprocs: int, options: ProfileOptions | None = None, deadline_s: float = 300.0,
+                  hosts=None) -> NetworkProfile:
+    """Profile `nprocs` local gloo processes on 127.0.0.1; each process stands for one node, or, with
+    `hosts` (a name per process), processes with one name stand for the GPUs of one node."""
     import pickle
     import torch.multiprocessing as mp
     from torch.multiprocessing.spawn import ProcessException
 
     if nprocs < 2:
         raise SpecError(None, "--spawn", "needs at least 2 processes")
+    if hosts is not None and len(hosts) != nprocs:
+        raise SpecError(None, "--spawn-hosts", f"{len(hosts)} names for {nprocs} processes")
     options = (options or ProfileOptions(node_key="rank"))
     if options.backend == "nccl":
         raise SpecError(None, "--backend", "--spawn runs local gloo processes; nccl needs a launcher")
@@ -468,7 +472,7 @@ def profile_spawn(nprocs: int, options: ProfileOptions | None = None, deadline_s
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="planner-netprof-") as tmp:
         result = os.path.join(tmp, "profile.pkl")
-        ctx = mp.start_processes(_spawn_entry, args=(nprocs, options, port, result), nprocs=nprocs,
+        ctx = mp.start_processes(_spawn_entry, args=(nprocs, options, port, result, tuple(hosts) if hosts else None), nprocs=nprocs,
                                  join=False, start_method="spawn")
         end = time.monotonic() + deadline_s
         try:
@@ -572,6 +576,8 @@ def register_profile(subparsers):
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
     p.add_argument("--group-by", choices=("host", "rank"), default=None,
                    help="what a node is: ranks on one host (default) or each rank (default with --spawn)")
+    p.add_argument("--spawn-hosts", default=None, metavar="H0,H0,H1,...",
+                   help="with --spawn: a host name per process, to emulate several GPUs per node")
     p.add_argument("--shared-nics", action="store_true",
                    help="with --gpu-matrix: allow several inter-node pairs of one node in a round")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before giving up")
@@ -584,7 +590,7 @@ def options_from_args(args) -> ProfileOptions:
     return ProfileOptions(sizes_bytes=_sizes(args.sizes), repeats=args.repeats, warmup=args.warmup,
                           statistic=args.statistic, window=args.window, max_pairs=args.max_pairs,
                           scope="gpu" if args.gpu_matrix else "node", exclusive_nodes=not args.shared_nics,
-                          node_key=args.group_by or ("rank" if args.spawn else "host"),
+                          node_key=args.group_by or ("rank" if args.spawn and not args.spawn_hosts else "host"),
                           backend=args.backend, timeout_s=args.timeout).check()
 
 
@@ -592,7 +598,8 @@ def _cmd_profile_network(args) -> int:
     import sys
     opts = options_from_args(args)
     if args.spawn:
-        prof = profile_spawn(args.spawn, opts, deadline_s=args.timeout)
+        hosts = [h.strip() for h in args.spawn_hosts.split(",")] if args.spawn_hosts else None
+        prof = profile_spawn(args.spawn, opts, deadline_s=args.timeout, hosts=hosts)
     else:
         prof = profile_from_env(opts)
     if prof is None:             # not rank 0: rank 0 writes
