@@ -31,7 +31,10 @@ def _int(a) -> np.ndarray:
 
 def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s: float = 10.0, seed: int = 0,
                 hint: np.ndarray | None = None, robust: str = "worst", workers: int = 2,
-                strong: bool | None = None, both_sides: bool = True) -> MappingResult:
+                strong: bool | None = None, both_sides: bool = True,
+                cutoff: float | None = None) -> MappingResult:
+    """cutoff (seconds): only mappings strictly better than this are of interest; if CP-SAT proves
+    there are none, the result has status "PRUNED" and bound = cutoff (branch and bound across configs)."""
     probs = problems if isinstance(problems, list) else [problems]
     p0 = probs[0]
     L, N = p0.layout, p0.n
@@ -116,6 +119,14 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
                 m.Add(tdp >= int(base[i]))
         scen_obj.append(tpp + tdp)
 
+    if cutoff is not None:
+        # objective(scenario) = const + tpp + tdp: demand strictly better than the incumbent
+        lim = int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - 1
+        if robust == "mean" and len(scen_obj) > 1:
+            m.Add(sum(scen_obj) <= lim * len(scen_obj))
+        else:
+            for o in scen_obj:
+                m.Add(o <= lim)
     if len(scen_obj) == 1:
         m.Minimize(scen_obj[0])
     elif robust == "mean":
@@ -140,6 +151,10 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
     prm.max_deterministic_time = float(time_limit_s)
     st = solver.Solve(m)
     wall = time.perf_counter() - t0
+    if st == cp_model.INFEASIBLE and cutoff is not None:
+        a = hint.copy() if hint is not None else None
+        obj = _score(probs, a, robust) if a is not None else float("inf")
+        return MappingResult(a, obj, float(cutoff), "PRUNED", wall, "exact")
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if hint is not None:
             obj = _score(probs, hint, robust)

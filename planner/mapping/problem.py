@@ -67,21 +67,18 @@ class MappingProblem:
 
     def path_costs(self, assign: np.ndarray) -> np.ndarray:
         R = self.layout.rows
-        p = np.zeros(assign.shape[1])
-        for i in range(R - 1):
-            p += self.hop[assign[i], assign[i + 1]]
+        p = self.hop[assign[:-1], assign[1:]].sum(axis=0) if R > 1 else np.zeros(assign.shape[1])
         if self.wrap is not None and R > 1:
-            p += self.wrap[assign[R - 1], assign[0]]
+            p = p + self.wrap[assign[R - 1], assign[0]]
         return p
 
     def dp_costs(self, assign: np.ndarray) -> np.ndarray:
         R, K = assign.shape
-        out = self.dp_base.astype(float).copy()
-        if K > 1:
-            for i in range(R):
-                sub = self.dp_link[i][np.ix_(assign[i], assign[i])]
-                out[i] += sub.max()
-        return out
+        if K == 1:
+            return self.dp_base.astype(float)
+        rows = np.arange(R)[:, None, None]
+        ring = self.dp_link[rows, assign[:, :, None], assign[:, None, :]]     # R x K x K
+        return self.dp_base + ring.reshape(R, -1).max(axis=1)
 
     def objective(self, assign: np.ndarray) -> float:
         return float(self.const + self.path_costs(assign).max() + self.dp_costs(assign).max())
