@@ -68,7 +68,7 @@ def main() -> None:
         ro = prob.objective(prob.rank_order()) - c
         pip = anneal(prob, seed=0, style="pipette", time_limit_s=args.equal_time, init=prob.rank_order())
         ours = anneal(prob, seed=0, time_limit_s=args.equal_time, init=prob.rank_order(),
-                      iterations=10 ** 9)
+                      iterations=10 ** 9, cooling="time")
         ex = solve_exact(prob, time_limit_s=args.equal_time, seed=0, hint=prob.rank_order())
         print(f"{n:>5} {ro * 1e3:>9.2f}ms {(pip.objective - c) * 1e3:>9.2f}ms {(ours.objective - c) * 1e3:>9.2f}ms "
               f"{(ex.objective - c) * 1e3:>9.2f}ms {(max(ex.bound, prob.lower_bound()) - c) * 1e3:>9.2f}ms "

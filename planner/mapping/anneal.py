@@ -28,9 +28,11 @@ def default_iterations(problem: MappingProblem) -> int:
 
 def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit_s: float = 60.0,
            init: np.ndarray | None = None, robust: str = "worst", style: str = "planner",
-           alpha: float = 0.999) -> MappingResult:
+           alpha: float = 0.999, cooling: str = "iterations") -> MappingResult:
     """style="planner": our schedule (geometric cooling over the iteration budget, targeted moves);
-    style="pipette": Pipette's published settings (T *= alpha each step, random moves, run to the time limit)."""
+    style="pipette": Pipette's published settings (T *= alpha each step, random moves, run to the time limit).
+    cooling="time": temperature follows elapsed / time_limit instead of the iteration count (equal-time
+    benchmarks; not deterministic)."""
     probs = problems if isinstance(problems, list) else [problems]
     p0 = probs[0]
     R, K, N = p0.layout.rows, p0.layout.cols, p0.n
@@ -76,7 +78,12 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
             s, cur = cand, v
             if v < best:
                 best, best_s = v, cand.copy()
-        temp *= cool
+        if cooling == "time" and style == "planner":
+            if (it & 63) == 0:
+                frac = min(1.0, (time.perf_counter() - t0) / time_limit_s)
+                temp = t_start * (t_end / t_start) ** frac
+        else:
+            temp *= cool
     a = best_s[:nb].reshape(R, K)
     bound = float(max(p.lower_bound() for p in probs)) if robust != "mean" else float(
         np.mean([p.lower_bound() for p in probs]))
