@@ -46,5 +46,5 @@ def mapping_table(sol, max_rows: int = 16) -> Table:
     for j in range(sol.layout.cols):
         t.add_column(f"dp {j * sol.layout.b}-{(j + 1) * sol.layout.b - 1}")
     for i, row in enumerate(sol.assign[:max_rows]):
-        t.add_row(f"{i * sol.layout.a}-{(i + 1) * sol.layout.a - 1}", *[f"node {int(sol.nodes[k])}" for k in row])
+        t.add_row(f"{i * sol.layout.a}-{(i + 1) * sol.layout.a - 1}", *[f"node {sol._node_id(k)}" for k in row])
     return t

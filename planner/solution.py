@@ -51,15 +51,23 @@ class Solution:
     solver: SolverRecord
     alternatives: list = field(default_factory=list)
     simulated: dict | None = None
+    node_ids: np.ndarray | None = None     # original node index of each node of spec.cluster (re-plans)
+    extra: dict = field(default_factory=dict)
 
     @property
     def mapping(self) -> list[dict]:
         table = worker_table(self.layout, self.assign, self.config.tp, self.nodes)
         names = self.spec.cluster.node_names
-        if names:
-            for w in table:
+        for w in table:
+            if names:
                 w["host"] = names[w["node"]]
+            if self.node_ids is not None:
+                w["node"] = int(self.node_ids[w["node"]])
         return table
+
+    def _node_id(self, k: int) -> int:
+        n = int(self.nodes[k])
+        return int(self.node_ids[n]) if self.node_ids is not None else n
 
     def as_dict(self) -> dict:
         from planner import __version__
@@ -72,13 +80,13 @@ class Solution:
             "name": self.spec.name,
             "config": self.config.as_dict(),
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
-                       "node_grid": self.assign.tolist() if self.nodes is None else
-                       [[int(self.nodes[k]) for k in row] for row in self.assign]},
+                       "node_grid": [[int(self._node_id(k)) for k in row] for row in self.assign]},
             "mapping": self.mapping,
             "estimate": est,
             "simulated": self.simulated,
             "solver": self.solver.as_dict(),
             "alternatives": self.alternatives,
+            **self.extra,
         })
 
     def write(self, path: str) -> None:

@@ -97,6 +97,15 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     deadline = t0 + limit
 
     fits, total, closest = feasible_configs(spec, costs, num_gpus)
+    if total == 0 and num_gpus is None:
+        # no valid config on every GPU (e.g. 14 nodes after failures): use the most whole nodes that work,
+        # the mapping then also chooses which nodes stay idle
+        gpn = spec.cluster.gpus_per_node
+        for k in range(spec.cluster.nodes - 1, 0, -1):
+            fits, total, closest = feasible_configs(spec, costs, k * gpn)
+            if total:
+                num_gpus = k * gpn
+                break
     if not fits:
         raise InfeasibleError(_infeasible_message(spec, total, closest))
     pruned_mem = total - len(fits)
