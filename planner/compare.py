@@ -62,4 +62,9 @@ def compare(spec, time_limit_s: float | None = None, seed: int = 0) -> dict:
     for r in rows:
         r["gap_to_bound"] = r["iteration_s"] / bound - 1.0
         r["vs_best"] = r["iteration_s"] / min(x["iteration_s"] for x in rows) - 1.0
-    return {"spec": spec.name, "bound": bound, "rows": rows}
+    out = {"spec": spec.name, "bound": bound, "rows": rows}
+    if spec.cluster.snapshots:
+        from planner.robust import robust_report
+        out["robust"] = robust_report(spec, ex.config, ex.layout, list(spec.cluster.snapshots),
+                                      time_limit_s=min(limit, 30.0), seed=seed, costs=costs)
+    return out

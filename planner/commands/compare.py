@@ -31,4 +31,15 @@ def run(args) -> int:
         t.add_row(r["method"], r["config"], f"{r['iteration_s']:.4f}", f"{r['vs_best']:+.2%}",
                   f"{r['gap_to_bound']:.2%}", r["status"], f"{r['wall_s']:.1f}")
     console().print(t)
+    rb = res.get("robust")
+    if rb:
+        r = Table(title=f"robust mapping over {rb['snapshots']} bandwidth snapshots ({rb['config']})")
+        for c in ("mapping optimised for", "mean iteration s", "worst iteration s", "status"):
+            r.add_column(c)
+        for k, label in (("mean_optimal", "mean over snapshots"), ("worst_optimal", "worst case (robust)")):
+            r.add_row(label, f"{rb[k]['mean_s']:.4f}", f"{rb[k]['worst_s']:.4f}", rb[k]["status"])
+        console().print(r)
+        console().print(f"robustness costs {rb['robust_costs_on_mean']:+.2%} on the mean and saves "
+                        f"{rb['robust_saves_on_worst']:.2%} on the worst case "
+                        f"({rb['robust_saves_on_worst_mapping_part']:.1%} of the mapping-dependent time)")
     return 0
