@@ -1,0 +1,376 @@
+"""Pipeline schedules as per-device ordered operation lists.
+
+A schedule over `p` devices with `v` model chunks per device has S = p*v virtual stages; micro-batch j
+flows forward through stages 0..S-1 and backward through S-1..0. Operations are F (forward), B (backward;
+input gradient only when the schedule splits off W), W (weight gradient) and R (recompute of a chunk's
+activations before its backward). Each device's list is three int arrays (kind, micro-batch, chunk), so
+that the engine can build its dependency arrays with numpy and never touches per-op Python objects.
+
+Chunk placement: interleaved puts stage c*p + d on device d (chunk c); the V-shapes (seed 001) put stage d
+(chunk 0) and stage 2p-1-d (chunk 1) on device d, so the turn of the V stays on the last device and both
+ends (embedding, output layer) sit on device 0.
+
+GPipe, 1F1B and interleaved have closed-form orders (Megatron-LM's). ZB-H1 and the V-shapes are built
+by a greedy list scheduler with memory caps, the way the zero-bubble and controllable-memory papers
+generate theirs: B first (it is on the critical path), then F while the memory cap allows, W fills
+whatever is left. The caps give the seed's memory targets: V-ZB 1x, V-Half 1/2, V-Min 1/3 of 1F1B's
+activations; ZB-H1 keeps 1F1B's per-device count.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.config import SCHEDULES, V_SHAPES
+
+F, B, W, R = 0, 1, 2, 3
+KIND_NAMES = ("F", "B", "W", "R")
+SPLIT_SCHEDULES = ("zb-h1",) + V_SHAPES           # backward split into B (input grad) and W (weight grad)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    p: int                       # devices (pipeline ranks)
+    v: int                       # chunks per device
+    m: int                       # micro-batches
+    split: bool                  # B/W split
+    recompute: bool              # R ops present
+    early_recompute: bool        # R does not wait for the gradient (Mario): it may fill bubbles
+    kinds: tuple                 # per device: int8 array of op kinds
+    mbs: tuple                   # per device: int32 array of micro-batch indices
+    chunks: tuple                # per device: int8 array of chunk indices
+
+    @property
+    def stages(self) -> int:
+        return self.p * self.v
+
+    def stage_of(self) -> np.ndarray:
+        """stage_of[d, c]: the virtual stage chunk c of device d runs."""
+        return stage_table(self.name, self.p, self.v)
+
+    def num_ops(self) -> int:
+        return int(sum(len(k) for k in self.kinds))
+
+
+def stage_table(name: str, p: int, v: int) -> np.ndarray:
+    d = np.arange(p)[:, None]
+    c = np.arange(v)[None, :]
+    if name in V_SHAPES:
+        return np.where(c == 0, d, 2 * p - 1 - d).astype(np.int64)
+    return (c * p + d).astype(np.int64)
+
+
+def chunks_for(name: str, vpp: int) -> int:
+    if name == "interleaved":
+        return vpp
+    if name in V_SHAPES:
+        return 2
+    return 1
+
+
+def check(name: str, p: int, m: int, v: int) -> None:
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; one of {', '.join(SCHEDULES)}")
+    if p < 1 or m < 1:
+        raise ValueError("pp and the number of micro-batches must be >= 1")
+    if name == "interleaved":
+        if v < 2:
+            raise ValueError("interleaved needs vpp >= 2")
+        if m % p:
+            raise ValueError(f"interleaved needs micro-batches ({m}) divisible by pp ({p})")
+
+
+# ---------------------------------------------------------------- closed-form orders
+
+def _gpipe(p: int, m: int) -> list:
+    j = np.arange(m)
+    out = []
+    for _ in range(p):
+        out.append((np.r_[np.full(m, F), np.full(m, B)], np.r_[j, j], np.zeros(2 * m, np.int64)))
+    return out
+
+
+def _1f1b(p: int, m: int) -> list:
+    out = []
+    for d in range(p):
+        w = min(p - d - 1, m)
+        steady = m - w
+        kinds = np.empty(2 * m, np.int64)
+        mbs = np.empty(2 * m, np.int64)
+        kinds[:w] = F
+        mbs[:w] = np.arange(w)
+        # steady state: F(w+k), B(k) for k < steady
+        kinds[w:w + 2 * steady:2] = F
+        mbs[w:w + 2 * steady:2] = np.arange(w, m)
+        kinds[w + 1:w + 2 * steady:2] = B
+        mbs[w + 1:w + 2 * steady:2] = np.arange(steady)
+        kinds[w + 2 * steady:] = B
+        mbs[w + 2 * steady:] = np.arange(steady, m)
+        out.append((kinds, mbs, np.zeros(2 * m, np.int64)))
+    return out
+
+
+def _interleaved(p: int, m: int, v: int) -> list:
+    """Megatron-LM's interleaved 1F1B: micro-batches in groups of p, chunk-major within a group."""
+    total = m * v
+    k = np.arange(total)
+    mb = (k // (p * v)) * p + k % p
+    fchunk = (k // p) % v
+    bchunk = v - 1 - fchunk
+    out = []
+    for d in range(p):
+        w = total if m == p else min((p - d - 1) * 2 + (v - 1) * p, total)
+        steady = total - w
+        kinds = np.empty(2 * total, np.int64)
+        mbs = np.empty(2 * total, np.int64)
+        chs = np.empty(2 * total, np.int64)
+        kinds[:w], mbs[:w], chs[:w] = F, mb[:w], fchunk[:w]
+        s = slice(w, w + 2 * steady, 2)
+        kinds[s], mbs[s], chs[s] = F, mb[w:], fchunk[w:]
+        s = slice(w + 1, w + 2 * steady, 2)
+        kinds[s], mbs[s], chs[s] = B, mb[:steady], bchunk[:steady]
+        kinds[w + 2 * steady:], mbs[w + 2 * steady:], chs[w + 2 * steady:] = B, mb[steady:], bchunk[steady:]
+        out.append((kinds, mbs, chs))
+    return out
+
+
+# ---------------------------------------------------------------- greedy builder (ZB-H1, V-shapes)
+
+def zb_caps(name: str, p: int) -> tuple[int, list]:
+    """(micro-batches in flight, per-device cap on live chunk activations) for the greedy builder.
+
+    ZB-H1: every device may hold p micro-batches, the first stage's count in 1F1B, so the peak over
+    devices equals 1F1B's (the zero-bubble paper's bound) while later stages defer W into bubbles.
+    V-ZB: 2p chunk activations per device = p micro-batches of the device's layers, again 1F1B's peak.
+    """
+    if name == "zb-h1":
+        return p, [p] * p
+    return 2 * p, [max(2 * p, 2)] * p
+
+
+def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> list:
+    """List-schedule with unit (per-chunk) times f, b, w; returns per-device op arrays.
+
+    Per stage, F and B run micro-batches in order. A device that is free picks: a ready B (oldest
+    micro-batch, latest stage), else a ready F (latest stage first, so micro-batches finish and free
+    memory; a new micro-batch is injected at stage 0 only under the in-flight cap), else a W. F is
+    held back for a W only when the device is at its activation cap, so the builder never deadlocks.
+    """
+    stage_of = stage_table(name, p, v)
+    S = p * v
+    dev = np.empty(S, np.int64)
+    for d in range(p):
+        for c in range(v):
+            dev[stage_of[d, c]] = d
+    dev = dev.tolist()
+    inflight_cap, dev_caps = zb_caps(name, p)
+    INF = float("inf")
+    fend = [[INF] * m for _ in range(S)]       # end time of F(s, j)
+    bend = [[INF] * m for _ in range(S)]
+    nf = [0] * S
+    nb = [0] * S
+    pend_w = [deque() for _ in range(p)]            # (stage, j) whose W is pending, oldest first
+    live = [0] * p                             # chunk activations held (freed by W)
+    injected = 0
+    retired = 0                                # micro-batches whose stage-0 W is done
+    stages_of_dev = [sorted(stage_of[d].tolist(), reverse=True) for d in range(p)]
+    out = [([], [], []) for _ in range(p)]
+    chunk_of = {}
+    for d in range(p):
+        for c in range(v):
+            chunk_of[int(stage_of[d, c])] = c
+    left = [3 * v * m] * p
+    ver = [0] * p                              # heap entries of a device older than ver[d] are stale
+    heap = [(0.0, d, d, 0) for d in range(p)]
+    heapq.heapify(heap)
+    counter = p
+    sleeping = []                              # blocked devices: re-examined whenever an op is placed
+    while heap:
+        t, _, d, vv = heapq.heappop(heap)
+        if vv != ver[d]:
+            continue
+        best = None          # (kind, stage, j)
+        future = INF
+        for s in stages_of_dev[d]:            # B: oldest micro-batch first
+            j = nb[s]
+            if j < m:
+                r = fend[s][j] if s == S - 1 else bend[s + 1][j]
+                r = max(r, fend[s][j])
+                if r <= t:
+                    if best is None or j < best[2]:
+                        best = (B, s, j)
+                elif r < future:
+                    future = r
+        if best is None:
+            full = live[d] >= dev_caps[d]
+            for s in stages_of_dev[d]:        # F: latest stage first
+                j = nf[s]
+                if j >= m or (s == 0 and injected - retired >= inflight_cap):
+                    continue
+                if full and j != retired:      # at the cap only the oldest micro-batch may advance
+                    continue
+                r = 0.0 if s == 0 else fend[s - 1][j]
+                if r <= t:
+                    best = (F, s, j)
+                    break
+                if r < future:
+                    future = r
+        if best is None and pend_w[d]:
+            s, j = pend_w[d].popleft()
+            best = (W, s, j)
+        if best is None:
+            ver[d] += 1
+            if future < INF:
+                counter += 1
+                heapq.heappush(heap, (future, counter, d, ver[d]))
+            sleeping.append(d)
+            continue
+        kind, s, j = best
+        if kind == F:
+            end = t + f
+            fend[s][j] = end
+            nf[s] += 1
+            live[d] += 1
+            if s == 0:
+                injected += 1
+        elif kind == B:
+            end = t + b
+            bend[s][j] = end
+            nb[s] += 1
+            pend_w[d].append((s, j))
+        else:
+            end = t + w
+            live[d] -= 1
+            if s == 0:
+                retired += 1
+        out[d][0].append(kind)
+        out[d][1].append(j)
+        out[d][2].append(chunk_of[s])
+        left[d] -= 1
+        for e in sleeping:
+            ver[e] += 1
+            counter += 1
+            heapq.heappush(heap, (end, counter, e, ver[e]))
+        sleeping.clear()
+        if left[d]:
+            ver[d] += 1
+            counter += 1
+            heapq.heappush(heap, (end, counter, d, ver[d]))
+    if any(left):
+        raise RuntimeError(f"{name} builder deadlocked with {sum(left)} ops unplaced")
+    return [(np.array(k, np.int64), np.array(j, np.int64), np.array(c, np.int64)) for k, j, c in out]
+
+
+# ---------------------------------------------------------------- recompute ops
+
+def _add_recompute(lists: list, split: bool, early: bool) -> list:
+    """Insert R(j, c) before each B(j, c). Early (Mario): one slot earlier when that op is an F, so the
+    recomputation runs before the forward that precedes the backward, i.e. while the gradient is
+    still on its way."""
+    out = []
+    for kinds, mbs, chs in lists:
+        n = len(kinds)
+        isb = kinds == B
+        nk = np.empty(n + int(isb.sum()), np.int64)
+        nm = np.empty_like(nk)
+        nc = np.empty_like(nk)
+        # position of each original op in the new array: shifted by the R ops inserted before it
+        shift = np.cumsum(isb)                    # R inserted before each B (inclusive)
+        pos = np.arange(n) + shift
+        nk[pos], nm[pos], nc[pos] = kinds, mbs, chs
+        rpos = pos[isb] - 1
+        nk[rpos], nm[rpos], nc[rpos] = R, mbs[isb], chs[isb]
+        if early:
+            # swap R with the op before it when that is an F (not the first op, not another R/B)
+            for r in rpos.tolist():
+                if r > 0 and nk[r - 1] == F:
+                    nk[r - 1], nk[r] = nk[r], nk[r - 1]
+                    nm[r - 1], nm[r] = nm[r], nm[r - 1]
+                    nc[r - 1], nc[r] = nc[r], nc[r - 1]
+        out.append((nk, nm, nc))
+    return out
+
+
+def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, early_recompute: bool = False,
+          times: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> Schedule:
+    """The per-device op lists of schedule `name`. `times` = per-chunk (f, b, w) the greedy builder
+    plans with (only ZB-H1 and the V-shapes use it; the engine re-times with the real costs)."""
+    v = chunks_for(name, vpp)
+    check(name, p, m, v)
+    split = name in SPLIT_SCHEDULES and p > 1
+    if p == 1 and name != "interleaved" and name not in V_SHAPES:
+        lists = _1f1b(1, m)
+    elif name == "gpipe":
+        lists = _gpipe(p, m)
+    elif name == "1f1b":
+        lists = _1f1b(p, m)
+    elif name == "interleaved":
+        lists = _interleaved(p, m, v)
+    elif name in ("zb-h1", "v-zb"):
+        f, b, w = times
+        lists = _greedy(name, p, m, v, f, max(b - w, 1e-9), max(w, 1e-9))
+    else:           # v-min, v-half: the building block; V-Half defers each W by p slots (longer lifespans)
+        lists, _ = _v_block(name, p, m, v_turn_delay(name, p), p if name == "v-half" else 0)
+    if not split:   # one device: no B/W split, drop W (its time stays in B)
+        lists = [(k[k != W], j[k != W], c[k != W]) for k, j, c in lists]
+    if recompute:
+        lists = _add_recompute(lists, split, early_recompute)
+    return Schedule(name, p, v, m, split, recompute, early_recompute and recompute,
+                    tuple(x[0].astype(np.int8) for x in lists), tuple(x[1].astype(np.int32) for x in lists),
+                    tuple(x[2].astype(np.int8) for x in lists))
+
+
+def _v_block(name: str, p: int, m: int, t2: int, wdelay: int = 0) -> list:
+    """V-shape ordered by a collision-free repeating building block (seed 001), unit chunk times.
+
+    Micro-batch j's ops sit at j*6 + offset on an integer clock (one F, B, W of a chunk = 1 each, six per
+    device per micro-batch). Forwards chain down the V and back up (offset 1 per stage, 1 at the turn),
+    the backward chain starts t2 after the last forward, runs down and back up the same way; every
+    W takes the first free slot of its device after its B. The offsets between the four F/B passes of a
+    device are then odd or avoid 0 mod 6, so no two ops of any micro-batches collide, and the order is
+    the sort of these times; the engine compacts it (warm-up and cool-down squeeze on their own).
+    Larger t2 = longer lifespans = more memory, fewer bubbles (V-Min: the smallest valid t2).
+    """
+    P = 6
+    out = []
+    offs = {}
+    for d in range(p):
+        tf0 = d                                      # F of stage d (chunk 0)
+        tf1 = 2 * p - 1 - d                          # F of stage 2p-1-d (chunk 1)
+        tlast = 2 * p - 1                            # F of the last stage (device 0, chunk 1)
+        tb1 = tlast + t2 + d                         # B of stage 2p-1-d
+        tb0 = tlast + t2 + (p - 1) + 1 + (p - 1 - d)  # B of stage d, after the turn on device p-1
+        used = {tf0 % P, tf1 % P, tb1 % P, tb0 % P}
+        if len(used) != 4:
+            raise ValueError(f"V block collides on device {d} (p={p}, t2={t2})")
+        wt = {}
+        for c, tb in sorted(((1, tb1), (0, tb0)), key=lambda x: x[1]):
+            t = tb + 1 + wdelay
+            while t % P in used:
+                t += 1
+            used.add(t % P)
+            wt[c] = t
+        times = {(F, 0): tf0, (F, 1): tf1, (B, 0): tb0, (B, 1): tb1, (W, 0): wt[0], (W, 1): wt[1]}
+        keys, kinds, mbs, chs = [], [], [], []
+        j = np.arange(m)
+        for (kind, c), off in times.items():
+            keys.append(j * P + off)
+            kinds.append(np.full(m, kind))
+            mbs.append(j)
+            chs.append(np.full(m, c))
+        order = np.argsort(np.concatenate(keys), kind="stable")
+        out.append((np.concatenate(kinds)[order], np.concatenate(mbs)[order], np.concatenate(chs)[order]))
+        offs.update({(kind, d if c == 0 else 2 * p - 1 - d): off for (kind, c), off in times.items()})
+    return out, offs
+
+
+def v_turn_delay(name: str, p: int) -> int:
+    """Smallest odd delay from the last forward to the first backward whose block is collision-free."""
+    t2 = 1
+    while (2 * p - 2 + 1 + t2) % 6 == 0 or (2 * p - 2 + t2 + 1) % 6 == 0:
+        t2 += 2
+    return t2
