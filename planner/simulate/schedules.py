@@ -189,6 +189,7 @@ def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> 
     heapq.heapify(heap)
     counter = p
     sleeping = []                              # blocked devices: re-examined whenever an op is placed
+    is_sleeping = [False] * p
     while heap:
         t, _, d, vv = heapq.heappop(heap)
         if vv != ver[d]:
@@ -222,14 +223,18 @@ def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> 
         if best is None and pend_w[d]:
             s, j = pend_w[d].popleft()
             best = (W, s, j)
-        if best is None:
-            ver[d] += 1
+        if best is None:        # wait: for a known ready time, and for every op placed meanwhile
             if future < INF:
                 counter += 1
                 heapq.heappush(heap, (future, counter, d, ver[d]))
-            sleeping.append(d)
+            if not is_sleeping[d]:
+                is_sleeping[d] = True
+                sleeping.append(d)
             continue
         kind, s, j = best
+        if is_sleeping[d]:
+            is_sleeping[d] = False
+            sleeping.remove(d)
         if kind == F:
             end = t + f
             fend[s][j] = end
@@ -251,11 +256,10 @@ def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> 
         out[d][1].append(j)
         out[d][2].append(chunk_of[s])
         left[d] -= 1
+        # a sleeper may need this op: look again when it ends (earlier wake-ups stay valid too)
         for e in sleeping:
-            ver[e] += 1
             counter += 1
             heapq.heappush(heap, (end, counter, e, ver[e]))
-        sleeping.clear()
         if left[d]:
             ver[d] += 1
             counter += 1
@@ -313,8 +317,10 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
     elif name in ("zb-h1", "v-zb"):
         f, b, w = times
         lists = _greedy(name, p, m, v, f, max(b - w, 1e-9), max(w, 1e-9))
-    else:           # v-min, v-half: the building block; V-Half defers each W by p slots (longer lifespans)
-        lists, _ = _v_block(name, p, m, v_turn_delay(name, p), p if name == "v-half" else 0)
+    else:           # v-min, v-half: the building block; V-Half defers each W by p/3 of a period
+        f, b, w = times
+        bi = max(b - w, 1e-9)
+        lists = _v_block_real(p, m, f, bi, w, 0.0, p * (f + bi + w) / 3 if name == "v-half" else 0.0)
     if not split:   # one device: no B/W split, drop W (its time stays in B)
         lists = [(k[k != W], j[k != W], c[k != W]) for k, j, c in lists]
     if recompute:
@@ -324,53 +330,105 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
                     tuple(x[2].astype(np.int8) for x in lists))
 
 
-def _v_block(name: str, p: int, m: int, t2: int, wdelay: int = 0) -> list:
-    """V-shape ordered by a collision-free repeating building block (seed 001), unit chunk times.
+def _place(res: list, ready: float, dur: float, T: float) -> float | None:
+    """Earliest start >= ready whose interval, taken modulo T, overlaps none of `res` (start mod T, length)."""
+    x = ready
+    for _ in range(4 * len(res) + 4):
+        clash = None
+        for a, l in res:
+            # circular overlap of [x, x+dur) and [a, a+l) modulo T
+            off = (a - x) % T                   # where a starts, seen from x
+            if off < dur - 1e-12 or off + l > T + 1e-12:
+                clash = (a, l)
+                break
+        if clash is None:
+            return x
+        a, l = clash
+        x += (a + l - x) % T if (a + l - x) % T > 1e-12 else T
+        if x - ready > T:
+            return None
+    return None
 
-    Micro-batch j's ops sit at j*6 + offset on an integer clock (one F, B, W of a chunk = 1 each, six per
-    device per micro-batch). Forwards chain down the V and back up (offset 1 per stage, 1 at the turn),
-    the backward chain starts t2 after the last forward, runs down and back up the same way; every
-    W takes the first free slot of its device after its B. The offsets between the four F/B passes of a
-    device are then odd or avoid 0 mod 6, so no two ops of any micro-batches collide, and the order is
-    the sort of these times; the engine compacts it (warm-up and cool-down squeeze on their own).
-    Larger t2 = longer lifespans = more memory, fewer bubbles (V-Min: the smallest valid t2).
-    """
-    P = 6
+
+def _v_block_real(p: int, m: int, f: float, b: float, w: float, turn: float, wdelay: float) -> list:
+    """The block with the shortest period over a few delays at the turn of the V (uneven f, b, w can
+    fragment a device's period; another turn delay often packs it tighter)."""
+    best = None
+    step = min(f, b, w) / 2
+    for k in range(7):
+        T, times = _v_block_times(p, f, b, w, turn + k * step, wdelay)
+        if best is None or T < best[0] - 1e-12:
+            best = (T, times)
+        if T <= 2 * (f + b + w) * (1 + 1e-9):
+            break
+    T, times = best
+    st = stage_table("v-min", p, 2)
     out = []
-    offs = {}
+    j = np.arange(m)
     for d in range(p):
-        tf0 = d                                      # F of stage d (chunk 0)
-        tf1 = 2 * p - 1 - d                          # F of stage 2p-1-d (chunk 1)
-        tlast = 2 * p - 1                            # F of the last stage (device 0, chunk 1)
-        tb1 = tlast + t2 + d                         # B of stage 2p-1-d
-        tb0 = tlast + t2 + (p - 1) + 1 + (p - 1 - d)  # B of stage d, after the turn on device p-1
-        used = {tf0 % P, tf1 % P, tb1 % P, tb0 % P}
-        if len(used) != 4:
-            raise ValueError(f"V block collides on device {d} (p={p}, t2={t2})")
-        wt = {}
-        for c, tb in sorted(((1, tb1), (0, tb0)), key=lambda x: x[1]):
-            t = tb + 1 + wdelay
-            while t % P in used:
-                t += 1
-            used.add(t % P)
-            wt[c] = t
-        times = {(F, 0): tf0, (F, 1): tf1, (B, 0): tb0, (B, 1): tb1, (W, 0): wt[0], (W, 1): wt[1]}
         keys, kinds, mbs, chs = [], [], [], []
-        j = np.arange(m)
-        for (kind, c), off in times.items():
-            keys.append(j * P + off)
-            kinds.append(np.full(m, kind))
-            mbs.append(j)
-            chs.append(np.full(m, c))
+        for c in range(2):
+            s = int(st[d, c])
+            for kind in (F, B, W):
+                keys.append(j * T + times[(kind, s)])
+                kinds.append(np.full(m, kind))
+                mbs.append(j)
+                chs.append(np.full(m, c))
         order = np.argsort(np.concatenate(keys), kind="stable")
         out.append((np.concatenate(kinds)[order], np.concatenate(mbs)[order], np.concatenate(chs)[order]))
-        offs.update({(kind, d if c == 0 else 2 * p - 1 - d): off for (kind, c), off in times.items()})
-    return out, offs
+    return out
 
 
-def v_turn_delay(name: str, p: int) -> int:
-    """Smallest odd delay from the last forward to the first backward whose block is collision-free."""
-    t2 = 1
-    while (2 * p - 2 + 1 + t2) % 6 == 0 or (2 * p - 2 + t2 + 1) % 6 == 0:
-        t2 += 2
-    return t2
+def _v_block_times(p: int, f: float, b: float, w: float, turn: float, wdelay: float) -> tuple[float, dict]:
+    """V-shape by a repeating building block placed with the real chunk times f, b (input grad), w.
+
+    Micro-batch 0's ops are placed in dependency order (F down and up the V, the backward chain `turn`
+    after the last forward, then each W at least `wdelay` after its B), each at the earliest time whose
+    interval modulo the period does not overlap what its device already holds; micro-batch j repeats
+    the block j periods later. The period starts at one micro-batch's work per device, 2(f+b+w), and
+    grows by small steps until the block fits (uneven times can fragment a device's period). The order
+    is the sort of these times; the engine compacts it.
+    """
+    S = 2 * p
+    st = stage_table("v-min", p, 2)
+    dev_of = np.empty(S, np.int64)
+    for d in range(p):
+        dev_of[st[d, 0]], dev_of[st[d, 1]] = d, d
+    base = 2 * (f + b + w)
+    for k in range(200):
+        T = base * (1 + 0.01 * k)
+        res = [[] for _ in range(p)]
+        times = {}
+        ok = True
+        t = 0.0
+        for s in range(S):                       # forward chain
+            x = _place(res[dev_of[s]], t, f, T)
+            if x is None:
+                ok = False
+                break
+            res[dev_of[s]].append((x % T, f))
+            times[(F, s)] = x
+            t = x + f
+        if not ok:
+            continue
+        t += turn
+        for s in range(S - 1, -1, -1):           # backward chain
+            x = _place(res[dev_of[s]], t, b, T)
+            if x is None:
+                ok = False
+                break
+            res[dev_of[s]].append((x % T, b))
+            times[(B, s)] = x
+            t = x + b
+        if not ok:
+            continue
+        for s in sorted(range(S), key=lambda s: times[(B, s)]):
+            x = _place(res[dev_of[s]], times[(B, s)] + b + wdelay, w, T)
+            if x is None:
+                ok = False
+                break
+            res[dev_of[s]].append((x % T, w))
+            times[(W, s)] = x
+        if ok:
+            return T, times
+    raise RuntimeError(f"V block does not fit for p={p}")
