@@ -39,7 +39,7 @@ class SimResult:
     peak_memory_GiB: list                 # per device: static + peak live activations
     static_memory_GiB: list               # per device: weights, gradients, optimizer, logits, overhead
     activation_peak_GiB: list             # per device
-    inflight: list                        # per device: peak live micro-batches (summed over chunks / v)
+    inflight: list                        # per device: peak live activations in micro-batches (chunk = 1/v)
     pipelines: int = 1                    # distinct data-parallel pipelines simulated (distinct links)
     # op arrays of the slowest pipeline (device-major), for plots and traces
     op_dev: np.ndarray = field(default=None, repr=False)
@@ -145,7 +145,7 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     np.add.at(busy, g.dev, durs)
     alloc, free = engine.memory_deltas(g, sched.split, act, transient)
     act_peak = engine.peak_activation(g, alloc, free)
-    inflight = engine.peak_inflight(g, sched.split).sum(axis=1) / v
+    inflight = engine.peak_inflight(g, sched.split, v)
     return SimResult(config, sched, float(iteration), float(compute_s), float(dp_time.sum(axis=1).max()),
                      busy.tolist(), ((static + act_peak) / GiB).tolist(), (static / GiB).tolist(),
                      (act_peak / GiB).tolist(), inflight.tolist(), len(uniq),

@@ -153,17 +153,9 @@ def peak_activation(g: Graph, alloc: np.ndarray, free: np.ndarray) -> np.ndarray
     return out
 
 
-def peak_inflight(g: Graph, split: bool) -> np.ndarray:
-    """Per device and chunk: the most micro-batches whose activations are live at once."""
+def peak_inflight(g: Graph, split: bool, v: int) -> np.ndarray:
+    """Per device: the peak of live activations in micro-batches of the device's whole layer set
+    (each chunk counts 1/v), the unit of planner.schedules.inflight_microbatches."""
     p = len(g.offs) - 1
-    v = int(g.chunk.max()) + 1 if len(g.chunk) else 1
-    out = np.zeros((p, v))
-    ones = np.ones((p, v))
-    zeros = np.zeros((p, v))
-    alloc, free = memory_deltas(g, split, ones, zeros)
-    for c in range(v):
-        sel = g.chunk == c
-        a = np.where(sel, alloc, 0.0)
-        f = np.where(sel, free, 0.0)
-        out[:, c] = peak_activation(g, a, f)
-    return out
+    alloc, free = memory_deltas(g, split, np.full((p, v), 1.0 / v), np.zeros((p, v)))
+    return peak_activation(g, alloc, free)

@@ -114,6 +114,33 @@ def _1f1b(p: int, m: int) -> list:
     return out
 
 
+def _zb_h1(p: int, m: int) -> list:
+    """ZB-H1 (zero-bubble paper): 1F1B's order of F and B, with W split off; stage i runs W(j) after
+    B(j + i), so later stages (which hold fewer activations in 1F1B) delay their W into the bubbles
+    while every stage holds at most p micro-batches, 1F1B's peak."""
+    out = []
+    for d, (kinds, mbs, chs) in enumerate(_1f1b(p, m)):
+        isb = kinds == B
+        nb = int(isb.sum())
+        # after the k-th B comes W(k - d) when k >= d; the last d W's close the list
+        extra = np.zeros(len(kinds), np.int64)
+        bidx = np.flatnonzero(isb)
+        k = np.arange(nb)
+        has = k >= d
+        extra[bidx[has]] = 1
+        pos = np.arange(len(kinds)) + np.r_[0, np.cumsum(extra)[:-1]]
+        n = len(kinds) + m
+        nk = np.empty(n, np.int64)
+        nm = np.empty(n, np.int64)
+        nk[pos], nm[pos] = kinds, mbs
+        wpos = pos[bidx[has]] + 1
+        nk[wpos], nm[wpos] = W, mbs[bidx[has]] - d
+        tail = np.arange(n - (m - int(has.sum())), n)
+        nk[tail], nm[tail] = W, np.arange(m - len(tail), m)
+        out.append((nk, nm, np.zeros(n, np.int64)))
+    return out
+
+
 def _interleaved(p: int, m: int, v: int) -> list:
     """Megatron-LM's interleaved 1F1B: micro-batches in groups of p, chunk-major within a group."""
     total = m * v
@@ -143,12 +170,8 @@ def _interleaved(p: int, m: int, v: int) -> list:
 def zb_caps(name: str, p: int) -> tuple[int, list]:
     """(micro-batches in flight, per-device cap on live chunk activations) for the greedy builder.
 
-    ZB-H1: every device may hold p micro-batches, the first stage's count in 1F1B, so the peak over
-    devices equals 1F1B's (the zero-bubble paper's bound) while later stages defer W into bubbles.
     V-ZB: 2p chunk activations per device = p micro-batches of the device's layers, again 1F1B's peak.
     """
-    if name == "zb-h1":
-        return p, [p] * p
     return 2 * p, [max(2 * p, 2)] * p
 
 
@@ -314,7 +337,9 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
         lists = _1f1b(p, m)
     elif name == "interleaved":
         lists = _interleaved(p, m, v)
-    elif name in ("zb-h1", "v-zb"):
+    elif name == "zb-h1":
+        lists = _zb_h1(p, m)
+    elif name == "v-zb":
         f, b, w = times
         lists = _greedy(name, p, m, v, f, max(b - w, 1e-9), max(w, 1e-9))
     else:           # v-min, v-half: the building block; V-Half defers each W by p/3 of a period
