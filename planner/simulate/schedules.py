@@ -296,8 +296,8 @@ def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> 
 
 def _add_recompute(lists: list, split: bool, early: bool) -> list:
     """Insert R(j, c) before each B(j, c). Early (Mario): one slot earlier when that op is an F, so the
-    recomputation runs before the forward that precedes the backward, i.e. while the gradient is
-    still on its way."""
+    recomputation runs before the forward that precedes the backward (unless that is its own forward),
+    while the gradient is still on its way."""
     out = []
     for kinds, mbs, chs in lists:
         n = len(kinds)
@@ -314,7 +314,7 @@ def _add_recompute(lists: list, split: bool, early: bool) -> list:
         if early:
             # swap R with the op before it when that is an F (not the first op, not another R/B)
             for r in rpos.tolist():
-                if r > 0 and nk[r - 1] == F:
+                if r > 0 and nk[r - 1] == F and (nm[r - 1], nc[r - 1]) != (nm[r], nc[r]):
                     nk[r - 1], nk[r] = nk[r], nk[r - 1]
                     nm[r - 1], nm[r] = nm[r], nm[r - 1]
                     nc[r - 1], nc[r] = nc[r], nc[r - 1]
