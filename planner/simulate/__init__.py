@@ -74,7 +74,7 @@ class SimResult:
         sel = self.op_dev == device
         t = np.r_[self.op_start[sel], self.op_end[sel]]
         d = np.r_[self.op_alloc[sel], -self.op_free[sel]]
-        order = np.lexsort((-d, t))    # allocations before releases at the same instant (conservative)
+        order = np.lexsort((d, t))     # releases before allocations at the same instant (as the peak counts)
         return t[order], np.cumsum(d[order]) / GiB
 
     def as_dict(self) -> dict:
@@ -255,6 +255,8 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     model, cl, tr = spec.model, spec.cluster, spec.training
     p, m = cfg.pp, cfg.num_microbatches
     v = chunks_for(cfg.schedule, cfg.vpp)
+    if model.num_layers % p or (model.num_layers // p) % v:
+        raise ValueError(f"{model.num_layers} layers do not split into {p} stages x {v} chunks")
     st = costs.compute.stage_times(model, cl, tr, cfg)
     rc_ops = cfg.recompute != "none" and any(s.recompute > 0 for s in st)
     mean = np.mean([[s.forward, s.backward, s.weight_grad] for s in st], axis=0) / v
