@@ -37,7 +37,9 @@ def compute_time(schedule: str, pp: int, m: int, v: int, f: float, b: float, w: 
         # v-zb: fitted; the greedy V fills warm-up with forwards but its ramp costs about the same.
         return m * (f + b) + (pp - 1) * max(f + b - 2 * w, 0.0)
     if schedule in ("v-half", "v-min"):
-        # fitted: the building block's warm-up + cool-down cost one F, B of each stage less its W
+        # fitted: the building block's warm-up + cool-down cost one F, B of each stage less its W.
+        # V-Min keeps its memory target first: with uneven per-chunk F, B, W its block's period
+        # stretches (repeating bubbles, seed 001) and this is then a lower bound; simulate V-Min plans.
         return m * (f + b) + (pp - 1) * (f + b - w)
     raise ValueError(f"unknown schedule {schedule!r}")
 
@@ -45,9 +47,11 @@ def compute_time(schedule: str, pp: int, m: int, v: int, f: float, b: float, w: 
 def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) -> float:
     """Activations a device holds at its peak, in micro-batches of its full layer set (a chunk = 1/v).
 
-    V-Min / V-Half values are the simulator's for equal per-chunk F, B, W times (the seed's setting);
-    with uneven times (the compute model gives about 1 : 1.1 : 0.7) their blocks stretch and the
-    simulated peak is higher (V-Min about 0.7 of 1F1B at pp=16 instead of 0.375): simulate to check.
+    V-Min / V-Half: the seed's targets, which the simulator's block search keeps as caps (V-Min's is
+    exact for equal per-chunk F, B, W; V-Half takes the fastest block under its cap, often V-Min's).
+    Where no block fits under the cap (V-Min with the compute model's uneven 1 : 1.1 : 0.7 ratio at
+    pp >= 16), the simulator falls back to the tightly packed block, whose peak is higher (about 0.7
+    of 1F1B's at pp = 16): simulate V-shape plans.
     """
     if schedule == "gpipe":
         return float(m)
@@ -76,8 +80,9 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None) -> tuple[floa
     With m: the hops whose time the schedule *exposes*, per micro-batch, as the simulator measures them
     with sends overlapping compute: 1F1B waits on every send; GPipe, interleaved, ZB-H1 and V-ZB hide
     steady-state sends behind other work and expose only their ramp (a fixed number of traversals,
-    hence the p/m factor); V-Min and V-Half expose part of both directions of the V per micro-batch
-    (1.5 and 2.5 traversals: fitted to the simulator, within 35% on the test grid).
+    hence the p/m factor); V-Min and V-Half expose sends every micro-batch: 3 and 2 traversals, fitted
+    to the simulator (V-Min within 20%, V-Half within 45% on the test grid: its exposure depends on
+    which building block fits the F:B:W ratio).
     """
     if m is None:
         if schedule == "interleaved":
@@ -96,4 +101,4 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None) -> tuple[floa
         return 2 * r, 0.0
     if schedule == "v-zb":
         return 3 * r, 0.0
-    return (1.5 if schedule == "v-min" else 2.5), 0.0
+    return (3.0 if schedule == "v-min" else 2.0), 0.0

@@ -18,7 +18,9 @@ activations; ZB-H1 keeps 1F1B's per-device count.
 """
 from __future__ import annotations
 
+import functools
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -342,10 +344,10 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
     elif name == "v-zb":
         f, b, w = times
         lists = _greedy(name, p, m, v, f, max(b - w, 1e-9), max(w, 1e-9))
-    else:           # v-min, v-half: the building block; V-Half defers each W by p/3 of a period
+    else:           # v-min, v-half: a building block under the seed's memory target
         f, b, w = times
         bi = max(b - w, 1e-9)
-        lists = _v_block_real(p, m, f, bi, w, 0.0, p * (f + bi + w) / 3 if name == "v-half" else 0.0)
+        lists = _v_block_real(name, p, m, f, bi, w)
     if not split:   # one device: no B/W split, drop W (its time stays in B)
         lists = [(k[k != W], j[k != W], c[k != W]) for k, j, c in lists]
     if recompute:
@@ -375,18 +377,14 @@ def _place(res: list, ready: float, dur: float, T: float) -> float | None:
     return None
 
 
-def _v_block_real(p: int, m: int, f: float, b: float, w: float, turn: float, wdelay: float) -> list:
-    """The block with the shortest period over a few delays at the turn of the V (uneven f, b, w can
-    fragment a device's period; another turn delay often packs it tighter)."""
-    best = None
-    step = min(f, b, w) / 2
-    for k in range(7):
-        T, times = _v_block_times(p, f, b, w, turn + k * step, wdelay)
-        if best is None or T < best[0] - 1e-12:
-            best = (T, times)
-        if T <= 2 * (f + b + w) * (1 + 1e-9):
-            break
-    T, times = best
+def v_memory_cap(name: str, p: int) -> int:
+    """The seed's activation targets for V-Min and V-Half, in micro-batches of a device's layers:
+    ceil((p+2)/3) (about 1/3 of 1F1B's p) and ceil(p/2)+1 (about 1/2)."""
+    return math.ceil((p + 2) / 3) if name == "v-min" else math.ceil(p / 2) + 1
+
+
+def _order(p: int, m: int, T: float, times: dict) -> list:
+    """Per-device op arrays: micro-batch j's block shifted by j*T, sorted by time."""
     st = stage_table("v-min", p, 2)
     out = []
     j = np.arange(m)
@@ -402,6 +400,100 @@ def _v_block_real(p: int, m: int, f: float, b: float, w: float, turn: float, wde
         order = np.argsort(np.concatenate(keys), kind="stable")
         out.append((np.concatenate(kinds)[order], np.concatenate(mbs)[order], np.concatenate(chs)[order]))
     return out
+
+
+def _uniform_blocks(p: int, f: float, b: float, w: float, cap: float, limit: int = 6) -> list:
+    """Blocks with uniform offsets between adjacent passes (seed 001, rebuttal): F(s) at s*dF, the
+    backward chain `turn` after the last forward at offsets dB, each W in the first free gap after its B.
+    Searches dF, dB (1x..2x the pass time) and turn for the shortest period T at which some block
+    fits with at most `cap` live micro-batches (lifespans / T); returns up to `limit` (T, times)."""
+    S2 = 2 * p
+    st = stage_table("v-min", p, 2)
+    dev_of = np.empty(S2, np.int64)
+    for d in range(p):
+        dev_of[st[d, 0]], dev_of[st[d, 1]] = d, d
+    dev_of = dev_of.tolist()
+    base = 2 * (f + b + w)
+    grid = np.linspace(1.0, 2.0, 11)
+    turns = [k * min(f, b, w) / 2 for k in range(0, 2 * p, max(1, p // 4))]
+    found = []
+    for k in range(50):
+        T = base * (1 + 0.02 * k)
+        for ga in grid:
+            for gc in grid:
+                for turn in turns:
+                    res = [[] for _ in range(p)]
+                    times = {}
+                    ok = True
+                    for s_ in range(S2):
+                        x = s_ * f * ga
+                        if _place(res[dev_of[s_]], x, f, T) != x:
+                            ok = False
+                            break
+                        res[dev_of[s_]].append((x % T, f))
+                        times[(F, s_)] = x
+                    if not ok:
+                        continue
+                    t0 = times[(F, S2 - 1)] + f + turn
+                    for s_ in range(S2 - 1, -1, -1):
+                        x = t0 + (S2 - 1 - s_) * b * gc
+                        if _place(res[dev_of[s_]], x, b, T) != x:
+                            ok = False
+                            break
+                        res[dev_of[s_]].append((x % T, b))
+                        times[(B, s_)] = x
+                    if not ok:
+                        continue
+                    for s_ in sorted(range(S2), key=lambda q: times[(B, q)]):
+                        x = _place(res[dev_of[s_]], times[(B, s_)] + b, w, T)
+                        if x is None:
+                            ok = False
+                            break
+                        res[dev_of[s_]].append((x % T, w))
+                        times[(W, s_)] = x
+                    if not ok:
+                        continue
+                    live = max(sum(times[(W, int(st[d, c]))] + w - times[(F, int(st[d, c]))] for c in range(2))
+                               for d in range(p)) / T / 2
+                    if live <= cap:
+                        found.append((live, T, times))
+        if found:
+            found.sort(key=lambda x: x[0])
+            return [(T_, t_) for _, T_, t_ in found[:limit]]
+    return []
+
+
+@functools.lru_cache(maxsize=256)
+def _v_choice(name: str, p: int, f: float, b: float, w: float) -> tuple[float, tuple]:
+    """Pick V-Min's / V-Half's building block: the candidates (uniform-offset blocks under the memory
+    target, and the tightly packed block) are each run by the engine on 3p micro-batches with these
+    times; the fastest within the target wins, else the one with the least memory."""
+    from planner.simulate.engine import build_graph, memory_deltas, peak_activation, run
+    cap = v_memory_cap(name, p)
+    cands = _uniform_blocks(p, f, b, w, cap)
+    cands.append(_v_block_times(p, f, b, w, 0.0, 0.0))
+    m = 3 * p
+    scored = []
+    for T, times in cands:
+        lists = _order(p, m, T, times)
+        sch = Schedule(name, p, 2, m, True, False, False, tuple(x[0] for x in lists), tuple(x[1] for x in lists),
+                       tuple(x[2] for x in lists))
+        g = build_graph(sch)
+        dur = np.array([f, b, w, 0.0])[g.kind]
+        _, end = run(g.offs.tolist(), g.pred.tolist(), [0.0] * len(dur), dur.tolist())
+        alloc, free = memory_deltas(g, True, np.full((p, 2), 0.5), np.zeros((p, 2)))
+        peak = float(peak_activation(g, alloc, free).max())
+        scored.append((peak > cap + 1e-9, max(end) if peak <= cap + 1e-9 else peak, T, times))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    _, _, T, times = scored[0]
+    return T, tuple(sorted(times.items()))
+
+
+def _v_block_real(name: str, p: int, m: int, f: float, b: float, w: float) -> list:
+    """V-Min / V-Half by a repeating building block placed with the real chunk times (see _v_choice)."""
+    key = lambda x: float(f"{x:.3g}")      # cache on 3 significant digits of the times
+    T, times = _v_choice(name, p, key(f), key(b), key(w))
+    return _order(p, m, T, dict(times))
 
 
 def _v_block_times(p: int, f: float, b: float, w: float, turn: float, wdelay: float) -> tuple[float, dict]:
