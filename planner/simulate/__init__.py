@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.config import V_SHAPES, ParallelConfig
+from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.comm import p2p_time, ring_allreduce_time, ring_reduce_scatter_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, layer_activation_bytes, stage_params
 from planner.simulate import engine
 from planner.simulate.engine import DeadlockError
-from planner.simulate.schedules import KIND_NAMES, B, F, R, Schedule, W, build, chunks_for
+from planner.simulate.schedules import B, F, R, Schedule, W, build, chunks_for
 
 __all__ = ["simulate", "simulate_uniform", "agreement", "SimResult", "DeadlockError", "Schedule", "build"]
 

@@ -10,11 +10,11 @@ Chunk placement: interleaved puts stage c*p + d on device d (chunk c); the V-sha
 (chunk 0) and stage 2p-1-d (chunk 1) on device d, so the turn of the V stays on the last device and both
 ends (embedding, output layer) sit on device 0.
 
-GPipe, 1F1B and interleaved have closed-form orders (Megatron-LM's). ZB-H1 and the V-shapes are built
-by a greedy list scheduler with memory caps, the way the zero-bubble and controllable-memory papers
-generate theirs: B first (it is on the critical path), then F while the memory cap allows, W fills
-whatever is left. The caps give the seed's memory targets: V-ZB 1x, V-Half 1/2, V-Min 1/3 of 1F1B's
-activations; ZB-H1 keeps 1F1B's per-device count.
+GPipe, 1F1B, interleaved (Megatron-LM's orders) and ZB-H1 (the zero-bubble paper's: 1F1B's F/B order,
+stage i running W(j) after B(j+i)) have closed-form orders. V-ZB is built by a greedy list scheduler:
+B first (it is on the critical path), then F while the device holds fewer than 2p chunk activations
+(1F1B's peak), W fills the rest. V-Min and V-Half are repeating building blocks chosen under the seed's
+memory targets (about 1/3 and 1/2 of 1F1B's activations), see _v_choice.
 """
 from __future__ import annotations
 
@@ -187,11 +187,6 @@ def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> 
     """
     stage_of = stage_table(name, p, v)
     S = p * v
-    dev = np.empty(S, np.int64)
-    for d in range(p):
-        for c in range(v):
-            dev[stage_of[d, c]] = d
-    dev = dev.tolist()
     inflight_cap, dev_caps = zb_caps(name, p)
     INF = float("inf")
     fend = [[INF] * m for _ in range(S)]       # end time of F(s, j)
