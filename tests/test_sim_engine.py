@@ -75,6 +75,10 @@ def test_slow_link_on_the_pipeline_costs_time(spec):
     # a worker table (a solution's mapping) gives the same answer as layout + assign
     table = worker_table(layout, np.array([[0], [1]]), cfg.tp, np.arange(slow.cluster.nodes))
     assert simulate(slow, cfg, table).iteration_s == pytest.approx(on_bad.iteration_s)
+    # assign indexes a problem's candidate nodes: through nodes = [2, 0, ...] the same grid avoids the bad link
+    nodes = np.r_[2, 0, 1, np.arange(3, slow.cluster.nodes)]
+    assert simulate(slow, cfg, layout=layout, assign=np.array([[0], [1]]), nodes=nodes).iteration_s == \
+        pytest.approx(on_good.iteration_s)
 
 
 def test_data_parallel_allreduce_after_last_backward(spec):

@@ -224,7 +224,7 @@ def _chunk_times(st: list, p: int, v: int, stage_of: np.ndarray, split: bool, rc
     return dur
 
 
-def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign) -> tuple[np.ndarray, np.ndarray]:
+def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign, nodes=None) -> tuple[np.ndarray, np.ndarray]:
     """(node[stage, dp_rank], gpu[stage, dp_rank]) of tensor rank 0 of every pipeline worker."""
     from planner.latency import default_layout
     from planner.mapping.problem import worker_table
@@ -232,9 +232,11 @@ def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign) -> tuple[np.
         layout = layout or default_layout(cfg, spec.cluster.gpus_per_node)
         if assign is None:
             assign = np.arange(layout.blocks).reshape(layout.rows, layout.cols)
-        if layout.blocks > spec.cluster.nodes:
+        if layout.blocks > (spec.cluster.nodes if nodes is None else len(nodes)):
             raise ValueError(f"{cfg.label()} needs {layout.blocks} nodes, the cluster has {spec.cluster.nodes}")
-        mapping = worker_table(layout, np.asarray(assign), cfg.tp, np.arange(spec.cluster.nodes))
+        # assign indexes the problem's candidate nodes (MappingProblem.nodes), by default all of them
+        nodes = np.arange(spec.cluster.nodes) if nodes is None else np.asarray(nodes)
+        mapping = worker_table(layout, np.asarray(assign), cfg.tp, nodes)
     node = np.full((cfg.pp, cfg.dp), -1, np.int64)
     gpu = np.full((cfg.pp, cfg.dp), -1, np.int64)
     for wkr in mapping:
@@ -249,7 +251,10 @@ def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign) -> tuple[np.
 
 
 def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None = None, layout=None,
-             assign=None, recompute_in_bubbles: bool = False, overlap_dp: bool = False) -> SimResult:
+             assign=None, nodes=None, recompute_in_bubbles: bool = False, overlap_dp: bool = False) -> SimResult:
+    """Simulate one plan. The mapping is a worker table ([{stage, dp_rank, node, ...}], a solution's), or
+    layout + assign (+ nodes: the physical node of each index assign uses, MappingProblem.nodes; default
+    0..N-1), or neither (Megatron rank order on nodes 0..). Raises ValueError for plans it cannot run."""
     cfg = config
     costs = costs or default_costs(spec.cluster)
     model, cl, tr = spec.model, spec.cluster, spec.training
@@ -266,7 +271,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     dur = _chunk_times(st, p, v, stage_of, sched.split, rc_ops)
 
     # ---- p2p on the mapped links (one-way times exactly as planner.latency.build_problem)
-    node, _gpu = _node_table(spec, cfg, mapping, layout, assign)
+    node, _gpu = _node_table(spec, cfg, mapping, layout, assign, nodes)
     b_rep = int(np.sum(node[0] == node[0, 0]))           # replicas of a stage per node
     msg = tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / cfg.tp
     eff, share = costs.comm.inter_efficiency, cl.rail_share(b_rep * cfg.tp)
