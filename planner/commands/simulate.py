@@ -117,7 +117,7 @@ def run(args) -> int:
                        overlap_dp=args.overlap_dp)
     except (ValueError, KeyError) as e:
         raise SpecError(args.path, "config" if mapping is None else "mapping", str(e)) from None
-    est = _estimate(spec, cfg)
+    est = _estimate(spec, cfg, mapping)
     out = sim.as_dict()
     if est is not None:
         out["estimate_iteration_s"] = est
@@ -137,9 +137,12 @@ def run(args) -> int:
     return 0
 
 
-def _estimate(spec, cfg):
-    """The closed-form estimate with the default mapping, for the agreement line (None if unavailable)."""
+def _estimate(spec, cfg, mapping=None):
+    """The closed-form estimate of the same plan (same mapping), for the agreement line (None if unavailable)."""
     try:
+        if mapping is not None:
+            from planner.solve import estimate_plan
+            return float(estimate_plan(spec, cfg, mapping)[0].iteration_s)
         from planner.latency import build_problem, default_layout, evaluate
         layout = default_layout(cfg, spec.cluster.gpus_per_node)
         prob = build_problem(spec, cfg, layout)
