@@ -187,6 +187,10 @@ def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> 
     """
     stage_of = stage_table(name, p, v)
     S = p * v
+    dev_of = [0] * S
+    for d in range(p):
+        for c in range(v):
+            dev_of[int(stage_of[d, c])] = d
     inflight_cap, dev_caps = zb_caps(name, p)
     INF = float("inf")
     fend = [[INF] * m for _ in range(S)]       # end time of F(s, j)
@@ -276,10 +280,20 @@ def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> 
         out[d][1].append(j)
         out[d][2].append(chunk_of[s])
         left[d] -= 1
-        # a sleeper may need this op: look again when it ends (earlier wake-ups stay valid too)
-        for e in sleeping:
-            counter += 1
-            heapq.heappush(heap, (end, counter, e, ver[e]))
+        # wake the sleepers this op can unblock, when it ends: the next stage's device for an F, the
+        # previous stage's for a B; a retiring micro-batch changes the oldest one, which may run anywhere
+        if kind == W and s == 0:
+            wake = sleeping
+        elif kind == F and s + 1 < S:
+            wake = (dev_of[s + 1],)
+        elif kind == B and s > 0:
+            wake = (dev_of[s - 1],)
+        else:
+            wake = ()
+        for e in wake:
+            if is_sleeping[e]:
+                counter += 1
+                heapq.heappush(heap, (end, counter, e, ver[e]))
         if left[d]:
             ver[d] += 1
             counter += 1
