@@ -31,8 +31,9 @@ def plan_table(sol) -> Table:
     t.add_row("memory per stage", " ".join(f"{v:.1f}" for v in md["per_stage"]))
     if sol.simulated:
         t.add_row("simulated", f"{sol.simulated.get('iteration_s', 0):.3f} s, peak "
-                               f"{sol.simulated.get('peak_memory_GiB', 0):.1f} GiB, agreement "
-                               f"{sol.simulated.get('agreement', 0):+.1%}")
+                               f"{sol.simulated.get('peak_memory_GiB', 0):.1f} GiB, estimate vs simulation "
+                               f"{sol.simulated.get('estimate_vs_simulation', 0):+.1%}"
+                               + ("" if sol.simulated.get("fits", True) else "  [red]over memory[/red]"))
     t.add_row("solver", f"{s.method} {s.status}: objective {s.objective:.4f} s, bound {s.bound:.4f} s, "
                         f"gap {s.gap:.2%}, {s.wall_s:.1f} s")
     t.add_row("search", f"{s.candidates} configs, {s.pruned_memory} over memory, {s.pruned_bound} pruned by "

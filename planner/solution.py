@@ -27,6 +27,7 @@ class SolverRecord:
     mappings_proved: int
     mapping_objective: float = 0.0   # the part of the objective the mapping decides (seconds)
     mapping_bound: float = 0.0
+    note: str = ""
 
     @property
     def gap(self) -> float:
@@ -37,7 +38,8 @@ class SolverRecord:
                 "gap": self.gap, "wall_s": self.wall_s, "candidates": self.candidates,
                 "pruned_memory": self.pruned_memory, "pruned_bound": self.pruned_bound,
                 "mappings_solved": self.mappings_solved, "mappings_proved": self.mappings_proved,
-                "mapping_objective_s": self.mapping_objective, "mapping_bound_s": self.mapping_bound}
+                "mapping_objective_s": self.mapping_objective, "mapping_bound_s": self.mapping_bound,
+                **({"note": self.note} if self.note else {})}
 
 
 @dataclass

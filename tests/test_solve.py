@@ -104,3 +104,12 @@ def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path):
     assert d["replan"]["excluded_nodes"] == [3, 7]
     r = _cli("replan", str(out), "--exclude-nodes", "99")
     assert r.returncode == 2 and "--exclude-nodes" in r.stderr
+
+
+def test_solve_simulates_and_records_agreement(make_spec):
+    spec = make_spec(nodes=4, seed=1, schedules=["1f1b", "zb-h1"], recompute=["selective"], zero=[0])
+    sol = solve(spec, time_limit_s=20, seed=0)
+    sim = sol.simulated
+    assert sim and sim["iteration_s"] > 0 and len(sim["peak_memory_per_gpu_GiB"]) == sol.config.pp
+    assert abs(sim["estimate_vs_simulation"]) < 0.2       # closed form and replay describe the same plan
+    assert sim["fits"]
