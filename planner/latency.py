@@ -61,6 +61,15 @@ def stage_memory(spec, cfg: ParallelConfig, costs: Costs) -> list[MemoryBreakdow
     return [costs.memory.stage_memory(spec.model, spec.cluster, spec.training, cfg, s) for s in range(cfg.pp)]
 
 
+def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
+    """Compute part of the iteration (bubbles included): a valid lower bound for any mapping."""
+    st = st or costs.compute.stage_times(spec.model, spec.cluster, spec.training, cfg)
+    comp = max(compute_time(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, s.forward, s.backward,
+                            s.weight_grad) for s in st)
+    # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
+    return comp + max(getattr(s, "step", 0.0) for s in st)
+
+
 def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None = None,
                   bandwidth: np.ndarray | None = None, nodes: np.ndarray | None = None) -> MappingProblem:
     costs = costs or default_costs(spec.cluster)
@@ -71,15 +80,13 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     N = len(nodes)
     pp, m, tp = cfg.pp, cfg.num_microbatches, cfg.tp
     st = costs.compute.stage_times(model, cl, tr, cfg)
-    comp = max(compute_time(cfg.schedule, pp, m, cfg.vpp, s.forward, s.backward, s.weight_grad) for s in st)
-    # once per iteration: optimizer step and fixed overheads (the slowest stage's)
-    const = comp + max(getattr(s, "step", 0.0) for s in st)
+    const = compute_const(spec, cfg, costs, st)
 
     # pipeline p2p: activations of one micro-batch, scattered over the tensor group
     eff = costs.comm.inter_efficiency
     share = cl.rail_share(layout.b * tp)
     msg = tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / tp
-    trav, wraps = p2p_hops(cfg.schedule, pp, cfg.vpp)
+    trav, wraps = p2p_hops(cfg.schedule, pp, cfg.vpp, m)
     coef = m / pp
     with np.errstate(divide="ignore"):
         one_way = cl.inter.latency_us * 1e-6 + msg / (np.where(B > 0, B, np.inf) * 1e9 * eff * share)
