@@ -57,3 +57,17 @@ def test_cli_json(capsys):
     d = json.loads(capsys.readouterr().out)
     assert {"mape", "max_abs_pct_error", "groups"} <= set(d)
     assert {"name", "spearman", "regret"} <= set(d["groups"][0])
+
+
+@pytest.mark.slow
+def test_single_node_cross_validated_within_target():
+    # issue #4 target: <= 10% MAPE on the fitting set, each row predicted by a fit that never saw it
+    from planner.costs.comm import CommModel
+    from planner.costs.compute import ComputeModel
+    cl = load_cluster(CL_SINGLE)
+    shipped = default_costs(cl).comm
+    base = ComputeModel(comm=CommModel(grad_bytes=shipped.grad_bytes, allreduce_tables=shipped.allreduce_tables))
+    from planner.validate import kfold_validate
+    import numpy as np
+    errs, _ = kfold_validate(read_vtrain_csv(SINGLE), cl, base, k=5)
+    assert np.mean(np.abs(errs)) <= 10.0
