@@ -234,12 +234,15 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
     ids = [c.id for c in sweep.cases]
     idset = set(ids)
     have = {r["case_id"]: r for r in old if r.get("case_id") in idset and r.get("status") not in ("ERROR", "")}
-    foreign = [r for r in old if r.get("case_id") not in idset]   # rows of another sweep version: kept, at the end
+    stale = [r for r in old if r.get("case_id") not in idset]     # rows of an edited sweep: moved aside, not lost
+    if stale:
+        stale_path = os.path.join(out_dir, f"{sweep.name}.stale.csv")
+        atomic_write_text(stale_path, rows_csv(read_rows(stale_path) + stale, COLUMNS))
     todo = [c for c in sweep.cases if c.id not in have]
     rows: dict[str, dict] = dict(have)
 
     def flush():
-        ordered = [rows[i] for i in ids if i in rows] + foreign
+        ordered = [rows[i] for i in ids if i in rows]
         atomic_write_text(csv_path, rows_csv(ordered, COLUMNS))
 
     bar = _Bar(len(todo) + len(sweep.sizing), progress, f"{sweep.name}: {len(sweep.cases)} cases, "

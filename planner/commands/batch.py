@@ -1,7 +1,8 @@
 """planner batch SWEEP.yaml: plan every case of a sweep (local worker processes or Ray) into a CSV."""
 from __future__ import annotations
 
-import os
+import shutil
+import sys
 
 from planner.errors import SpecError
 from planner.io import print_json
@@ -47,8 +48,8 @@ def run(args) -> int:
                     "rows": res.rows, "cheapest_vs_fastest": cvf, "sizing": res.sizing,
                     "sizing_csv": res.sizing_csv, "plots": plots})
     else:
-        from planner.report import console
-        con = console()
+        from rich.console import Console
+        con = Console(file=sys.stderr, width=max(200, shutil.get_terminal_size((200, 24)).columns))
         con.print(results_table(res.rows, sweep.name))
         multi = [g for g in cvf if g["options"] > 1]
         if multi:
@@ -72,9 +73,10 @@ def _f(v, fmt: str) -> str:
 def results_table(rows, title):
     from rich.table import Table
     t = Table(title=f"batch: {title}")
-    for c in ("case", "params", "cluster", "GPUs", "tp/pp/dp", "mbs", "sched", "rc/z", "iter s", "tokens/s",
+    for c in ("model", "params", "cluster", "GPUs", "tp/pp/dp", "mbs", "sched", "rc/z", "iter s", "tokens/s",
               "MFU", "mem GiB", "status", "gap", "days", "GPU-h", "$"):
-        t.add_column(c, justify="right" if c not in ("case", "cluster", "sched", "status") else "left")
+        t.add_column(c, justify="right" if c not in ("model", "cluster", "sched", "status") else "left",
+                     no_wrap=True)
     for r in rows:
         ok = r.get("tp") is not None
         t.add_row(str(r["model"]), f"{r['params'] / 1e9:.2f}B", str(r["cluster"]), str(r["gpus"]),
@@ -112,6 +114,3 @@ def sizing_table(rows):
                   _f(r.get("train_days"), ".1f"), str(r.get("solves") or ""), str(r["status"]))
     return t
 
-
-def default_out(sweep_path: str) -> str:
-    return os.path.join(os.getcwd(), "results")
