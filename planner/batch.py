@@ -270,8 +270,9 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
             run(run_sizing, sweep.sizing, on_size)
             sizing_csv = os.path.join(out_dir, f"{sweep.name}.sizing.csv")
             atomic_write_text(sizing_csv, rows_csv([sizing_rows[k] for k in sorted(sizing_rows)], SIZING_COLUMNS))
-    ordered = [_coerce({k: _str(v) for k, v in rows[i].items()}) for i in ids]
-    sizing = [_coerce({k: _str(v) for k, v in sizing_rows[k].items()}) for k in sorted(sizing_rows)]
+    # the same shape and types whether a row was solved now or read back from the CSV
+    ordered = [_coerce({k: _str(rows[i].get(k)) for k in COLUMNS}) for i in ids]
+    sizing = [_coerce({c: _str(sizing_rows[k].get(c)) for c in SIZING_COLUMNS}) for k in sorted(sizing_rows)]
     return BatchResult(ordered, csv_path, len(todo), len(have), time.perf_counter() - t0, sizing, sizing_csv)
 
 
