@@ -245,18 +245,23 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
         ordered = [rows[i] for i in ids if i in rows]
         atomic_write_text(csv_path, rows_csv(ordered, COLUMNS))
 
-    bar = _Bar(len(todo) + len(sweep.sizing), progress, f"{sweep.name}: {len(sweep.cases)} cases, "
-                                                         f"{len(have)} already done")
-
     def on_case(k, row):
         rows[todo[k].id] = row
         flush()
         bar.advance(f"{row['model']} {row['gpus']}g: {row['status']}")
 
-    sizing_rows: dict[int, dict] = {}
+    sizing_csv = os.path.join(out_dir, f"{sweep.name}.sizing.csv") if sweep.sizing else None
+    old_sizing = {r["task_id"]: r for r in (read_rows(sizing_csv) if sizing_csv and resume else [])
+                  if r.get("status") in ("OK", "NONE_FITS")}
+    sizing_rows: dict[int, dict] = {k: old_sizing[t.id] for k, t in enumerate(sweep.sizing) if t.id in old_sizing}
+    size_todo = [k for k, t in enumerate(sweep.sizing) if t.id not in old_sizing]
 
-    def on_size(k, row):
-        sizing_rows[k] = row
+    bar = _Bar(len(todo) + len(size_todo), progress, f"{sweep.name}: {len(sweep.cases)} cases, "
+                                                         f"{len(have)} already done")
+
+    def on_size(j, row):
+        sizing_rows[size_todo[j]] = row
+        atomic_write_text(sizing_csv, rows_csv([sizing_rows[k] for k in sorted(sizing_rows)], SIZING_COLUMNS))
         bar.advance(f"sizing {row['cluster']} {row['gpus']}g {row['budget_gpu_days']:g} GPU-days: {row['status']}")
 
     with bar:
@@ -265,11 +270,8 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
             else (lambda fn, items, cb: _local(fn, items, workers, time_limit_s, cb))
         if todo:
             run(run_case, todo, on_case)
-        sizing_csv = None
-        if sweep.sizing:
-            run(run_sizing, sweep.sizing, on_size)
-            sizing_csv = os.path.join(out_dir, f"{sweep.name}.sizing.csv")
-            atomic_write_text(sizing_csv, rows_csv([sizing_rows[k] for k in sorted(sizing_rows)], SIZING_COLUMNS))
+        if size_todo:
+            run(run_sizing, [sweep.sizing[k] for k in size_todo], on_size)
     # the same shape and types whether a row was solved now or read back from the CSV
     ordered = [_coerce({k: _str(rows[i].get(k)) for k in COLUMNS}) for i in ids]
     sizing = [_coerce({c: _str(sizing_rows[k].get(c)) for c in SIZING_COLUMNS}) for k in sorted(sizing_rows)]

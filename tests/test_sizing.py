@@ -99,3 +99,24 @@ def test_size_cli_bad_input(argv, capsys):
     args = ["size", "--cluster", "clusters/a100-16x8-hdr.yaml"] + [x for kv in base.items() for x in kv]
     assert main(args) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_sizing_within_a_sweep_and_resume(tmp_path, monkeypatch):
+    from batch_fixtures import sweep_dict, write_sweep
+
+    import planner.batch as batch
+    from planner.sweep import load_sweep
+    d = sweep_dict(clusters=[{"path": "mini-cluster.yaml", "gpus": [16]}], models=[sweep_dict()["models"][0]],
+                   search={"schedules": ["1f1b"], "recompute": ["selective"], "zero": [0, 1]},
+                   sizing={"budget_gpu_days": [20]})
+    sw = load_sweep(write_sweep(tmp_path, d))
+    res = batch.run_batch(sw, str(tmp_path / "out"), workers=1, progress=False)
+    (row,) = res.sizing
+    assert row["status"] == "OK" and row["gpu_days"] <= 20 and row["gpus"] == 16
+    # the same answer as the stand-alone search
+    t = sw.sizing[0]
+    direct = optimal_size(t.cluster, 16, 20, t.training, t.search, t.solver)
+    assert row["params"] == direct.best.params
+    monkeypatch.setattr(batch, "run_sizing", lambda *a: pytest.fail("resumed sizing must not re-solve"))
+    again = batch.run_batch(sw, str(tmp_path / "out"), workers=1, progress=False)
+    assert again.sizing[0]["params"] == row["params"]
