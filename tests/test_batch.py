@@ -129,3 +129,26 @@ def test_cli_bad_sweep_names_field(tmp_path, capsys):
     assert main(["batch", str(p), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "bad.yaml" in err and "models" in err
+
+
+def test_workers_run_single_threaded():
+    from batch_fixtures import worker_threads
+
+    from planner.batch import _local
+    got = {}
+    _local(worker_threads, list(range(4)), 2, None, lambda k, r: got.__setitem__(k, r))
+    assert sorted(got) == [0, 1, 2, 3]
+    assert all(r["omp"] == "1" and r["torch"] == 1 for r in got.values())
+
+
+def test_edited_sweep_moves_stale_rows_aside(tmp_path):
+    from batch_fixtures import sweep_dict
+    out = str(tmp_path / "out")
+    sw = load_sweep(write_sweep(tmp_path, sweep_dict(models=sweep_dict()["models"][:1])))
+    run_batch(sw, out, workers=1, progress=False)
+    sw2 = load_sweep(write_sweep(tmp_path, sweep_dict(models=sweep_dict()["models"][:1],
+                                                      solver={"time_limit_s": 2})))
+    res = run_batch(sw2, out, workers=1, progress=False)
+    assert res.solved == 2 and [r["case_id"] for r in read_rows(res.csv_path)] == [c.id for c in sw2.cases]
+    stale = read_rows(str(tmp_path / "out" / "mini.stale.csv"))
+    assert [r["case_id"] for r in stale] == [c.id for c in sw.cases]
