@@ -51,6 +51,11 @@ def run(args) -> int:
         from rich.console import Console
         con = Console(file=sys.stderr, width=max(200, shutil.get_terminal_size((200, 24)).columns))
         con.print(results_table(res.rows, sweep.name))
+        for r in res.rows:
+            if r.get("error"):
+                msg = str(r["error"])
+                con.print(f"{r['model']} on {r['gpus']} GPUs: {r['status']}: "
+                          f"{msg if len(msg) <= 300 else msg[:300] + '...'}", markup=False, highlight=False)
         multi = [g for g in cvf if g["options"] > 1]
         if multi:
             con.print(cheapest_table(multi))
