@@ -63,7 +63,8 @@ def main() -> int:
     sweep = load_sweep(args.sweep)
     par = cpu_parallelism()
     print(f"{sweep.name}: {len(sweep.cases)} cases, {os.cpu_count()} cores; measured CPU parallelism of two "
-          f"busy processes: {par:.2f}x (2.0 = two full cores)", flush=True)
+          f"busy processes: {par:.2f}x (2.0 = two full cores); load average {os.getloadavg()[0]:.1f} "
+          "(other work on this machine competes for the cores)", flush=True)
     runs = []
     plan = [("local", 2), ("local", 1)] + ([] if args.no_ray else [("ray", 1), ("ray", 2)])
     for ex, w in plan:
@@ -72,6 +73,7 @@ def main() -> int:
         print(f"{ex:>5} workers={w}: {r['wall_s']:6.1f} s wall, statuses {r['statuses']}, solver time per case "
               f"median {r['solver_s_median']:.2f} s, max {r['solver_s_max']:.2f} s, sum {r['solver_s_sum']:.1f} s",
               flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
     local2 = runs[0]["wall_s"]
     print(f"target 100 sizes <= 60 s with local workers on two cores: {local2:.1f} s -> "
           f"{'met' if local2 <= 60 else 'NOT met'}")
