@@ -113,3 +113,39 @@ def _save(fig, out_dir, fname) -> str:
     path = os.path.join(out_dir, fname)
     atomic_write_bytes(path, buf.getvalue())
     return path
+
+
+def plot_sizing(result: dict, path: str) -> str:
+    """GPU-days (Chinchilla-optimal, at the achieved throughput) of every size the sizing search solved,
+    against the budget; the answer is circled. `result` is SizingResult.as_dict()."""
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from planner.io import atomic_write_bytes
+    pts = [p for p in result["points"] if p["gpu_days"]]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ax.plot([p["params"] / 1e9 for p in pts], [p["gpu_days"] for p in pts], "o", label="solved sizes")
+    bad = [p for p in result["points"] if not p["gpu_days"]]
+    for p in bad:
+        ax.axvline(p["params"] / 1e9, color="grey", ls=":", lw=1)
+    ax.axhline(result["budget_gpu_days"], color="red", lw=1, label=f"budget {result['budget_gpu_days']:,.0f} GPU-days")
+    b = result.get("best")
+    if b:
+        ax.plot([b["params"] / 1e9], [b["gpu_days"]], "o", ms=14, mfc="none", mec="k",
+                label=f"answer: {b['params'] / 1e9:.2f}B")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("parameters (billions)")
+    ax.set_ylabel("GPU-days for 20 tokens / parameter")
+    ax.set_title(f"{result['cluster']}, {result['gpus']} GPUs" + (" (dotted: no plan fits)" if bad else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path

@@ -79,9 +79,10 @@ def test_optimal_size_is_the_largest_within_budget():
     assert len(res.points) < 15 < k
 
 
-def test_size_cli_json(capsys):
+def test_size_cli_json(capsys, tmp_path):
+    png = str(tmp_path / "s.png")
     rc = main(["size", "--cluster", "clusters/a100-16x8-hdr.yaml", "--gpus", "16", "--budget-gpu-days", "50",
-               "--global-batch-size", "128", "--time-limit", "1", "--schedules", "1f1b", "--json"])
+               "--global-batch-size", "128", "--time-limit", "1", "--schedules", "1f1b", "--json", "--plot", png])
     assert rc == 0
     d = json.loads(capsys.readouterr().out)
     b = d["best"]
@@ -90,6 +91,8 @@ def test_size_cli_json(capsys):
     assert b["cost_usd"] == pytest.approx(b["gpu_hours"] * 2.0)
     over = [p for p in d["points"] if p["params"] > b["params"]]
     assert over and all(not p["within_budget"] for p in over)
+    with open(png, "rb") as fh:
+        assert fh.read(4) == b"\x89PNG"
 
 
 @pytest.mark.parametrize("argv", [["--gpus", "12"], ["--budget-gpu-days", "-1"], ["--schedules", "warp"]])

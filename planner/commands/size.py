@@ -21,6 +21,7 @@ def register(sub) -> None:
     p.add_argument("--schedules", default="1f1b,interleaved", help="comma-separated schedules to search")
     p.add_argument("--time-limit", type=float, default=5.0, help="solver seconds per candidate size")
     p.add_argument("--price", type=float, default=None, help="dollars per GPU-hour (default: the cluster's)")
+    p.add_argument("--plot", default=None, metavar="PNG", help="draw GPU-days vs size of the solved sizes here")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
 
@@ -62,6 +63,9 @@ def run(args) -> int:
                        SearchSpec(schedules=schedules), SolverSpec(time_limit_s=args.time_limit), args.family,
                        args.vocab_size, None, args.time_limit, price, progress=progress)
     d = res.as_dict()
+    if args.plot:
+        from planner.batch_plots import plot_sizing
+        d["plot"] = plot_sizing(d, args.plot)
     if args.json:
         print_json(d)
     else:
