@@ -81,11 +81,28 @@ def run_case(case, time_limit_s: float | None = None) -> dict:
     return row
 
 
+def failed_case_row(case, exc: BaseException) -> dict:
+    """The row of a case whose worker died before it could answer (status ERROR: retried on resume)."""
+    row = _base_row(case)
+    row.update(status="ERROR", error=f"worker failed: {type(exc).__name__}: {exc}")
+    return row
+
+
+def _sizing_base(task) -> dict:
+    return {"task_id": task.id, "cluster": task.cluster_label, "gpus": task.gpus,
+            "budget_gpu_days": task.budget_gpu_days, "global_batch_size": task.training.global_batch_size,
+            "seq_length": task.training.seq_length}
+
+
+def failed_sizing_row(task, exc: BaseException) -> dict:
+    row = _sizing_base(task)
+    row.update(status="ERROR", error=f"worker failed: {type(exc).__name__}: {exc}")
+    return row
+
+
 def run_sizing(task, time_limit_s: float | None = None) -> dict:
     from planner.sizing import optimal_size
-    row = {"task_id": task.id, "cluster": task.cluster_label, "gpus": task.gpus,
-           "budget_gpu_days": task.budget_gpu_days, "global_batch_size": task.training.global_batch_size,
-           "seq_length": task.training.seq_length}
+    row = _sizing_base(task)
     try:
         res = optimal_size(task.cluster, task.gpus, task.budget_gpu_days, task.training, task.search, task.solver,
                            task.family, task.vocab_size, task.rule, time_limit_s, task.price_per_gpu_hour_usd)
@@ -116,7 +133,7 @@ def _ray_call(fn, item, time_limit_s):
 
 # ---------------------------------------------------------------- executors
 
-def _local(fn, items, workers: int, time_limit_s, on_done):
+def _local(fn, items, workers: int, time_limit_s, on_done, on_error=None):
     if workers <= 1:
         limit_threads()
         for k, it in enumerate(items):
@@ -132,10 +149,17 @@ def _local(fn, items, workers: int, time_limit_s, on_done):
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in sorted(done, key=lambda f: futs[f]):
-                on_done(futs[f], f.result())
+                try:
+                    r = f.result()
+                except Exception as e:  # noqa: BLE001 - a worker that died (crash, OOM kill) fails its case only
+                    if on_error is None:
+                        raise
+                    on_error(futs[f], e)
+                else:
+                    on_done(futs[f], r)
 
 
-def _ray(fn, items, workers: int | None, address: str | None, time_limit_s, on_done):
+def _ray(fn, items, workers: int | None, address: str | None, time_limit_s, on_done, on_error=None):
     try:
         import ray
     except ImportError:
@@ -164,7 +188,14 @@ def _ray(fn, items, workers: int | None, address: str | None, time_limit_s, on_d
             done, _ = ray.wait(list(inflight), num_returns=1)
             for ref in done:
                 k = inflight.pop(ref)
-                on_done(k, ray.get(ref))
+                try:
+                    r = ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - worker crash / lost node: that case's row says so
+                    if on_error is None:
+                        raise
+                    on_error(k, e)
+                else:
+                    on_done(k, r)
     finally:
         if started:
             ray.shutdown()
@@ -266,12 +297,13 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
 
     with bar:
         flush()
-        run = (lambda fn, items, cb: _ray(fn, items, workers, address, time_limit_s, cb)) if executor == "ray" \
-            else (lambda fn, items, cb: _local(fn, items, workers, time_limit_s, cb))
+        run = (lambda fn, items, cb, err: _ray(fn, items, workers, address, time_limit_s, cb, err)) \
+            if executor == "ray" else (lambda fn, items, cb, err: _local(fn, items, workers, time_limit_s, cb, err))
         if todo:
-            run(run_case, todo, on_case)
+            run(run_case, todo, on_case, lambda k, e: on_case(k, failed_case_row(todo[k], e)))
         if size_todo:
-            run(run_sizing, [sweep.sizing[k] for k in size_todo], on_size)
+            run(run_sizing, [sweep.sizing[k] for k in size_todo], on_size,
+                lambda j, e: on_size(j, failed_sizing_row(sweep.sizing[size_todo[j]], e)))
     # the same shape and types whether a row was solved now or read back from the CSV
     ordered = [_coerce({k: _str(rows[i].get(k)) for k in COLUMNS}) for i in ids]
     sizing = [_coerce({c: _str(sizing_rows[k].get(c)) for c in SIZING_COLUMNS}) for k in sorted(sizing_rows)]

@@ -42,3 +42,13 @@ def worker_threads(_item, _limit):
 
     import torch          # a cost model that profiles with torch would import it like this
     return {"omp": os.environ.get("OMP_NUM_THREADS"), "torch": torch.get_num_threads(), "pid": os.getpid()}
+
+
+def die_on_mid(case, time_limit_s):
+    """Run inside a batch worker: the process dies (as on a segfault or an OOM kill) for model m-mid."""
+    import os
+
+    from planner.batch import run_case
+    if case.model_label == "m-mid":
+        os._exit(1)
+    return run_case(case, time_limit_s)

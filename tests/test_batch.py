@@ -152,3 +152,16 @@ def test_edited_sweep_moves_stale_rows_aside(tmp_path):
     assert res.solved == 2 and [r["case_id"] for r in read_rows(res.csv_path)] == [c.id for c in sw2.cases]
     stale = read_rows(str(tmp_path / "out" / "mini.stale.csv"))
     assert [r["case_id"] for r in stale] == [c.id for c in sw.cases]
+
+
+def test_a_dying_worker_fails_only_its_cases(tmp_path, monkeypatch):
+    import batch_fixtures
+
+    import planner.batch as batch
+    monkeypatch.setattr(batch, "run_case", batch_fixtures.die_on_mid)
+    sw = load_sweep(write_sweep(tmp_path, __import__("batch_fixtures").sweep_dict(
+        clusters=[{"path": "mini-cluster.yaml", "gpus": [8]}])))
+    res = batch.run_batch(sw, str(tmp_path / "out"), workers=2, progress=False)
+    by = {r["model"]: r for r in res.rows}
+    assert by["m-mid"]["status"] == "ERROR" and "worker failed" in by["m-mid"]["error"]
+    assert len(res.rows) == 3 and by["m-huge"]["status"] in ("INFEASIBLE", "ERROR")
