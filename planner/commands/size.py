@@ -56,7 +56,7 @@ def run(args) -> int:
 
     def progress(p):
         if not args.json:
-            gd = f"{p.gpu_days:,.0f} GPU-days" if p.gpu_days is not None else "no plan fits"
+            gd = f"{_days(p.gpu_days)} GPU-days" if p.gpu_days is not None else "no plan fits"
             print(f"  {p.model:>12} ({p.params / 1e9:.2f}B): {p.status:<10} {gd}", file=sys.stderr)
 
     res = optimal_size(subset_cluster(cl, gpus), gpus, args.budget_gpu_days, training,
@@ -72,23 +72,27 @@ def run(args) -> int:
         from rich.console import Console
         from rich.table import Table
         con = Console(file=sys.stderr, width=120)
-        t = Table(title=f"sizes solved on {cl.name}, {gpus} GPUs, budget {args.budget_gpu_days:,.0f} GPU-days")
+        t = Table(title=f"sizes solved on {cl.name}, {gpus} GPUs, budget {_days(args.budget_gpu_days)} GPU-days")
         for c in ("model", "params", "layers x hidden", "status", "tokens/s", "MFU", "GPU-days (20 tok/param)", "fits"):
             t.add_column(c)
         for p in d["points"]:
             t.add_row(p["model"], f"{p['params'] / 1e9:.2f}B", f"{p['num_layers']} x {p['hidden_size']}", p["status"],
                       f"{p['tokens_per_s']:,.0f}" if p["tokens_per_s"] else "", f"{p['mfu']:.1%}" if p["mfu"] else "",
-                      f"{p['gpu_days']:,.0f}" if p["gpu_days"] else "", "yes" if p["within_budget"] else "no")
+                      _days(p["gpu_days"]) if p["gpu_days"] else "", "yes" if p["within_budget"] else "no")
         con.print(t)
         b = d["best"]
         if b:
             cost = f", ${b['cost_usd']:,.0f}" if b["cost_usd"] is not None else ""
             con.print(f"largest compute-optimal model: {b['model']} ({b['params'] / 1e9:.2f}B parameters, "
                       f"{b['num_layers']} layers x {b['hidden_size']} hidden) on {b['tokens'] / 1e9:,.0f}B tokens: "
-                      f"{b['gpu_days']:,.0f} GPU-days, {b['train_days']:.1f} days on {gpus} GPUs{cost}; "
+                      f"{_days(b['gpu_days'])} GPU-days, {b['train_days']:.1f} days on {gpus} GPUs{cost}; "
                       f"plan {b['config']} at {b['tokens_per_s']:,.0f} tokens/s (MFU {b['mfu']:.1%}); "
                       f"{d['solves']} sizes solved in {d['wall_s']:.1f} s")
     if d["best"] is None:
         raise InfeasibleError(f"no model of the size grid (from 0.1B) trains within {args.budget_gpu_days:g} "
                               f"GPU-days on {gpus} GPUs of {cl.name}")
     return 0
+
+
+def _days(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
