@@ -6,6 +6,15 @@ import os
 import sys
 import tempfile
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def _publish(tmp: str, path: str) -> None:
+    # mkstemp creates 0600 files; results are meant to be shared like any file the user writes
+    os.chmod(tmp, 0o666 & ~_UMASK)
+    os.replace(tmp, path)
+
 import numpy as np
 import yaml
 
@@ -40,7 +49,7 @@ def atomic_write_text(path: str, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -54,7 +63,7 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
