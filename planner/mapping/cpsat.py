@@ -19,7 +19,7 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner.mapping.problem import MappingProblem
+from planner.mapping.problem import MappingProblem, ring_bottleneck_bound
 from planner.mapping.result import MappingResult
 
 UNIT = 1e-7                     # seconds per integer cost unit
@@ -113,6 +113,10 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         base = _int(p.dp_base)
         if K > 1:
             tdp = _bottleneck_levels(m, p, base, use_b, R, N)
+            # the k-core bound per row, as a cut: CP-SAT's LP does not see it
+            for i in range(R):
+                lc = np.maximum(p.dp_link[i], p.dp_link[i].T)
+                m.Add(tdp >= int(base[i]) + int(np.floor(ring_bottleneck_bound(lc, K) / UNIT)))
         else:
             tdp = m.NewIntVar(int(base.min()), int(base.max()), "tdp")
             for i in range(R):

@@ -100,8 +100,7 @@ class MappingProblem:
         """A cheap valid bound, no search.
 
         Path: a column's R-1 hops use distinct node pairs, so it costs at least the R-1 cheapest
-        pairs. Ring: in row i every node has K-1 partners, so the slowest pair is at least
-        min over nodes of its (K-1)-th cheapest partner.
+        pairs. Ring: row i needs K nodes whose pairs are all fast enough (ring_bottleneck_bound).
         """
         L, N = self.layout, self.n
         off = ~np.eye(N, dtype=bool)
@@ -114,11 +113,41 @@ class MappingProblem:
         dp = self.dp_base.astype(float).copy()
         if L.cols > 1:
             for i in range(L.rows):
-                c = np.maximum(self.dp_link[i], self.dp_link[i].T)
-                c = np.where(off, c, np.inf)
-                kth = np.sort(c, axis=1)[:, L.cols - 2]          # (K-1)-th cheapest partner of each node
-                dp[i] += float(kth.min())
+                dp[i] += ring_bottleneck_bound(np.maximum(self.dp_link[i], self.dp_link[i].T), L.cols)
         return float(self.const + path + dp.max())
+
+
+def ring_bottleneck_bound(cost: np.ndarray, k: int) -> float:
+    """Smallest possible slowest pair among any k of the nodes (a valid lower bound, no search).
+
+    A k-set whose pairs all cost <= tau lies inside the (k-1)-core of the graph of pairs <= tau
+    (every member has k-1 neighbours inside it). The bound is the least tau whose (k-1)-core has
+    at least k nodes, found by bisection over the sorted pair costs with core peeling.
+    """
+    n = cost.shape[0]
+    if k <= 1 or n < k:
+        return 0.0
+    vals = np.unique(cost[np.triu_indices(n, 1)])
+
+    def core_size(tau):
+        adj = cost <= tau
+        np.fill_diagonal(adj, False)
+        alive = np.ones(n, dtype=bool)
+        while True:
+            deg = (adj & alive[None, :]).sum(axis=1)
+            drop = alive & (deg < k - 1)
+            if not drop.any():
+                return int(alive.sum())
+            alive &= ~drop
+
+    lo, hi = 0, len(vals) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if core_size(vals[mid]) >= k:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(vals[lo])
 
 
 def worker_table(layout: Layout, assign: np.ndarray, tp: int, nodes: np.ndarray) -> list[dict]:
