@@ -17,7 +17,8 @@ class Costs:
 
 def default_costs(cluster=None) -> Costs:
     """The cost models for a cluster: its own fitted profiles where it names them, shipped ones otherwise."""
-    return Costs()
+    from planner.costs.learned import default_memory_estimator   # late: learned imports this package's modules
+    return Costs(memory=default_memory_estimator(cluster))
 
 
 __all__ = ["Costs", "CommModel", "ComputeModel", "StageTimes", "AnalyticalMemory", "MemoryBreakdown", "default_costs"]

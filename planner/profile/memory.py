@@ -547,3 +547,146 @@ def _run(model, training, cfg, stage, layers_per_chunk, device, reset_peak, live
     pending.clear()
     _opt_step(st.store, st.opt)
     return static, held, after_forward
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Sampling configurations and writing CSV samples
+
+COLUMNS = ("model", "family", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
+           "vocab_size", "tied_embeddings", "max_position_embeddings", "global_batch_size", "seq_length",
+           "precision", "optimizer", "tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp",
+           "recompute", "zero", "sequence_parallel", "stage", "layers_per_chunk", "num_gpus", "held_forwards",
+           "weights", "gradients", "optimizer_state", "activations", "logits", "transient",
+           "peak_allocated", "peak_reserved", "static", "after_forward", "backend", "seconds")
+
+_HIDDEN = (1024, 2048, 4096, 5120, 6144, 8192, 12288)
+_VOCAB = (32000, 50257, 51200, 128256)
+
+
+def sample_case(rng: random.Random, max_gpus: int = 512, max_held: int = 48):
+    """One random valid (model, training, cfg, stage, layers_per_chunk); per-GPU shapes are realistic (fake
+    tensors make shape size free), layer counts are reduced (memory is linear in them)."""
+    from planner.spec.model import ModelSpec, _llama_ffn
+    from planner.spec.plan import TrainingSpec
+    while True:
+        fam = rng.choice(("gpt", "llama"))
+        h = rng.choice(_HIDDEN)
+        heads = h // 128
+        kv = heads if fam == "gpt" or rng.random() < 0.4 else 8
+        f = 4 * h if fam == "gpt" else _llama_ffn(h)
+        tp = rng.choice((1, 2, 4, 8))
+        if kv % tp or heads % tp or f % tp:
+            continue
+        pp = rng.choice((1, 2, 4, 8, 16, 32, 64))
+        dp = rng.choice((1, 2, 4, 8, 16, 32, 64))
+        gpus = tp * pp * dp
+        if gpus > max_gpus:
+            continue
+        schedules = ["1f1b", "gpipe"] + (["interleaved", "zb-h1", "v-half", "v-min", "v-zb"] if pp > 1 else [])
+        sched = rng.choice(schedules)
+        vpp = rng.choice((2, 4)) if sched == "interleaved" else (2 if sched.startswith("v-") else 1)
+        m = pp * rng.choice((1, 2, 4)) if pp > 1 else rng.choice((1, 2, 4, 8))
+        if sched == "interleaved" and m % pp:
+            continue
+        cfg = ParallelConfig(tp, pp, dp, rng.choice((1, 2, 4, 8)), m, sched, vpp,
+                             rng.choice(("none", "selective", "full")), rng.choice((0, 1, 2)),
+                             tp > 1 and rng.random() < 0.6)
+        stage = rng.choice(sorted({0, pp - 1, rng.randrange(pp)}))
+        if held_forwards(cfg, stage) > max_held:
+            continue
+        lpc = rng.choice((1, 2, 3))
+        layers = pp * chunks_per_device(sched, vpp) * lpc
+        vocab = rng.choice(_VOCAB)
+        seq = rng.choice((512, 1024, 2048, 4096))
+        model = ModelSpec(f"{fam}-h{h}", fam, layers, h, heads, kv, f, vocab, fam == "gpt" and rng.random() < 0.7,
+                          max(2048, seq))
+        if cfg.sequence_parallel and seq % tp:
+            continue
+        training = TrainingSpec(cfg.global_batch_size, seq, rng.choice(("bf16", "bf16", "fp16")), "adam")
+        return model, training, cfg, stage, lpc
+
+
+def sample_row(model, training, cfg: ParallelConfig, stage: int, lpc: int, device: str = "fake") -> dict:
+    from planner.costs.memory import AnalyticalMemory
+    a = AnalyticalMemory().stage_memory(model, None, training, cfg, stage)
+    r = measure_stage(model, training, cfg, stage, lpc, device)
+    row = {"model": model.name, "family": model.family, "num_layers": model.num_layers,
+           "hidden_size": model.hidden_size, "num_attention_heads": model.num_attention_heads,
+           "num_kv_heads": model.num_kv_heads, "ffn_hidden_size": model.ffn_hidden_size,
+           "vocab_size": model.vocab_size, "tied_embeddings": model.tied_embeddings,
+           "max_position_embeddings": model.max_position_embeddings,
+           "global_batch_size": training.global_batch_size, "seq_length": training.seq_length,
+           "precision": training.precision, "optimizer": training.optimizer}
+    row.update({k: v for k, v in asdict(cfg).items()})
+    row.update({"stage": stage, "layers_per_chunk": lpc, "num_gpus": cfg.num_gpus, "held_forwards": r.held_forwards,
+                "weights": a.weights, "gradients": a.gradients, "optimizer_state": a.optimizer,
+                "activations": a.activations, "logits": a.logits, "transient": a.transient,
+                "peak_allocated": r.peak_allocated, "peak_reserved": r.peak_reserved, "static": r.static,
+                "after_forward": r.after_forward, "backend": r.backend, "seconds": round(r.seconds, 3)})
+    return row
+
+
+def profile_samples(n: int, seed: int = 0, device: str = "fake", progress=None) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        rows.append(sample_row(*sample_case(rng), device=device))
+        if progress:
+            progress(i + 1, n, rows[-1])
+    return rows
+
+
+def write_samples(path: str, rows: list[dict]) -> None:
+    import io
+    from planner.io import atomic_write_text
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    atomic_write_text(path, buf.getvalue())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CLI: `planner profile memory`
+
+
+def register_profile(subparsers) -> None:
+    p = subparsers.add_parser("memory", help="measure per-GPU peak memory of pipeline stages (CSV samples)")
+    p.add_argument("-o", "--output", required=True, help="CSV file to write")
+    p.add_argument("-n", "--samples", type=int, default=300, help="random configurations to profile")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("auto", "fake", "cuda"), default="auto",
+                   help="cuda: CUDA caching allocator; fake: FakeTensorMode on CPU (allocates nothing)")
+    p.add_argument("--max-gpus", type=int, default=512, help="largest tp*pp*dp a sampled configuration may use")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    p.set_defaults(func=_profile_cmd)
+
+
+def _profile_cmd(args) -> int:
+    import json
+    import sys
+    from planner.errors import SpecError
+    if args.samples < 1:
+        raise SpecError(None, "--samples", "must be at least 1")
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "fake"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecError(None, "--device", "cuda requested but no CUDA device is available")
+    rng = random.Random(args.seed)
+    rows = []
+    t0 = time.perf_counter()
+    for i in range(args.samples):
+        rows.append(sample_row(*sample_case(rng, args.max_gpus), device=device))
+        if not args.json and (i + 1) % 25 == 0:
+            print(f"  {i + 1}/{args.samples} samples, {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+    write_samples(args.output, rows)
+    summary = {"output": args.output, "samples": len(rows), "backend": rows[0]["backend"],
+               "seconds": round(time.perf_counter() - t0, 1)}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"wrote {len(rows)} {summary['backend']} samples to {args.output} in {summary['seconds']}s",
+              file=sys.stderr)
+    return 0
