@@ -40,6 +40,28 @@ def korthikanti_rows() -> list[dict]:
     return rows
 
 
+def korthikanti_profiled_rows(models=KORTHIKANTI) -> list[dict]:
+    """Activations per layer measured by the fake-tensor profiler at the published shapes (t = 8, s = 2048,
+    b = 1; two profiles differing by one layer per stage), against Table 2."""
+    from planner.profile.memory import measure_stage
+    tr = TrainingSpec(512, SEQ)
+    rows = []
+    for p in models:
+        for tech, (rc, sp) in TECHNIQUES.items():
+            cfg = ParallelConfig(p.tp, 2, 1, 1, 4, "1f1b", 1, rc, 0, sp)
+            runs = []
+            for L in (1, 2):
+                model = p.model()
+                model = type(model)(**{**model.__dict__, "num_layers": 2 * L})
+                runs.append(measure_stage(model, tr, cfg, 1, L))
+            d = (runs[1].after_forward - runs[1].static) - (runs[0].after_forward - runs[0].static)
+            ours = d / runs[0].held_forwards * p.layers
+            pub = korthikanti_layer_bytes(SEQ, 1, p.hidden, p.heads, p.tp, tech) * p.layers
+            rows.append({"model": p.name, "technique": tech, "profiled_GiB": ours / GiB, "published_GiB": pub / GiB,
+                         "err_pct": 100 * (ours - pub) / pub})
+    return rows
+
+
 def sc21_rows(estimator=None, limit_GiB: float = 80.0) -> list[dict]:
     """The SC21 weak-scaling runs: 1F1B, micro-batch 1, full recompute (as the paper's runs), no ZeRO / SP."""
     est = estimator or load_default()
@@ -62,16 +84,20 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
     k = korthikanti_rows()
+    kp = korthikanti_profiled_rows()
     s = sc21_rows()
     for r in k:
         print(f"{r['model']:6s} {r['technique']:40s} ours {r['ours_GiB']:9.2f} GiB  published {r['published_GiB']:9.2f}"
               f"  err {r['err_pct']:+.2f}%")
+    for r in kp:
+        print(f"{r['model']:6s} {r['technique']:14s} profiled (fake tensors) {r['profiled_GiB']:9.2f} GiB  "
+              f"published {r['published_GiB']:9.2f}  err {r['err_pct']:+.2f}%")
     for r in s:
         print(f"SC21 {r['model']:8s} tp{r['tp']} pp{r['pp']:<3d} dp{r['dp']:<4d} peak {r['peak_GiB']:6.2f} GiB "
               f"of {r['limit_GiB']:.0f}: {'feasible' if r['feasible'] else 'OOM'}")
     if args.output:
         from planner.io import atomic_write_text
-        atomic_write_text(args.output, json.dumps({"korthikanti": k, "sc21": s}, indent=1) + "\n")
+        atomic_write_text(args.output, json.dumps({"korthikanti": k, "korthikanti_profiled": kp, "sc21": s}, indent=1) + "\n")
     return 0
 
 

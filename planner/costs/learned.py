@@ -157,7 +157,7 @@ def mlp_baseline(raw_tr, y_tr, seed: int = 0):
     from sklearn.neural_network import MLPRegressor
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
-    m = make_pipeline(StandardScaler(), MLPRegressor((64, 64), max_iter=3000, random_state=seed,
+    m = make_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=(64, 64), max_iter=3000, random_state=seed,
                                                      early_stopping=False, alpha=1e-3))
     m.fit(np.log2(raw_tr + 1), np.log(y_tr))
     return lambda raw: np.exp(m.predict(np.log2(raw + 1)))
