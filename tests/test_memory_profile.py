@@ -64,3 +64,15 @@ def test_peak_grows_with_in_flight_micro_batches():
     p0 = measure_stage(model, TR, ParallelConfig(1, 4, 1, 1, 8), 1, 2).peak_allocated
     p1 = measure_stage(model, TR, ParallelConfig(1, 4, 1, 1, 8, "gpipe"), 1, 2).peak_allocated
     assert p1 > p0 * 1.5
+
+
+def test_custom_backward_functions_are_correct():
+    # the memory-lean backward of the fused RMSNorm / SwiGLU stand-ins must still be the true gradient
+    import torch
+    from planner.profile.memory import _RMSNorm, _SwiGLU
+    torch.manual_seed(0)
+    x = torch.randn(4, 2, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: _RMSNorm.apply(x, w, 1e-5), (x, w))
+    y = torch.randn(4, 2, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_SwiGLU.apply, (y,))

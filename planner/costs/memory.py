@@ -181,5 +181,7 @@ class AnalyticalMemory:
             sp = cfg.tp if cfg.sequence_parallel else 1
             acts += training.seq_length * cfg.micro_batch_size * model.hidden_size / sp * stage_inflight(cfg, stage)
         logits = logits_bytes(model, training, cfg, stage)
-        return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB,
-                               layer_transient_bytes(model, training, cfg))
+        # the backward working set and the output layer's logits are not live at the same time: the loss
+        # backward frees the logits before the last layer's backward (and recompute) starts
+        transient = max(0.0, layer_transient_bytes(model, training, cfg) - logits)
+        return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient)

@@ -152,18 +152,19 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, eps):
-        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        rstd = torch.rsqrt(x.to(torch.promote_types(x.dtype, torch.float32)).pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, w, rstd)
         return (x * rstd).to(x.dtype) * w
 
     @staticmethod
     def backward(ctx, g):
+        # in-place chains so that, like the fused kernel, little beyond grad_input is allocated
         x, w, rstd = ctx.saved_tensors
-        xhat = x.float() * rstd
-        gw = (g.float() * xhat).reshape(-1, x.shape[-1]).sum(0).to(w.dtype)
-        gx = g.float() * w.float()
-        gx = rstd * (gx - xhat * (gx * xhat).mean(-1, keepdim=True))
-        return gx.to(x.dtype), gw, None
+        gw = torch.sum((g * x).mul_(rstd.to(x.dtype)).reshape(-1, x.shape[-1]), 0)
+        gx = g * w
+        c = torch.sum(gx * x, -1, keepdim=True, dtype=rstd.dtype).div_(x.shape[-1]).mul_(rstd).mul_(rstd)
+        gx.sub_(x * c.to(x.dtype)).mul_(rstd.to(x.dtype))
+        return gx, gw.to(w.dtype), None
 
 
 class _SwiGLU(torch.autograd.Function):
@@ -177,11 +178,12 @@ class _SwiGLU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
+        # d/da silu(a)*b = b*sig*(1 + a(1-sig)), d/db = silu(a); in-place chains as a fused kernel would
         (y,) = ctx.saved_tensors
         a, b = y.chunk(2, dim=-1)
-        s = torch.sigmoid(a)
-        ga = g * b * s * (1 + a * (1 - s))
-        gb = g * F.silu(a)
+        sig = torch.sigmoid(a)
+        ga = torch.sub(1, sig).mul_(a).add_(1).mul_(sig).mul_(b).mul_(g)
+        gb = sig.mul_(a).mul_(g)
         return torch.cat([ga, gb], dim=-1)
 
 
