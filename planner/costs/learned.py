@@ -174,6 +174,8 @@ def _report(est: LearnedMemory, X, y, raw_te, mlp) -> dict:
     under = (y - safe_pred) / y
     return {"n": int(len(y)), "mape_learned": _mape(raw_pred, y), "mape_analytical": _mape(analytic, y),
             "mape_mlp_raw_integers": _mape(mlp(raw_te), y),
+            "median_ape_mlp_raw_integers": float(np.median(np.abs(mlp(raw_te) - y) / y) * 100),
+            "median_ape_learned": float(np.median(np.abs(raw_pred - y) / y) * 100),
             "worst_underestimate_pct_unsafe": float(np.max((y - raw_pred) / y) * 100),
             "worst_underestimate_pct_with_safety": float(np.max(under) * 100),
             "oom_called_feasible": int(np.sum(safe_pred < y)),

@@ -139,15 +139,40 @@ def output_chunk(cfg: ParallelConfig, stage: int) -> int | None:
     return 1 if cfg.schedule in V_SHAPES else chunks_per_device(cfg.schedule, cfg.vpp) - 1
 
 
+def held_at_output(cfg: ParallelConfig, stage: int) -> int:
+    """Held forwards that went through the output layer (0 if the stage has none)."""
+    oc = output_chunk(cfg, stage)
+    if oc is None:
+        return 0
+    return max(1, chunk_order(cfg, held_forwards(cfg, stage)).count(oc))
+
+
 def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     """Output stage: each held micro-batch keeps the fp32 softmax of its vocab shard (Megatron's vocab-parallel
     cross entropy); one 16-bit logits buffer is live while it is made."""
-    oc = output_chunk(cfg, stage)
-    if oc is None:
+    held = held_at_output(cfg, stage)
+    if not held:
         return 0.0
-    held = max(1, chunk_order(cfg, held_forwards(cfg, stage)).count(oc))
     s, b = training.seq_length, cfg.micro_batch_size
     return s * b * model.vocab_size / cfg.tp * (4 * held + 2)
+
+
+def edge_activation_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
+    """Activations outside the transformer layers (Korthikanti et al. Sec. 4.3): the embedding dropout mask
+    (GPT) per held micro-batch on the first stage, and the final norm's and output layer's inputs (4sbh, /t with
+    SP) per micro-batch held at the output layer."""
+    s, b, h = training.seq_length, cfg.micro_batch_size, model.hidden_size
+    sp = cfg.tp if cfg.sequence_parallel else 1
+    out = 0.0
+    if stage == 0 and has_dropout(model):
+        out += s * b * h / sp * stage_inflight(cfg, stage)
+    return out + 4 * s * b * h / sp * held_at_output(cfg, stage)
+
+
+def embedding_grad_bytes(model, cfg: ParallelConfig, stage: int) -> float:
+    """First stage: the embedding backward makes a dense 16-bit gradient of the vocab shard before it is added
+    to main_grad."""
+    return 2.0 * model.vocab_size * model.hidden_size / cfg.tp if stage == 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -177,11 +202,10 @@ class AnalyticalMemory:
         optim = P * o_bytes / (dp if cfg.zero >= 1 else 1)
         L = model.num_layers // cfg.pp
         acts = L * layer_activation_bytes(model, training, cfg) * stage_inflight(cfg, stage)
-        if stage == 0 and has_dropout(model):          # embedding dropout mask per held micro-batch
-            sp = cfg.tp if cfg.sequence_parallel else 1
-            acts += training.seq_length * cfg.micro_batch_size * model.hidden_size / sp * stage_inflight(cfg, stage)
+        acts += edge_activation_bytes(model, training, cfg, stage)
         logits = logits_bytes(model, training, cfg, stage)
-        # the backward working set and the output layer's logits are not live at the same time: the loss
-        # backward frees the logits before the last layer's backward (and recompute) starts
-        transient = max(0.0, layer_transient_bytes(model, training, cfg) - logits)
+        # the backward working set (one layer's, or the embedding's dense gradient) and the output layer's
+        # logits are not live at the same time: the loss backward frees the logits before the layers' backward
+        work = max(layer_transient_bytes(model, training, cfg), embedding_grad_bytes(model, cfg, stage))
+        transient = max(0.0, work - logits)
         return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient)

@@ -448,12 +448,8 @@ class Stage:
 
     def _head(self, x, labels):
         x = self._norm(x, "", "fnw", "fnb")
-        name = "wemb" if "wout" not in self.store.params else "wout"
-        if name == "wemb":   # tied on a single stage: same weight, autograd leaf
-            total = _gather(x, self.D["t"]) if self._sp else x
-            logits = torch.matmul(total, self.leaves["wemb"].t())
-        else:
-            logits = self._col(x, "wout")
+        # tied on a single stage: the word embedding itself, its weight gradient fused into main_grad as well
+        logits = self._col(x, "wout" if "wout" in self.store.params else "wemb")
         return _VocabParallelCE.apply(logits, labels.t())
 
     def chunk_forward(self, c: int, x, ids, labels):
