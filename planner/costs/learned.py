@@ -21,20 +21,27 @@ import numpy as np
 from planner.config import ParallelConfig
 from planner.costs.memory import GiB, AnalyticalMemory, MemoryBreakdown, held_forwards
 
-FEATURES = ("weights", "gradients", "optimizer", "activations", "logits", "transient")
+FEATURES = ("weights", "gradients", "optimizer", "activations", "logits", "transient_none", "transient_selective",
+            "transient_full")
+RECOMPUTE = ("none", "selective", "full")
 FORMAT = "planner.memory-estimator/1"
 DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "memory_estimator.json")
 
 
-def features(breakdown: MemoryBreakdown) -> np.ndarray:
-    return np.array([getattr(breakdown, k) for k in FEATURES] + [1.0])
+def features(breakdown: MemoryBreakdown, recompute: str) -> np.ndarray:
+    """The analytical terms, with the backward working set split by recompute mode (what is rebuilt and how
+    many gradient buffers of it are live differs by mode), and a constant."""
+    t = [breakdown.transient if recompute == r else 0.0 for r in RECOMPUTE]
+    return np.array([breakdown.weights, breakdown.gradients, breakdown.optimizer, breakdown.activations,
+                     breakdown.logits] + t + [1.0])
 
 
 @dataclass(frozen=True)
 class LearnedMemory:
     """Same interface as AnalyticalMemory; total = learned allocated peak * safety + overhead."""
-    coef: tuple = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0)     # per FEATURES, then the constant (bytes)
+    coef: tuple = (1.0,) * 8 + (0.0,)                       # per FEATURES, then the constant (bytes)
     safety: float = 1.0                                     # multiplies the allocated prediction
+    safety_bytes: float = 0.0                               # then added (bytes); 0 from fit, settable by hand
     overhead_GiB: float = 2.0                               # runtime overhead, see AnalyticalMemory
     meta: dict = field(default_factory=dict, compare=False)
 
@@ -45,27 +52,31 @@ class LearnedMemory:
     # -- scikit-learn style -------------------------------------------------------------------------------
     @staticmethod
     def fit(X: np.ndarray, y: np.ndarray, margin: float = 0.01, overhead_GiB: float = 2.0,
-            meta: dict | None = None) -> "LearnedMemory":
-        """Relative least squares, coefficients >= 0; safety = max(y / prediction) over the fit set + margin."""
-        from scipy.optimize import nnls
+            meta: dict | None = None, folds: int = 5, seed: int = 0) -> "LearnedMemory":
+        """Relative least squares, coefficients >= 0. Safety multiplier: the largest under-estimate
+        (measured / predicted) over the fit set *and* over its out-of-fold predictions (k-fold), so it reflects
+        error on configurations the fit has not seen, times (1 + margin)."""
         X = np.asarray(X, float)
         y = np.asarray(y, float)
-        scale = np.maximum(np.abs(X).max(axis=0), 1.0)       # column scaling for a well-conditioned NNLS
-        A = X / scale / y[:, None]
-        c, _ = nnls(A, np.ones(len(y)))
-        coef = c / scale
-        pred = X @ coef
-        safety = float(max(1.0, np.max(y / pred)) * (1.0 + margin))
-        return LearnedMemory(tuple(float(v) for v in coef), safety, overhead_GiB, dict(meta or {}))
+        coef = _nnls_rel(X, y)
+        worst = float(np.max(y / (X @ coef)))
+        if folds > 1 and len(y) >= 4 * folds:
+            idx = np.random.default_rng(seed).permutation(len(y))
+            for part in np.array_split(idx, folds):
+                keep = np.setdiff1d(idx, part)
+                c = _nnls_rel(X[keep], y[keep])
+                worst = max(worst, float(np.max(y[part] / (X[part] @ c))))
+        safety = max(1.0, worst) * (1.0 + margin)
+        return LearnedMemory(tuple(float(v) for v in coef), safety, 0.0, overhead_GiB, dict(meta or {}))
 
     def predict_allocated(self, X: np.ndarray, safe: bool = True) -> np.ndarray:
         p = np.asarray(X, float) @ np.asarray(self.coef)
-        return p * (self.safety if safe else 1.0)
+        return p * self.safety + self.safety_bytes if safe else p
 
     def save(self, path: str) -> None:
         from planner.io import atomic_write_text
         blob = {"format": FORMAT, "features": list(FEATURES) + ["const"], "coef": list(self.coef),
-                "safety": self.safety, "overhead_GiB": self.overhead_GiB, "meta": self.meta}
+                "safety": self.safety, "safety_bytes": self.safety_bytes, "overhead_GiB": self.overhead_GiB, "meta": self.meta}
         atomic_write_text(path, json.dumps(blob, indent=1, sort_keys=True) + "\n")
 
     @staticmethod
@@ -82,20 +93,31 @@ class LearnedMemory:
         if blob.get("features") != list(FEATURES) + ["const"] or not isinstance(coef, list) \
                 or len(coef) != len(FEATURES) + 1 or not all(isinstance(c, (int, float)) for c in coef):
             raise SpecError(path, "coef", f"expected {len(FEATURES) + 1} numbers for {list(FEATURES)} + const")
-        safety, oh = blob.get("safety", 1.0), blob.get("overhead_GiB", 2.0)
+        safety, oh, extra = blob.get("safety", 1.0), blob.get("overhead_GiB", 2.0), blob.get("safety_bytes", 0.0)
         if not isinstance(safety, (int, float)) or safety < 1.0:
             raise SpecError(path, "safety", "must be a number >= 1")
+        if not isinstance(extra, (int, float)) or extra < 0:
+            raise SpecError(path, "safety_bytes", "must be a number >= 0")
         if not isinstance(oh, (int, float)) or oh < 0:
             raise SpecError(path, "overhead_GiB", "must be a number >= 0")
-        return LearnedMemory(tuple(float(c) for c in coef), float(safety), float(oh), blob.get("meta") or {})
+        return LearnedMemory(tuple(float(c) for c in coef), float(safety), float(extra), float(oh),
+                             blob.get("meta") or {})
 
     # -- the estimator interface ----------------------------------------------------------------------------
     def stage_memory(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> MemoryBreakdown:
         a = self.analytical.stage_memory(model, cluster, training, cfg, stage)
-        allocated = float(self.predict_allocated(features(a)[None, :])[0])
+        allocated = float(self.predict_allocated(features(a, cfg.recompute)[None, :])[0])
         known = a.weights + a.gradients + a.optimizer + a.activations + a.logits + a.transient
         return MemoryBreakdown(a.weights, a.gradients, a.optimizer, a.activations, a.logits, a.overhead,
                                a.transient, allocated - known)
+
+
+def _nnls_rel(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """argmin_c sum(((X c - y) / y)^2), c >= 0 (columns scaled for conditioning)."""
+    from scipy.optimize import nnls
+    scale = np.maximum(np.abs(X).max(axis=0), 1.0)
+    c, _ = nnls(X / scale / y[:, None], np.ones(len(y)))
+    return c / scale
 
 
 def load_default() -> LearnedMemory:
@@ -141,7 +163,7 @@ def design(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     X, y, raw = [], [], []
     for r in rows:
         model, training, cfg, stage = row_case(r)
-        X.append(features(an.stage_memory(model, None, training, cfg, stage)))
+        X.append(features(an.stage_memory(model, None, training, cfg, stage), cfg.recompute))
         y.append(float(r["peak_allocated"]))
         raw.append([model.hidden_size, model.num_attention_heads, model.num_kv_heads, model.ffn_hidden_size,
                     model.vocab_size, model.num_layers // cfg.pp, training.seq_length, cfg.micro_batch_size,
@@ -220,7 +242,8 @@ def register_fit(subparsers) -> None:
     p = subparsers.add_parser("memory", help="fit the learned memory estimator on profiled samples (CSV)")
     p.add_argument("samples", help="CSV written by `planner profile memory`")
     p.add_argument("-o", "--output", required=True, help="estimator JSON to write")
-    p.add_argument("--margin", type=float, default=0.01, help="extra safety on top of the worst fit underestimate")
+    p.add_argument("--margin", type=float, default=0.01,
+                   help="extra relative safety on top of the worst (out-of-fold) under-estimate")
     p.add_argument("--overhead-GiB", type=float, default=2.0, dest="overhead_GiB",
                    help="runtime overhead (CUDA context, NCCL, fragmentation) added to every prediction")
     p.add_argument("--json", action="store_true")
@@ -233,11 +256,12 @@ def _fit_cmd(args) -> int:
     est = fit_samples(rows, args.margin, args.overhead_GiB, os.path.basename(args.samples))
     est.save(args.output)
     info = {"output": args.output, "coef": dict(zip(list(FEATURES) + ["const"], est.coef)), "safety": est.safety,
-            "samples": len(rows)}
+            "safety_GiB": est.safety_bytes / GiB, "samples": len(rows)}
     if args.json:
         print(json.dumps(info, indent=1))
     else:
-        print(f"fitted on {len(rows)} samples -> {args.output}; safety x{est.safety:.3f}", file=sys.stderr)
+        print(f"fitted on {len(rows)} samples -> {args.output}; safety x{est.safety:.3f} "
+              f"+ {est.safety_bytes / GiB:.2f} GiB", file=sys.stderr)
         for k, v in info["coef"].items():
             print(f"  {k:12s} {v:.4g}", file=sys.stderr)
     return 0
