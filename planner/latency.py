@@ -61,6 +61,15 @@ def stage_memory(spec, cfg: ParallelConfig, costs: Costs) -> list[MemoryBreakdow
     return [costs.memory.stage_memory(spec.model, spec.cluster, spec.training, cfg, s) for s in range(cfg.pp)]
 
 
+def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
+    """Compute part of the iteration (bubbles included): a valid lower bound for any mapping."""
+    st = st or costs.compute.stage_times(spec.model, spec.cluster, spec.training, cfg)
+    comp = max(compute_time(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, s.forward, s.backward,
+                            s.weight_grad) for s in st)
+    # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
+    return comp + max(getattr(s, "step", 0.0) for s in st)
+
+
 def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None = None,
                   bandwidth: np.ndarray | None = None, nodes: np.ndarray | None = None) -> MappingProblem:
     costs = costs or default_costs(spec.cluster)
@@ -71,14 +80,13 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     N = len(nodes)
     pp, m, tp = cfg.pp, cfg.num_microbatches, cfg.tp
     st = costs.compute.stage_times(model, cl, tr, cfg)
-    comp = max(compute_time(cfg.schedule, pp, m, cfg.vpp, s.forward, s.backward, s.weight_grad) for s in st)
-    const = comp
+    const = compute_const(spec, cfg, costs, st)
 
     # pipeline p2p: activations of one micro-batch, scattered over the tensor group
     eff = costs.comm.inter_efficiency
     share = cl.rail_share(layout.b * tp)
     msg = tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / tp
-    trav, wraps = p2p_hops(cfg.schedule, pp, cfg.vpp)
+    trav, wraps = p2p_hops(cfg.schedule, pp, cfg.vpp, m)
     coef = m / pp
     with np.errstate(divide="ignore"):
         one_way = cl.inter.latency_us * 1e-6 + msg / (np.where(B > 0, B, np.inf) * 1e9 * eff * share)
@@ -106,8 +114,13 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
             stages = range(i * layout.a, (i + 1) * layout.a)
             nbytes = max(stage_params(model, cfg, s) for s in stages) * gbytes
             slack = i * layout.a * slack_unit
-            intra = 2 * ring_reduce_scatter_time(nbytes, b, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency,
-                                                 cl.intra.latency_us) if b > 1 else 0.0
+            if b <= 1:
+                intra = 0.0
+            elif hasattr(costs.comm, "intra_reduce_scatter_time"):   # measured in-node table when given
+                intra = 2 * costs.comm.intra_reduce_scatter_time(nbytes, b, cl)
+            else:
+                intra = 2 * ring_reduce_scatter_time(nbytes, b, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency,
+                                                     cl.intra.latency_us)
             dp_base[i] = intra - slack
             if K > 1:
                 with np.errstate(divide="ignore"):

@@ -35,7 +35,8 @@ def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelCon
             dp = G // (tp * pp)
             if spec.training.global_batch_size % dp:
                 continue
-            if not layouts(tp, pp, dp, cl.gpus_per_node):
+            lay = layouts(tp, pp, dp, cl.gpus_per_node)
+            if not lay or lay[0].blocks > cl.nodes:
                 continue
             for mbs in micro_batch_options(spec, dp):
                 m = spec.training.global_batch_size // (dp * mbs)

@@ -1,11 +1,18 @@
 """Cost models: memory, compute and communication. Every solver and the simulator use these."""
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass, field
 
 from planner.costs.comm import CommModel
-from planner.costs.compute import ComputeModel, StageTimes
+from planner.costs.compute import ComputeModel, StageTimes, load_profile
 from planner.costs.memory import AnalyticalMemory, MemoryBreakdown
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
+# shipped compute profiles by GPU generation (A100: fitted on measurements; others: documented defaults)
+SHIPPED_COMPUTE = {"A100": "a100_compute_profile.json", "H100": "h100_compute_profile.json",
+                   "V100": "v100_compute_profile.json"}
 
 
 @dataclass(frozen=True)
@@ -15,10 +22,35 @@ class Costs:
     comm: CommModel = field(default_factory=CommModel)
 
 
+def costs_with_compute(compute: ComputeModel, memory=None) -> Costs:
+    """Costs whose communication model is the compute model's own (one set of links for both)."""
+    return Costs(compute=compute, memory=memory or AnalyticalMemory(), comm=compute.comm)
+
+
+def shipped_compute_profile(gpu_type: str) -> str | None:
+    for key, fname in SHIPPED_COMPUTE.items():
+        if key.lower() in gpu_type.lower():
+            path = os.path.join(DATA, fname)
+            return path if os.path.exists(path) else None
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _load(path: str) -> ComputeModel:
+    return load_profile(path)
+
+
 def default_costs(cluster=None) -> Costs:
     """The cost models for a cluster: its own fitted profiles where it names them, shipped ones otherwise."""
     from planner.costs.learned import default_memory_estimator   # late: learned imports this package's modules
-    return Costs(memory=default_memory_estimator(cluster))
+    memory = default_memory_estimator(cluster)
+    if cluster is None:
+        return Costs(memory=memory)
+    path = (getattr(cluster, "profiles", None) or {}).get("compute") or shipped_compute_profile(cluster.gpu.type)
+    if not path:
+        return Costs(memory=memory)
+    return costs_with_compute(_load(path), memory)
 
 
-__all__ = ["Costs", "CommModel", "ComputeModel", "StageTimes", "AnalyticalMemory", "MemoryBreakdown", "default_costs"]
+__all__ = ["Costs", "CommModel", "ComputeModel", "StageTimes", "AnalyticalMemory", "MemoryBreakdown", "default_costs",
+           "costs_with_compute", "shipped_compute_profile"]

@@ -1,10 +1,19 @@
 """Communication times: point-to-point on measured links, ring and hierarchical collectives.
 
 Bandwidths are GB/s (1e9 B/s), latencies microseconds, sizes bytes, results seconds.
+A measured nccl-tests table (all-reduce time by message size, per group size) replaces the
+ring formula for tensor-parallel collectives inside a node when one is given: small messages are
+latency-bound and NVSwitch reaches its bus bandwidth only above ~100 MB, which a formula with one
+bandwidth cannot capture.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
 
 
 def p2p_time(nbytes: float, bw_GBps: float, latency_us: float) -> float:
@@ -38,15 +47,117 @@ def hierarchical_allreduce_time(nbytes: float, per_node: int, nodes: int, intra_
     return t
 
 
+def slowest_link_GBps(bandwidth: np.ndarray, group: list[int]) -> float:
+    """A ring over `group` (node indices) runs at its slowest directed link, in both ring directions."""
+    g = list(group)
+    if len(g) < 2:
+        return float("inf")
+    sub = np.asarray(bandwidth)[np.ix_(g, g)]
+    off = ~np.eye(len(g), dtype=bool)
+    return float(sub[off].min())
+
+
+# --- nccl-tests tables ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CollectiveTable:
+    """Measured collective time by message size for one group size (nccl-tests output)."""
+    n: int
+    sizes: tuple            # bytes, increasing
+    times_s: tuple          # seconds (mean of out-of-place and in-place)
+
+    def time(self, nbytes: float) -> float:
+        s = np.asarray(self.sizes, dtype=float)
+        t = np.asarray(self.times_s, dtype=float)
+        if nbytes <= 0:
+            return 0.0
+        if nbytes <= s[0]:
+            # below the table: latency + bytes at the bandwidth of the two smallest points (alpha-beta)
+            beta = (t[1] - t[0]) / (s[1] - s[0])
+            alpha = max(t[0] - beta * s[0], 0.0)
+            return float(alpha + beta * nbytes)
+        if nbytes >= s[-1]:
+            return float(t[-1] * nbytes / s[-1])      # bandwidth-bound: scale linearly
+        return float(np.exp(np.interp(np.log(nbytes), np.log(s), np.log(t))))
+
+    def as_dict(self) -> dict:
+        return {"n": self.n, "sizes": list(self.sizes), "times_s": list(self.times_s)}
+
+
+def read_nccl_tests(path: str, n: int | None = None) -> CollectiveTable:
+    """Read one nccl-tests result: CSV `size(B),count,type,time(ns),busbw,time(ns),busbw` as in
+    vTrain's tables, or the plain nccl-tests console output (whitespace columns, time in us)."""
+    if n is None:
+        m = re.search(r"(\d+)\s*gpu", os.path.basename(path))
+        if not m:
+            raise ValueError(f"{path}: cannot tell the group size from the name; pass n")
+        n = int(m.group(1))
+    sizes, times = [], []
+    with open(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if not line or line.startswith("#") or line[0].isalpha():
+                continue
+            if "," in line:
+                c = line.split(",")
+                sizes.append(float(c[0]))
+                ts = [float(c[3])] + ([float(c[5])] if len(c) > 5 else [])
+                times.append(float(np.mean(ts)) * 1e-9)
+            else:   # console format: size count type redop root time algbw busbw #wrong time algbw busbw #wrong
+                c = line.split()
+                try:
+                    sizes.append(float(c[0]))
+                    times.append(float(np.mean([float(c[5]), float(c[9])])) * 1e-6)
+                except (ValueError, IndexError):
+                    continue
+    if len(sizes) < 2:
+        raise ValueError(f"{path}: fewer than two measurements")
+    order = np.argsort(sizes)
+    return CollectiveTable(n, tuple(float(sizes[i]) for i in order), tuple(float(times[i]) for i in order))
+
+
+def read_nccl_dir(path: str) -> dict[int, CollectiveTable]:
+    """All `*{N}gpu*.txt` tables of a directory, keyed by group size."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(path, "*gpu*"))):
+        t = read_nccl_tests(f)
+        out[t.n] = t
+    if not out:
+        raise ValueError(f"{path}: no nccl-tests tables (*<N>gpu*.txt)")
+    return out
+
+
 @dataclass(frozen=True)
 class CommModel:
     """Collective efficiency knobs; `planner fit` may replace the defaults with measured ones."""
     intra_efficiency: float = 0.8      # achieved / nominal NVLink bandwidth for large messages
     inter_efficiency: float = 0.9      # achieved / measured-matrix bandwidth
     grad_bytes: int = 4                # bytes per gradient element in the data-parallel reduction
+    allreduce_tables: dict = field(default_factory=dict, compare=False)   # n -> CollectiveTable (in node)
+
+    def intra_allreduce_time(self, nbytes: float, n: int, cluster) -> float:
+        """All-reduce inside one node: the measured table for n GPUs when there is one, else a ring."""
+        if n <= 1:
+            return 0.0
+        tab = self.allreduce_tables.get(n)
+        if tab is not None:
+            return tab.time(nbytes)
+        return ring_allreduce_time(nbytes, n, cluster.intra.bandwidth_GBps * self.intra_efficiency,
+                                   cluster.intra.latency_us)
+
+    def intra_reduce_scatter_time(self, nbytes: float, n: int, cluster) -> float:
+        """Half an all-reduce (reduce-scatter == all-gather in bytes moved)."""
+        if n <= 1:
+            return 0.0
+        tab = self.allreduce_tables.get(n)
+        if tab is not None:
+            return 0.5 * tab.time(nbytes)
+        return ring_reduce_scatter_time(nbytes, n, cluster.intra.bandwidth_GBps * self.intra_efficiency,
+                                        cluster.intra.latency_us)
 
     def tp_allreduce_time(self, nbytes: float, tp: int, cluster) -> float:
-        if tp <= 1:
-            return 0.0
-        return ring_allreduce_time(nbytes, tp, cluster.intra.bandwidth_GBps * self.intra_efficiency,
-                                   cluster.intra.latency_us)
+        return self.intra_allreduce_time(nbytes, tp, cluster)
+
+    def to_dict(self) -> dict:
+        return {"intra_efficiency": self.intra_efficiency, "inter_efficiency": self.inter_efficiency,
+                "grad_bytes": self.grad_bytes}

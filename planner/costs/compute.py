@@ -1,17 +1,52 @@
 """Per-stage forward / backward time of one micro-batch (tensor-parallel collectives included).
 
-Physically grounded: matmul FLOPs at an efficiency that grows with matrix size, memory-bound
-element-wise work, a fixed per-layer kernel overhead. Parameters can be fitted to measurements.
+Physically grounded, with a handful of fitted parameters (planner fit compute):
+  GEMM time      = FLOPs / (peak * eff(FLOPs)),  eff(f) = max_efficiency * f / (f + half_size)
+                   (small GEMMs cannot fill the GPU; tensor parallelism makes GEMMs smaller)
+  attention core = batched QK^T and AV GEMMs at attn_efficiency of the GEMM curve (head_dim-wide
+                   batched GEMMs run below plain GEMMs), plus softmax/mask/dropout over s^2 elements
+  element-wise   = bytes moved by norms, bias/GeLU/dropout/residual kernels at hbm_GBps
+  host floor     = layer_overhead_s: the host's time to launch one layer forward (2x for backward).
+                   The GPU runs ahead of the host, so a pass takes max(GPU work, host time) (a smooth
+                   max): small layers are launch-bound, large ones compute-bound; vTrain's single-node
+                   runs show a ~3 ms floor per layer and micro-batch (fwd + recompute + bwd) that does
+                   not shrink with the work.
+  overheads      =
+                   iteration_overhead_s once per iteration (loss/grad-norm syncs, timers, launch gaps)
+  optimizer step = parameter bytes touched by mixed-precision Adam at hbm_GBps, once per iteration
+Backward = backward_ratio x forward FLOPs (input + weight gradients); full recompute adds one more
+forward, selective recompute adds the attention core.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from planner.config import ParallelConfig
 from planner.costs.comm import CommModel
 from planner.schedules import chunks_per_device
 
 BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+# Bytes moved per token per hidden unit by the element-wise kernels of one GPT layer forward
+# (16-bit activations): two LayerNorms (read+write, 8) and two bias-dropout-adds (two reads, a
+# mask and a write, 14) run on the full hidden size on every tensor-parallel rank unless
+# sequence parallelism splits them; QKV bias/split/transposes (12) and bias+GeLU on 4h (16) are split.
+ELEM_REPLICATED = 22.0
+ELEM_SHARDED = 28.0
+# Bytes per attention-score element (s x s per head) forward: scale+mask+softmax read/write (4),
+# dropout read/write and mask (5), at 16-bit.
+ELEM_SCORES = 9.0
+# Bytes per parameter one mixed-precision Adam step touches: fp16 grad read, fp32 master,
+# m and v read+write, fp16 weight write, plus unscale / inf-check / norm passes over the grads.
+OPT_BYTES_PER_PARAM = 40.0
+# Bytes per logit of Megatron's vocab-parallel cross-entropy forward: fp16 read, fp32 cast, max,
+# subtract, exp, sum (about five fp32 passes; the backward re-reads them 2x).
+LOSS_BYTES = 24.0
+# Backward of element-wise kernels moves ~1.5x their forward bytes (gradient in, gradient out and
+# the saved input; softmax backward reads probabilities and gradient), unlike GEMMs whose FLOPs double.
+ELEM_BACKWARD = 1.5
 
 
 @dataclass(frozen=True)
@@ -21,59 +56,159 @@ class StageTimes:
     weight_grad: float      # the W part of backward (zero-bubble schedules defer it)
     recompute: float        # the recompute part of backward
     tp_comm: float          # TP collective time inside forward + backward
+    step: float = 0.0       # once per iteration: optimizer step + fixed per-iteration overhead
+
+
+FITTED = ("max_efficiency", "half_size", "attn_efficiency", "hbm_GBps", "layer_overhead_s",
+          "iteration_overhead_s", "tp_sync_s", "backward_ratio")
+# fitted by default; backward_ratio stays at its FLOP count (2) unless asked, since the
+# single-node runs cannot separate it from the GEMM efficiency
+DEFAULT_FIT = ("max_efficiency", "half_size", "attn_efficiency", "hbm_GBps", "layer_overhead_s",
+               "iteration_overhead_s", "tp_sync_s")
 
 
 @dataclass(frozen=True)
 class ComputeModel:
-    """Time of a transformer layer = matmul FLOPs / (peak * eff(size)) + element-wise bytes / HBM bw + overhead."""
+    """Time of a transformer layer from FLOPs, bytes and overheads; see the module docstring."""
     max_efficiency: float = 0.75       # of peak, for very large GEMMs
-    half_size: float = 2.0e9           # per-GEMM FLOPs at which efficiency is half of max
-    hbm_GBps: float = 1500.0           # memory-bound element-wise work
-    layer_overhead_s: float = 60e-6    # kernel launches and small ops per layer forward
-    backward_ratio: float = 2.0        # backward FLOPs / forward FLOPs
+    half_size: float = 5.0e9          # per-GEMM FLOPs at which efficiency is half of max
+    attn_efficiency: float = 0.5       # batched attention GEMMs, relative to a plain GEMM of equal FLOPs
+    hbm_GBps: float = 1500.0           # achieved bandwidth of memory-bound element-wise kernels
+    layer_overhead_s: float = 7e-4     # host time to launch one layer forward (Megatron, Python)
+    iteration_overhead_s: float = 0.0  # fixed per iteration
+    tp_sync_s: float = 0.0             # per TP collective and per other rank: launch skew, waiting for the slowest
+    backward_ratio: float = 2.0        # backward time / forward time of the same work
     comm: CommModel = field(default_factory=CommModel)
+    source: str | None = field(default=None, compare=False)
+
+    def params(self) -> dict:
+        return {k: getattr(self, k) for k in FITTED}
+
+    def with_params(self, **kw) -> "ComputeModel":
+        return replace(self, **kw)
 
     def _gemm_time(self, flops: float, peak: float) -> float:
+        if flops <= 0:
+            return 0.0
         eff = self.max_efficiency * flops / (flops + self.half_size)
-        return flops / (peak * eff) if flops > 0 else 0.0
+        return flops / (peak * eff)
 
-    def layer_forward(self, model, cluster, training, cfg: ParallelConfig) -> tuple[float, float, float]:
-        """(compute s, attention-core s, TP comm s) for one layer's forward of one micro-batch."""
+    def layer_parts(self, model, cluster, training, cfg: ParallelConfig) -> dict:
+        """Forward of one layer, one micro-batch, split into physical parts (seconds)."""
         s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
         peak = cluster.gpu.peak_flops(training.precision)
+        by = BYTES[training.precision]
         tokens = s * b
         kv, f = model.kv_channels, model.ffn_hidden_size
         gemms = [2 * tokens * h * (h + 2 * kv) / t, 2 * tokens * h * h / t,
                  2 * tokens * h * f * (2 if model.gated_mlp else 1) / t, 2 * tokens * f * h / t]
-        attn_flops = 4 * b * s * s * h / t
         mm = sum(self._gemm_time(g, peak) for g in gemms)
-        heads_local = max(1, model.num_attention_heads // t)
-        attn = heads_local * self._gemm_time(attn_flops / heads_local, peak)
-        # element-wise: norms, residuals, activation, dropout: ~ 16 passes over s*b*h, bytes per element
-        elem = 16 * tokens * h * BYTES[training.precision] / (t if cfg.sequence_parallel else 1)
-        elem += 4 * b * s * s * (model.num_attention_heads / t) * BYTES[training.precision]  # softmax
+        # QK^T and AV: 2 GEMMs of 2*b*s*s*h/t FLOPs, batched over the local heads
+        attn = 2 * self._gemm_time(2 * b * s * s * h / t, peak) / self.attn_efficiency
+        heads_local = model.num_attention_heads / t
+        elem = tokens * h * (ELEM_REPLICATED / (t if cfg.sequence_parallel else 1) + ELEM_SHARDED / t) * by / 2
+        elem += b * heads_local * s * s * ELEM_SCORES * by / 2
         elem_t = elem / (self.hbm_GBps * 1e9)
-        comm = 2 * self.comm.tp_allreduce_time(tokens * h * BYTES[training.precision], t, cluster)
-        return mm + elem_t + self.layer_overhead_s, attn, comm
+        # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
+        # all-gather pairs of the same volume with sequence parallelism)
+        comm = 2 * self._tp_allreduce(tokens * h * by, t, cluster)
+        return {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm}
+
+    def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
+        # waiting for the slowest of t ranks' launches: skew grows with the number of other ranks
+        return self.comm.tp_allreduce_time(nbytes, t, cluster) + self.tp_sync_s * (t - 1)
+
+    def pass_times(self, parts: dict) -> tuple[float, float]:
+        """(forward, backward) compute of one layer pass: GPU work or the host's launch time."""
+        gpu_f = parts["gemm"] + parts["attn"] + parts["elem"]
+        gpu_b = self.backward_ratio * (parts["gemm"] + parts["attn"]) + ELEM_BACKWARD * parts["elem"]
+        return smooth_max(gpu_f, parts["overhead"]), smooth_max(gpu_b, 2 * parts["overhead"])
+
+    def layer_forward(self, model, cluster, training, cfg: ParallelConfig) -> tuple[float, float, float]:
+        """(compute s, attention-core s, TP comm s) for one layer's forward of one micro-batch."""
+        p = self.layer_parts(model, cluster, training, cfg)
+        f, _ = self.pass_times(p)
+        return f - p["attn"], p["attn"], p["tp_comm"]
+
+    def head_times(self, model, cluster, training, cfg: ParallelConfig) -> tuple[float, float, float]:
+        """(first-stage extra fwd, last-stage extra fwd, TP comm of the head) per micro-batch:
+        embedding lookup (+ its dense gradient), output projection and the vocab-parallel loss."""
+        s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+        V = model.vocab_size
+        peak = cluster.gpu.peak_flops(training.precision)
+        by = BYTES[training.precision]
+        hbm = self.hbm_GBps * 1e9
+        emb = (s * b * h * by * 2 + V * h / t * by) / hbm        # gather, and zeroing its dense grad
+        logits = self._gemm_time(2 * s * b * h * V / t, peak)
+        loss = s * b * V / t * LOSS_BYTES / hbm                   # fp32 vocab-parallel cross-entropy passes
+        comm = self._tp_allreduce(s * b * h * by, t, cluster)   # embedding / output-grad all-reduce
+        return emb + self.layer_overhead_s, logits + loss + self.layer_overhead_s, comm
+
+    def step_time(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> float:
+        from planner.costs.memory import stage_params
+        opt = stage_params(model, cfg, stage) * OPT_BYTES_PER_PARAM / (self.hbm_GBps * 1e9)
+        if cfg.zero >= 1:
+            opt /= cfg.dp
+        return opt + self.iteration_overhead_s
 
     def stage_times(self, model, cluster, training, cfg: ParallelConfig) -> list[StageTimes]:
         comp, attn, comm = self.layer_forward(model, cluster, training, cfg)
+        r = self.backward_ratio
         fwd = comp + attn + comm
-        bwd = self.backward_ratio * (comp + attn) + comm
-        w = 0.5 * self.backward_ratio * (comp - self.layer_overhead_s)   # weight-grad GEMMs
+        # backward: r x the compute, and the mirrored all-reduces of the input gradients
+        p = self.layer_parts(model, cluster, training, cfg)
+        bwd = self.pass_times(p)[1] + comm
+        w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
         rc = {"none": 0.0, "selective": attn, "full": fwd}[cfg.recompute]
+        first, last, head_comm = self.head_times(model, cluster, training, cfg)
         L = model.num_layers // cfg.pp
         out = []
         for st in range(cfg.pp):
-            f_, b_ = L * fwd, L * (bwd + rc)
-            extra = 0.0
-            if st == cfg.pp - 1:   # output layer + loss
-                tokens = training.seq_length * cfg.micro_batch_size
-                extra = self._gemm_time(2 * tokens * model.hidden_size * model.vocab_size / cfg.tp,
-                                        cluster.gpu.peak_flops(training.precision))
-            out.append(StageTimes(f_ + extra, b_ + 2 * extra, L * w + extra, L * rc, L * 2 * comm))
+            f_, b_, w_, c_ = L * fwd, L * (bwd + rc), L * w, L * 2 * comm + (L * comm if cfg.recompute == "full" else 0)
+            if st == 0:
+                f_ += first
+                b_ += r * first + head_comm
+                c_ += 2 * head_comm
+                f_ += head_comm
+            if st == cfg.pp - 1:
+                f_ += last
+                b_ += r * last + (head_comm if cfg.pp > 1 else 0.0)
+                w_ += 0.5 * r * last
+            out.append(StageTimes(f_, b_, w_, L * rc, c_, self.step_time(model, cluster, training, cfg, st)))
         return out
+
+    # --- profiles ----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"compute": self.params(), "comm": self.comm.to_dict()}
+
+
+def smooth_max(a: float, b: float, p: float = 8.0) -> float:
+    """max(a, b) rounded near a == b (overlap is partial there), differentiable for the fit."""
+    if a <= 0 or b <= 0:
+        return max(a, b)
+    return (a ** p + b ** p) ** (1.0 / p)
+
+
+def load_profile(path: str) -> ComputeModel:
+    """A compute profile JSON: {"compute": {fitted params}, "comm": {..., "allreduce_tables": dir}}."""
+    from planner.costs.comm import read_nccl_dir
+    with open(path) as fh:
+        d = json.load(fh)
+    base = os.path.dirname(os.path.abspath(path))
+    cd = dict(d.get("comm", {}))
+    tables = {}
+    tref = cd.pop("allreduce_tables", None)
+    if tref:
+        tables = read_nccl_dir(os.path.normpath(os.path.join(base, tref)))
+    known = {f.name for f in fields(CommModel)}
+    comm = CommModel(**{k: v for k, v in cd.items() if k in known and k != "allreduce_tables"},
+                     allreduce_tables=tables)
+    params = {k: float(v) for k, v in d.get("compute", {}).items() if k in FITTED}
+    return ComputeModel(**params, comm=comm, source=path)
 
 
 def chunk_count(cfg: ParallelConfig) -> int:
     return chunks_per_device(cfg.schedule, cfg.vpp)
+
+
+__all__ = ["BYTES", "ComputeModel", "StageTimes", "load_profile", "chunk_count", "asdict"]

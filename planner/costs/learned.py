@@ -12,6 +12,7 @@ Saved as JSON (coefficients and metadata): loading executes no code.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -121,7 +122,12 @@ def _nnls_rel(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def load_default() -> LearnedMemory:
-    return LearnedMemory.load(DEFAULT_PATH)
+    return _load_cached(DEFAULT_PATH, os.path.getmtime(DEFAULT_PATH))
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(path: str, mtime: float) -> LearnedMemory:
+    return LearnedMemory.load(path)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -277,7 +283,7 @@ def default_memory_estimator(cluster=None):
         if not isinstance(path, str) or not os.path.exists(path):
             from planner.errors import SpecError
             raise SpecError(getattr(cluster, "source", None), "profiles.memory", f"file {path} does not exist")
-        return LearnedMemory.load(path)
+        return _load_cached(path, os.path.getmtime(path))
     if os.path.exists(DEFAULT_PATH):
         return load_default()
     return AnalyticalMemory()

@@ -1,0 +1,1 @@
+"""Measurement: bandwidth matrices, memory and compute samples, importers."""

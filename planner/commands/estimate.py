@@ -1,0 +1,43 @@
+"""planner estimate SPEC --tp --pp --dp --mbs ...: latency and memory of one given plan, no search."""
+from __future__ import annotations
+
+from planner.commands.common import add_config_args, config_from_args
+from planner.io import plain, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("estimate", help="estimate one given plan (iteration time, memory), no search")
+    p.add_argument("spec")
+    add_config_args(p)
+    p.add_argument("--mapping", default=None, help="solution YAML whose `mapping` to use (default: rank order)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from planner.cli import spec_arg
+    from planner.report import console
+    from planner.solution import load_solution
+    from planner.solve import estimate_plan
+
+    spec = spec_arg(args.spec)
+    cfg = config_from_args(args, spec)
+    mapping = load_solution(args.mapping).get("mapping") if args.mapping else None
+    est, lay, assign, prob = estimate_plan(spec, cfg, mapping, file=args.mapping)
+    d = {"config": cfg.as_dict(), "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b,
+                                             "node_grid": assign.tolist()},
+         "estimate": est.as_dict(), "fits": est.fits}
+    if args.json:
+        print_json(plain(d))
+    else:
+        con = console()
+        md = est.memory_dict()
+        con.print(f"[bold]{cfg.label()}[/bold]")
+        con.print(f"iteration {est.iteration_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%} "
+                  f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, dp {est.dp_comm_s:.4f} s)")
+        con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +
+                  ", ".join(f"{k} {md[k]:.2f}" for k in ("weights", "gradients", "optimizer", "activations",
+                                                          "logits", "overhead")))
+        con.print("per stage: " + " ".join(f"{v:.1f}" for v in md["per_stage"]) +
+                  ("" if est.fits else "  [red]DOES NOT FIT[/red]"))
+    return 0 if est.fits else 1

@@ -1,0 +1,81 @@
+"""`planner import mpigraph LOG` and `planner import nccl-tests OUT`: other tools' measurements in our formats."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+
+from planner.profile import importers as imp
+from planner.profile.network import matrix_csv, sidecar_path
+
+
+def register(subparsers):
+    p = subparsers.add_parser("import", help="import mpiGraph matrices or nccl-tests tables")
+    sub = p.add_subparsers(dest="import_kind", metavar="KIND")
+    sub.required = True
+
+    m = sub.add_parser("mpigraph", help="mpiGraph log -> node x node bandwidth CSV (GB/s) + sidecar")
+    m.add_argument("log")
+    m.add_argument("-o", "--output", default=None, help="matrix CSV (default: print it on stdout)")
+    m.add_argument("--sidecar", default=None, help="sidecar YAML (default: output with .yaml)")
+    m.add_argument("--combine", choices=imp.COMBINE, default="min",
+                   help="send view, receive view, their minimum (default) or mean per directed pair")
+    m.add_argument("--aggregate", choices=imp.AGGREGATE, default="median",
+                   help="over the rank pairs of two hosts when several ranks ran per host")
+    m.add_argument("--rank-matrix", default=None, metavar="CSV", help="also write the rank x rank matrix")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=_mpigraph)
+
+    n = sub.add_parser("nccl-tests", help="nccl-tests output -> size_bytes,time_us,algbw_GBps,busbw_GBps CSV")
+    n.add_argument("out")
+    n.add_argument("-o", "--output", default=None, help="table CSV (default: print it on stdout)")
+    n.add_argument("--placement", choices=("out-of-place", "in-place"), default="out-of-place")
+    n.add_argument("--json", action="store_true")
+    n.set_defaults(func=_nccl)
+
+
+def _mpigraph(args) -> int:
+    from planner.io import atomic_write_text, print_json, write_yaml
+    log = imp.parse_mpigraph(imp.read_text(args.log), args.log)
+    nm = imp.mpigraph_node_matrix(log, args.combine, args.aggregate)
+    comments = [f"imported from mpiGraph log {os.path.basename(args.log)} "
+                f"({log.msg_size_bytes} B messages, {args.combine} of send/recv views, {args.aggregate} per host pair)",
+                "GB/s (1e9 B/s) per rail, [i, j] = node i sends to node j; diagonal unused",
+                "nodes: " + " ".join(nm.node_names)]
+    side = {"kind": "planner network import", "imported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "source_file": os.path.abspath(args.log), **nm.source, "node_names": list(nm.node_names),
+            "rank_labels": list(nm.rank_labels), "bandwidth_GBps": nm.bandwidth_GBps,
+            "send_MiBps": log.send_MBps, "recv_MiBps": log.recv_MBps}
+    if args.output:
+        atomic_write_text(args.output, matrix_csv(nm.bandwidth_GBps, comments))
+        side["cluster_network"] = {"bandwidth_matrix": os.path.basename(args.output),
+                                   "node_names": list(nm.node_names)}
+        write_yaml(args.sidecar or sidecar_path(args.output), side)
+        if args.rank_matrix:
+            atomic_write_text(args.rank_matrix, matrix_csv(nm.rank_matrix_GBps, comments[:2] + [
+                "ranks: " + " ".join(nm.rank_labels)]))
+        print(f"{len(nm.node_names)}x{len(nm.node_names)} node matrix -> {args.output}", file=sys.stderr)
+    if args.json:
+        print_json(side)
+    elif not args.output:
+        sys.stdout.write(matrix_csv(nm.bandwidth_GBps, comments))
+    return 0
+
+
+def _nccl(args) -> int:
+    from planner.io import atomic_write_text, print_json
+    table = imp.parse_nccl_tests(imp.read_text(args.out), args.out, args.placement)
+    comments = [f"imported from nccl-tests output {os.path.basename(args.out)} ({table.placement}, {table.layout} layout"
+                + (f", {table.collective}" if table.collective else "")
+                + (f", {table.nranks} ranks" if table.nranks else "") + ")"]
+    text = imp.nccl_table_csv(table, comments)
+    if args.output:
+        atomic_write_text(args.output, text)
+        print(f"{len(table.rows)} rows -> {args.output}", file=sys.stderr)
+    if args.json:
+        print_json({"placement": table.placement, "layout": table.layout, "collective": table.collective,
+                    "nranks": table.nranks, "avg_busbw_GBps": table.avg_busbw_GBps,
+                    "rows": [r.__dict__ for r in table.rows]})
+    elif not args.output:
+        sys.stdout.write(text)
+    return 0

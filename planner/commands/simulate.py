@@ -1,0 +1,166 @@
+"""planner simulate SPEC|SOLUTION: replay one plan's pipeline schedule op by op.
+
+    planner simulate specs/x.yaml --tp 8 --pp 4 --dp 4 --mbs 1 --schedule 1f1b [--plot t.png] [--trace t.json]
+    planner simulate solutions/x.yaml            # the config and mapping the solver wrote
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import yaml
+
+from planner.config import RECOMPUTE, SCHEDULES, V_SHAPES, ParallelConfig
+from planner.errors import SpecError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="simulate one plan op by op (iteration time, bubbles, memory per GPU)")
+    p.add_argument("path", metavar="SPEC|SOLUTION", help="plan spec YAML (with config flags) or a solution YAML")
+    g = p.add_argument_group("configuration (required with a SPEC)")
+    g.add_argument("--tp", type=int, default=None)
+    g.add_argument("--pp", type=int, default=None)
+    g.add_argument("--dp", type=int, default=None)
+    g.add_argument("--mbs", type=int, default=None, help="micro-batch size")
+    g.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
+    g.add_argument("--vpp", type=int, default=None, help="model chunks per device (interleaved; V-shapes use 2)")
+    g.add_argument("--recompute", default="none", choices=RECOMPUTE)
+    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2))
+    g.add_argument("--sp", action="store_true", help="sequence parallel")
+    p.add_argument("--recompute-in-bubbles", action="store_true",
+                   help="run recomputation early, in pipeline bubbles (Mario), instead of when the gradient arrives")
+    p.add_argument("--overlap-dp", action="store_true", help="all-reduce each chunk's gradients as soon as they are done")
+    p.add_argument("--plot", metavar="PNG", default=None, help="write the timeline + memory picture")
+    p.add_argument("--trace", metavar="JSON", default=None, help="write a Chrome / Perfetto trace")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    p.set_defaults(func=run)
+
+
+def _config_from_flags(args, spec) -> ParallelConfig:
+    for flag in ("tp", "pp", "dp", "mbs"):
+        v = getattr(args, flag)
+        if v is None or v < 1:
+            raise SpecError(None, f"--{flag}", f"must be a positive integer, got {v}")
+    gbs = spec.training.global_batch_size
+    if gbs % (args.dp * args.mbs):
+        raise SpecError(None, "--mbs", f"dp*mbs = {args.dp * args.mbs} does not divide the global batch {gbs}")
+    m = gbs // (args.dp * args.mbs)
+    if args.schedule == "interleaved":
+        vpp = args.vpp or 2
+    elif args.schedule in V_SHAPES:
+        vpp = 2
+    else:
+        vpp = 1
+    return ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, args.schedule, vpp, args.recompute, args.zero,
+                          bool(args.sp) and args.tp > 1)
+
+
+def _config_from_solution(d: dict, file: str) -> ParallelConfig:
+    c = d.get("config")
+    if not isinstance(c, dict):
+        raise SpecError(file, "config", "must be a mapping")
+    try:
+        return ParallelConfig(int(c["tp"]), int(c["pp"]), int(c["dp"]), int(c["micro_batch_size"]),
+                              int(c["num_microbatches"]), str(c.get("schedule", "1f1b")), int(c.get("vpp", 1)),
+                              str(c.get("recompute", "none")), int(c.get("zero", 0)),
+                              bool(c.get("sequence_parallel", False)))
+    except KeyError as e:
+        raise SpecError(file, f"config.{e.args[0]}", "is missing") from None
+    except (TypeError, ValueError) as e:
+        raise SpecError(file, "config", f"has a bad value ({e})") from None
+
+
+def load_target(args):
+    """(spec, config, mapping or None) from a spec + flags or from a solution file."""
+    from planner.cli import spec_arg
+    path = args.path
+    if not os.path.exists(path):
+        raise SpecError(path, None, "file does not exist")
+    try:
+        with open(path) as fh:
+            raw = yaml.safe_load(fh)
+    except yaml.YAMLError as e:
+        raise SpecError(path, None, f"is not valid YAML ({str(e).splitlines()[0]})") from None
+    flags = any(getattr(args, f) is not None for f in ("tp", "pp", "dp", "mbs"))
+    if isinstance(raw, dict) and "config" in raw and "spec" in raw:       # a solution
+        sp = raw["spec"]
+        if isinstance(sp, dict):
+            sp = sp.get("path") or sp.get("file")
+        if not isinstance(sp, str):
+            raise SpecError(path, "spec", "must be the path of the plan spec")
+        cand = [sp, os.path.join(os.path.dirname(os.path.abspath(path)), sp),
+                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), sp)]
+        found = next((c for c in cand if os.path.exists(c)), None)
+        if found is None:
+            raise SpecError(path, "spec", f"{sp} not found (tried relative to the working folder and the solution)")
+        spec = spec_arg(found)
+        if flags:
+            return spec, _config_from_flags(args, spec), None
+        mapping = raw.get("mapping")
+        if mapping is not None and not (isinstance(mapping, list) and all(isinstance(w, dict) for w in mapping)):
+            raise SpecError(path, "mapping", "must be a list of {stage, tp_rank, dp_rank, node, gpu}")
+        return spec, _config_from_solution(raw, path), mapping
+    spec = spec_arg(path)
+    if not flags:
+        raise SpecError(path, None, "a plan spec needs a configuration to simulate: give --tp --pp --dp --mbs "
+                                    "(and --schedule ...), or pass a solution file")
+    return spec, _config_from_flags(args, spec), None
+
+
+def run(args) -> int:
+    from planner.io import print_json
+    from planner.simulate import agreement, simulate
+
+    spec, cfg, mapping = load_target(args)
+    try:
+        sim = simulate(spec, cfg, mapping, recompute_in_bubbles=args.recompute_in_bubbles,
+                       overlap_dp=args.overlap_dp)
+    except (ValueError, KeyError) as e:
+        raise SpecError(args.path, "config" if mapping is None else "mapping", str(e)) from None
+    est = _estimate(spec, cfg, mapping)
+    out = sim.as_dict()
+    if est is not None:
+        out["estimate_iteration_s"] = est
+        out["agreement"] = agreement(sim, est)
+    if args.plot:
+        from planner.simulate.plot import plot_timeline
+        plot_timeline(sim, args.plot)
+        out["plot"] = args.plot
+    if args.trace:
+        from planner.simulate.trace import write_trace
+        write_trace(sim, args.trace)
+        out["trace"] = args.trace
+    if args.json:
+        print_json(out)
+    else:
+        _print_human(sim, cfg, est)
+    return 0
+
+
+def _estimate(spec, cfg, mapping=None):
+    """The closed-form estimate of the same plan (same mapping), for the agreement line (None if unavailable)."""
+    try:
+        if mapping is not None:
+            from planner.solve import estimate_plan
+            return float(estimate_plan(spec, cfg, mapping)[0].iteration_s)
+        from planner.latency import build_problem, default_layout, evaluate
+        layout = default_layout(cfg, spec.cluster.gpus_per_node)
+        prob = build_problem(spec, cfg, layout)
+        return float(evaluate(spec, cfg, prob, prob.rank_order()).iteration_s)
+    except Exception:   # the estimate is a courtesy here; the simulation stands on its own
+        return None
+
+
+def _print_human(sim, cfg, est) -> None:
+    w = sys.stderr.write
+    w(f"{cfg.label()}\n")
+    w(f"  iteration    {sim.iteration_s * 1e3:10.2f} ms  (pipeline {sim.compute_s * 1e3:.2f} ms, "
+      f"DP all-reduce {sim.dp_comm_s * 1e3:.2f} ms)\n")
+    w(f"  bubble       {sim.bubble_fraction:10.1%}\n")
+    if est is not None:
+        w(f"  estimate     {est * 1e3:10.2f} ms  (closed form, {100 * (est - sim.iteration_s) / sim.iteration_s:+.1f}%)\n")
+    w(f"  ops          {sim.num_ops:10d}  over {sim.pipelines} distinct pipeline(s)\n")
+    w("  rank  peak GiB  static  activations  in-flight  busy %\n")
+    for d in range(sim.schedule.p):
+        w(f"  {d:4d}  {sim.peak_memory_GiB[d]:8.2f}  {sim.static_memory_GiB[d]:6.2f}  "
+          f"{sim.activation_peak_GiB[d]:11.2f}  {sim.inflight[d]:9.2f}  {100 * sim.busy_s[d] / sim.iteration_s:6.1f}\n")

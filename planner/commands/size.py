@@ -1,0 +1,98 @@
+"""planner size: the largest Chinchilla-optimal model trainable within a GPU-day budget (achieved throughput)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from planner.errors import SpecError
+from planner.io import print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("size", help="largest compute-optimal (Chinchilla) model for a GPU-day budget on a cluster")
+    p.add_argument("--cluster", required=True, help="cluster YAML (clusters/...)")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs to use (whole nodes; default: the whole cluster)")
+    p.add_argument("--budget-gpu-days", type=float, required=True, help="compute budget in GPU-days")
+    p.add_argument("--family", choices=("gpt", "llama"), default="gpt")
+    p.add_argument("--vocab-size", type=int, default=50257)
+    p.add_argument("--global-batch-size", type=int, default=1024)
+    p.add_argument("--seq-length", type=int, default=2048)
+    p.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16")
+    p.add_argument("--schedules", default="1f1b,interleaved", help="comma-separated schedules to search")
+    p.add_argument("--time-limit", type=float, default=5.0, help="solver seconds per candidate size")
+    p.add_argument("--price", type=float, default=None, help="dollars per GPU-hour (default: the cluster's)")
+    p.add_argument("--plot", default=None, metavar="PNG", help="draw GPU-days vs size of the solved sizes here")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from planner.config import SCHEDULES
+    from planner.errors import InfeasibleError
+    from planner.sizing import optimal_size
+    from planner.spec import load_cluster
+    from planner.spec.plan import SearchSpec, SolverSpec, TrainingSpec
+    from planner.sweep import subset_cluster
+
+    if not os.path.exists(args.cluster):
+        raise SpecError(None, "--cluster", f"file {args.cluster} does not exist")
+    for flag in ("budget_gpu_days", "time_limit"):
+        if getattr(args, flag) <= 0:
+            raise SpecError(None, "--" + flag.replace("_", "-"), "must be positive")
+    for flag in ("global_batch_size", "seq_length", "vocab_size"):
+        if getattr(args, flag) < 1:
+            raise SpecError(None, "--" + flag.replace("_", "-"), "must be a positive integer")
+    cl = load_cluster(args.cluster)
+    gpus = args.gpus or cl.num_gpus
+    if gpus < 1 or gpus % cl.gpus_per_node or gpus > cl.num_gpus:
+        raise SpecError(None, "--gpus", f"{gpus} is not a whole number of {cl.name}'s nodes "
+                                        f"({cl.gpus_per_node} GPUs each, {cl.nodes} nodes)")
+    schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
+    bad = [s for s in schedules if s not in SCHEDULES]
+    if bad or not schedules:
+        raise SpecError(None, "--schedules", f"unknown {bad}; choose from {list(SCHEDULES)}")
+    price = args.price if args.price is not None else cl.price_per_gpu_hour_usd
+    training = TrainingSpec(args.global_batch_size, args.seq_length, args.precision)
+
+    def progress(p):
+        if not args.json:
+            gd = f"{_days(p.gpu_days)} GPU-days" if p.gpu_days is not None else "no plan fits"
+            print(f"  {p.model:>12} ({p.params / 1e9:.2f}B): {p.status:<10} {gd}", file=sys.stderr)
+
+    res = optimal_size(subset_cluster(cl, gpus), gpus, args.budget_gpu_days, training,
+                       SearchSpec(schedules=schedules), SolverSpec(time_limit_s=args.time_limit), args.family,
+                       args.vocab_size, None, args.time_limit, price, progress=progress)
+    d = res.as_dict()
+    if args.plot:
+        from planner.batch_plots import plot_sizing
+        d["plot"] = plot_sizing(d, args.plot)
+    if args.json:
+        print_json(d)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+        con = Console(file=sys.stderr, width=120)
+        t = Table(title=f"sizes solved on {cl.name}, {gpus} GPUs, budget {_days(args.budget_gpu_days)} GPU-days")
+        for c in ("model", "params", "layers x hidden", "status", "tokens/s", "MFU", "GPU-days (20 tok/param)", "fits"):
+            t.add_column(c)
+        for p in d["points"]:
+            t.add_row(p["model"], f"{p['params'] / 1e9:.2f}B", f"{p['num_layers']} x {p['hidden_size']}", p["status"],
+                      f"{p['tokens_per_s']:,.0f}" if p["tokens_per_s"] else "", f"{p['mfu']:.1%}" if p["mfu"] else "",
+                      _days(p["gpu_days"]) if p["gpu_days"] else "", "yes" if p["within_budget"] else "no")
+        con.print(t)
+        b = d["best"]
+        if b:
+            cost = f", ${b['cost_usd']:,.0f}" if b["cost_usd"] is not None else ""
+            con.print(f"largest compute-optimal model: {b['model']} ({b['params'] / 1e9:.2f}B parameters, "
+                      f"{b['num_layers']} layers x {b['hidden_size']} hidden) on {b['tokens'] / 1e9:,.0f}B tokens: "
+                      f"{_days(b['gpu_days'])} GPU-days, {b['train_days']:.1f} days on {gpus} GPUs{cost}; "
+                      f"plan {b['config']} at {b['tokens_per_s']:,.0f} tokens/s (MFU {b['mfu']:.1%}); "
+                      f"{d['solves']} sizes solved in {d['wall_s']:.1f} s")
+    if d["best"] is None:
+        raise InfeasibleError(f"no model of the size grid (from 0.1B) trains within {args.budget_gpu_days:g} "
+                              f"GPU-days on {gpus} GPUs of {cl.name}")
+    return 0
+
+
+def _days(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"

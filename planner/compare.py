@@ -1,0 +1,70 @@
+"""Exact vs annealing vs baselines on one spec: objective, gap to the proven bound, wall time."""
+from __future__ import annotations
+
+import time
+
+from planner.config import ParallelConfig
+from planner.costs import default_costs
+from planner.costs.memory import GiB
+from planner.latency import build_problem, default_layout, evaluate, memory_limit_GiB, stage_memory
+from planner.mapping.anneal import anneal
+from planner.solve import solve
+
+
+def megatron_heuristic(spec, costs):
+    """Megatron-LM's rule of thumb: tp = GPUs per node, the smallest pp that fits, 1F1B, rank order."""
+    cl, m = spec.cluster, spec.model
+    tp = cl.gpus_per_node
+    while tp > 1 and (m.num_attention_heads % tp or m.num_kv_heads % tp):
+        tp //= 2
+    for pp in range(1, cl.num_gpus // tp + 1):
+        if (cl.num_gpus // tp) % pp or m.num_layers % pp:
+            continue
+        dp = cl.num_gpus // (tp * pp)
+        if spec.training.global_batch_size % dp:
+            continue
+        for rc in ("selective", "full"):
+            cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "1f1b", 1, rc, 0, tp > 1)
+            if max(x.total for x in stage_memory(spec, cfg, costs)) / GiB <= memory_limit_GiB(spec):
+                lay = default_layout(cfg, cl.gpus_per_node)
+                prob = build_problem(spec, cfg, lay, costs)
+                return cfg, evaluate(spec, cfg, prob, prob.rank_order(), costs)
+    return None, None
+
+
+def compare(spec, time_limit_s: float | None = None, seed: int = 0) -> dict:
+    costs = default_costs(spec.cluster)
+    limit = time_limit_s or spec.solver.time_limit_s
+    rows = []
+    t = time.perf_counter()
+    ex = solve(spec, method="exact", time_limit_s=limit, seed=seed, costs=costs, simulate=False)
+    rows.append({"method": "planner exact (CP-SAT)", "config": ex.config.label(), "iteration_s": ex.solver.objective,
+                 "status": ex.solver.status, "wall_s": time.perf_counter() - t})
+    bound = ex.solver.bound
+    t = time.perf_counter()
+    an = solve(spec, method="anneal", time_limit_s=limit, seed=seed, costs=costs, simulate=False)
+    rows.append({"method": "planner anneal", "config": an.config.label(), "iteration_s": an.solver.objective,
+                 "status": an.solver.status, "wall_s": time.perf_counter() - t})
+    bound = max(bound, an.solver.bound)
+    # the best config's mapping: rank order vs Pipette's annealer at its published settings (alpha .999, 10 s)
+    prob = build_problem(spec, ex.config, ex.layout, costs)
+    ro = prob.objective(prob.rank_order())
+    rows.append({"method": "best config, rank-order mapping", "config": ex.config.label(), "iteration_s": ro,
+                 "status": "-", "wall_s": 0.0})
+    t = time.perf_counter()
+    pip = anneal(prob, seed=seed, style="pipette", time_limit_s=10.0, init=prob.rank_order())
+    rows.append({"method": "best config, Pipette-style SA (10 s)", "config": ex.config.label(),
+                 "iteration_s": pip.objective, "status": "-", "wall_s": time.perf_counter() - t})
+    cfg, est = megatron_heuristic(spec, costs)
+    if cfg is not None:
+        rows.append({"method": "Megatron heuristic (tp=node, min pp), rank order", "config": cfg.label(),
+                     "iteration_s": est.iteration_s, "status": "-", "wall_s": 0.0})
+    for r in rows:
+        r["gap_to_bound"] = r["iteration_s"] / bound - 1.0
+        r["vs_best"] = r["iteration_s"] / min(x["iteration_s"] for x in rows) - 1.0
+    out = {"spec": spec.name, "bound": bound, "rows": rows}
+    if spec.cluster.snapshots:
+        from planner.robust import robust_report
+        out["robust"] = robust_report(spec, ex.config, ex.layout, list(spec.cluster.snapshots),
+                                      time_limit_s=min(limit, 30.0), seed=seed, costs=costs)
+    return out

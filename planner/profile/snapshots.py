@@ -1,0 +1,189 @@
+"""Several measured bandwidth matrices of one cluster (a time series): their spread per link.
+
+Pipette observed that links sold as equal differ and drift over days; a plan tuned to one snapshot may
+be poor on the next. These pure functions summarise the spread per directed link and give the two
+matrices a solver optimises against: the mean and the worst case (per-link minimum bandwidth).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def stack(snaps) -> np.ndarray:
+    """(k, n, n) array of the snapshots; they must be square and of one shape."""
+    mats = [np.asarray(s, dtype=float) for s in snaps]
+    if not mats:
+        raise ValueError("no bandwidth snapshots")
+    n = mats[0].shape
+    for k, m in enumerate(mats):
+        if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape != n:
+            raise ValueError(f"snapshot {k} has shape {m.shape}, expected {n} (square)")
+    return np.stack(mats)
+
+
+def _offdiag(n):
+    return ~np.eye(n, dtype=bool)
+
+
+def mean_matrix(snaps) -> np.ndarray:
+    """Per-link mean bandwidth over the snapshots (diagonal 0)."""
+    s = stack(snaps)
+    m = s.mean(axis=0)
+    np.fill_diagonal(m, 0.0)
+    return m
+
+
+def worst_case_matrix(snaps) -> np.ndarray:
+    """Per-link minimum bandwidth over the snapshots (diagonal 0).
+
+    A mapping's time on this matrix bounds its time on every snapshot from above only for objectives
+    that are monotone in each link's bandwidth (true for the p2p and ring terms used here); the exact
+    robust objective is the max over snapshots of the time, which the solver evaluates per snapshot.
+    """
+    s = stack(snaps)
+    m = s.min(axis=0)
+    np.fill_diagonal(m, 0.0)
+    return m
+
+
+@dataclass(frozen=True)
+class LinkSpread:
+    src: int
+    dst: int
+    src_name: str
+    dst_name: str
+    mean_GBps: float
+    min_GBps: float
+    max_GBps: float
+    std_GBps: float
+    cv: float               # std / mean (population std over the snapshots)
+    drop: float             # (mean - min) / mean: how far the worst snapshot falls below the mean
+
+
+@dataclass(frozen=True)
+class SpreadReport:
+    snapshots: int
+    nodes: int
+    node_names: tuple
+    links: int
+    mean_cv: float
+    max_cv: float
+    median_cv: float
+    max_drop: float
+    mean_GBps: float        # mean over links of the per-link mean
+    worst_GBps: float       # slowest link of the worst-case matrix
+    most_variable: tuple    # LinkSpread, most variable first (by cv)
+    per_snapshot_mean_GBps: tuple
+    # Spearman rank correlation of the links' bandwidths between snapshot pairs: near 1 means the fast
+    # and slow links stay the same (a mapping tuned on one snapshot carries over); near 0 means the
+    # ordering is reshuffled by drift. None with one snapshot or when a snapshot has equal links.
+    rank_corr_mean: float | None = None
+    rank_corr_min: float | None = None
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["node_names"] = list(self.node_names)
+        d["most_variable"] = [dict(x.__dict__) for x in self.most_variable]
+        d["per_snapshot_mean_GBps"] = list(self.per_snapshot_mean_GBps)
+        return d
+
+
+def link_spreads(snaps, node_names=()) -> list:
+    s = stack(snaps)
+    n = s.shape[1]
+    names = list(node_names) if node_names and len(node_names) == n else [str(i) for i in range(n)]
+    mean, mn, mx, sd = s.mean(0), s.min(0), s.max(0), s.std(0)
+    out = []
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            mu = float(mean[i, j])
+            cv = float(sd[i, j] / mu) if mu > 0 else 0.0
+            drop = float((mu - mn[i, j]) / mu) if mu > 0 else 0.0
+            out.append(LinkSpread(i, j, names[i], names[j], mu, float(mn[i, j]), float(mx[i, j]),
+                                  float(sd[i, j]), cv, drop))
+    return out
+
+
+def spread_report(snaps, node_names=(), top: int = 10) -> SpreadReport:
+    s = stack(snaps)
+    n = s.shape[1]
+    links = link_spreads(s, node_names)
+    if not links:
+        raise ValueError("a 1-node cluster has no links")
+    cvs = np.array([x.cv for x in links])
+    ranked = sorted(links, key=lambda x: (-x.cv, x.src, x.dst))
+    off = _offdiag(n)
+    names = tuple(node_names) if node_names and len(node_names) == n else tuple(str(i) for i in range(n))
+    return SpreadReport(
+        snapshots=s.shape[0], nodes=n, node_names=names, links=len(links),
+        mean_cv=float(cvs.mean()), max_cv=float(cvs.max()), median_cv=float(np.median(cvs)),
+        max_drop=float(max(x.drop for x in links)),
+        mean_GBps=float(s.mean(0)[off].mean()), worst_GBps=float(s.min(0)[off].min()),
+        most_variable=tuple(ranked[:max(0, top)]),
+        per_snapshot_mean_GBps=tuple(float(m[off].mean()) for m in s),
+        **dict(zip(("rank_corr_mean", "rank_corr_min"), rank_correlation(s))))
+
+
+def rank_correlation(snaps):
+    """(mean, min) Spearman correlation of link bandwidths over all snapshot pairs, or (None, None)."""
+    s = stack(snaps)
+    k, n = s.shape[0], s.shape[1]
+    off = _offdiag(n)
+    vals = []
+    for a in range(k):
+        for b in range(a + 1, k):
+            x, y = s[a][off], s[b][off]
+            if np.ptp(x) == 0 or np.ptp(y) == 0:
+                continue
+            rx, ry = _ranks(x), _ranks(y)
+            vals.append(float(np.corrcoef(rx, ry)[0, 1]))
+    if not vals:
+        return None, None
+    return float(np.mean(vals)), float(np.min(vals))
+
+
+def _ranks(x):
+    """Average ranks (ties share their mean rank), as Spearman's correlation needs."""
+    order = np.argsort(x, kind="mergesort")
+    r = np.empty(len(x))
+    r[order] = np.arange(len(x), dtype=float)
+    for v in np.unique(x):
+        m = x == v
+        if m.sum() > 1:
+            r[m] = r[m].mean()
+    return r
+
+
+def cluster_snapshots(cluster, include_main: bool = False) -> list:
+    """The measured matrices of a ClusterSpec to report on: its bandwidth_snapshots, and its main
+    matrix first when asked (or when it has no snapshots)."""
+    snaps = list(cluster.snapshots)
+    if include_main or not snaps:
+        snaps.insert(0, cluster.bandwidth)
+    return snaps
+
+
+def drifted_snapshots(base, k: int, drift: float = 0.2, seed: int = 0, symmetric: bool = False) -> list:
+    """k synthetic snapshots: every directed link of `base` scaled by an independent factor drawn
+    uniformly from [1 - drift, 1] (links only get slower than their best measurement).
+
+    For tests and benchmarks of robust planning when no measured time series is at hand; say so
+    wherever its results are reported.
+    """
+    if not 0 <= drift < 1:
+        raise ValueError("drift must be in [0, 1)")
+    rng = np.random.default_rng(seed)
+    base = np.asarray(base, dtype=float)
+    out = []
+    for _ in range(k):
+        f = rng.uniform(1 - drift, 1.0, size=base.shape)
+        if symmetric:
+            f = np.triu(f) + np.triu(f, 1).T
+        m = base * f
+        np.fill_diagonal(m, 0.0)
+        out.append(m)
+    return out

@@ -1,0 +1,51 @@
+"""Human-readable tables (rich, on stderr) for plans and comparisons."""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+
+def console() -> Console:
+    return Console(file=sys.stderr, width=120)
+
+
+def plan_table(sol) -> Table:
+    c, e, s = sol.config, sol.estimate, sol.solver
+    t = Table(title=f"plan: {sol.spec.name}", show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    t.add_row("parallelism", f"tp={c.tp}  pp={c.pp}  dp={c.dp}  ({c.num_gpus} GPUs)")
+    t.add_row("batch", f"micro-batch {c.micro_batch_size} x {c.num_microbatches} micro-batches")
+    t.add_row("schedule", c.schedule + (f" (v={c.vpp})" if c.vpp > 1 else ""))
+    t.add_row("recompute / ZeRO / SP", f"{c.recompute} / {c.zero} / {'on' if c.sequence_parallel else 'off'}")
+    t.add_row("layout", f"{sol.layout.a} stage(s) x {sol.layout.b} replica(s) per node, "
+                        f"{sol.layout.rows} x {sol.layout.cols} node grid")
+    t.add_row("iteration", f"{e.iteration_s:.3f} s  ({e.tokens_per_s:,.0f} tokens/s, MFU {e.mfu:.1%})")
+    t.add_row("  compute | p2p | dp", f"{e.compute_s:.3f} | {e.pp_comm_s:.4f} | {e.dp_comm_s:.4f} s")
+    md = e.memory_dict()
+    t.add_row("memory peak", f"{md['peak']:.1f} GiB of {md['limit']:.1f} GiB usable "
+                             f"(w {md['weights']:.1f}, g {md['gradients']:.1f}, opt {md['optimizer']:.1f}, "
+                             f"act {md['activations']:.1f}, logits {md['logits']:.1f}, ovh {md['overhead']:.1f})")
+    t.add_row("memory per stage", " ".join(f"{v:.1f}" for v in md["per_stage"]))
+    if sol.simulated:
+        t.add_row("simulated", f"{sol.simulated.get('iteration_s', 0):.3f} s, peak "
+                               f"{sol.simulated.get('peak_memory_GiB', 0):.1f} GiB, estimate vs simulation "
+                               f"{sol.simulated.get('estimate_vs_simulation', 0):+.1%}"
+                               + ("" if sol.simulated.get("fits", True) else "  [red]over memory[/red]"))
+    t.add_row("solver", f"{s.method} {s.status}: objective {s.objective:.4f} s, bound {s.bound:.4f} s, "
+                        f"gap {s.gap:.2%}, {s.wall_s:.1f} s")
+    t.add_row("search", f"{s.candidates} configs, {s.pruned_memory} over memory, {s.pruned_bound} pruned by "
+                        f"bound, {s.mappings_solved} mappings solved, {s.mappings_proved} proved optimal")
+    return t
+
+
+def mapping_table(sol, max_rows: int = 16) -> Table:
+    t = Table(title="node grid (rows: stage groups, columns: replica groups)")
+    t.add_column("stages")
+    for j in range(sol.layout.cols):
+        t.add_column(f"dp {j * sol.layout.b}-{(j + 1) * sol.layout.b - 1}")
+    for i, row in enumerate(sol.assign[:max_rows]):
+        t.add_row(f"{i * sol.layout.a}-{(i + 1) * sol.layout.a - 1}", *[f"node {sol._node_id(k)}" for k in row])
+    return t

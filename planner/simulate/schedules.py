@@ -1,0 +1,560 @@
+"""Pipeline schedules as per-device ordered operation lists.
+
+A schedule over `p` devices with `v` model chunks per device has S = p*v virtual stages; micro-batch j
+flows forward through stages 0..S-1 and backward through S-1..0. Operations are F (forward), B (backward;
+input gradient only when the schedule splits off W), W (weight gradient) and R (recompute of a chunk's
+activations before its backward). Each device's list is three int arrays (kind, micro-batch, chunk), so
+that the engine can build its dependency arrays with numpy and never touches per-op Python objects.
+
+Chunk placement: interleaved puts stage c*p + d on device d (chunk c); the V-shapes (seed 001) put stage d
+(chunk 0) and stage 2p-1-d (chunk 1) on device d, so the turn of the V stays on the last device and both
+ends (embedding, output layer) sit on device 0.
+
+GPipe, 1F1B, interleaved (Megatron-LM's orders) and ZB-H1 (the zero-bubble paper's: 1F1B's F/B order,
+stage i running W(j) after B(j+i)) have closed-form orders. V-ZB is built by a greedy list scheduler:
+B first (it is on the critical path), then F while the device holds fewer than 2p chunk activations
+(1F1B's peak), W fills the rest. V-Min and V-Half are repeating building blocks chosen under the seed's
+memory targets (about 1/3 and 1/2 of 1F1B's activations), see _v_choice.
+"""
+from __future__ import annotations
+
+import functools
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.config import SCHEDULES, V_SHAPES
+
+F, B, W, R = 0, 1, 2, 3
+KIND_NAMES = ("F", "B", "W", "R")
+SPLIT_SCHEDULES = ("zb-h1",) + V_SHAPES           # backward split into B (input grad) and W (weight grad)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    p: int                       # devices (pipeline ranks)
+    v: int                       # chunks per device
+    m: int                       # micro-batches
+    split: bool                  # B/W split
+    recompute: bool              # R ops present
+    early_recompute: bool        # R does not wait for the gradient (Mario): it may fill bubbles
+    kinds: tuple                 # per device: int8 array of op kinds
+    mbs: tuple                   # per device: int32 array of micro-batch indices
+    chunks: tuple                # per device: int8 array of chunk indices
+
+    @property
+    def stages(self) -> int:
+        return self.p * self.v
+
+    def stage_of(self) -> np.ndarray:
+        """stage_of[d, c]: the virtual stage chunk c of device d runs."""
+        return stage_table(self.name, self.p, self.v)
+
+    def num_ops(self) -> int:
+        return int(sum(len(k) for k in self.kinds))
+
+
+def stage_table(name: str, p: int, v: int) -> np.ndarray:
+    d = np.arange(p)[:, None]
+    c = np.arange(v)[None, :]
+    if name in V_SHAPES:
+        return np.where(c == 0, d, 2 * p - 1 - d).astype(np.int64)
+    return (c * p + d).astype(np.int64)
+
+
+def chunks_for(name: str, vpp: int) -> int:
+    if name == "interleaved":
+        return vpp
+    if name in V_SHAPES:
+        return 2
+    return 1
+
+
+def check(name: str, p: int, m: int, v: int) -> None:
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; one of {', '.join(SCHEDULES)}")
+    if p < 1 or m < 1:
+        raise ValueError("pp and the number of micro-batches must be >= 1")
+    if name == "interleaved":
+        if v < 2:
+            raise ValueError("interleaved needs vpp >= 2")
+        if m % p:
+            raise ValueError(f"interleaved needs micro-batches ({m}) divisible by pp ({p})")
+
+
+# ---------------------------------------------------------------- closed-form orders
+
+def _gpipe(p: int, m: int) -> list:
+    j = np.arange(m)
+    out = []
+    for _ in range(p):
+        out.append((np.r_[np.full(m, F), np.full(m, B)], np.r_[j, j], np.zeros(2 * m, np.int64)))
+    return out
+
+
+def _1f1b(p: int, m: int) -> list:
+    out = []
+    for d in range(p):
+        w = min(p - d - 1, m)
+        steady = m - w
+        kinds = np.empty(2 * m, np.int64)
+        mbs = np.empty(2 * m, np.int64)
+        kinds[:w] = F
+        mbs[:w] = np.arange(w)
+        # steady state: F(w+k), B(k) for k < steady
+        kinds[w:w + 2 * steady:2] = F
+        mbs[w:w + 2 * steady:2] = np.arange(w, m)
+        kinds[w + 1:w + 2 * steady:2] = B
+        mbs[w + 1:w + 2 * steady:2] = np.arange(steady)
+        kinds[w + 2 * steady:] = B
+        mbs[w + 2 * steady:] = np.arange(steady, m)
+        out.append((kinds, mbs, np.zeros(2 * m, np.int64)))
+    return out
+
+
+def _zb_h1(p: int, m: int) -> list:
+    """ZB-H1 (zero-bubble paper): 1F1B's order of F and B, with W split off; stage i runs W(j) after
+    B(j + i), so later stages (which hold fewer activations in 1F1B) delay their W into the bubbles
+    while every stage holds at most p micro-batches, 1F1B's peak."""
+    out = []
+    for d, (kinds, mbs, chs) in enumerate(_1f1b(p, m)):
+        isb = kinds == B
+        nb = int(isb.sum())
+        # after the k-th B comes W(k - d) when k >= d; the last d W's close the list
+        extra = np.zeros(len(kinds), np.int64)
+        bidx = np.flatnonzero(isb)
+        k = np.arange(nb)
+        has = k >= d
+        extra[bidx[has]] = 1
+        pos = np.arange(len(kinds)) + np.r_[0, np.cumsum(extra)[:-1]]
+        n = len(kinds) + m
+        nk = np.empty(n, np.int64)
+        nm = np.empty(n, np.int64)
+        nk[pos], nm[pos] = kinds, mbs
+        wpos = pos[bidx[has]] + 1
+        nk[wpos], nm[wpos] = W, mbs[bidx[has]] - d
+        tail = np.arange(n - (m - int(has.sum())), n)
+        nk[tail], nm[tail] = W, np.arange(m - len(tail), m)
+        out.append((nk, nm, np.zeros(n, np.int64)))
+    return out
+
+
+def _interleaved(p: int, m: int, v: int) -> list:
+    """Megatron-LM's interleaved 1F1B: micro-batches in groups of p, chunk-major within a group."""
+    total = m * v
+    k = np.arange(total)
+    mb = (k // (p * v)) * p + k % p
+    fchunk = (k // p) % v
+    bchunk = v - 1 - fchunk
+    out = []
+    for d in range(p):
+        w = total if m == p else min((p - d - 1) * 2 + (v - 1) * p, total)
+        steady = total - w
+        kinds = np.empty(2 * total, np.int64)
+        mbs = np.empty(2 * total, np.int64)
+        chs = np.empty(2 * total, np.int64)
+        kinds[:w], mbs[:w], chs[:w] = F, mb[:w], fchunk[:w]
+        s = slice(w, w + 2 * steady, 2)
+        kinds[s], mbs[s], chs[s] = F, mb[w:], fchunk[w:]
+        s = slice(w + 1, w + 2 * steady, 2)
+        kinds[s], mbs[s], chs[s] = B, mb[:steady], bchunk[:steady]
+        kinds[w + 2 * steady:], mbs[w + 2 * steady:], chs[w + 2 * steady:] = B, mb[steady:], bchunk[steady:]
+        out.append((kinds, mbs, chs))
+    return out
+
+
+# ---------------------------------------------------------------- greedy builder (ZB-H1, V-shapes)
+
+def zb_caps(name: str, p: int) -> tuple[int, list]:
+    """(micro-batches in flight, per-device cap on live chunk activations) for the greedy builder.
+
+    V-ZB: 2p chunk activations per device = p micro-batches of the device's layers, again 1F1B's peak.
+    """
+    return 2 * p, [max(2 * p, 2)] * p
+
+
+def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> list:
+    """List-schedule with unit (per-chunk) times f, b, w; returns per-device op arrays.
+
+    Per stage, F and B run micro-batches in order. A device that is free picks: a ready B (oldest
+    micro-batch, latest stage), else a ready F (latest stage first, so micro-batches finish and free
+    memory; a new micro-batch is injected at stage 0 only under the in-flight cap), else a W. F is
+    held back for a W only when the device is at its activation cap, so the builder never deadlocks.
+    """
+    stage_of = stage_table(name, p, v)
+    S = p * v
+    dev_of = [0] * S
+    for d in range(p):
+        for c in range(v):
+            dev_of[int(stage_of[d, c])] = d
+    inflight_cap, dev_caps = zb_caps(name, p)
+    INF = float("inf")
+    fend = [[INF] * m for _ in range(S)]       # end time of F(s, j)
+    bend = [[INF] * m for _ in range(S)]
+    nf = [0] * S
+    nb = [0] * S
+    pend_w = [deque() for _ in range(p)]            # (stage, j) whose W is pending, oldest first
+    live = [0] * p                             # chunk activations held (freed by W)
+    injected = 0
+    retired = 0                                # micro-batches whose stage-0 W is done
+    stages_of_dev = [sorted(stage_of[d].tolist(), reverse=True) for d in range(p)]
+    out = [([], [], []) for _ in range(p)]
+    chunk_of = {}
+    for d in range(p):
+        for c in range(v):
+            chunk_of[int(stage_of[d, c])] = c
+    left = [3 * v * m] * p
+    ver = [0] * p                              # heap entries of a device older than ver[d] are stale
+    heap = [(0.0, d, d, 0) for d in range(p)]
+    heapq.heapify(heap)
+    counter = p
+    sleeping = []                              # blocked devices: re-examined whenever an op is placed
+    is_sleeping = [False] * p
+    while heap:
+        t, _, d, vv = heapq.heappop(heap)
+        if vv != ver[d]:
+            continue
+        best = None          # (kind, stage, j)
+        future = INF
+        for s in stages_of_dev[d]:            # B: oldest micro-batch first
+            j = nb[s]
+            if j < m:
+                r = fend[s][j] if s == S - 1 else bend[s + 1][j]
+                r = max(r, fend[s][j])
+                if r <= t:
+                    if best is None or j < best[2]:
+                        best = (B, s, j)
+                elif r < future:
+                    future = r
+        if best is None:
+            full = live[d] >= dev_caps[d]
+            for s in stages_of_dev[d]:        # F: latest stage first
+                j = nf[s]
+                if j >= m or (s == 0 and injected - retired >= inflight_cap):
+                    continue
+                if full and j != retired:      # at the cap only the oldest micro-batch may advance
+                    continue
+                r = 0.0 if s == 0 else fend[s - 1][j]
+                if r <= t:
+                    best = (F, s, j)
+                    break
+                if r < future:
+                    future = r
+        if best is None and pend_w[d]:
+            s, j = pend_w[d].popleft()
+            best = (W, s, j)
+        if best is None:        # wait: for a known ready time, and for every op placed meanwhile
+            if future < INF:
+                counter += 1
+                heapq.heappush(heap, (future, counter, d, ver[d]))
+            if not is_sleeping[d]:
+                is_sleeping[d] = True
+                sleeping.append(d)
+            continue
+        kind, s, j = best
+        if is_sleeping[d]:
+            is_sleeping[d] = False
+            sleeping.remove(d)
+        if kind == F:
+            end = t + f
+            fend[s][j] = end
+            nf[s] += 1
+            live[d] += 1
+            if s == 0:
+                injected += 1
+        elif kind == B:
+            end = t + b
+            bend[s][j] = end
+            nb[s] += 1
+            pend_w[d].append((s, j))
+        else:
+            end = t + w
+            live[d] -= 1
+            if s == 0:
+                retired += 1
+        out[d][0].append(kind)
+        out[d][1].append(j)
+        out[d][2].append(chunk_of[s])
+        left[d] -= 1
+        # wake the sleepers this op can unblock, when it ends: the next stage's device for an F, the
+        # previous stage's for a B; a retiring micro-batch changes the oldest one, which may run anywhere
+        if kind == W and s == 0:
+            wake = sleeping
+        elif kind == F and s + 1 < S:
+            wake = (dev_of[s + 1],)
+        elif kind == B and s > 0:
+            wake = (dev_of[s - 1],)
+        else:
+            wake = ()
+        for e in wake:
+            if is_sleeping[e]:
+                counter += 1
+                heapq.heappush(heap, (end, counter, e, ver[e]))
+        if left[d]:
+            ver[d] += 1
+            counter += 1
+            heapq.heappush(heap, (end, counter, d, ver[d]))
+    if any(left):
+        raise RuntimeError(f"{name} builder deadlocked with {sum(left)} ops unplaced")
+    return [(np.array(k, np.int64), np.array(j, np.int64), np.array(c, np.int64)) for k, j, c in out]
+
+
+# ---------------------------------------------------------------- recompute ops
+
+def _add_recompute(lists: list, split: bool, early: bool) -> list:
+    """Insert R(j, c) before each B(j, c). Early (Mario): one slot earlier when that op is an F, so the
+    recomputation runs before the forward that precedes the backward (unless that is its own forward),
+    while the gradient is still on its way."""
+    out = []
+    for kinds, mbs, chs in lists:
+        n = len(kinds)
+        isb = kinds == B
+        nk = np.empty(n + int(isb.sum()), np.int64)
+        nm = np.empty_like(nk)
+        nc = np.empty_like(nk)
+        # position of each original op in the new array: shifted by the R ops inserted before it
+        shift = np.cumsum(isb)                    # R inserted before each B (inclusive)
+        pos = np.arange(n) + shift
+        nk[pos], nm[pos], nc[pos] = kinds, mbs, chs
+        rpos = pos[isb] - 1
+        nk[rpos], nm[rpos], nc[rpos] = R, mbs[isb], chs[isb]
+        if early:
+            # swap R with the op before it when that is an F (not the first op, not another R/B)
+            for r in rpos.tolist():
+                if r > 0 and nk[r - 1] == F and (nm[r - 1], nc[r - 1]) != (nm[r], nc[r]):
+                    nk[r - 1], nk[r] = nk[r], nk[r - 1]
+                    nm[r - 1], nm[r] = nm[r], nm[r - 1]
+                    nc[r - 1], nc[r] = nc[r], nc[r - 1]
+        out.append((nk, nm, nc))
+    return out
+
+
+def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, early_recompute: bool = False,
+          times: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> Schedule:
+    """The per-device op lists of schedule `name`. `times` = per-chunk (f, b, w) the greedy builder
+    plans with (only ZB-H1 and the V-shapes use it; the engine re-times with the real costs)."""
+    v = chunks_for(name, vpp)
+    check(name, p, m, v)
+    split = name in SPLIT_SCHEDULES and p > 1
+    if p == 1 and name != "interleaved" and name not in V_SHAPES:
+        lists = _1f1b(1, m)
+    elif name == "gpipe":
+        lists = _gpipe(p, m)
+    elif name == "1f1b":
+        lists = _1f1b(p, m)
+    elif name == "interleaved":
+        lists = _interleaved(p, m, v)
+    elif name == "zb-h1":
+        lists = _zb_h1(p, m)
+    elif name == "v-zb":
+        f, b, w = times
+        lists = _greedy(name, p, m, v, f, max(b - w, 1e-9), max(w, 1e-9))
+    else:           # v-min, v-half: a building block under the seed's memory target
+        f, b, w = times
+        bi = max(b - w, 1e-9)
+        lists = _v_block_real(name, p, m, f, bi, w)
+    if not split:   # one device: no B/W split, drop W (its time stays in B)
+        lists = [(k[k != W], j[k != W], c[k != W]) for k, j, c in lists]
+    if recompute:
+        lists = _add_recompute(lists, split, early_recompute)
+    return Schedule(name, p, v, m, split, recompute, early_recompute and recompute,
+                    tuple(x[0].astype(np.int8) for x in lists), tuple(x[1].astype(np.int32) for x in lists),
+                    tuple(x[2].astype(np.int8) for x in lists))
+
+
+def _place(res: list, ready: float, dur: float, T: float) -> float | None:
+    """Earliest start >= ready whose interval, taken modulo T, overlaps none of `res` (start mod T, length)."""
+    x = ready
+    for _ in range(4 * len(res) + 4):
+        clash = None
+        for a, l in res:
+            # circular overlap of [x, x+dur) and [a, a+l) modulo T
+            off = (a - x) % T                   # where a starts, seen from x
+            if off < dur - 1e-12 or off + l > T + 1e-12:
+                clash = (a, l)
+                break
+        if clash is None:
+            return x
+        a, l = clash
+        x += (a + l - x) % T if (a + l - x) % T > 1e-12 else T
+        if x - ready > T:
+            return None
+    return None
+
+
+def v_memory_cap(name: str, p: int) -> int:
+    """The seed's activation targets for V-Min and V-Half, in micro-batches of a device's layers:
+    ceil((p+2)/3) (about 1/3 of 1F1B's p) and ceil(p/2)+1 (about 1/2)."""
+    return math.ceil((p + 2) / 3) if name == "v-min" else math.ceil(p / 2) + 1
+
+
+def _order(p: int, m: int, T: float, times: dict) -> list:
+    """Per-device op arrays: micro-batch j's block shifted by j*T, sorted by time."""
+    st = stage_table("v-min", p, 2)
+    out = []
+    j = np.arange(m)
+    for d in range(p):
+        keys, kinds, mbs, chs = [], [], [], []
+        for c in range(2):
+            s = int(st[d, c])
+            for kind in (F, B, W):
+                keys.append(j * T + times[(kind, s)])
+                kinds.append(np.full(m, kind))
+                mbs.append(j)
+                chs.append(np.full(m, c))
+        order = np.argsort(np.concatenate(keys), kind="stable")
+        out.append((np.concatenate(kinds)[order], np.concatenate(mbs)[order], np.concatenate(chs)[order]))
+    return out
+
+
+def _uniform_blocks(p: int, f: float, b: float, w: float, cap: float, limit: int = 6) -> list:
+    """Blocks with uniform offsets between adjacent passes (seed 001, rebuttal): F(s) at s*dF, the
+    backward chain `turn` after the last forward at offsets dB, each W in the first free gap after its B.
+    Searches dF, dB (1x..2x the pass time) and turn for the shortest period T at which some block
+    fits with at most `cap` live micro-batches (lifespans / T); returns up to `limit` (T, times)."""
+    S2 = 2 * p
+    st = stage_table("v-min", p, 2)
+    dev_of = np.empty(S2, np.int64)
+    for d in range(p):
+        dev_of[st[d, 0]], dev_of[st[d, 1]] = d, d
+    dev_of = dev_of.tolist()
+    base = 2 * (f + b + w)
+    grid = np.linspace(1.0, 2.0, 11)
+    turns = [k * min(f, b, w) / 2 for k in range(0, 2 * p, max(1, p // 4))]
+    found = []
+    for k in range(50):
+        T = base * (1 + 0.02 * k)
+        for ga in grid:
+            for gc in grid:
+                for turn in turns:
+                    res = [[] for _ in range(p)]
+                    times = {}
+                    ok = True
+                    for s_ in range(S2):
+                        x = s_ * f * ga
+                        if _place(res[dev_of[s_]], x, f, T) != x:
+                            ok = False
+                            break
+                        res[dev_of[s_]].append((x % T, f))
+                        times[(F, s_)] = x
+                    if not ok:
+                        continue
+                    t0 = times[(F, S2 - 1)] + f + turn
+                    for s_ in range(S2 - 1, -1, -1):
+                        x = t0 + (S2 - 1 - s_) * b * gc
+                        if _place(res[dev_of[s_]], x, b, T) != x:
+                            ok = False
+                            break
+                        res[dev_of[s_]].append((x % T, b))
+                        times[(B, s_)] = x
+                    if not ok:
+                        continue
+                    for s_ in sorted(range(S2), key=lambda q: times[(B, q)]):
+                        x = _place(res[dev_of[s_]], times[(B, s_)] + b, w, T)
+                        if x is None:
+                            ok = False
+                            break
+                        res[dev_of[s_]].append((x % T, w))
+                        times[(W, s_)] = x
+                    if not ok:
+                        continue
+                    live = max(sum(times[(W, int(st[d, c]))] + w - times[(F, int(st[d, c]))] for c in range(2))
+                               for d in range(p)) / T / 2
+                    if live <= cap:
+                        found.append((live, T, times))
+        if found:
+            found.sort(key=lambda x: x[0])
+            return [(T_, t_) for _, T_, t_ in found[:limit]]
+    return []
+
+
+@functools.lru_cache(maxsize=256)
+def _v_choice(name: str, p: int, f: float, b: float, w: float) -> tuple[float, tuple]:
+    """Pick V-Min's / V-Half's building block: the candidates (uniform-offset blocks under the memory
+    target, and the tightly packed block) are each run by the engine on 3p micro-batches with these
+    times; the fastest within the target wins, else the one with the least memory."""
+    from planner.simulate.engine import build_graph, memory_deltas, peak_activation, run
+    cap = v_memory_cap(name, p)
+    cands = _uniform_blocks(p, f, b, w, cap)
+    cands.append(_v_block_times(p, f, b, w, 0.0, 0.0))
+    m = 3 * p
+    scored = []
+    for T, times in cands:
+        lists = _order(p, m, T, times)
+        sch = Schedule(name, p, 2, m, True, False, False, tuple(x[0] for x in lists), tuple(x[1] for x in lists),
+                       tuple(x[2] for x in lists))
+        g = build_graph(sch)
+        dur = np.array([f, b, w, 0.0])[g.kind]
+        _, end = run(g.offs.tolist(), g.pred.tolist(), [0.0] * len(dur), dur.tolist())
+        alloc, free = memory_deltas(g, True, np.full((p, 2), 0.5), np.zeros((p, 2)))
+        peak = float(peak_activation(g, alloc, free).max())
+        scored.append((peak > cap + 1e-9, max(end) if peak <= cap + 1e-9 else peak, T, times))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    _, _, T, times = scored[0]
+    return T, tuple(sorted(times.items()))
+
+
+def _v_block_real(name: str, p: int, m: int, f: float, b: float, w: float) -> list:
+    """V-Min / V-Half by a repeating building block placed with the real chunk times (see _v_choice)."""
+    key = lambda x: float(f"{x:.3g}")      # cache on 3 significant digits of the times
+    T, times = _v_choice(name, p, key(f), key(b), key(w))
+    return _order(p, m, T, dict(times))
+
+
+def _v_block_times(p: int, f: float, b: float, w: float, turn: float, wdelay: float) -> tuple[float, dict]:
+    """V-shape by a repeating building block placed with the real chunk times f, b (input grad), w.
+
+    Micro-batch 0's ops are placed in dependency order (F down and up the V, the backward chain `turn`
+    after the last forward, then each W at least `wdelay` after its B), each at the earliest time whose
+    interval modulo the period does not overlap what its device already holds; micro-batch j repeats
+    the block j periods later. The period starts at one micro-batch's work per device, 2(f+b+w), and
+    grows by small steps until the block fits (uneven times can fragment a device's period). The order
+    is the sort of these times; the engine compacts it.
+    """
+    S = 2 * p
+    st = stage_table("v-min", p, 2)
+    dev_of = np.empty(S, np.int64)
+    for d in range(p):
+        dev_of[st[d, 0]], dev_of[st[d, 1]] = d, d
+    base = 2 * (f + b + w)
+    for k in range(200):
+        T = base * (1 + 0.01 * k)
+        res = [[] for _ in range(p)]
+        times = {}
+        ok = True
+        t = 0.0
+        for s in range(S):                       # forward chain
+            x = _place(res[dev_of[s]], t, f, T)
+            if x is None:
+                ok = False
+                break
+            res[dev_of[s]].append((x % T, f))
+            times[(F, s)] = x
+            t = x + f
+        if not ok:
+            continue
+        t += turn
+        for s in range(S - 1, -1, -1):           # backward chain
+            x = _place(res[dev_of[s]], t, b, T)
+            if x is None:
+                ok = False
+                break
+            res[dev_of[s]].append((x % T, b))
+            times[(B, s)] = x
+            t = x + b
+        if not ok:
+            continue
+        for s in sorted(range(S), key=lambda s: times[(B, s)]):
+            x = _place(res[dev_of[s]], times[(B, s)] + b + wdelay, w, T)
+            if x is None:
+                ok = False
+                break
+            res[dev_of[s]].append((x % T, w))
+            times[(W, s)] = x
+        if ok:
+            return T, times
+    raise RuntimeError(f"V block does not fit for p={p}")

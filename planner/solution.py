@@ -1,0 +1,154 @@
+"""The solved plan and its record; written atomically as YAML."""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+
+import numpy as np
+import yaml
+
+from planner.config import ParallelConfig
+from planner.errors import SpecError
+from planner.io import plain, write_yaml
+from planner.mapping.problem import Layout, layouts, worker_table
+
+
+@dataclass
+class SolverRecord:
+    method: str
+    status: str               # OPTIMAL | FEASIBLE | TIME_LIMIT
+    objective: float          # seconds per iteration (estimate of the chosen plan)
+    bound: float              # proven lower bound over the whole search space (seconds)
+    wall_s: float
+    candidates: int           # configurations enumerated
+    pruned_memory: int        # rejected by the memory estimator
+    pruned_bound: int         # (config, layout) pairs pruned by lower bounds without solving their mapping
+    mappings_solved: int
+    mappings_proved: int
+    mapping_objective: float = 0.0   # the part of the objective the mapping decides (seconds)
+    mapping_bound: float = 0.0
+    note: str = ""
+
+    @property
+    def gap(self) -> float:
+        return max(0.0, (self.objective - self.bound) / self.objective) if self.objective else 0.0
+
+    def as_dict(self) -> dict:
+        return {"method": self.method, "status": self.status, "objective": self.objective, "bound": self.bound,
+                "gap": self.gap, "wall_s": self.wall_s, "candidates": self.candidates,
+                "pruned_memory": self.pruned_memory, "pruned_bound": self.pruned_bound,
+                "mappings_solved": self.mappings_solved, "mappings_proved": self.mappings_proved,
+                "mapping_objective_s": self.mapping_objective, "mapping_bound_s": self.mapping_bound,
+                **({"note": self.note} if self.note else {})}
+
+
+@dataclass
+class Solution:
+    spec: object
+    config: ParallelConfig
+    layout: Layout
+    assign: np.ndarray
+    nodes: np.ndarray
+    estimate: object
+    solver: SolverRecord
+    alternatives: list = field(default_factory=list)
+    simulated: dict | None = None
+    node_ids: np.ndarray | None = None     # original node index of each node of spec.cluster (re-plans)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def mapping(self) -> list[dict]:
+        table = worker_table(self.layout, self.assign, self.config.tp, self.nodes)
+        names = self.spec.cluster.node_names
+        for w in table:
+            if names:
+                w["host"] = names[w["node"]]
+            if self.node_ids is not None:
+                w["node"] = int(self.node_ids[w["node"]])
+        return table
+
+    def _node_id(self, k: int) -> int:
+        n = int(self.nodes[k])
+        return int(self.node_ids[n]) if self.node_ids is not None else n
+
+    def as_dict(self) -> dict:
+        from planner import __version__
+        est = self.estimate.as_dict()
+        return plain({
+            "planner_version": __version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "spec": self.spec.source,
+            "spec_hash": self.spec.digest(),
+            "name": self.spec.name,
+            "config": self.config.as_dict(),
+            "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
+                       "node_grid": [[int(self._node_id(k)) for k in row] for row in self.assign]},
+            "mapping": self.mapping,
+            "estimate": est,
+            "simulated": self.simulated,
+            "solver": self.solver.as_dict(),
+            "alternatives": self.alternatives,
+            **self.extra,
+        })
+
+    def write(self, path: str) -> None:
+        write_yaml(path, self.as_dict())
+
+
+def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: int, nodes: int,
+                      file: str | None = None) -> tuple[Layout, np.ndarray]:
+    """Recover the block layout and node grid from a worker table (a solution's `mapping`)."""
+    where = {}
+    for k, w in enumerate(workers):
+        try:
+            key = (int(w["stage"]), int(w["dp_rank"]), int(w["tp_rank"]))
+            where[key] = int(w["node"])
+        except (KeyError, TypeError, ValueError):
+            raise SpecError(file, f"mapping[{k}]", "needs integer stage, tp_rank, dp_rank and node") from None
+    expected = cfg.pp * cfg.dp * cfg.tp
+    if len(where) != expected:
+        raise SpecError(file, "mapping", f"has {len(where)} distinct workers, the config needs {expected}")
+    for lay in layouts(cfg.tp, cfg.pp, cfg.dp, gpus_per_node):
+        grid = np.full((lay.rows, lay.cols), -1)
+        ok = True
+        for (s, d, t), n in where.items():
+            i, j = s // lay.a, d // lay.b
+            if grid[i, j] == -1:
+                grid[i, j] = n
+            elif grid[i, j] != n:
+                ok = False
+                break
+        if ok and len(set(grid.ravel().tolist())) == grid.size and grid.min() >= 0 and grid.max() < nodes:
+            return lay, grid
+    raise SpecError(file, "mapping", "is not node-blocked: every node must hold whole tensor groups of "
+                                     "a stages x b replicas (see docs/ARCHITECTURE.md, Mapping)")
+
+
+def load_solution(path: str) -> dict:
+    import os
+    if not os.path.exists(path):
+        raise SpecError(None, None, f"file {path} does not exist")
+    try:
+        with open(path) as fh:
+            d = yaml.safe_load(fh)
+    except yaml.YAMLError as e:
+        raise SpecError(path, None, f"is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(d, dict) or "config" not in d:
+        raise SpecError(path, "config", "is required (is this a solution file?)")
+    return d
+
+
+def config_from_dict(d: dict, file: str | None = None) -> ParallelConfig:
+    from planner.config import RECOMPUTE, SCHEDULES
+    try:
+        cfg = ParallelConfig(int(d["tp"]), int(d["pp"]), int(d["dp"]), int(d["micro_batch_size"]),
+                             int(d["num_microbatches"]), str(d.get("schedule", "1f1b")), int(d.get("vpp", 1)),
+                             str(d.get("recompute", "none")), int(d.get("zero", 0)),
+                             bool(d.get("sequence_parallel", False)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise SpecError(file, "config", f"is incomplete or malformed ({e})") from None
+    if cfg.schedule not in SCHEDULES:
+        raise SpecError(file, "config.schedule", f"must be one of {list(SCHEDULES)}")
+    if cfg.recompute not in RECOMPUTE:
+        raise SpecError(file, "config.recompute", f"must be one of {list(RECOMPUTE)}")
+    return cfg

@@ -1,0 +1,426 @@
+"""Sweep specs: many models x clusters x GPU counts x batches, expanded to cases with stable ids.
+
+A sweep YAML (see sweeps/*.yaml and docs/notes/batch.md):
+
+    name: gpt-sizes-a100-128
+    models: [../models/gpt3-13b.yaml, {name: tiny, num_layers: 4, ...}]   # paths or inline
+    grid:                                 # and/or a grid of generated models
+      family: gpt
+      vocab_size: 50257
+      parameters_B: {from: 1, to: 100, count: 100}      # or a list; uses the shape rule
+      shape_rule: {aspect_ratio: 128, layer_multiple: 4, hidden_multiple: 128, heads_multiple: 8}
+      # or explicit shapes (cartesian product; combinations that do not divide are skipped):
+      # num_layers: [24, 32], hidden_size: [2048, 4096], num_attention_heads: [16, 32]
+    clusters: [../clusters/a100-16x8-hdr.yaml, {path: ..., gpus: [64, 128], price_per_gpu_hour_usd: 1.5}]
+    gpus: [128]                           # default GPU counts (whole nodes); default: the whole cluster
+    training: {global_batch_size: [512], seq_length: [2048], precision: bf16, tokens: [3.0e11] | chinchilla}
+    search: {...}                         # as in plan specs
+    solver: {method: auto, time_limit_s: 2, seed: 0}
+    sizing: {budget_gpu_days: [1000, 5000]}   # optional compute-optimal sizing per cluster x GPU count
+
+Shape rule (target parameter count N -> layers L, hidden h, heads a), documented in docs/notes/batch.md:
+a transformer block holds ~12 h^2 parameters (GPT: 4h^2 attention + 8h^2 MLP; Llama: 4h^2 + 3*h*(8/3)h),
+and GPT-3 / Megatron keep h / L ~= 128 (13B: 5120/40, 175B: 12288/96, 530B: 20480/105). So
+L0 = (N / (12 * r^2))^(1/3) with r the aspect ratio; we then scan L over multiples of `layer_multiple`
+within [0.7 L0, 1.4 L0] and h over multiples of `hidden_multiple` and keep the pair whose exact
+parameter count (ModelSpec.num_params, embeddings included) is within `tolerance` (2%) of N and whose
+h / L is closest to r (if no pair is within the tolerance, the closest count wins).
+Heads: a multiple of `heads_multiple` (so tensor parallel up to 8 divides them) that divides h with
+head_dim closest to 128.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import yaml
+
+from planner.errors import SpecError
+from planner.spec.cluster import ClusterSpec, parse_cluster
+from planner.spec.fields import Fields
+from planner.spec.model import FAMILIES, ModelSpec, parse_model
+from planner.spec.plan import PRECISIONS, Spec, TrainingSpec, _load_yaml, _parse_search, _parse_solver
+
+CHINCHILLA_TOKENS_PER_PARAM = 20.0     # Hoffmann et al. 2022: compute-optimal tokens ~= 20 x parameters
+
+
+@dataclass(frozen=True)
+class ShapeRule:
+    aspect_ratio: float = 128.0       # hidden / layers
+    layer_multiple: int = 4           # layers divisible by this (pipeline stages divide layers)
+    hidden_multiple: int = 128
+    heads_multiple: int = 8           # tensor parallel up to 8 must divide the heads
+    head_dim: int = 128               # preferred head dimension
+    tolerance: float = 0.02           # relative parameter error accepted to stay near the aspect ratio
+
+
+def _heads_for(h: int, rule: ShapeRule) -> int:
+    best = None
+    for a in range(rule.heads_multiple, h + 1, rule.heads_multiple):
+        if h % a:
+            continue
+        score = abs(math.log((h / a) / rule.head_dim))
+        if best is None or score < best[0] - 1e-12:
+            best = (score, a)
+    if best is None:
+        raise ValueError(f"no head count that is a multiple of {rule.heads_multiple} divides hidden {h}")
+    return best[1]
+
+
+def shape_for_params(params: float, family: str = "gpt", vocab_size: int = 50257, rule: ShapeRule | None = None,
+                     name: str | None = None, seq_length: int = 2048) -> ModelSpec:
+    """The model of about `params` parameters under the shape rule (see module doc)."""
+    rule = rule or ShapeRule()
+    if params <= 0:
+        raise ValueError("params must be positive")
+    r = rule.aspect_ratio
+    L0 = (params / (12.0 * r * r)) ** (1.0 / 3.0)
+    lm, hm = rule.layer_multiple, rule.hidden_multiple
+    lo = max(lm, lm * math.floor(0.7 * L0 / lm))
+    hi = max(lo, lm * math.ceil(1.4 * L0 / lm))
+    best = None
+    for L in range(lo, hi + 1, lm):
+        for h in _hidden_candidates(params, L, family, vocab_size, hm, seq_length):
+            a = _heads_for(h, rule)
+            m = _model(name or "", family, L, h, a, vocab_size, seq_length)
+            err = abs(m.num_params() - params) / params
+            # within the tolerance the aspect ratio decides; outside it, the parameter error does
+            score = (0.0 if err <= rule.tolerance else err, abs(math.log((h / L) / r)))
+            if best is None or score < best[0]:
+                best = (score, m)
+    m = best[1]
+    label = name or f"{family}-{_fmt_params(m.num_params())}"
+    return _model(label, family, m.num_layers, m.hidden_size, m.num_attention_heads, vocab_size, seq_length)
+
+
+def _hidden_candidates(params, L, family, vocab, hm, seq):
+    # the exact count is a quadratic in h; bracket the root and try the multiples on both sides
+    def n(h):
+        return _model("", family, L, h, hm_heads(h, hm), vocab, seq).num_params()
+    h = hm
+    while n(h) < params and h < 1 << 20:
+        h *= 2
+    lo, hi = max(hm, h // 2), h
+    while hi - lo > hm:
+        mid = (lo + hi) // 2 // hm * hm
+        if mid <= lo:
+            break
+        lo, hi = (mid, hi) if n(mid) < params else (lo, mid)
+    return sorted({max(hm, lo), hi})
+
+
+def hm_heads(h: int, hm: int) -> int:
+    """A head count dividing h, only for parameter counting (heads do not change the count)."""
+    return h // hm if h % hm == 0 else 1
+
+
+def _model(name, family, L, h, a, vocab, seq) -> ModelSpec:
+    ffn = 4 * h if family == "gpt" else 256 * ((int(8 * h / 3) + 255) // 256)
+    return ModelSpec(name, family, L, h, a, a, ffn, vocab, family == "gpt", max(2048, seq))
+
+
+def _fmt_params(n: float) -> str:
+    return f"{n / 1e9:.3g}b" if n >= 1e9 else f"{n / 1e6:.3g}m"
+
+
+@dataclass(frozen=True)
+class ClusterEntry:
+    cluster: ClusterSpec
+    gpus: tuple                      # GPU counts to plan for (whole nodes)
+    price_per_gpu_hour_usd: float | None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One planning problem of a sweep; `id` is stable across runs for the same content."""
+    id: str
+    spec: Spec
+    model_label: str
+    cluster_label: str
+    gpus: int
+    tokens: float | None             # token budget for time / cost (None: not priced)
+    price_per_gpu_hour_usd: float | None
+
+    @property
+    def params(self) -> int:
+        return self.spec.model.num_params()
+
+
+@dataclass(frozen=True)
+class SizingTask:
+    id: str
+    cluster: ClusterSpec
+    cluster_label: str
+    gpus: int
+    budget_gpu_days: float
+    training: TrainingSpec
+    search: object
+    solver: object
+    family: str
+    vocab_size: int
+    rule: ShapeRule
+    price_per_gpu_hour_usd: float | None
+
+
+@dataclass
+class Sweep:
+    name: str
+    cases: list = field(default_factory=list)
+    sizing: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)   # (what, why) of grid points dropped while expanding
+    source: str | None = None
+
+
+def load_sweep(path: str) -> Sweep:
+    return parse_sweep(_load_yaml(path), path)
+
+
+def _num_list(f: Fields, key: str, default, *, integer: bool) -> list:
+    vals = f.list(key, default)
+    out = []
+    for i, v in enumerate(vals):
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                raise f.error(key, f"item {i} must be a number, got {v!r}") from None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise f.error(key, f"item {i} must be a positive number, got {v!r}")
+        if integer:
+            if float(v) != int(v):
+                raise f.error(key, f"item {i} must be an integer, got {v!r}")
+            v = int(v)
+        out.append(v)
+    if not out:
+        raise f.error(key, "must not be empty")
+    return list(dict.fromkeys(out))
+
+
+def _param_targets(g: Fields) -> list[float]:
+    v = g.raw("parameters_B")
+    if isinstance(v, dict):
+        r = Fields(v, g.file, g.path("parameters_B"))
+        a, b = r.float("from"), r.float("to")
+        n = r.int("count")
+        scale = r.str("scale", "log", choices=("log", "linear"))
+        r.done()
+        if b < a:
+            raise g.error("parameters_B", f"'to' ({b}) must not be smaller than 'from' ({a})")
+        if n == 1:
+            return [a * 1e9]
+        if scale == "log":
+            return [1e9 * a * (b / a) ** (k / (n - 1)) for k in range(n)]
+        return [1e9 * (a + (b - a) * k / (n - 1)) for k in range(n)]
+    return [1e9 * x for x in _num_list(g, "parameters_B", None, integer=False)]
+
+
+def _grid_models(g: Fields, seq_max: int, skipped: list) -> list[ModelSpec]:
+    family = g.str("family", "gpt", choices=FAMILIES)
+    vocab = g.int("vocab_size", 50257)
+    models = []
+    if g.has("parameters_B"):
+        for k in ("num_layers", "hidden_size", "num_attention_heads"):
+            if g.has(k):
+                raise g.error(k, "give either parameters_B (with shape_rule) or explicit shapes, not both")
+        rf = g.sub("shape_rule", {})
+        rule = ShapeRule(rf.float("aspect_ratio", 128.0), rf.int("layer_multiple", 4), rf.int("hidden_multiple", 128),
+                         rf.int("heads_multiple", 8), rf.int("head_dim", 128),
+                         rf.float("tolerance", 0.02, max_value=0.5))
+        rf.done()
+        if rule.hidden_multiple % rule.heads_multiple:
+            raise rf.error("hidden_multiple", f"must be a multiple of heads_multiple ({rule.heads_multiple})")
+        seen = set()
+        for n in _param_targets(g):
+            m = shape_for_params(n, family, vocab, rule, seq_length=seq_max)
+            key = (m.num_layers, m.hidden_size)
+            if key in seen:
+                skipped.append((f"{n / 1e9:.3g}B", f"rounds to the same shape as an earlier size ({m.name})"))
+                continue
+            seen.add(key)
+            models.append(m)
+    else:
+        g.raw("shape_rule", None)
+        Ls = _num_list(g, "num_layers", None, integer=True)
+        Hs = _num_list(g, "hidden_size", None, integer=True)
+        As = _num_list(g, "num_attention_heads", None, integer=True)
+        for L in Ls:
+            for h in Hs:
+                for a in As:
+                    if h % a:
+                        skipped.append((f"L{L} h{h} a{a}", f"hidden {h} is not divisible by {a} heads"))
+                        continue
+                    name = f"{family}-L{L}-h{h}-a{a}"
+                    models.append(_model(name, family, L, h, a, vocab, seq_max))
+    g.done()
+    return models
+
+
+def _cluster_entries(f: Fields, base: str, default_gpus, default_price) -> list[ClusterEntry]:
+    items = f.list("clusters")
+    if not items:
+        raise f.error("clusters", "must list at least one cluster")
+    out = []
+    for i, it in enumerate(items):
+        key = f"clusters[{i}]"
+        gpus, price = default_gpus, default_price
+        if isinstance(it, dict) and "path" in it:
+            c = Fields(it, f.file, f.path(key))
+            ref = c.str("path")
+            if c.has("gpus"):
+                gpus = _num_list(c, "gpus", None, integer=True)
+            price = c.float("price_per_gpu_hour_usd", price)
+            c.done()
+        else:
+            ref = it
+        if isinstance(ref, str):
+            path = os.path.normpath(os.path.join(base, ref))
+            if not os.path.exists(path):
+                raise f.error(key, f"file {path} does not exist")
+            cl = parse_cluster(_load_yaml(path, f.file), path)
+        elif isinstance(ref, dict):
+            cl = parse_cluster(ref, f.file, f.path(key))
+        else:
+            raise f.error(key, f"must be a cluster path, an inline cluster or {{path, gpus}}, got {ref!r}")
+        counts = gpus or [cl.num_gpus]
+        for g in counts:
+            if g % cl.gpus_per_node or g > cl.num_gpus:
+                raise f.error(key if gpus is not default_gpus else "gpus",
+                              f"{g} GPUs is not a whole number of {cl.name}'s nodes "
+                              f"({cl.gpus_per_node} GPUs each, {cl.nodes} nodes)")
+        if price is None:
+            price = cl.price_per_gpu_hour_usd
+        out.append(ClusterEntry(cl, tuple(sorted(set(counts))), price))
+    return out
+
+
+def subset_cluster(cl: ClusterSpec, gpus: int) -> ClusterSpec:
+    """The first gpus / gpus_per_node nodes of the cluster (its measured links among them)."""
+    k = gpus // cl.gpus_per_node
+    return cl if k == cl.nodes else cl.subset(list(range(k)))
+
+
+def _stable_id(label: str, content: dict) -> str:
+    blob = json.dumps(content, sort_keys=True, default=str).encode()
+    return f"{label}-{hashlib.sha256(blob).hexdigest()[:8]}"
+
+
+def parse_sweep(data, file: str | None = None) -> Sweep:
+    f = Fields(data, file)
+    base = os.path.dirname(file) if file else "."
+    name = f.str("name", os.path.splitext(os.path.basename(file))[0] if file else "sweep")
+    f.raw("description", None)
+
+    t = f.sub("training")
+    gbs_list = _num_list(t, "global_batch_size", None, integer=True)
+    seq_list = _num_list(t, "seq_length", [2048], integer=True)
+    precision = t.str("precision", "bf16", choices=PRECISIONS)
+    optimizer = t.str("optimizer", "adam", choices=("adam", "adamw", "sgd"))
+    tok = t.raw("tokens", None)
+    if tok == "chinchilla":
+        tokens_list = ["chinchilla"]
+    elif tok is None:
+        tokens_list = [None]
+    else:
+        tokens_list = _num_list(t, "tokens", None, integer=False)
+    t.done()
+
+    skipped: list = []
+    models: list[tuple[ModelSpec, str]] = []
+    for i, m in enumerate(f.list("models", [])):
+        key = f"models[{i}]"
+        if isinstance(m, str):
+            path = os.path.normpath(os.path.join(base, m))
+            if not os.path.exists(path):
+                raise f.error(key, f"file {path} does not exist")
+            models.append((parse_model(_load_yaml(path, f.file), path), path))
+        elif isinstance(m, dict):
+            models.append((parse_model(m, f.file, f.path(key)), f.file))
+        else:
+            raise f.error(key, f"must be a model path or an inline model, got {m!r}")
+    if f.has("grid"):
+        for m in _grid_models(f.sub("grid"), max(seq_list), skipped):
+            models.append((m, "grid"))
+    if not models:
+        raise f.error("models", "the sweep needs models (a list) or a grid")
+    names = [m.name for m, _ in models]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise f.error("models", f"two models are named {dup!r}; names label the rows and must be unique")
+
+    default_gpus = _num_list(f, "gpus", None, integer=True) if f.has("gpus") else None
+    default_price = f.float("price_per_gpu_hour_usd", None)
+    entries = _cluster_entries(f, base, default_gpus, default_price)
+
+    search_data = f.raw("search", {}) or {}
+    solver = _parse_solver(f.sub("solver", {"time_limit_s": 5.0}))
+    sizing_f = f.sub("sizing", {})
+    budgets = _num_list(sizing_f, "budget_gpu_days", [], integer=False) if sizing_f.has("budget_gpu_days") else []
+    sizing_family = sizing_f.str("family", "gpt", choices=FAMILIES)
+    sizing_vocab = sizing_f.int("vocab_size", 50257)
+    sizing_f.done()
+    f.done()
+
+    cases = []
+    search_cache = {}
+    for entry in entries:
+        cl = entry.cluster
+        key = id(cl)
+        if key not in search_cache:   # search options are validated against the cluster (tp | gpus_per_node)
+            search_cache[key] = _parse_search(Fields(search_data, file, "search"), cl)
+        search = search_cache[key]
+        for g in entry.gpus:
+            sub = subset_cluster(cl, g)
+            for m, msrc in models:
+                for gbs in gbs_list:
+                    for seq in seq_list:
+                        training = TrainingSpec(gbs, seq, precision, optimizer, None)
+                        for tk in tokens_list:
+                            tokens = CHINCHILLA_TOKENS_PER_PARAM * m.num_params() if tk == "chinchilla" else tk
+                            content = {"model": m.__dict__, "cluster": cl.name, "cluster_file": cl.source and
+                                       os.path.basename(cl.source), "gpus": g, "training": training.__dict__,
+                                       "search": search.__dict__, "solver": solver.__dict__, "tokens": tokens,
+                                       "price": entry.price_per_gpu_hour_usd}
+                            label = f"{m.name}-{cl.name}-{g}g-b{gbs}-s{seq}"
+                            cid = _stable_id(label, content)
+                            raw = {"name": cid, "model": m.__dict__, "cluster": cl.name, "gpus": g,
+                                   "training": training.__dict__, "search": search_data,
+                                   "solver": solver.__dict__}
+                            spec = Spec(cid, m, sub, TrainingSpec(gbs, seq, precision, optimizer, tokens),
+                                        search, solver, file, raw)
+                            cases.append(Case(cid, spec, m.name, cl.name, g, tokens, entry.price_per_gpu_hour_usd))
+    ids = [c.id for c in cases]
+    if len(set(ids)) != len(ids):
+        raise SpecError(file, None, "the sweep expands to duplicate cases (repeated models, clusters or values)")
+
+    sizing = []
+    for entry in entries:
+        search = search_cache[id(entry.cluster)]
+        for g in entry.gpus:
+            for gbs in gbs_list:
+                for seq in seq_list:
+                    for b in budgets:
+                        training = TrainingSpec(gbs, seq, precision, optimizer, None)
+                        content = {"cluster": entry.cluster.name, "gpus": g, "budget": b,
+                                   "training": training.__dict__, "search": search.__dict__,
+                                   "solver": solver.__dict__, "family": sizing_family, "vocab": sizing_vocab}
+                        sid = _stable_id(f"size-{entry.cluster.name}-{g}g-{b:g}gpud-b{gbs}-s{seq}", content)
+                        sizing.append(SizingTask(sid, subset_cluster(entry.cluster, g), entry.cluster.name, g, b,
+                                                 training, search, solver, sizing_family, sizing_vocab, ShapeRule(),
+                                                 entry.price_per_gpu_hour_usd))
+    return Sweep(name, cases, sizing, skipped, file)
+
+
+def dump_models(sweep: Sweep) -> str:
+    """The expanded models as YAML (for `planner batch --list`)."""
+    seen, out = set(), []
+    for c in sweep.cases:
+        m = c.spec.model
+        if m.name in seen:
+            continue
+        seen.add(m.name)
+        out.append({"name": m.name, "family": m.family, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+                    "num_attention_heads": m.num_attention_heads, "params": m.num_params()})
+    return yaml.safe_dump(out, sort_keys=False)

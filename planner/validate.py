@@ -1,0 +1,254 @@
+"""Judge the planner's iteration-time model on measured runs (vTrain's CSV format), and fit it.
+
+Every prediction goes through the planner's own model: latency.build_problem(spec, cfg, layout,
+costs) scored at Megatron's rank order, so the figures judge what the planner uses to choose.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from planner.config import ParallelConfig
+from planner.costs import Costs
+from planner.errors import SpecError
+from planner.spec.cluster import ClusterSpec
+from planner.spec.model import ModelSpec
+from planner.spec.plan import SearchSpec, Spec, TrainingSpec
+
+# vTrain's validation runs: fp16, full activation checkpointing, 1F1B, GPT-2 vocabulary
+VTRAIN_DEFAULTS = {"precision": "fp16", "recompute": "full", "schedule": "1f1b", "vocab_size": 50257}
+COLUMNS = {"gpus": "# GPUs", "gbs": "global batch", "mbs": "micro batch", "hidden": "hidden size",
+           "heads": "attention heads", "layers": "# layers", "seq": "sequence length",
+           "tp": "tensor parallelism", "dp": "data parallelism", "pp": "pipeline parallelism",
+           "time_ms": "iteration time (ms)"}
+
+
+@dataclass(frozen=True)
+class Row:
+    gpus: int
+    gbs: int
+    mbs: int
+    hidden: int
+    heads: int
+    layers: int
+    seq: int
+    tp: int
+    dp: int
+    pp: int
+    measured_s: float
+    params_B: float | None = None
+    line: int = 0
+
+    @property
+    def model_key(self) -> str:
+        size = f"{self.params_B:g}B" if self.params_B else f"h{self.hidden}-L{self.layers}"
+        return f"{size} on {self.gpus} GPUs, batch {self.gbs}"
+
+    def label(self) -> str:
+        return f"tp{self.tp} pp{self.pp} dp{self.dp} mbs{self.mbs}"
+
+
+def read_vtrain_csv(path: str) -> list[Row]:
+    """Rows of a vTrain measurement file (columns named as in the vTrain repository)."""
+    try:
+        fh = open(path, newline="")
+    except OSError as e:
+        raise SpecError(path, None, f"cannot be read ({e.strerror})") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        head = [c.strip() for c in (reader.fieldnames or [])]
+        missing = [c for c in COLUMNS.values() if c not in head]
+        if missing:
+            raise SpecError(path, missing[0], "column missing (vTrain format expected)")
+        rows = []
+        for i, raw in enumerate(reader, start=2):
+            r = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
+            try:
+                vals = {k: int(float(r[c])) for k, c in COLUMNS.items() if k != "time_ms"}
+                t = float(r[COLUMNS["time_ms"]]) / 1e3
+                pb = float(r["Parameters (billion)"]) if r.get("Parameters (billion)") else None
+            except ValueError:
+                raise SpecError(path, f"line {i}", "has a non-numeric value") from None
+            if t <= 0 or min(vals.values()) <= 0:
+                raise SpecError(path, f"line {i}", "values must be positive")
+            if vals["tp"] * vals["dp"] * vals["pp"] != vals["gpus"]:
+                raise SpecError(path, f"line {i}", "tp*dp*pp differs from # GPUs")
+            if vals["gbs"] % (vals["mbs"] * vals["dp"]):
+                raise SpecError(path, f"line {i}", "global batch is not a multiple of micro batch * dp")
+            rows.append(Row(**vals, measured_s=t, params_B=pb, line=i))
+    if not rows:
+        raise SpecError(path, None, "has no measurements")
+    return rows
+
+
+def row_cluster(row: Row, cluster: ClusterSpec) -> ClusterSpec | None:
+    """The part of the cluster a run used: a partial node, or its first nodes (None: does not fit)."""
+    g = cluster.gpus_per_node
+    if row.gpus <= g:
+        return replace(cluster.subset([0]), gpus_per_node=row.gpus)
+    if row.gpus % g or row.gpus // g > cluster.nodes:
+        return None
+    return cluster.subset(list(range(row.gpus // g)))
+
+
+def row_spec(row: Row, cluster: ClusterSpec, defaults: dict | None = None) -> tuple[Spec, ParallelConfig]:
+    d = {**VTRAIN_DEFAULTS, **(defaults or {})}
+    model = ModelSpec(f"gpt-h{row.hidden}-L{row.layers}", "gpt", row.layers, row.hidden, row.heads, row.heads,
+                      4 * row.hidden, d["vocab_size"], True, max(2048, row.seq))
+    training = TrainingSpec(row.gbs, row.seq, d["precision"], "adam")
+    spec = Spec(model.name, model, cluster, training, SearchSpec())
+    cfg = ParallelConfig(row.tp, row.pp, row.dp, row.mbs, row.gbs // (row.mbs * row.dp), d["schedule"],
+                         1, d["recompute"], 0, False)
+    return spec, cfg
+
+
+def unsupported_reason(row: Row, cluster: ClusterSpec) -> str | None:
+    g = min(cluster.gpus_per_node, row.gpus)
+    if row.tp > cluster.gpus_per_node:
+        return f"tp={row.tp} spans nodes (the planner keeps tensor groups inside a node of {cluster.gpus_per_node})"
+    if row_cluster(row, cluster) is None:
+        return f"{row.gpus} GPUs do not fit whole nodes of {cluster.name}"
+    if row.layers % row.pp:
+        return f"{row.layers} layers do not split evenly into {row.pp} stages"
+    if g % row.tp:
+        return f"tp={row.tp} does not divide {g} GPUs per node"
+    return None
+
+
+def predict(row: Row, cluster: ClusterSpec, costs: Costs, defaults: dict | None = None) -> float:
+    """The planner's iteration time for a measured run, at Megatron's rank order on the first nodes."""
+    from planner.latency import build_problem, default_layout
+    cl = row_cluster(row, cluster)
+    spec, cfg = row_spec(row, cl, defaults)
+    layout = default_layout(cfg, cl.gpus_per_node)
+    problem = build_problem(spec, cfg, layout, costs)
+    return problem.objective(problem.rank_order())
+
+
+def spearman(a, b) -> float:
+    from scipy.stats import spearmanr
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
+
+
+@dataclass
+class Report:
+    rows: list = field(default_factory=list)         # dicts: row, predicted_s, measured_s, error_pct
+    skipped: list = field(default_factory=list)      # dicts: line, config, reason
+    groups: list = field(default_factory=list)       # dicts: name, n, spearman, regret, pick, best
+
+    @property
+    def errors(self) -> np.ndarray:
+        return np.array([r["error_pct"] for r in self.rows])
+
+    @property
+    def mape(self) -> float:
+        return float(np.mean(np.abs(self.errors))) if self.rows else float("nan")
+
+    @property
+    def max_abs_pct_error(self) -> float:
+        return float(np.max(np.abs(self.errors))) if self.rows else float("nan")
+
+    def as_dict(self) -> dict:
+        def clean(x):
+            return None if isinstance(x, float) and math.isnan(x) else x
+        return {"mape": self.mape, "max_abs_pct_error": self.max_abs_pct_error, "n": len(self.rows),
+                "median_abs_pct_error": float(np.median(np.abs(self.errors))) if self.rows else None,
+                "groups": [{k: clean(v) for k, v in g.items()} for g in self.groups],
+                "skipped": self.skipped,
+                "rows": [{k: v for k, v in r.items() if k != "row"} | {"config": r["row"].label(),
+                          "group": r["row"].model_key, "line": r["row"].line} for r in self.rows]}
+
+
+def validate(rows: list[Row], cluster: ClusterSpec, costs: Costs, defaults: dict | None = None) -> Report:
+    rep = Report()
+    for row in rows:
+        why = unsupported_reason(row, cluster)
+        if why:
+            rep.skipped.append({"line": row.line, "group": row.model_key, "config": row.label(), "reason": why})
+            continue
+        p = predict(row, cluster, costs, defaults)
+        rep.rows.append({"row": row, "predicted_s": p, "measured_s": row.measured_s,
+                         "error_pct": 100.0 * (p - row.measured_s) / row.measured_s})
+    by: dict = {}
+    for r in rep.rows:
+        by.setdefault(r["row"].model_key, []).append(r)
+    for name, rs in by.items():
+        pred = [r["predicted_s"] for r in rs]
+        meas = [r["measured_s"] for r in rs]
+        pick = rs[int(np.argmin(pred))]
+        best = min(meas)
+        rep.groups.append({"name": name, "n": len(rs), "spearman": spearman(pred, meas),
+                           "regret": pick["measured_s"] / best - 1.0, "pick": pick["row"].label(),
+                           "best": rs[int(np.argmin(meas))]["row"].label(),
+                           "mape": float(np.mean([abs(r["error_pct"]) for r in rs]))})
+    return rep
+
+
+# --- fitting -------------------------------------------------------------------------------------
+
+FIT_BOUNDS = {   # physically plausible ranges (A100-class GPUs)
+    "max_efficiency": (0.2, 0.85), "half_size": (1e6, 1e11), "attn_efficiency": (0.05, 1.0),
+    "hbm_GBps": (100.0, 1555.0), "layer_overhead_s": (0.0, 2e-3), "iteration_overhead_s": (0.0, 0.2),
+    "backward_ratio": (1.5, 3.5), "tp_sync_s": (0.0, 1e-3),
+}
+LOG_PARAMS = ("half_size",)
+
+
+def _pack(model, names):
+    return np.array([math.log(getattr(model, n)) if n in LOG_PARAMS else getattr(model, n) for n in names])
+
+
+def _unpack(model, names, x):
+    return model.with_params(**{n: (math.exp(v) if n in LOG_PARAMS else float(v)) for n, v in zip(names, x)})
+
+
+def fit_compute(rows: list[Row], cluster: ClusterSpec, base, names=None, costs_for=None, defaults=None):
+    """Least squares on log(predicted / measured) over the planner's own iteration model.
+
+    base: ComputeModel to start from (its comm model and any unfitted parameter stay as they are).
+    Returns (fitted ComputeModel, scipy result)."""
+    from scipy.optimize import least_squares
+    from planner.costs import costs_with_compute
+    from planner.costs.compute import DEFAULT_FIT
+    names = list(names or DEFAULT_FIT)
+    use = [r for r in rows if unsupported_reason(r, cluster) is None]
+    lo = [math.log(FIT_BOUNDS[n][0]) if n in LOG_PARAMS else FIT_BOUNDS[n][0] for n in names]
+    hi = [math.log(FIT_BOUNDS[n][1]) if n in LOG_PARAMS else FIT_BOUNDS[n][1] for n in names]
+    x0 = np.clip(_pack(base, names), lo, hi)
+    meas = np.array([r.measured_s for r in use])
+
+    def resid(x):
+        m = _unpack(base, names, x)
+        costs = costs_with_compute(m)
+        pred = np.array([predict(r, cluster, costs, defaults) for r in use])
+        return np.log(pred / meas)
+
+    x_scale = np.array([FIT_BOUNDS[n][1] - FIT_BOUNDS[n][0] if n not in LOG_PARAMS else 1.0 for n in names]) / 10
+    res = least_squares(resid, x0, bounds=(lo, hi), x_scale=x_scale, diff_step=1e-3, max_nfev=200)
+    return _unpack(base, names, res.x), res
+
+
+def kfold_validate(rows: list[Row], cluster: ClusterSpec, base, k: int = 5, seed: int = 0, names=None):
+    """k-fold cross-validation of the fit: every row is predicted by a model fitted without it."""
+    from planner.costs import costs_with_compute
+    rng = np.random.default_rng(seed)
+    use = [r for r in rows if unsupported_reason(r, cluster) is None]
+    idx = rng.permutation(len(use))
+    folds = np.array_split(idx, k)
+    errs = np.zeros(len(use))
+    models = []
+    for f in folds:
+        test = set(f.tolist())
+        train = [use[i] for i in range(len(use)) if i not in test]
+        m, _ = fit_compute(train, cluster, base, names)
+        models.append(m)
+        costs = costs_with_compute(m)
+        for i in f:
+            p = predict(use[i], cluster, costs)
+            errs[i] = 100.0 * (p - use[i].measured_s) / use[i].measured_s
+    return errs, models

@@ -1,0 +1,26 @@
+import numpy as np
+import pytest
+
+from planner.spec import parse_spec
+
+
+def tiny_spec(nodes=4, gpn=8, seed=0, layers=24, hidden=2048, heads=16, gbs=64, memory=80, spread=(0.3, 1.0),
+              **search):
+    rng = np.random.default_rng(seed)
+    bw = 25 * rng.uniform(*spread, size=(nodes, nodes))
+    np.fill_diagonal(bw, 0)
+    d = {"model": {"name": "m", "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+                   "vocab_size": 50257},
+         "cluster": {"name": "c", "gpu": {"type": "A100", "memory_GiB": memory, "peak_tflops": {"bf16": 312}},
+                     "nodes": nodes, "gpus_per_node": gpn,
+                     "network": {"intra_node": {"bandwidth_GBps": 300}, "inter_node": {"bandwidth_Gbps": 200},
+                                 "bandwidth_matrix": bw.tolist()}},
+         "training": {"global_batch_size": gbs, "seq_length": 2048},
+         "search": search or {"schedules": ["1f1b"], "recompute": ["selective"], "zero": [0]},
+         "solver": {"time_limit_s": 20}}
+    return parse_spec(d, "tiny.yaml")
+
+
+@pytest.fixture
+def make_spec():
+    return tiny_spec

@@ -1,0 +1,167 @@
+import csv
+import json
+
+import pytest
+from batch_fixtures import write_sweep
+
+from planner.batch import COLUMNS, read_rows, rows_csv, run_batch
+from planner.cli import main
+from planner.sweep import load_sweep
+
+CONFIG = ("tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "recompute", "zero")
+
+
+@pytest.fixture(scope="module")
+def solved(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("batch")
+    sw = load_sweep(write_sweep(tmp))
+    res = run_batch(sw, str(tmp / "out"), workers=2, progress=False)
+    return tmp, sw, res
+
+
+def test_rows_in_sweep_order_with_failures_recorded(solved):
+    tmp, sw, res = solved
+    assert [r["case_id"] for r in res.rows] == [c.id for c in sw.cases]
+    by = {(r["model"], r["gpus"]): r for r in res.rows}
+    for g in (8, 16):
+        huge = by[("m-huge", g)]
+        assert huge["status"] == "INFEASIBLE" and "memory" in huge["error"] and huge["tp"] is None
+        for m in ("m-small", "m-mid"):
+            r = by[(m, g)]
+            assert r["status"] in ("OPTIMAL", "FEASIBLE"), r
+            assert r["tp"] * r["pp"] * r["dp"] == g
+            assert 0 < r["mfu"] < 1 and r["peak_memory_GiB"] < 80
+            # time and cost to train the 1e10-token budget follow from the achieved throughput
+            days = 1e10 / r["tokens_per_s"] / 86400
+            assert r["train_days"] == pytest.approx(days)
+            assert r["gpu_hours"] == pytest.approx(g * days * 24)
+            assert r["cost_usd"] == pytest.approx(2.0 * g * days * 24)
+
+
+def test_csv_is_complete_and_matches(solved):
+    tmp, sw, res = solved
+    with open(res.csv_path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        assert reader.fieldnames == COLUMNS
+        rows = list(reader)
+    assert [r["case_id"] for r in rows] == [r["case_id"] for r in res.rows]
+    assert float(rows[0]["tokens_per_s"]) == res.rows[0]["tokens_per_s"]
+
+
+def test_resume_skips_done_cases_and_retries_errors(solved):
+    tmp, sw, res = solved
+    out = str(tmp / "out")
+    again = run_batch(sw, out, workers=1, progress=False)
+    assert again.solved == 0 and again.reused == len(sw.cases)
+    assert [r["tokens_per_s"] for r in again.rows] == [r["tokens_per_s"] for r in res.rows]
+    rows = read_rows(res.csv_path)
+    rows[1]["status"] = "ERROR"             # an internal failure is retried
+    del rows[3]                             # a missing case is solved
+    with open(res.csv_path, "w") as fh:
+        fh.write(rows_csv(rows, COLUMNS))
+    third = run_batch(sw, out, workers=1, progress=False)
+    assert third.solved == 2 and third.reused == len(sw.cases) - 2
+    assert [r["case_id"] for r in third.rows] == [c.id for c in sw.cases]
+    assert third.rows[1]["status"] in ("OPTIMAL", "FEASIBLE")
+
+
+def test_workers_agree_with_in_process(solved):
+    tmp, sw, res = solved
+    one = run_batch(sw, str(tmp / "one"), workers=1, progress=False)
+    for a, b in zip(one.rows, res.rows):
+        assert a["status"] == b["status"]
+        if a["status"] == "OPTIMAL" and b["status"] == "OPTIMAL":
+            assert a["iteration_s"] == pytest.approx(b["iteration_s"], rel=1e-9)
+
+
+def test_unexpected_error_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    import planner.solve as solve_mod
+    real = solve_mod.solve
+
+    def flaky(spec, **kw):
+        if spec.model.name == "m-mid":
+            raise RuntimeError("boom")
+        return real(spec, **kw)
+
+    monkeypatch.setattr(solve_mod, "solve", flaky)
+    sw = load_sweep(write_sweep(tmp_path))
+    res = run_batch(sw, str(tmp_path / "out"), workers=1, progress=False)
+    mids = [r for r in res.rows if r["model"] == "m-mid"]
+    assert mids and all(r["status"] == "ERROR" and "boom" in r["error"] for r in mids)
+    assert all(r["status"] in ("OPTIMAL", "FEASIBLE") for r in res.rows if r["model"] == "m-small")
+
+
+def test_cli_json_and_plots(tmp_path, capsys):
+    path = write_sweep(tmp_path)
+    out = tmp_path / "res"
+    rc = main(["batch", path, "--out", str(out), "--workers", "1", "--json", "--plots"])
+    assert rc == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["cases"] == 6 and d["solved"] == 6
+    assert len(d["rows"]) == 6 and d["csv"].endswith("mini.csv")
+    # two GPU counts per model: cheapest and fastest are reported, fastest is never slower
+    cvf = {g["model"]: g for g in d["cheapest_vs_fastest"]}
+    assert set(cvf) == {"m-small", "m-mid"}
+    for g in cvf.values():
+        assert g["options"] == 2
+        assert g["fastest"]["train_days"] <= g["cheapest"]["train_days"]
+        assert g["cheapest"]["cost_usd"] <= g["fastest"]["cost_usd"]
+    assert len(d["plots"]) == 3
+    for p in d["plots"]:
+        with open(p, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv,code", [
+    (["--workers", "0"], 2),
+    (["--address", "127.0.0.1:6379"], 2),
+    (["--time-limit", "-1"], 2),
+])
+def test_cli_bad_flags(tmp_path, argv, code, capsys):
+    path = write_sweep(tmp_path)
+    assert main(["batch", path, "--out", str(tmp_path)] + argv) == code
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_cli_bad_sweep_names_field(tmp_path, capsys):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\nclusters: []\ntraining: {global_batch_size: 8}\nmodels: []\n")
+    assert main(["batch", str(p), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "models" in err
+
+
+def test_workers_run_single_threaded():
+    from batch_fixtures import worker_threads
+
+    from planner.batch import _local
+    got = {}
+    _local(worker_threads, list(range(4)), 2, None, lambda k, r: got.__setitem__(k, r))
+    assert sorted(got) == [0, 1, 2, 3]
+    assert all(r["omp"] == "1" and r["torch"] == 1 for r in got.values())
+
+
+def test_edited_sweep_moves_stale_rows_aside(tmp_path):
+    from batch_fixtures import sweep_dict
+    out = str(tmp_path / "out")
+    sw = load_sweep(write_sweep(tmp_path, sweep_dict(models=sweep_dict()["models"][:1])))
+    run_batch(sw, out, workers=1, progress=False)
+    sw2 = load_sweep(write_sweep(tmp_path, sweep_dict(models=sweep_dict()["models"][:1],
+                                                      solver={"time_limit_s": 2})))
+    res = run_batch(sw2, out, workers=1, progress=False)
+    assert res.solved == 2 and [r["case_id"] for r in read_rows(res.csv_path)] == [c.id for c in sw2.cases]
+    stale = read_rows(str(tmp_path / "out" / "mini.stale.csv"))
+    assert [r["case_id"] for r in stale] == [c.id for c in sw.cases]
+
+
+def test_a_dying_worker_fails_only_its_cases(tmp_path, monkeypatch):
+    import batch_fixtures
+
+    import planner.batch as batch
+    monkeypatch.setattr(batch, "run_case", batch_fixtures.die_on_mid)
+    sw = load_sweep(write_sweep(tmp_path, __import__("batch_fixtures").sweep_dict(
+        clusters=[{"path": "mini-cluster.yaml", "gpus": [8]}])))
+    res = batch.run_batch(sw, str(tmp_path / "out"), workers=2, progress=False)
+    by = {r["model"]: r for r in res.rows}
+    assert by["m-mid"]["status"] == "ERROR" and "worker failed" in by["m-mid"]["error"]
+    assert len(res.rows) == 3 and by["m-huge"]["status"] in ("INFEASIBLE", "ERROR")

@@ -1,0 +1,60 @@
+import math
+
+import numpy as np
+import pytest
+
+from planner.costs.comm import (CommModel, CollectiveTable, read_nccl_dir, read_nccl_tests, ring_allreduce_time,
+                                slowest_link_GBps)
+from planner.spec import load_cluster
+
+TABLES = "planner/data/vtrain/nccl_allreduce_nvlink"
+
+
+def test_reads_vtrain_nccl_tables():
+    tabs = read_nccl_dir(TABLES)
+    assert sorted(tabs) == [2, 3, 4, 5, 6, 7, 8]
+    t8 = tabs[8]
+    assert t8.sizes[0] == 1048576 and t8.sizes[-1] == 1073741824
+    # at a measured point the table returns the measurement (mean of out-of-place and in-place)
+    assert t8.time(1048576) == pytest.approx((92790 + 92150) / 2 * 1e-9, rel=1e-9)
+    # larger messages take longer; bus bandwidth at 1 GB is ~229 GB/s as nccl-tests printed
+    assert t8.time(5e8) < t8.time(1e9)
+    busbw = 2 * 7 / 8 * 1073741824 / t8.time(1073741824) / 1e9
+    assert busbw == pytest.approx(229.3, rel=0.01)
+
+
+def test_below_and_above_the_table():
+    t = CollectiveTable(2, (1e6, 2e6, 4e6), (40e-6, 50e-6, 70e-6))
+    assert t.time(0) == 0.0
+    assert t.time(5e5) == pytest.approx(35e-6)        # alpha-beta from the two smallest points
+    assert t.time(8e6) == pytest.approx(140e-6)       # bandwidth-bound beyond the table
+    assert 50e-6 < t.time(3e6) < 70e-6
+
+
+def test_console_format(tmp_path):
+    p = tmp_path / "allreduce_4gpu.txt"
+    p.write_text("#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+                 "   1048576 262144 float sum -1 51.40 20.40 30.60 0 52.74 19.88 29.82 0\n"
+                 "   2097152 524288 float sum -1 61.00 34.38 51.57 0 60.00 34.95 52.43 0\n")
+    t = read_nccl_tests(str(p))
+    assert t.n == 4 and t.time(1048576) == pytest.approx(52.07e-6)
+
+
+def test_comm_model_uses_table_then_ring():
+    cl = load_cluster("clusters/vtrain-a100-40gb-1node.yaml")
+    tabs = read_nccl_dir(TABLES)
+    with_t = CommModel(allreduce_tables=tabs)
+    ring = CommModel()
+    nbytes = 8 * 2 ** 20
+    assert with_t.tp_allreduce_time(nbytes, 8, cl) == pytest.approx(tabs[8].time(nbytes))
+    assert ring.tp_allreduce_time(nbytes, 8, cl) == pytest.approx(
+        ring_allreduce_time(nbytes, 8, 300 * 0.8, 3.0))
+    assert with_t.tp_allreduce_time(nbytes, 1, cl) == 0.0
+    assert with_t.intra_reduce_scatter_time(nbytes, 4, cl) == pytest.approx(0.5 * tabs[4].time(nbytes))
+
+
+def test_ring_limited_by_slowest_link():
+    bw = np.array([[0, 10, 20], [10, 0, 5], [20, 5, 0]], dtype=float)
+    assert slowest_link_GBps(bw, [0, 2]) == 20
+    assert slowest_link_GBps(bw, [0, 1, 2]) == 5
+    assert math.isinf(slowest_link_GBps(bw, [1]))

@@ -1,0 +1,82 @@
+import numpy as np
+import pytest
+
+from planner.config import ParallelConfig
+from planner.latency import build_problem
+from planner.mapping import layouts
+from planner.mapping.anneal import anneal
+from planner.mapping.bruteforce import brute_force
+from planner.mapping.cpsat import solve_exact
+
+CASES = [  # nodes, (tp, pp, dp), schedule, vpp
+    (4, (2, 4, 4), "1f1b", 1),
+    (6, (8, 3, 2), "1f1b", 1),
+    (6, (4, 2, 6), "1f1b", 1),
+    (5, (8, 5, 1), "1f1b", 1),
+    (4, (8, 4, 1), "interleaved", 2),
+    (6, (4, 6, 2), "interleaved", 2),
+    (6, (8, 1, 6), "1f1b", 1),
+    (6, (4, 6, 2), "v-half", 2),
+]
+
+
+def _instances(make_spec):
+    for k, (n, (tp, pp, dp), sched, v) in enumerate(CASES):
+        spec = make_spec(nodes=n, seed=k, gbs=96 if n == 6 else 64, layers=24)
+        gbs = spec.training.global_batch_size
+        cfg = ParallelConfig(tp, pp, dp, 1, gbs // dp, sched, v, "selective")
+        for lay in layouts(tp, pp, dp, 8):
+            yield build_problem(spec, cfg, lay)
+
+
+def test_exact_equals_brute_force_and_bounds_hold(make_spec):
+    seen = 0
+    for prob in _instances(make_spec):
+        best, _ = brute_force(prob)
+        ex = solve_exact(prob, time_limit_s=20)
+        assert ex.status == "OPTIMAL"
+        assert ex.objective == pytest.approx(best, rel=1e-9)
+        assert ex.bound <= best + 1e-9
+        assert prob.lower_bound() <= best + 1e-12          # the cheap bound is valid
+        sa = anneal(prob, seed=3)
+        assert sa.objective >= ex.objective - 1e-12        # annealing never beats a proved optimum
+        seen += 1
+    assert seen >= 12
+
+
+def test_robust_worst_case_equals_brute_force(make_spec):
+    spec = make_spec(nodes=4, seed=11)
+    cfg = ParallelConfig(2, 4, 4, 1, 16, "1f1b", 1, "selective")
+    lay = layouts(2, 4, 4, 8)[0]
+    rng = np.random.default_rng(5)
+    mats = []
+    for _ in range(3):
+        m = spec.cluster.bandwidth * rng.uniform(0.7, 1.3, size=spec.cluster.bandwidth.shape)
+        np.fill_diagonal(m, 0)
+        mats.append(m)
+    probs = [build_problem(spec, cfg, lay, bandwidth=m) for m in mats]
+    ex = solve_exact(probs, time_limit_s=20, robust="worst")
+    import itertools
+    best = min(max(p.objective(np.array(perm).reshape(lay.rows, lay.cols)) for p in probs)
+               for perm in itertools.permutations(range(4), lay.blocks))
+    assert ex.objective == pytest.approx(best, rel=1e-9)
+
+
+def test_anneal_is_deterministic(make_spec):
+    spec = make_spec(nodes=6, seed=2, gbs=96)
+    cfg = ParallelConfig(4, 6, 2, 1, 48, "1f1b", 1, "selective")
+    prob = build_problem(spec, cfg, layouts(4, 6, 2, 8)[0])
+    a, b = anneal(prob, seed=7), anneal(prob, seed=7)
+    assert np.array_equal(a.assign, b.assign) and a.objective == b.objective
+
+
+def test_objective_prefers_fast_links(make_spec):
+    """A column through a slow link costs more than the same column on fast links."""
+    spec = make_spec(nodes=2, seed=0, spread=(1.0, 1.0))
+    spec.cluster.bandwidth[0, 1] = spec.cluster.bandwidth[1, 0] = 1.0    # one very slow link
+    cfg = ParallelConfig(8, 2, 1, 1, 64, "1f1b", 1, "selective")
+    prob = build_problem(spec, cfg, layouts(8, 2, 1, 8)[0])
+    fast = make_spec(nodes=2, seed=0, spread=(1.0, 1.0))
+    prob_fast = build_problem(fast, cfg, layouts(8, 2, 1, 8)[0])
+    a = np.array([[0], [1]])
+    assert prob.objective(a) > prob_fast.objective(a)

@@ -1,0 +1,66 @@
+"""planner simulate: spec + flags, solution files, bad input, plot and trace outputs."""
+import json
+import os
+
+import numpy as np
+import yaml
+
+import planner
+from planner.cli import main
+from planner.config import ParallelConfig as C
+from planner.latency import default_layout
+from planner.mapping.problem import worker_table
+
+SPEC = "specs/gpt3-13b-a100-128.yaml"
+
+
+def test_spec_with_flags_json(capsys):
+    rc = main(["simulate", SPEC, "--tp", "8", "--pp", "4", "--dp", "4", "--mbs", "1", "--schedule", "zb-h1", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["iteration_s"] > 0 and 0 < out["bubble_fraction"] < 1
+    assert len(out["peak_memory_GiB"]["per_device"]) == 4
+    assert out["peak_memory_GiB"]["max"] == max(out["peak_memory_GiB"]["per_device"])
+    assert "agreement" in out
+
+
+def test_spec_without_config_is_bad_input(capsys):
+    assert main(["simulate", SPEC]) == 2
+    assert "--tp" in capsys.readouterr().err
+
+
+def test_bad_config_is_bad_input(capsys):
+    rc = main(["simulate", SPEC, "--tp", "8", "--pp", "4", "--dp", "4", "--mbs", "1", "--schedule", "interleaved",
+               "--vpp", "3"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "layers" in err and "Traceback" not in err
+    assert main(["simulate", "does/not/exist.yaml"]) == 2
+
+
+def test_solution_file(tmp_path, capsys):
+    spec = planner.load_spec(SPEC)
+    cfg = C(8, 4, 4, 1, 128, "interleaved", 2)
+    layout = default_layout(cfg, 8)
+    assign = np.arange(layout.blocks)[::-1].reshape(layout.rows, layout.cols)   # reversed node order
+    sol = {"spec": os.path.abspath(SPEC), "config": cfg.as_dict(),
+           "mapping": worker_table(layout, assign, cfg.tp, np.arange(spec.cluster.nodes))}
+    path = tmp_path / "sol.yaml"
+    path.write_text(yaml.safe_dump(sol))
+    png, trace = tmp_path / "t.png", tmp_path / "t.json"
+    rc = main(["simulate", str(path), "--json", "--plot", str(png), "--trace", str(trace)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["schedule"] == "interleaved" and out["chunks"] == 2
+    assert png.stat().st_size > 10_000
+    t = json.loads(trace.read_text())
+    ops = [e for e in t["traceEvents"] if e.get("ph") == "X" and e.get("pid") == 0]
+    assert len(ops) == out["ops"]
+    assert {e["cat"] for e in ops} == {"forward", "backward"}
+    assert any(e.get("ph") == "C" for e in t["traceEvents"])
+
+
+def test_solution_missing_field(tmp_path):
+    path = tmp_path / "sol.yaml"
+    path.write_text(yaml.safe_dump({"spec": os.path.abspath(SPEC), "config": {"tp": 8}}))
+    assert main(["simulate", str(path)]) == 2

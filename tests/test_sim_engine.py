@@ -1,0 +1,125 @@
+"""The simulator on real plans: costs, mapped links, data-parallel all-reduce, memory, agreement."""
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+import planner
+from planner.config import ParallelConfig as C
+from planner.costs import default_costs
+from planner.latency import build_problem, default_layout, evaluate
+from planner.mapping.problem import Layout, worker_table
+from planner.simulate import agreement, simulate, simulate_uniform
+from planner.costs.memory import GiB
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return planner.load_spec("specs/gpt3-13b-a100-128.yaml")
+
+
+def _estimate(spec, cfg, layout=None, assign=None):
+    layout = layout or default_layout(cfg, spec.cluster.gpus_per_node)
+    prob = build_problem(spec, cfg, layout)
+    return evaluate(spec, cfg, prob, prob.rank_order() if assign is None else assign)
+
+
+@pytest.mark.parametrize("cfg,tol", [
+    (C(8, 4, 4, 1, 128, "1f1b"), 0.05),
+    (C(8, 4, 4, 1, 128, "interleaved", 2), 0.05),
+    (C(8, 4, 4, 1, 128, "zb-h1"), 0.05),
+    (C(4, 8, 4, 1, 128, "1f1b", recompute="full"), 0.05),
+    (C(2, 8, 8, 2, 32, "1f1b", recompute="selective"), 0.05),
+    (C(8, 4, 4, 1, 128, "v-half", 2), 0.20),
+    (C(8, 4, 4, 1, 128, "v-zb", 2), 0.20),
+])
+def test_agreement_with_closed_form(spec, cfg, tol):
+    sim = simulate(spec, cfg)
+    est = _estimate(spec, cfg)
+    assert abs(agreement(sim, est)) <= tol, (cfg.label(), sim.iteration_s, est.iteration_s)
+    assert 0 < sim.bubble_fraction < 0.5
+    assert sim.num_ops == sum(len(k) for k in sim.schedule.kinds)
+
+
+def test_1f1b_memory_equals_estimator(spec):
+    """Same static parts, same activation count p - i: the per-stage totals must agree exactly."""
+    cfg = C(8, 4, 4, 1, 128, "1f1b")
+    sim = simulate(spec, cfg)
+    est = _estimate(spec, cfg)
+    assert sim.peak_memory_GiB == pytest.approx([m.total / GiB for m in est.memory], rel=1e-9)
+
+
+def test_v_shape_puts_both_ends_on_rank0(spec):
+    cfg = C(8, 4, 4, 1, 128, "v-zb", 2)
+    sim = simulate(spec, cfg)
+    # embedding and output layer (+ logits) both live on rank 0 in a V
+    assert sim.static_memory_GiB[0] > max(sim.static_memory_GiB[1:])
+    assert np.argmax(sim.busy_s) == 0
+
+
+def test_slow_link_on_the_pipeline_costs_time(spec):
+    cfg = C(8, 2, 1, 1, 512, "1f1b")
+    bw = spec.cluster.bandwidth.copy()
+    bw[0, 1] = bw[1, 0] = 0.5                        # GB/s: a bad cable between nodes 0 and 1
+    slow = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=bw))
+    layout = Layout(1, 1, 2, 1)
+    on_bad = simulate(slow, cfg, layout=layout, assign=np.array([[0], [1]]))
+    on_good = simulate(slow, cfg, layout=layout, assign=np.array([[0], [2]]))
+    assert on_bad.iteration_s > on_good.iteration_s * 1.02
+    # the closed form sees the same difference, to within a third (1F1B exposes every send)
+    e_bad = _estimate(slow, cfg, layout, np.array([[0], [1]])).iteration_s
+    e_good = _estimate(slow, cfg, layout, np.array([[0], [2]])).iteration_s
+    d_sim, d_est = on_bad.iteration_s - on_good.iteration_s, e_bad - e_good
+    assert d_est == pytest.approx(d_sim, rel=0.33)
+    # a worker table (a solution's mapping) gives the same answer as layout + assign
+    table = worker_table(layout, np.array([[0], [1]]), cfg.tp, np.arange(slow.cluster.nodes))
+    assert simulate(slow, cfg, table).iteration_s == pytest.approx(on_bad.iteration_s)
+    # assign indexes a problem's candidate nodes: through nodes = [2, 0, ...] the same grid avoids the bad link
+    nodes = np.r_[2, 0, 1, np.arange(3, slow.cluster.nodes)]
+    assert simulate(slow, cfg, layout=layout, assign=np.array([[0], [1]]), nodes=nodes).iteration_s == \
+        pytest.approx(on_good.iteration_s)
+
+
+def test_data_parallel_allreduce_after_last_backward(spec):
+    cfg = C(8, 4, 4, 1, 128, "1f1b")
+    one = simulate(spec, cfg)
+    assert one.dp_comm_s > 0
+    # each device's optimizer step (StageTimes.step) follows its all-reduce
+    st = default_costs(spec.cluster).compute.stage_times(spec.model, spec.cluster, spec.training, cfg)
+    assert one.iteration_s == pytest.approx(max(e + getattr(s, "step", 0.0) for e, s in zip(one.dp_end, st)))
+    assert all(s >= 0 for s in one.dp_start)
+    solo_cfg = C(8, 8, 1, 1, 512, "1f1b")
+    solo = simulate(spec, solo_cfg)
+    st = default_costs(spec.cluster).compute.stage_times(spec.model, spec.cluster, spec.training, solo_cfg)
+    assert solo.dp_comm_s == 0
+    assert solo.iteration_s == pytest.approx(max(solo.compute_s, max(e + s.step for e, s in zip(solo.dp_end, st))))
+    ov = simulate(spec, C(8, 4, 4, 1, 128, "interleaved", 2), overlap_dp=True)
+    no = simulate(spec, C(8, 4, 4, 1, 128, "interleaved", 2))
+    assert ov.iteration_s <= no.iteration_s + 1e-12
+
+
+def test_recompute_in_bubbles_measurable(spec):
+    cfg = C(4, 8, 4, 1, 128, "1f1b", recompute="full")
+    std = simulate(spec, cfg)
+    mario = simulate(spec, cfg, recompute_in_bubbles=True)
+    assert mario.iteration_s < std.iteration_s
+    assert mario.peak_memory_max_GiB > std.peak_memory_max_GiB
+
+
+def test_bad_mapping_is_rejected(spec):
+    with pytest.raises(ValueError):
+        simulate(spec, C(8, 4, 4, 1, 128, "1f1b"), [{"stage": 0, "dp_rank": 0, "tp_rank": 0, "node": 0, "gpu": 0}])
+
+
+def test_agreement_helper():
+    assert agreement(2.0, 2.2) == pytest.approx(0.1)
+    assert agreement(2.0, 1.8) == pytest.approx(-0.1)
+
+
+def test_speed_1f1b_pp64_m1024():
+    t = time.perf_counter()
+    r = simulate_uniform("1f1b", 64, 1024, f=1.0, b=2.0, comm=0.01)
+    dt = time.perf_counter() - t
+    assert r.num_ops == 2 * 64 * 1024
+    assert dt < 2.0        # target 0.5 s on one core (benchmarks/sim_speed.py); slack for busy CI machines

@@ -1,0 +1,115 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from planner.errors import InfeasibleError
+from planner.solve import solve
+
+
+def test_solve_tiny_is_optimal_and_deterministic(make_spec):
+    spec = make_spec(nodes=4, seed=1, schedules=["1f1b", "interleaved"], recompute=["selective", "full"], zero=[0, 1])
+    a = solve(spec, time_limit_s=20, seed=0, simulate=False)
+    b = solve(spec, time_limit_s=20, seed=0, simulate=False)
+    assert a.config == b.config and np.array_equal(a.assign, b.assign)
+    assert a.solver.status == "OPTIMAL"
+    assert a.solver.bound <= a.solver.objective + 1e-9
+    assert a.estimate.fits
+    ws = a.mapping
+    assert len(ws) == 32 and len({(w["node"], w["gpu"]) for w in ws}) == 32   # 1:1 onto GPUs
+    assert all(len({w["node"] for w in ws if w["stage"] == s and w["dp_rank"] == d}) == 1
+               for s in range(a.config.pp) for d in range(a.config.dp))          # tensor groups in one node
+
+
+def test_solve_beats_or_matches_every_enumerated_rank_order_plan(make_spec):
+    """Branch and bound must not prune the true best: compare against exhaustive rank-order evaluation."""
+    from planner.latency import build_problem, memory_limit_GiB, stage_memory
+    from planner.mapping import layouts
+    from planner.space import enumerate_configs
+    spec = make_spec(nodes=2, seed=4)
+    sol = solve(spec, time_limit_s=20, simulate=False)
+    for cfg in enumerate_configs(spec):
+        if max(m.total for m in stage_memory(spec, cfg, __import__("planner.costs", fromlist=["x"]).default_costs())) \
+                / 2 ** 30 > memory_limit_GiB(spec):
+            continue
+        for lay in layouts(cfg.tp, cfg.pp, cfg.dp, 8):
+            p = build_problem(spec, cfg, lay)
+            assert sol.solver.objective <= p.objective(p.rank_order()) + 1e-9
+
+
+def test_infeasible_names_memory(make_spec):
+    spec = make_spec(nodes=1, memory=4, layers=24, hidden=4096, heads=32)
+    with pytest.raises(InfeasibleError) as e:
+        solve(spec, time_limit_s=5, simulate=False)
+    assert "memory" in str(e.value) and "GiB over" in str(e.value)
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_cli_bad_spec_exit_2_names_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {name: m, num_layers: 4, hidden_size: 100, num_attention_heads: 3, vocab_size: 10}\n"
+                   "cluster: {name: c, gpu: {type: X, memory_GiB: 8, peak_tflops: {bf16: 1}}, nodes: 1,"
+                   " gpus_per_node: 1, network: {intra_node: {bandwidth_GBps: 1}, inter_node: {bandwidth_Gbps: 1}}}\n"
+                   "training: {global_batch_size: 4, seq_length: 8}\n")
+    r = _cli("solve", str(bad))
+    assert r.returncode == 2
+    assert "model.num_attention_heads" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_infeasible_exit_1(tmp_path):
+    p = tmp_path / "big.yaml"
+    p.write_text("model: {name: m, num_layers: 8, hidden_size: 8192, num_attention_heads: 64, vocab_size: 50000}\n"
+                 "cluster: {name: c, gpu: {type: X, memory_GiB: 8, peak_tflops: {bf16: 100}}, nodes: 1,"
+                 " gpus_per_node: 2, network: {intra_node: {bandwidth_GBps: 100}, inter_node: {bandwidth_Gbps: 100}}}\n"
+                 "training: {global_batch_size: 4, seq_length: 2048}\n")
+    r = _cli("solve", str(p), "--out", str(tmp_path / "s.yaml"))
+    assert r.returncode == 1 and "memory" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "s.yaml").exists()
+
+
+def test_cli_solve_writes_solution_and_export(tmp_path, make_spec):
+    import json
+    import yaml
+    out = tmp_path / "sol.yaml"
+    r = _cli("solve", "specs/gpt3-13b-a100-128.yaml", "--time-limit", "20", "--out", str(out), "--json",
+             "--no-simulate")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    for k in ("tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp", "recompute", "zero",
+              "sequence_parallel"):
+        assert k in d["config"]
+    for k in ("method", "status", "objective", "bound", "gap", "wall_s"):
+        assert k in d["solver"]
+    assert d["estimate"]["memory_GiB"]["peak"] > 0
+    saved = yaml.safe_load(out.read_text())
+    assert saved["config"] == d["config"] and len(saved["mapping"]) == 128
+    r = _cli("export", str(out), "--format", "torchrun")
+    assert r.returncode == 0 and r.stdout.count("torchrun") == 16
+
+
+def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path):
+    import yaml
+    out = tmp_path / "sol.yaml"
+    r = _cli("solve", "specs/gpt3-13b-a100-het-128.yaml", "--time-limit", "10", "--out", str(out), "--no-simulate")
+    assert r.returncode == 0, r.stderr
+    r = _cli("replan", str(out), "--exclude-nodes", "3,7", "--time-limit", "10", "--out", str(tmp_path / "re.yaml"))
+    assert r.returncode == 0, r.stderr
+    d = yaml.safe_load((tmp_path / "re.yaml").read_text())
+    used = {w["node"] for w in d["mapping"]}
+    assert not used & {3, 7} and used <= set(range(16))
+    assert d["replan"]["excluded_nodes"] == [3, 7]
+    r = _cli("replan", str(out), "--exclude-nodes", "99")
+    assert r.returncode == 2 and "--exclude-nodes" in r.stderr
+
+
+def test_solve_simulates_and_records_agreement(make_spec):
+    spec = make_spec(nodes=4, seed=1, schedules=["1f1b", "zb-h1"], recompute=["selective"], zero=[0])
+    sol = solve(spec, time_limit_s=20, seed=0)
+    sim = sol.simulated
+    assert sim and sim["iteration_s"] > 0 and len(sim["peak_memory_per_gpu_GiB"]) == sol.config.pp
+    assert abs(sim["estimate_vs_simulation"]) < 0.2       # closed form and replay describe the same plan
+    assert sim["fits"]

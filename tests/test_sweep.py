@@ -1,0 +1,113 @@
+import math
+
+import numpy as np
+import pytest
+import yaml
+from batch_fixtures import CLUSTER, SWEEP, sweep_dict, write_sweep
+
+from planner.errors import SpecError
+from planner.sweep import ShapeRule, load_sweep, parse_sweep, shape_for_params
+
+
+@pytest.mark.parametrize("target,layers,hidden", [(6.7e9, 32, 4096), (13e9, 40, 5120), (175e9, 96, 12288)])
+def test_shape_rule_recovers_gpt3_shapes(target, layers, hidden):
+    # GPT-3 keeps hidden / layers = 128 at these sizes; the rule must land on the published shapes
+    m = shape_for_params(target)
+    assert (m.num_layers, m.hidden_size) == (layers, hidden)
+
+
+def test_shape_rule_hits_targets_and_keeps_tp_friendly_heads():
+    rule = ShapeRule()
+    for k in range(40):
+        n = 1e9 * 1000 ** (k / 39)
+        m = shape_for_params(n, rule=rule)
+        assert abs(m.num_params() / n - 1) <= rule.tolerance + 1e-9
+        assert m.num_layers % rule.layer_multiple == 0 and m.hidden_size % rule.hidden_multiple == 0
+        assert m.num_attention_heads % 8 == 0 and m.hidden_size % m.num_attention_heads == 0
+        assert 0.3 < (m.hidden_size / m.num_layers) / 128 < 3.0
+
+
+def test_llama_shapes_use_swiglu_ffn():
+    m = shape_for_params(7e9, "llama", 32000)
+    assert m.family == "llama" and not m.tied_embeddings
+    assert abs(m.num_params() / 7e9 - 1) < 0.02
+    assert m.ffn_hidden_size % 256 == 0 and abs(m.ffn_hidden_size / m.hidden_size - 8 / 3) < 0.1
+
+
+def test_expansion_ids_are_stable_and_ordered(tmp_path):
+    a = load_sweep(write_sweep(tmp_path))
+    b = load_sweep(write_sweep(tmp_path))
+    assert [c.id for c in a.cases] == [c.id for c in b.cases]
+    assert len(a.cases) == 3 * 2 and len({c.id for c in a.cases}) == 6
+    # order: cluster -> GPU count -> model
+    assert [(c.gpus, c.model_label) for c in a.cases] == [(g, m) for g in (8, 16)
+                                                          for m in ("m-small", "m-mid", "m-huge")]
+    # a change in what is solved changes the id; the label part stays readable
+    c = load_sweep(write_sweep(tmp_path, sweep_dict(solver={"time_limit_s": 2})))
+    assert not {x.id for x in c.cases} & {x.id for x in a.cases}
+    assert a.cases[0].id.startswith("m-small-mini-8g-b64-s1024-")
+
+
+def test_gpu_counts_take_the_first_nodes_with_their_links(tmp_path):
+    sw = load_sweep(write_sweep(tmp_path))
+    c8, c16 = sw.cases[0], sw.cases[3]
+    assert c8.spec.cluster.nodes == 1 and c16.spec.cluster.nodes == 2
+    full = np.array(CLUSTER["network"]["bandwidth_matrix"], dtype=float)
+    assert np.allclose(c16.spec.cluster.bandwidth, full[:2, :2])
+    assert c8.price_per_gpu_hour_usd == 2.0
+
+
+def test_chinchilla_tokens_and_grid(tmp_path):
+    d = sweep_dict(models=[], grid={"family": "gpt", "parameters_B": {"from": 1, "to": 4, "count": 3}},
+                   training={"global_batch_size": 64, "seq_length": 1024, "tokens": "chinchilla"})
+    sw = load_sweep(write_sweep(tmp_path, d))
+    sizes = sorted({c.params for c in sw.cases})
+    assert len(sizes) == 3 and abs(sizes[0] / 1e9 - 1) < 0.02 and abs(sizes[-1] / 4e9 - 1) < 0.02
+    for c in sw.cases:
+        assert c.tokens == pytest.approx(20 * c.params)
+
+
+def test_explicit_grid_skips_non_dividing_heads(tmp_path):
+    d = sweep_dict(models=[], grid={"num_layers": [4, 8], "hidden_size": [1024, 1536], "num_attention_heads": [16, 24]})
+    sw = load_sweep(write_sweep(tmp_path, d))
+    shapes = {(c.spec.model.num_layers, c.spec.model.hidden_size, c.spec.model.num_attention_heads) for c in sw.cases}
+    # 1024 / 24 and 1536 / ... : 1024 % 24 != 0 is skipped, the rest are kept
+    assert (4, 1024, 24) not in shapes and (4, 1536, 24) in shapes and (8, 1024, 16) in shapes
+    assert any("1024" in what for what, _ in sw.skipped)
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"bogus": 1}, "bogus"),
+    ({"clusters": [{"path": "mini-cluster.yaml", "gpus": [12]}]}, "clusters[0]"),
+    ({"clusters": ["nope.yaml"]}, "clusters[0]"),
+    ({"models": ["missing.yaml"]}, "models[0]"),
+    ({"training": {"global_batch_size": [0], "seq_length": 1024}}, "training.global_batch_size"),
+    ({"grid": {"parameters_B": [1], "num_layers": [4]}, "models": []}, "grid.num_layers"),
+    ({"search": {"schedules": ["warp"]}}, "search.schedules"),
+    ({"models": SWEEP["models"][:1] * 2}, "models"),
+])
+def test_errors_name_file_and_field(tmp_path, change, field):
+    path = write_sweep(tmp_path, sweep_dict(**change))
+    with pytest.raises(SpecError) as e:
+        load_sweep(path)
+    assert e.value.file is not None and e.value.field == field, str(e.value)
+
+
+def test_inline_model_errors_point_into_the_sweep(tmp_path):
+    d = sweep_dict(models=[{"name": "x", "num_layers": 4, "hidden_size": 1000, "num_attention_heads": 16,
+                            "vocab_size": 100}])
+    with pytest.raises(SpecError) as e:
+        load_sweep(write_sweep(tmp_path, d))
+    assert e.value.field == "models[0].num_attention_heads" and e.value.file.endswith("sweep.yaml")
+
+
+def test_example_sweeps_parse():
+    import glob
+    files = sorted(glob.glob("sweeps/*.yaml"))
+    assert files
+    for f in files:
+        sw = load_sweep(f)
+        assert sw.cases
+    big = load_sweep("sweeps/gpt-sizes-a100-128.yaml")
+    assert len(big.cases) == 100 and {c.gpus for c in big.cases} == {128}
+    assert not big.skipped
