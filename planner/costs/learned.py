@@ -107,10 +107,12 @@ class LearnedMemory:
     # -- the estimator interface ----------------------------------------------------------------------------
     def stage_memory(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> MemoryBreakdown:
         a = self.analytical.stage_memory(model, cluster, training, cfg, stage)
-        allocated = float(self.predict_allocated(features(a, cfg.recompute)[None, :])[0])
+        x = features(a, cfg.recompute)[None, :]
+        fitted = float(self.predict_allocated(x, safe=False)[0])
+        safe = float(self.predict_allocated(x, safe=True)[0])
         known = a.weights + a.gradients + a.optimizer + a.activations + a.logits + a.transient
         return MemoryBreakdown(a.weights, a.gradients, a.optimizer, a.activations, a.logits, a.overhead,
-                               a.transient, allocated - known)
+                               a.transient, fitted - known, safe - fitted)
 
 
 def _nnls_rel(X: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -24,12 +24,13 @@ class MemoryBreakdown:
     logits: float
     overhead: float
     transient: float = 0.0       # backward working set beyond stored activations (recompute, gradient buffers)
-    correction: float = 0.0      # learned estimator: measured peak minus the analytical terms (may be < 0)
+    correction: float = 0.0      # learned estimator: its fitted peak minus the analytical terms (may be < 0)
+    safety: float = 0.0          # learned estimator: headroom its safety factor adds (no OOM plan called feasible)
 
     @property
     def total(self) -> float:
         return (self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.overhead
-                + self.transient + self.correction)
+                + self.transient + self.correction + self.safety)
 
     def as_GiB(self) -> dict:
         d = {k: v / GiB for k, v in asdict(self).items()}
@@ -99,8 +100,8 @@ def layer_activation_bytes(model, training, cfg: ParallelConfig) -> float:
 
 
 def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
-    """Backward working set of one layer, one micro-batch: what recompute rebuilds, plus the gradient of the
-    widest intermediate (the MLP's f/t-wide tensor or the attention scores)."""
+    """Backward working set of one layer, one micro-batch: what recompute rebuilds, the gradient of the widest
+    intermediate (the MLP's f/t-wide tensor or the attention scores) and the largest weight gradient."""
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     a, f = model.num_attention_heads, model.ffn_hidden_size
     rebuilt = 0.0
@@ -110,7 +111,10 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
         lin, core = layer_activation_parts(model, training, full)
         rebuilt = core if cfg.recompute == "selective" else lin + core
     widest = 2 * s * b * max(a * s, 2 * f if model.gated_mlp else f) / t
-    return rebuilt + widest
+    # a GEMM's 16-bit weight gradient before it is added to the fp32 main_grad (large for wide, short runs)
+    kv = model.kv_channels
+    wgrad = 2 * max(h * (h + 2 * kv), h * f * (2 if model.gated_mlp else 1)) / t
+    return rebuilt + widest + wgrad
 
 
 def stage_inflight(cfg: ParallelConfig, stage: int) -> float:
@@ -204,8 +208,9 @@ class AnalyticalMemory:
         acts = L * layer_activation_bytes(model, training, cfg) * stage_inflight(cfg, stage)
         acts += edge_activation_bytes(model, training, cfg, stage)
         logits = logits_bytes(model, training, cfg, stage)
-        # the backward working set (one layer's, or the embedding's dense gradient) and the output layer's
-        # logits are not live at the same time: the loss backward frees the logits before the layers' backward
+        # the backward working set (one layer's, or the embedding's dense gradient) and the logits of the
+        # micro-batch being back-propagated are not live at the same time: its loss backward frees them first
         work = max(layer_transient_bytes(model, training, cfg), embedding_grad_bytes(model, cfg, stage))
-        transient = max(0.0, work - logits)
+        freed = 6.0 * training.seq_length * cfg.micro_batch_size * model.vocab_size / cfg.tp if logits else 0.0
+        transient = max(0.0, work - freed)
         return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient)

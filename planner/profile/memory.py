@@ -532,7 +532,8 @@ def _run(model, training, cfg, stage, layers_per_chunk, device, reset_peak, live
         pending.append((out, is_loss, x_in))
         del out, x_in, ids, labels
     after_forward = live()
-    for out, is_loss, x_in in reversed(pending):
+    while pending:   # newest first; each input's gradient is sent back and freed with it
+        out, is_loss, x_in = pending.pop()
         if is_loss:
             out.backward()
         else:
@@ -542,7 +543,6 @@ def _run(model, training, cfg, stage, layers_per_chunk, device, reset_peak, live
                 (out,), (g,), False, False, (), allow_unreachable=True, accumulate_grad=True)
             del g
         del out, x_in
-    pending.clear()
     _opt_step(st.store, st.opt)
     return static, held, after_forward
 
