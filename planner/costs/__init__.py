@@ -42,12 +42,14 @@ def _load(path: str) -> ComputeModel:
 
 def default_costs(cluster=None) -> Costs:
     """The cost models for a cluster: its own fitted profiles where it names them, shipped ones otherwise."""
+    from planner.costs.learned import default_memory_estimator   # late: learned imports this package's modules
+    memory = default_memory_estimator(cluster)
     if cluster is None:
-        return Costs()
+        return Costs(memory=memory)
     path = (getattr(cluster, "profiles", None) or {}).get("compute") or shipped_compute_profile(cluster.gpu.type)
     if not path:
-        return Costs()
-    return costs_with_compute(_load(path))
+        return Costs(memory=memory)
+    return costs_with_compute(_load(path), memory)
 
 
 __all__ = ["Costs", "CommModel", "ComputeModel", "StageTimes", "AnalyticalMemory", "MemoryBreakdown", "default_costs",

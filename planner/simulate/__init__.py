@@ -20,7 +20,7 @@ from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.comm import p2p_time, ring_allreduce_time, ring_reduce_scatter_time
 from planner.costs.compute import BYTES
-from planner.costs.memory import GiB, layer_activation_bytes, stage_params
+from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
 from planner.simulate import engine
 from planner.simulate.engine import DeadlockError
 from planner.simulate.schedules import B, F, R, Schedule, W, build, chunks_for
@@ -332,6 +332,11 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         per_param = (mb_.weights + mb_.gradients + mb_.optimizer) / max(stage_params(model, cfg, d), 1.0)
         static[d] = per_param * params[d].sum() + mb_.overhead
         logits_total += mb_.logits
+        # what the estimator counts beyond scheduled layer activations (backward working set, embedding and
+        # output-layer inputs, a learned estimator's correction and safety headroom) stays on the device
+        static[d] += max(0.0, mb_.total - mb_.weights - mb_.gradients - mb_.optimizer - mb_.overhead - mb_.logits
+                         - (model.num_layers // cfg.pp) * layer_activation_bytes(model, tr, cfg)
+                         * stage_inflight(cfg, d))
     dl, _cl = np.argwhere(stage_of == S - 1)[0]
     static[dl] += logits_total
     L = model.num_layers // cfg.pp

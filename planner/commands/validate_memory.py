@@ -1,0 +1,40 @@
+"""`planner validate-memory SAMPLES.csv`: held-out and extrapolation error of the learned memory estimator
+against the analytical terms alone and a Pipette-style MLP on configuration integers."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("validate-memory", help="MAPE of the memory estimator: held-out and extrapolation")
+    p.add_argument("samples", help="CSV written by `planner profile memory`")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--holdout", type=float, default=0.2, help="fraction of small configs held out")
+    p.add_argument("--small-gpus", type=int, default=32, help="extrapolation: fit on configs with <= this many GPUs")
+    p.add_argument("--large-gpus", type=int, default=64, help="extrapolation: test on configs with >= this many GPUs")
+    p.add_argument("--margin", type=float, default=0.01)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from planner.costs.learned import read_samples, validate
+    from planner.errors import SpecError
+    if not 0 < args.holdout < 1:
+        raise SpecError(None, "--holdout", "must be between 0 and 1")
+    rep = validate(read_samples(args.samples), args.seed, args.holdout, args.small_gpus, args.large_gpus,
+                   args.margin)
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    print(f"{rep['samples']} samples: {rep['small_configs']} with <= {args.small_gpus} GPUs, "
+          f"{rep['large_configs']} with >= {args.large_gpus}", file=sys.stderr)
+    for split in ("heldout", "extrapolation"):
+        if split in rep:
+            r = rep[split]
+            print(f"{split:14s} n={r['n']:4d}  MAPE learned {r['mape_learned']:.2f}%  analytical "
+                  f"{r['mape_analytical']:.2f}%  MLP(raw ints) {r['mape_mlp_raw_integers']:.2f}%  "
+                  f"worst under (safe) {r['worst_underestimate_pct_with_safety']:.2f}%  "
+                  f"OOM called feasible {r['oom_called_feasible']}", file=sys.stderr)
+    return 0

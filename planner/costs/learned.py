@@ -1,0 +1,295 @@
+"""Learned memory estimator: a non-negative linear model on the analytical terms, fitted on measured samples.
+
+Features are the analytical breakdown's terms in bytes (weights, gradients, optimizer state, stored
+activations, logits, one layer's backward working set) plus a constant. Each term scales exactly with the
+quantity it stands for, so a model fitted on small configurations (few GPUs, few layers) transfers to large
+ones; a raw regression on config integers (Pipette's MLP) cannot. The fit minimises relative squared error
+(MAPE-like) with non-negative coefficients. A safety factor (the largest under-estimate seen when fitting,
+plus a margin) is applied so the planner never calls a measured-OOM plan feasible.
+
+Saved as JSON (coefficients and metadata): loading executes no code.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.config import ParallelConfig
+from planner.costs.memory import GiB, AnalyticalMemory, MemoryBreakdown, held_forwards
+
+FEATURES = ("weights", "gradients", "optimizer", "activations", "logits", "transient_none", "transient_selective",
+            "transient_full")
+RECOMPUTE = ("none", "selective", "full")
+FORMAT = "planner.memory-estimator/1"
+DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "memory_estimator.json")
+
+
+def features(breakdown: MemoryBreakdown, recompute: str) -> np.ndarray:
+    """The analytical terms, with the backward working set split by recompute mode (what is rebuilt and how
+    many gradient buffers of it are live differs by mode), and a constant."""
+    t = [breakdown.transient if recompute == r else 0.0 for r in RECOMPUTE]
+    return np.array([breakdown.weights, breakdown.gradients, breakdown.optimizer, breakdown.activations,
+                     breakdown.logits] + t + [1.0])
+
+
+@dataclass(frozen=True)
+class LearnedMemory:
+    """Same interface as AnalyticalMemory; total = learned allocated peak * safety + overhead."""
+    coef: tuple = (1.0,) * 8 + (0.0,)                       # per FEATURES, then the constant (bytes)
+    safety: float = 1.0                                     # multiplies the allocated prediction
+    safety_bytes: float = 0.0                               # then added (bytes); 0 from fit, settable by hand
+    overhead_GiB: float = 2.0                               # runtime overhead, see AnalyticalMemory
+    meta: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def analytical(self) -> AnalyticalMemory:
+        return AnalyticalMemory(overhead_GiB=self.overhead_GiB)
+
+    # -- scikit-learn style -------------------------------------------------------------------------------
+    @staticmethod
+    def fit(X: np.ndarray, y: np.ndarray, margin: float = 0.01, overhead_GiB: float = 2.0,
+            meta: dict | None = None, folds: int = 5, seed: int = 0) -> "LearnedMemory":
+        """Relative least squares, coefficients >= 0. Safety multiplier: the largest under-estimate
+        (measured / predicted) over the fit set *and* over its out-of-fold predictions (k-fold), so it reflects
+        error on configurations the fit has not seen, times (1 + margin)."""
+        X = np.asarray(X, float)
+        y = np.asarray(y, float)
+        coef = _nnls_rel(X, y)
+        worst = float(np.max(y / (X @ coef)))
+        if folds > 1 and len(y) >= 4 * folds:
+            idx = np.random.default_rng(seed).permutation(len(y))
+            for part in np.array_split(idx, folds):
+                keep = np.setdiff1d(idx, part)
+                c = _nnls_rel(X[keep], y[keep])
+                worst = max(worst, float(np.max(y[part] / (X[part] @ c))))
+        safety = max(1.0, worst) * (1.0 + margin)
+        return LearnedMemory(tuple(float(v) for v in coef), safety, 0.0, overhead_GiB, dict(meta or {}))
+
+    def predict_allocated(self, X: np.ndarray, safe: bool = True) -> np.ndarray:
+        p = np.asarray(X, float) @ np.asarray(self.coef)
+        return p * self.safety + self.safety_bytes if safe else p
+
+    def save(self, path: str) -> None:
+        from planner.io import atomic_write_text
+        blob = {"format": FORMAT, "features": list(FEATURES) + ["const"], "coef": list(self.coef),
+                "safety": self.safety, "safety_bytes": self.safety_bytes, "overhead_GiB": self.overhead_GiB, "meta": self.meta}
+        atomic_write_text(path, json.dumps(blob, indent=1, sort_keys=True) + "\n")
+
+    @staticmethod
+    def load(path: str) -> "LearnedMemory":
+        from planner.errors import SpecError
+        try:
+            with open(path) as fh:
+                blob = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise SpecError(path, None, f"cannot read memory estimator ({e})") from None
+        if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+            raise SpecError(path, "format", f"expected {FORMAT!r}")
+        coef = blob.get("coef")
+        if blob.get("features") != list(FEATURES) + ["const"] or not isinstance(coef, list) \
+                or len(coef) != len(FEATURES) + 1 or not all(isinstance(c, (int, float)) for c in coef):
+            raise SpecError(path, "coef", f"expected {len(FEATURES) + 1} numbers for {list(FEATURES)} + const")
+        safety, oh, extra = blob.get("safety", 1.0), blob.get("overhead_GiB", 2.0), blob.get("safety_bytes", 0.0)
+        if not isinstance(safety, (int, float)) or safety < 1.0:
+            raise SpecError(path, "safety", "must be a number >= 1")
+        if not isinstance(extra, (int, float)) or extra < 0:
+            raise SpecError(path, "safety_bytes", "must be a number >= 0")
+        if not isinstance(oh, (int, float)) or oh < 0:
+            raise SpecError(path, "overhead_GiB", "must be a number >= 0")
+        return LearnedMemory(tuple(float(c) for c in coef), float(safety), float(extra), float(oh),
+                             blob.get("meta") or {})
+
+    # -- the estimator interface ----------------------------------------------------------------------------
+    def stage_memory(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> MemoryBreakdown:
+        a = self.analytical.stage_memory(model, cluster, training, cfg, stage)
+        x = features(a, cfg.recompute)[None, :]
+        fitted = float(self.predict_allocated(x, safe=False)[0])
+        safe = float(self.predict_allocated(x, safe=True)[0])
+        known = a.weights + a.gradients + a.optimizer + a.activations + a.logits + a.transient
+        return MemoryBreakdown(a.weights, a.gradients, a.optimizer, a.activations, a.logits, a.overhead,
+                               a.transient, fitted - known, safe - fitted)
+
+
+def _nnls_rel(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """argmin_c sum(((X c - y) / y)^2), c >= 0 (columns scaled for conditioning)."""
+    from scipy.optimize import nnls
+    scale = np.maximum(np.abs(X).max(axis=0), 1.0)
+    c, _ = nnls(X / scale / y[:, None], np.ones(len(y)))
+    return c / scale
+
+
+def load_default() -> LearnedMemory:
+    return _load_cached(DEFAULT_PATH, os.path.getmtime(DEFAULT_PATH))
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(path: str, mtime: float) -> LearnedMemory:
+    return LearnedMemory.load(path)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Samples (CSV from `planner profile memory`) -> features, baselines, validation
+
+
+def read_samples(path: str) -> list[dict]:
+    from planner.errors import SpecError
+    if not os.path.exists(path):
+        raise SpecError(path, None, "file does not exist")
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        raise SpecError(path, None, "no samples")
+    need = {"family", "hidden_size", "tp", "pp", "dp", "stage", "peak_allocated"}
+    missing = need - set(rows[0])
+    if missing:
+        raise SpecError(path, None, f"missing columns {sorted(missing)}")
+    return rows
+
+
+def row_case(r: dict):
+    """(model, training, cfg, stage) of one CSV sample (the reduced-layer model that was profiled)."""
+    from planner.spec.model import ModelSpec
+    from planner.spec.plan import TrainingSpec
+    model = ModelSpec(r.get("model", "sample"), r["family"], int(r["num_layers"]), int(r["hidden_size"]),
+                      int(r["num_attention_heads"]), int(r["num_kv_heads"]), int(r["ffn_hidden_size"]),
+                      int(r["vocab_size"]), r["tied_embeddings"] == "True", int(r["max_position_embeddings"]))
+    training = TrainingSpec(int(r["global_batch_size"]), int(r["seq_length"]), r["precision"], r["optimizer"])
+    cfg = ParallelConfig(int(r["tp"]), int(r["pp"]), int(r["dp"]), int(r["micro_batch_size"]),
+                         int(r["num_microbatches"]), r["schedule"], int(r["vpp"]), r["recompute"], int(r["zero"]),
+                         r["sequence_parallel"] == "True")
+    return model, training, cfg, int(r["stage"])
+
+
+def design(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(analytical-term features, measured allocated peak, Pipette-style raw config integers)."""
+    an = AnalyticalMemory()
+    X, y, raw = [], [], []
+    for r in rows:
+        model, training, cfg, stage = row_case(r)
+        X.append(features(an.stage_memory(model, None, training, cfg, stage), cfg.recompute))
+        y.append(float(r["peak_allocated"]))
+        raw.append([model.hidden_size, model.num_attention_heads, model.num_kv_heads, model.ffn_hidden_size,
+                    model.vocab_size, model.num_layers // cfg.pp, training.seq_length, cfg.micro_batch_size,
+                    cfg.num_microbatches, cfg.tp, cfg.pp, cfg.dp, cfg.zero, int(cfg.sequence_parallel),
+                    ("none", "selective", "full").index(cfg.recompute), cfg.vpp, stage,
+                    int(model.family == "llama"), held_forwards(cfg, stage),
+                    ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb").index(cfg.schedule)])
+    return np.array(X), np.array(y), np.array(raw, float)
+
+
+def mlp_baseline(raw_tr, y_tr, seed: int = 0):
+    """Pipette-style baseline: an MLP on the configuration integers, predicting log memory."""
+    from sklearn.neural_network import MLPRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    m = make_pipeline(StandardScaler(), MLPRegressor(hidden_layer_sizes=(64, 64), max_iter=3000, random_state=seed,
+                                                     early_stopping=False, alpha=1e-3))
+    m.fit(np.log2(raw_tr + 1), np.log(y_tr))
+    return lambda raw: np.exp(m.predict(np.log2(raw + 1)))
+
+
+def _mape(pred, y) -> float:
+    return float(np.mean(np.abs(pred - y) / y) * 100)
+
+
+def _report(est: LearnedMemory, X, y, raw_te, mlp) -> dict:
+    raw_pred = est.predict_allocated(X, safe=False)
+    safe_pred = est.predict_allocated(X, safe=True)
+    analytic = X[:, :-1].sum(axis=1)
+    under = (y - safe_pred) / y
+    return {"n": int(len(y)), "mape_learned": _mape(raw_pred, y), "mape_analytical": _mape(analytic, y),
+            "mape_mlp_raw_integers": _mape(mlp(raw_te), y),
+            "median_ape_mlp_raw_integers": float(np.median(np.abs(mlp(raw_te) - y) / y) * 100),
+            "median_ape_learned": float(np.median(np.abs(raw_pred - y) / y) * 100),
+            "worst_underestimate_pct_unsafe": float(np.max((y - raw_pred) / y) * 100),
+            "worst_underestimate_pct_with_safety": float(np.max(under) * 100),
+            "oom_called_feasible": int(np.sum(safe_pred < y)),
+            "mean_overestimate_pct_with_safety": float(np.mean((safe_pred - y) / y) * 100)}
+
+
+def validate(rows: list[dict], seed: int = 0, holdout: float = 0.2, small_gpus: int = 32, large_gpus: int = 64,
+             margin: float = 0.01) -> dict:
+    """Held-out split (random, among <= small_gpus configs) and extrapolation split (fit on <= small_gpus
+    GPUs, test on >= large_gpus), each against the analytical terms alone and a raw-integer MLP."""
+    X, y, raw = design(rows)
+    gpus = np.array([int(r["tp"]) * int(r["pp"]) * int(r["dp"]) for r in rows])
+    rng = np.random.default_rng(seed)
+    small = np.flatnonzero(gpus <= small_gpus)
+    large = np.flatnonzero(gpus >= large_gpus)
+    perm = rng.permutation(small)
+    n_te = max(1, int(round(holdout * len(small))))
+    te, tr = perm[:n_te], perm[n_te:]
+    out = {"samples": int(len(y)), "small_configs": int(len(small)), "large_configs": int(len(large))}
+    est = LearnedMemory.fit(X[tr], y[tr], margin)
+    out["heldout"] = _report(est, X[te], y[te], raw[te], mlp_baseline(raw[tr], y[tr], seed))
+    if len(large):
+        est = LearnedMemory.fit(X[small], y[small], margin)
+        out["extrapolation"] = _report(est, X[large], y[large], raw[large], mlp_baseline(raw[small], y[small], seed))
+    return out
+
+
+def fit_samples(rows: list[dict], margin: float = 0.01, overhead_GiB: float = 2.0, source: str = "") -> LearnedMemory:
+    X, y, _ = design(rows)
+    backends = sorted({r.get("backend", "?") for r in rows})
+    return LearnedMemory.fit(X, y, margin, overhead_GiB,
+                             {"samples": len(rows), "source": source, "backends": backends,
+                              "fit": "non-negative relative least squares on analytical terms",
+                              "overhead_source": "not measured (no GPU); documented default, docs/notes/memory.md"})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CLI: `planner fit memory SAMPLES.csv -o EST`
+
+
+def register_fit(subparsers) -> None:
+    p = subparsers.add_parser("memory", help="fit the learned memory estimator on profiled samples (CSV)")
+    p.add_argument("samples", help="CSV written by `planner profile memory`")
+    p.add_argument("-o", "--output", required=True, help="estimator JSON to write")
+    p.add_argument("--margin", type=float, default=0.01,
+                   help="extra relative safety on top of the worst (out-of-fold) under-estimate")
+    p.add_argument("--overhead-GiB", type=float, default=2.0, dest="overhead_GiB",
+                   help="runtime overhead (CUDA context, NCCL, fragmentation) added to every prediction")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_fit_cmd)
+
+
+def _fit_cmd(args) -> int:
+    import sys
+    rows = read_samples(args.samples)
+    est = fit_samples(rows, args.margin, args.overhead_GiB, os.path.basename(args.samples))
+    est.save(args.output)
+    info = {"output": args.output, "coef": dict(zip(list(FEATURES) + ["const"], est.coef)), "safety": est.safety,
+            "safety_GiB": est.safety_bytes / GiB, "samples": len(rows)}
+    if args.json:
+        print(json.dumps(info, indent=1))
+    else:
+        print(f"fitted on {len(rows)} samples -> {args.output}; safety x{est.safety:.3f} "
+              f"+ {est.safety_bytes / GiB:.2f} GiB", file=sys.stderr)
+        for k, v in info["coef"].items():
+            print(f"  {k:12s} {v:.4g}", file=sys.stderr)
+    return 0
+
+
+def default_memory_estimator(cluster=None):
+    """The cluster's own fitted estimator (profiles: {memory: path}) or the shipped one; analytical fallback
+    only if the shipped file is missing."""
+    path = None
+    if cluster is not None and getattr(cluster, "profiles", None):
+        path = cluster.profiles.get("memory")     # the cluster spec resolved it relative to its file
+    if path:
+        if not isinstance(path, str) or not os.path.exists(path):
+            from planner.errors import SpecError
+            raise SpecError(getattr(cluster, "source", None), "profiles.memory", f"file {path} does not exist")
+        return _load_cached(path, os.path.getmtime(path))
+    if os.path.exists(DEFAULT_PATH):
+        return load_default()
+    return AnalyticalMemory()
+
+
+__all__ = ["LearnedMemory", "FEATURES", "features", "validate", "fit_samples", "read_samples",
+           "default_memory_estimator", "register_fit"]

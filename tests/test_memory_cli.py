@@ -1,0 +1,34 @@
+"""`planner profile memory`, `planner fit memory`, `planner validate-memory`: outputs and exit codes."""
+import csv
+import json
+
+from planner.cli import main
+from planner.costs.learned import LearnedMemory
+from planner.profile.memory import COLUMNS
+
+
+def test_profile_fit_validate_roundtrip(tmp_path, capsys):
+    samples = tmp_path / "s.csv"
+    assert main(["profile", "memory", "-n", "12", "--seed", "3", "--max-gpus", "64", "-o", str(samples),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples"] == 12 and out["backend"] == "fake-cpu"
+    rows = list(csv.DictReader(samples.open()))
+    assert len(rows) == 12 and tuple(rows[0]) == COLUMNS
+    assert all(float(r["peak_allocated"]) >= float(r["static"]) > 0 for r in rows)
+    est = tmp_path / "e.json"
+    assert main(["fit", "memory", str(samples), "-o", str(est), "--json"]) == 0
+    assert LearnedMemory.load(str(est)).safety >= 1.0
+    capsys.readouterr()
+    assert main(["validate-memory", str(samples), "--json", "--small-gpus", "16", "--large-gpus", "32"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["samples"] == 12 and "heldout" in rep
+
+
+def test_bad_input_exits_2(tmp_path):
+    assert main(["fit", "memory", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "e.json")]) == 2
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert main(["validate-memory", str(bad)]) == 2
+    assert main(["profile", "memory", "-n", "0", "-o", str(tmp_path / "x.csv")]) == 2
+    assert main(["profile"]) == 2

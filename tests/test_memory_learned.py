@@ -1,0 +1,100 @@
+"""Learned memory estimator: fit / predict / save / load (JSON, no code on load), the estimator interface,
+and the shipped estimator's validation targets on the shipped fake-tensor samples."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from planner.config import ParallelConfig
+from planner.costs import default_costs
+from planner.costs.learned import (DEFAULT_PATH, FEATURES, LearnedMemory, default_memory_estimator, design,
+                                   read_samples, validate)
+from planner.costs.memory import AnalyticalMemory
+from planner.errors import SpecError
+from planner.spec.model import ModelSpec
+from planner.spec.plan import TrainingSpec
+
+SAMPLES = os.path.join(os.path.dirname(DEFAULT_PATH), "memory_samples_fake.csv")
+MODEL = ModelSpec("gpt-13b", "gpt", 40, 5120, 40, 40, 20480, 50257, True)
+TR = TrainingSpec(512, 2048)
+
+
+def test_fit_recovers_known_coefficients_and_safety_covers_fit_set():
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.uniform(1e8, 1e10, (200, len(FEATURES))), np.ones(200)]
+    true = np.array([1.0, 1.0, 1.0, 1.1, 1.0, 0.5, 0.9, 1.2, 3e8])
+    y = X @ true * rng.uniform(0.99, 1.01, 200)
+    est = LearnedMemory.fit(X, y, margin=0.0)
+    assert np.allclose(est.coef[:-1], true[:-1], rtol=0.05)
+    assert np.all(est.predict_allocated(X) >= y * (1 - 1e-9))        # never under the fit set with safety
+    assert est.safety < 1.05
+
+
+def test_save_load_roundtrip_is_plain_json(tmp_path):
+    est = LearnedMemory((1.0, 1.0, 1.0, 1.2, 1.0, 0.3, 0.9, 1.0, 1e8), 1.05, 0.0, 1.5, {"samples": 3})
+    p = tmp_path / "est.json"
+    est.save(str(p))
+    blob = json.loads(p.read_text())
+    assert blob["format"] == "planner.memory-estimator/1" and blob["coef"] == list(est.coef)
+    back = LearnedMemory.load(str(p))
+    assert back.coef == est.coef and back.safety == est.safety and back.overhead_GiB == est.overhead_GiB
+
+
+@pytest.mark.parametrize("blob,field", [({"format": "pickle"}, "format"),
+                                        ({"format": "planner.memory-estimator/1", "features": ["x"], "coef": [1]}, "coef"),
+                                        ({"format": "planner.memory-estimator/1",
+                                          "features": list(FEATURES) + ["const"], "coef": [1] * 9, "safety": 0.5},
+                                         "safety")])
+def test_load_rejects_bad_files(tmp_path, blob, field):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(blob))
+    with pytest.raises(SpecError) as e:
+        LearnedMemory.load(str(p))
+    assert e.value.field == field
+
+
+def test_stage_memory_interface_totals_prediction_plus_overhead():
+    est = LearnedMemory((1.0,) * 8 + (0.0,), 1.1, 0.0, 2.0)
+    cfg = ParallelConfig(4, 4, 8, 1, 16, recompute="selective", sequence_parallel=True)
+    a = AnalyticalMemory().stage_memory(MODEL, None, TR, cfg, 0)
+    m = est.stage_memory(MODEL, None, TR, cfg, 0)
+    alloc = a.total - a.overhead
+    assert m.total == pytest.approx(alloc * 1.1 + a.overhead)
+    assert (m.weights, m.activations) == (a.weights, a.activations)
+
+
+def test_default_costs_use_shipped_estimator_and_cluster_profile(tmp_path):
+    assert isinstance(default_costs().memory, LearnedMemory)
+    est = LearnedMemory((1.0,) * 8 + (0.0,), 1.0, 0.0, 0.5)
+    p = tmp_path / "mine.json"
+    est.save(str(p))
+
+    class C:
+        profiles = {"memory": str(p)}
+        source = "c.yaml"
+    assert default_memory_estimator(C()).overhead_GiB == 0.5
+    C.profiles = {"memory": str(tmp_path / "missing.json")}
+    with pytest.raises(SpecError) as e:
+        default_memory_estimator(C())
+    assert e.value.field == "profiles.memory"
+
+
+def test_shipped_estimator_fitted_on_shipped_samples():
+    rows = read_samples(SAMPLES)
+    X, y, _ = design(rows)
+    est = LearnedMemory.load(DEFAULT_PATH)
+    pred = est.predict_allocated(X)
+    assert np.all(pred >= y)                                   # safety: no sample under-estimated
+    assert np.mean(np.abs(est.predict_allocated(X, safe=False) - y) / y) < 0.05
+
+
+def test_validation_targets_on_shipped_samples():
+    rep = validate(read_samples(SAMPLES), seed=0)
+    h, x = rep["heldout"], rep["extrapolation"]
+    assert h["mape_learned"] <= 5.0 and x["mape_learned"] <= 7.0
+    # the analytical terms alone are as good on fake-tensor samples (see docs/notes/memory.md); the raw MLP is not
+    assert x["mape_learned"] < 1.5 * x["mape_analytical"] and x["mape_learned"] < x["mape_mlp_raw_integers"]
+    # held-out: no OOM called feasible; extrapolation: at most a few, by a few % (recorded in docs/notes/memory.md)
+    assert h["oom_called_feasible"] == 0
+    assert x["oom_called_feasible"] <= 2 and x["worst_underestimate_pct_with_safety"] < 5.0
