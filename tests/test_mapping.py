@@ -100,3 +100,16 @@ def test_ring_bottleneck_bound_is_valid_and_tight_on_small_cases():
         assert bound <= best + 1e-12
         tight += bound == best
     assert tight >= 20      # the k-core argument is exact for k <= 3 and usually close beyond
+
+
+def test_cutoff_refutes_and_survives_an_infeasible_hint(make_spec):
+    """A candidate that cannot beat the incumbent is PRUNED; the (worse) hint must not crash CP-SAT."""
+    spec = make_spec(nodes=6, seed=2, gbs=96)
+    cfg = ParallelConfig(4, 6, 2, 1, 48, "1f1b", 1, "selective")
+    prob = build_problem(spec, cfg, layouts(4, 6, 2, 8)[0])
+    best, _ = brute_force(prob)
+    hint = prob.rank_order()
+    r = solve_exact(prob, time_limit_s=10, hint=hint, cutoff=best)          # nothing strictly better
+    assert r.status == "PRUNED" and r.bound == best
+    r = solve_exact(prob, time_limit_s=10, hint=hint, cutoff=prob.objective(hint) + 1.0)
+    assert r.status == "OPTIMAL" and r.objective == pytest.approx(best)

@@ -141,7 +141,10 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             m.Add(z >= o)
         m.Minimize(z)
 
-    if hint is not None:
+    # in cutoff mode the hint (never better than the incumbent) violates the cutoff; OR-Tools 9.15
+    # aborts the process ("Check failed: heuristics.fixed_search") on such a hint with
+    # interleave_search, so it is only kept as the fallback answer
+    if hint is not None and cutoff is None:
         for k, (i, j) in enumerate(blocks):
             for n in range(N):
                 m.AddHint(x[k][n], int(hint[i, j] == n))
