@@ -9,7 +9,6 @@ profiler works end to end, not what a cluster's links do.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time

@@ -11,7 +11,7 @@ import os
 import pkgutil
 import sys
 
-from planner.errors import PlannerError, SpecError
+from planner.errors import PlannerError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,4 @@
 """Agreement with published Megatron-LM memory figures (Korthikanti et al. 2022; SC21 weak scaling)."""
-import pytest
 
 from benchmarks.memory_published import korthikanti_rows, sc21_rows
 

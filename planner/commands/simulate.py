@@ -10,23 +10,15 @@ import sys
 
 import yaml
 
-from planner.config import RECOMPUTE, SCHEDULES, V_SHAPES, ParallelConfig
+from planner.commands.common import add_config_args, config_from_args
+from planner.config import ParallelConfig
 from planner.errors import SpecError
 
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="simulate one plan op by op (iteration time, bubbles, memory per GPU)")
     p.add_argument("path", metavar="SPEC|SOLUTION", help="plan spec YAML (with config flags) or a solution YAML")
-    g = p.add_argument_group("configuration (required with a SPEC)")
-    g.add_argument("--tp", type=int, default=None)
-    g.add_argument("--pp", type=int, default=None)
-    g.add_argument("--dp", type=int, default=None)
-    g.add_argument("--mbs", type=int, default=None, help="micro-batch size")
-    g.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
-    g.add_argument("--vpp", type=int, default=None, help="model chunks per device (interleaved; V-shapes use 2)")
-    g.add_argument("--recompute", default="none", choices=RECOMPUTE)
-    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2))
-    g.add_argument("--sp", action="store_true", help="sequence parallel")
+    add_config_args(p, required=False)
     p.add_argument("--recompute-in-bubbles", action="store_true",
                    help="run recomputation early, in pipeline bubbles (Mario), instead of when the gradient arrives")
     p.add_argument("--overlap-dp", action="store_true", help="all-reduce each chunk's gradients as soon as they are done")
@@ -37,22 +29,7 @@ def register(sub) -> None:
 
 
 def _config_from_flags(args, spec) -> ParallelConfig:
-    for flag in ("tp", "pp", "dp", "mbs"):
-        v = getattr(args, flag)
-        if v is None or v < 1:
-            raise SpecError(None, f"--{flag}", f"must be a positive integer, got {v}")
-    gbs = spec.training.global_batch_size
-    if gbs % (args.dp * args.mbs):
-        raise SpecError(None, "--mbs", f"dp*mbs = {args.dp * args.mbs} does not divide the global batch {gbs}")
-    m = gbs // (args.dp * args.mbs)
-    if args.schedule == "interleaved":
-        vpp = args.vpp or 2
-    elif args.schedule in V_SHAPES:
-        vpp = 2
-    else:
-        vpp = 1
-    return ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, args.schedule, vpp, args.recompute, args.zero,
-                          bool(args.sp) and args.tp > 1)
+    return config_from_args(args, spec)
 
 
 def _config_from_solution(d: dict, file: str) -> ParallelConfig:

@@ -210,7 +210,7 @@ def _bottleneck_levels(m, p, base, use_b, R, N):
         if v > floor:
             m.AddBoolOr([use_b[i][n].Not(), use_b[i][q].Not(), lvl[index[v]]])
     tdp = m.NewIntVar(floor, max([floor] + levels), "tdp")
-    prev, expr = floor, floor
+    prev = floor
     steps = []
     for k, v in enumerate(levels):
         steps.append((v - prev) * lvl[k])

@@ -26,14 +26,12 @@ estimator, being a function of the features, transfers to the full layer count.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import math
-import os
 import random
 import time
 import weakref
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
