@@ -113,3 +113,21 @@ def test_cutoff_refutes_and_survives_an_infeasible_hint(make_spec):
     assert r.status == "PRUNED" and r.bound == best
     r = solve_exact(prob, time_limit_s=10, hint=hint, cutoff=prob.objective(hint) + 1.0)
     assert r.status == "OPTIMAL" and r.objective == pytest.approx(best)
+
+
+def test_single_column_circuit_model_equals_brute_force(make_spec):
+    """K = 1 grids go to the circuit formulation, spare nodes included (6 nodes, 4 or 5 rows)."""
+    for seed, (tp, pp) in enumerate([(8, 4), (8, 5), (4, 4)]):
+        spec = make_spec(nodes=6, seed=20 + seed, gbs=64, layers=40)
+        cfg = ParallelConfig(tp, pp, 8 // tp if tp < 8 else 1, 1, 64 // (8 // tp if tp < 8 else 1), "1f1b", 1,
+                             "selective")
+        for lay in layouts(cfg.tp, cfg.pp, cfg.dp, 8):
+            if lay.cols != 1:
+                continue
+            prob = build_problem(spec, cfg, lay)
+            best, _ = brute_force(prob)
+            ex = solve_exact(prob, time_limit_s=10, hint=prob.rank_order())
+            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+            assert ex.bound <= best + 1e-9
+            pr = solve_exact(prob, time_limit_s=10, hint=prob.rank_order(), cutoff=best)
+            assert pr.status == "PRUNED"
