@@ -49,3 +49,18 @@ def mapping_table(sol, max_rows: int = 16) -> Table:
     for i, row in enumerate(sol.assign[:max_rows]):
         t.add_row(f"{i * sol.layout.a}-{(i + 1) * sol.layout.a - 1}", *[f"node {sol._node_id(k)}" for k in row])
     return t
+
+
+def show_solution(sol, out: str, as_json: bool, footer: str | None = None) -> None:
+    """Write the solution (atomically) and show it: JSON on stdout, or tables on stderr."""
+    from planner.io import print_json
+    sol.write(out)
+    if as_json:
+        d = sol.as_dict()
+        d["solution_path"] = out
+        print_json(d)
+        return
+    con = console()
+    con.print(plan_table(sol))
+    con.print(mapping_table(sol))
+    con.print(footer or f"wrote {out}")

@@ -17,22 +17,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from planner.io import print_json
     from planner.replan import replan
-    from planner.report import console, mapping_table, plan_table
+    from planner.report import show_solution
 
     sol = replan(args.solution, args.exclude_nodes, args.time_limit, args.seed, args.spec)
     out = args.out or os.path.splitext(args.solution)[0] + "-replan.yaml"
-    sol.write(out)
     r = sol.extra["replan"]
-    if args.json:
-        d = sol.as_dict()
-        d["solution_path"] = out
-        print_json(d)
-    else:
-        con = console()
-        con.print(plan_table(sol))
-        con.print(mapping_table(sol))
-        con.print(f"excluded nodes {r['excluded_nodes']}: {r['old_iteration_s']:.3f} s -> "
+    show_solution(sol, out, args.json,
+                  f"excluded nodes {r['excluded_nodes']}: {r['old_iteration_s']:.3f} s -> "
                   f"{r['new_iteration_s']:.3f} s per iteration; re-planned in {r['wall_s']:.1f} s; wrote {out}")
     return 0

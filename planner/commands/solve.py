@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import os
 
-from planner.io import print_json
-
 
 def register(sub) -> None:
     p = sub.add_parser("solve", help="find the fastest plan that fits (config + GPU mapping)")
@@ -30,7 +28,7 @@ def solution_dir_for(spec_path: str) -> str:
 
 def run(args) -> int:
     from planner.cli import spec_arg
-    from planner.report import console, mapping_table, plan_table
+    from planner.report import show_solution
     from planner.solve import solve
 
     spec = spec_arg(args.spec)
@@ -39,15 +37,5 @@ def run(args) -> int:
         raise SpecError(None, "--time-limit", "must be positive")
     sol = solve(spec, method=args.method, time_limit_s=args.time_limit, seed=args.seed, robust=args.robust,
                 simulate=not args.no_simulate)
-    out = args.out or os.path.join(solution_dir_for(args.spec), f"{spec.name}.yaml")
-    sol.write(out)
-    if args.json:
-        d = sol.as_dict()
-        d["solution_path"] = out
-        print_json(d)
-    else:
-        con = console()
-        con.print(plan_table(sol))
-        con.print(mapping_table(sol))
-        con.print(f"wrote {out}")
+    show_solution(sol, args.out or os.path.join(solution_dir_for(args.spec), f"{spec.name}.yaml"), args.json)
     return 0

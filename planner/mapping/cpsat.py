@@ -126,23 +126,9 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
                 m.Add(tdp >= int(base[i]))
         scen_obj.append(tpp + tdp)
 
-    if cutoff is not None:
-        # objective(scenario) = const + tpp + tdp: demand strictly better than the incumbent
-        lim = int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - 1
-        if robust == "mean" and len(scen_obj) > 1:
-            m.Add(sum(scen_obj) <= lim * len(scen_obj))
-        else:
-            for o in scen_obj:
-                m.Add(o <= lim)
-    if len(scen_obj) == 1:
-        m.Minimize(scen_obj[0])
-    elif robust == "mean":
-        m.Minimize(sum(scen_obj))
-    else:
-        z = m.NewIntVar(-(1 << 40), 1 << 40, "worst")
-        for o in scen_obj:
-            m.Add(z >= o)
-        m.Minimize(z)
+    # objective(scenario) = const + tpp + tdp
+    _objective(m, scen_obj, robust, None if cutoff is None else
+               int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - 1)
 
     # in cutoff mode the hint (never better than the incumbent) violates the cutoff; OR-Tools 9.15
     # aborts the process ("Check failed: heuristics.fixed_search") on such a hint with
@@ -152,13 +138,7 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             for n in range(N):
                 m.AddHint(x[k][n], int(hint[i, j] == n))
 
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.max_time_in_seconds = float(time_limit_s)
-    prm.num_workers = max(1, workers)
-    prm.random_seed = int(seed)
-    prm.interleave_search = True           # deterministic portfolio: same seed, same answer
-    prm.max_deterministic_time = float(time_limit_s)
+    solver = _solver(time_limit_s, workers, seed)
     st = solver.Solve(m)
     wall = time.perf_counter() - t0
     if st == cp_model.INFEASIBLE and cutoff is not None:
@@ -186,6 +166,37 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         if hobj < obj:
             a, obj = hint.copy(), hobj
     return MappingResult(a, obj, min(bound, obj), status, wall, "exact")
+
+
+def _objective(m, objs, robust: str, limit: int | None) -> None:
+    """Minimise one scenario, the mean or the worst; with a limit, demand every scenario (or the
+    mean) strictly under the incumbent (the limit already excludes it)."""
+    if limit is not None:
+        if robust == "mean" and len(objs) > 1:
+            m.Add(sum(objs) <= limit * len(objs))
+        else:
+            for o in objs:
+                m.Add(o <= limit)
+    if len(objs) == 1:
+        m.Minimize(objs[0])
+    elif robust == "mean":
+        m.Minimize(sum(objs))
+    else:
+        z = m.NewIntVar(-(1 << 40), 1 << 40, "worst")
+        for o in objs:
+            m.Add(z >= o)
+        m.Minimize(z)
+
+
+def _solver(time_limit_s: float, workers: int, seed: int) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.max_time_in_seconds = float(time_limit_s)
+    prm.num_workers = max(1, workers)
+    prm.random_seed = int(seed)
+    prm.interleave_search = True           # deterministic portfolio: same seed, same answer
+    prm.max_deterministic_time = float(time_limit_s)
+    return solver
 
 
 def _solve_single_column(probs, *, time_limit_s, seed, hint, robust, workers, cutoff, t0) -> MappingResult:
@@ -217,23 +228,10 @@ def _solve_single_column(probs, *, time_limit_s, seed, hint, robust, workers, cu
     for p in probs:
         c = _int(p.hop)
         objs.append(sum(int(c[n, q]) * lit[(n, q)] for n in range(N) for q in range(N) if n != q and c[n, q]))
-    if cutoff is not None:
-        lim = int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - 1 - int(_int(max(p.dp_base.max()
-                                                                                       for p in probs)))
-        if robust == "mean" and len(objs) > 1:
-            m.Add(sum(objs) <= lim * len(objs))
-        else:
-            for o in objs:
-                m.Add(o <= lim)
-    if len(objs) == 1:
-        m.Minimize(objs[0])
-    elif robust == "mean":
-        m.Minimize(sum(objs))
-    else:
-        z = m.NewIntVar(0, 1 << 40, "worst")
-        for o in objs:
-            m.Add(z >= o)
-        m.Minimize(z)
+    # objective = const + path + the rows' fixed rings (one column: no inter-node ring)
+    _objective(m, objs, robust, None if cutoff is None else
+               int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - 1
+               - int(_int(max(p.dp_base.max() for p in probs))))
     if hint is not None and cutoff is None:
         order = [int(v) for v in hint[:, 0]]
         on = {(order[i], order[i + 1]) for i in range(R - 1)}
@@ -246,13 +244,7 @@ def _solve_single_column(probs, *, time_limit_s, seed, hint, robust, workers, cu
                 m.AddHint(v, key[1] not in order)
             else:
                 m.AddHint(v, key in on)
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.max_time_in_seconds = float(time_limit_s)
-    prm.num_workers = max(1, workers)
-    prm.random_seed = int(seed)
-    prm.interleave_search = True
-    prm.max_deterministic_time = float(time_limit_s)
+    solver = _solver(time_limit_s, workers, seed)
     st = solver.Solve(m)
     wall = time.perf_counter() - t0
     if st == cp_model.INFEASIBLE and cutoff is not None:
