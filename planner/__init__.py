@@ -15,18 +15,23 @@ from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.spec import Spec, load_cluster, load_model, load_spec, parse_spec
 
 
+# The modules planner.solve and planner.simulate are loaded before the functions of the same name
+# are defined: importing a submodule binds its name on the package, so a lazy import inside the
+# wrapper would replace `planner.solve` by the module after the first call.
+from planner.simulate import simulate as _simulate  # noqa: E402
+from planner.solve import estimate_plan as _estimate_plan  # noqa: E402
+from planner.solve import solve as _solve  # noqa: E402
+
+
 def solve(spec, **kwargs):
-    from planner.solve import solve as _solve
     return _solve(spec, **kwargs)
 
 
 def estimate(spec, config, mapping=None, **kwargs):
-    from planner.solve import estimate_plan
-    return estimate_plan(spec, config, mapping, **kwargs)
+    return _estimate_plan(spec, config, mapping, **kwargs)
 
 
 def simulate(spec, config, mapping=None, **kwargs):
-    from planner.simulate import simulate as _simulate
     return _simulate(spec, config, mapping, **kwargs)
 
 

@@ -123,3 +123,14 @@ def test_speed_1f1b_pp64_m1024():
     dt = time.perf_counter() - t
     assert r.num_ops == 2 * 64 * 1024
     assert dt < 2.0        # target 0.5 s on one core (benchmarks/sim_speed.py); slack for busy CI machines
+
+
+def test_blocking_p2p_holds_the_sender_and_is_never_faster():
+    import planner
+    from planner.config import ParallelConfig
+    spec = planner.load_spec("specs/gpt3-13b-a100-het-128.yaml")
+    cfg = ParallelConfig(2, 4, 16, 1, 32, "1f1b", 1, "selective", 1, True)
+    free = planner.simulate(spec, cfg)
+    held = planner.simulate(spec, cfg, blocking_p2p=True)
+    assert held.iteration_s > free.iteration_s          # inter-node sends now sit on the critical path
+    assert held.busy_s == free.busy_s                    # compute time itself is unchanged

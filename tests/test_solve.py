@@ -113,3 +113,20 @@ def test_solve_simulates_and_records_agreement(make_spec):
     assert sim and sim["iteration_s"] > 0 and len(sim["peak_memory_per_gpu_GiB"]) == sol.config.pp
     assert abs(sim["estimate_vs_simulation"]) < 0.2       # closed form and replay describe the same plan
     assert sim["fits"]
+
+
+def test_public_api_names_are_functions_after_every_import():
+    import planner
+    import planner.solve  # noqa: F401  (imports the simulate subpackage internally)
+    from planner.simulate import SimResult  # noqa: F401
+    assert callable(planner.simulate) and callable(planner.solve) and callable(planner.estimate)
+
+
+def test_public_solve_can_be_called_twice(make_spec):
+    import planner
+    spec = make_spec(nodes=2, seed=3)
+    a = planner.solve(spec, time_limit_s=10, simulate=False)
+    b = planner.solve(spec, time_limit_s=10, simulate=False)
+    assert a.config == b.config
+    est = planner.estimate(spec, a.config)[0]
+    assert est.iteration_s > 0

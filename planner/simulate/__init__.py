@@ -101,7 +101,8 @@ def agreement(sim, estimate) -> float:
 
 def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: np.ndarray,
                    dp_time: np.ndarray, act: np.ndarray, transient: np.ndarray, static: np.ndarray,
-                   overlap_dp: bool = False, config=None, step: np.ndarray | None = None) -> SimResult:
+                   overlap_dp: bool = False, config=None, step: np.ndarray | None = None,
+                   blocking_p2p: bool = False) -> SimResult:
     """dur: (p, v, 4) seconds per op kind; lat_f/lat_b: (pipelines, S) latency of the edge into stage s
     going forward / backward; dp_time: (p, v) all-reduce seconds per chunk; act/transient: (p, v) bytes."""
     g = engine.build_graph(sched)
@@ -115,7 +116,17 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     grad_last = np.full((p, v), -np.inf)
     for row in uniq:
         lat = row[g.edge, g.stage]
-        start, end = engine.run(offs, pred, lat.tolist(), durl)
+        op_dur = durl
+        if blocking_p2p:
+            # Megatron's p2p is blocking: batched isend/irecv are waited on (and the stream synchronised)
+            # before the next op, so the sender's device is held for the transfer; the data is there when
+            # the sending op (compute + send) ends
+            cross = (g.pred >= 0) & (lat > 0)
+            d_ops = durs.copy()
+            np.add.at(d_ops, g.pred[cross], lat[cross])
+            lat = np.where(cross, 0.0, lat)
+            op_dur = d_ops.tolist()
+        start, end = engine.run(offs, pred, lat.tolist(), op_dur)
         start, end = np.asarray(start), np.asarray(end)
         last = end[g.offs[1:] - 1].max()
         gk = (g.kind == W) if sched.split else (g.kind == B)
@@ -253,7 +264,8 @@ def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign, nodes=None) 
 
 
 def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None = None, layout=None,
-             assign=None, nodes=None, recompute_in_bubbles: bool = False, overlap_dp: bool = False) -> SimResult:
+             assign=None, nodes=None, recompute_in_bubbles: bool = False, overlap_dp: bool = False,
+             blocking_p2p: bool = False) -> SimResult:
     """Simulate one plan. The mapping is a worker table ([{stage, dp_rank, node, ...}], a solution's), or
     layout + assign (+ nodes: the physical node of each index assign uses, MappingProblem.nodes; default
     0..N-1), or neither (Megatron rank order on nodes 0..). Raises ValueError for plans it cannot run."""
@@ -347,7 +359,8 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         full_layer = layer_activation_bytes(model, tr, _no_recompute(cfg))
         transient[:] = (full_layer - layer_act) * (L / v if recompute_in_bubbles else 1.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
-    return _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step)
+    return _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
+                          blocking_p2p)
 
 
 def _no_recompute(cfg: ParallelConfig) -> ParallelConfig:
