@@ -23,7 +23,8 @@ from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
 from planner.simulate import engine
 from planner.simulate.engine import DeadlockError
-from planner.simulate.schedules import B, F, R, Schedule, W, build, chunks_for
+from planner.schedules import chunks_per_device
+from planner.simulate.schedules import B, F, R, Schedule, W, build
 
 __all__ = ["simulate", "simulate_uniform", "agreement", "SimResult", "DeadlockError", "Schedule", "build"]
 
@@ -171,7 +172,7 @@ def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 
     """Uniform stages: per *device* times f, b (w and recompute included in b), split evenly over chunks;
     every p2p hop between devices takes `comm`. Activation memory: 1 byte per device-layer-set and
     micro-batch (so `inflight` and activation peaks read in 1F1B's units)."""
-    v = chunks_for(schedule, vpp)
+    v = chunks_per_device(schedule, vpp)
     sched = build(schedule, p, m, vpp, recompute=recompute > 0, early_recompute=recompute_in_bubbles,
                   times=(f / v, b / v, w / v))
     dur = np.zeros((p, v, 4))
@@ -273,7 +274,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     costs = costs or default_costs(spec.cluster)
     model, cl, tr = spec.model, spec.cluster, spec.training
     p, m = cfg.pp, cfg.num_microbatches
-    v = chunks_for(cfg.schedule, cfg.vpp)
+    v = chunks_per_device(cfg.schedule, cfg.vpp)
     if model.num_layers % p or (model.num_layers // p) % v:
         raise ValueError(f"{model.num_layers} layers do not split into {p} stages x {v} chunks")
     st = costs.compute.stage_times(model, cl, tr, cfg)

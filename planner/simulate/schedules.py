@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.config import SCHEDULES, V_SHAPES
+from planner.schedules import chunks_per_device
 
 F, B, W, R = 0, 1, 2, 3
 KIND_NAMES = ("F", "B", "W", "R")
@@ -64,14 +65,6 @@ def stage_table(name: str, p: int, v: int) -> np.ndarray:
     if name in V_SHAPES:
         return np.where(c == 0, d, 2 * p - 1 - d).astype(np.int64)
     return (c * p + d).astype(np.int64)
-
-
-def chunks_for(name: str, vpp: int) -> int:
-    if name == "interleaved":
-        return vpp
-    if name in V_SHAPES:
-        return 2
-    return 1
 
 
 def check(name: str, p: int, m: int, v: int) -> None:
@@ -337,7 +330,7 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
           times: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> Schedule:
     """The per-device op lists of schedule `name`. `times` = per-chunk (f, b, w) the greedy builder
     plans with (only ZB-H1 and the V-shapes use it; the engine re-times with the real costs)."""
-    v = chunks_for(name, vpp)
+    v = chunks_per_device(name, vpp)
     check(name, p, m, v)
     split = name in SPLIT_SCHEDULES and p > 1
     if p == 1 and name != "interleaved" and name not in V_SHAPES:
@@ -385,6 +378,18 @@ def _place(res: list, ready: float, dur: float, T: float) -> float | None:
             return None
     return None
 
+
+
+def _put(res: list, times: dict, kind: int, s: int, ready: float, dur: float, T: float,
+         exact: bool = False) -> float | None:
+    """Place op (kind, s) of a periodic block on its device's reservations `res` (see _place);
+    exact: only at `ready` itself. Records it and returns its start, or None when it does not fit."""
+    x = _place(res, ready, dur, T)
+    if x is None or (exact and x != ready):
+        return None
+    res.append((x % T, dur))
+    times[(kind, s)] = x
+    return x
 
 def v_memory_cap(name: str, p: int) -> int:
     """The seed's activation targets for V-Min and V-Half, in micro-batches of a device's layers:
@@ -435,31 +440,18 @@ def _uniform_blocks(p: int, f: float, b: float, w: float, cap: float, limit: int
                     times = {}
                     ok = True
                     for s_ in range(S2):
-                        x = s_ * f * ga
-                        if _place(res[dev_of[s_]], x, f, T) != x:
+                        if _put(res[dev_of[s_]], times, F, s_, s_ * f * ga, f, T, exact=True) is None:
                             ok = False
                             break
-                        res[dev_of[s_]].append((x % T, f))
-                        times[(F, s_)] = x
-                    if not ok:
-                        continue
-                    t0 = times[(F, S2 - 1)] + f + turn
-                    for s_ in range(S2 - 1, -1, -1):
-                        x = t0 + (S2 - 1 - s_) * b * gc
-                        if _place(res[dev_of[s_]], x, b, T) != x:
+                    t0 = times[(F, S2 - 1)] + f + turn if ok else 0.0
+                    for s_ in (range(S2 - 1, -1, -1) if ok else ()):
+                        if _put(res[dev_of[s_]], times, B, s_, t0 + (S2 - 1 - s_) * b * gc, b, T, exact=True) is None:
                             ok = False
                             break
-                        res[dev_of[s_]].append((x % T, b))
-                        times[(B, s_)] = x
-                    if not ok:
-                        continue
-                    for s_ in sorted(range(S2), key=lambda q: times[(B, q)]):
-                        x = _place(res[dev_of[s_]], times[(B, s_)] + b, w, T)
-                        if x is None:
+                    for s_ in (sorted(range(S2), key=lambda q: times[(B, q)]) if ok else ()):
+                        if _put(res[dev_of[s_]], times, W, s_, times[(B, s_)] + b, w, T) is None:
                             ok = False
                             break
-                        res[dev_of[s_]].append((x % T, w))
-                        times[(W, s_)] = x
                     if not ok:
                         continue
                     live = max(sum(times[(W, int(st[d, c]))] + w - times[(F, int(st[d, c]))] for c in range(2))
@@ -525,36 +517,25 @@ def _v_block_times(p: int, f: float, b: float, w: float, turn: float, wdelay: fl
         T = base * (1 + 0.01 * k)
         res = [[] for _ in range(p)]
         times = {}
-        ok = True
-        t = 0.0
-        for s in range(S):                       # forward chain
-            x = _place(res[dev_of[s]], t, f, T)
+
+        t, ok = 0.0, True
+        for s in range(S):                       # forward chain down and up the V
+            x = _put(res[dev_of[s]], times, F, s, t, f, T)
             if x is None:
                 ok = False
                 break
-            res[dev_of[s]].append((x % T, f))
-            times[(F, s)] = x
             t = x + f
-        if not ok:
-            continue
         t += turn
-        for s in range(S - 1, -1, -1):           # backward chain
-            x = _place(res[dev_of[s]], t, b, T)
+        for s in (range(S - 1, -1, -1) if ok else ()):   # backward chain
+            x = _put(res[dev_of[s]], times, B, s, t, b, T)
             if x is None:
                 ok = False
                 break
-            res[dev_of[s]].append((x % T, b))
-            times[(B, s)] = x
             t = x + b
-        if not ok:
-            continue
-        for s in sorted(range(S), key=lambda s: times[(B, s)]):
-            x = _place(res[dev_of[s]], times[(B, s)] + b + wdelay, w, T)
-            if x is None:
+        for s in (sorted(range(S), key=lambda s: times[(B, s)]) if ok else ()):
+            if _put(res[dev_of[s]], times, W, s, times[(B, s)] + b + wdelay, w, T) is None:
                 ok = False
                 break
-            res[dev_of[s]].append((x % T, w))
-            times[(W, s)] = x
         if ok:
             return T, times
     raise RuntimeError(f"V block does not fit for p={p}")
