@@ -24,7 +24,7 @@ class SolverRecord:
     pruned_memory: int        # rejected by the memory estimator
     pruned_bound: int         # (config, layout) pairs pruned by lower bounds without solving their mapping
     mappings_solved: int
-    mappings_proved: int
+    mappings_proved: int             # settled by CP-SAT: proved optimal, or proved unable to beat the incumbent
     mapping_objective: float = 0.0   # the part of the objective the mapping decides (seconds)
     mapping_bound: float = 0.0
     note: str = ""

@@ -146,6 +146,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     cands.sort(key=lambda c: c.result.objective)
     run_exact = method in ("exact", "auto")
     proved = 0
+    exact_calls = 0
     solved = len(cands)
     for c in cands:
         if c.result.bound >= best.result.objective or deadline - time.perf_counter() <= 0.05:
@@ -160,6 +161,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
         else:
             budget = max(0.05, deadline - time.perf_counter())
             is_best = c is best
+            exact_calls += 1
             ex = solve_exact(c.probs, time_limit_s=budget, seed=seed, hint=c.result.assign, robust=rob,
                              cutoff=None if is_best else best.result.objective)
             if ex.status == "PRUNED":
@@ -186,7 +188,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
         status = "OPTIMAL" if bound >= best.result.objective - tol else "FEASIBLE"
     wall = time.perf_counter() - t0
     p0 = best.probs[0]
-    used_method = method if method != "auto" else ("exact" if proved else "anneal")
+    used_method = method if method != "auto" else ("exact" if exact_calls else "anneal")
     rec = SolverRecord(used_method, status, best.result.objective, bound, wall, total, pruned_mem, pruned_bound,
                        solved, proved, best.result.objective - p0.const, max(0.0, best.result.bound - p0.const))
     reranked = None
@@ -212,8 +214,11 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
                      "peak_memory_GiB": max(m.total for m in stage_memory(spec, c.cfg, costs)) / GiB})
         if len(alts) >= spec.search.top_k:
             break
+    # the record describes the plan returned (the re-ranked one, if the simulator overruled)
     rec.objective = best.result.objective
     rec.bound = min(rec.bound, rec.objective)
+    rec.mapping_objective = best.result.objective - p0.const
+    rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)
     if simulate:
         from planner.simulate import agreement
