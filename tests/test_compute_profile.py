@@ -1,11 +1,9 @@
-import argparse
-
 import numpy as np
 import pytest
 
 from planner.costs.compute import ComputeModel
 from planner.profile.compute import (LayerSample, _layer_pred, fit_layer_profile, measure_layer, read_profile_csv,
-                                     register_fit, register_profile, write_profile_csv)
+                                     write_profile_csv)
 
 
 def test_measures_a_real_layer_on_this_device():
@@ -37,21 +35,14 @@ def test_layer_fit_recovers_known_parameters():
     assert m.max_efficiency == pytest.approx(0.6, rel=0.05)
 
 
-def test_register_functions_contract(tmp_path):
-    # temporary: calls the register functions directly until planner/commands/{profile,fit}.py discover them
-    ap = argparse.ArgumentParser()
-    sub = ap.add_subparsers()
-    register_profile(sub)
+def test_profile_and_fit_compute_through_the_cli(tmp_path):
+    from planner.cli import main
+    from planner.costs.compute import load_profile
     out = tmp_path / "prof.csv"
-    args = ap.parse_args(["compute", "-o", str(out), "--hidden", "64,128", "--heads", "4", "--seq", "32",
-                          "--micro-batch", "1", "--tp", "1,2", "--repeats", "1"])
-    assert args.func(args) == 0
+    assert main(["profile", "compute", "-o", str(out), "--hidden", "64,128", "--heads", "4", "--seq", "32",
+                 "--micro-batch", "1", "--tp", "1,2", "--repeats", "1"]) == 0
     samples = read_profile_csv(str(out))
     assert len(samples) == 4 and {s.tp for s in samples} == {1, 2}
-    ap2 = argparse.ArgumentParser()
-    register_fit(ap2.add_subparsers())
     prof = tmp_path / "fit.json"
-    a2 = ap2.parse_args(["compute", "--profile", str(out), "--peak-tflops", "1", "-o", str(prof)])
-    assert a2.func(a2) == 0
-    from planner.costs.compute import load_profile
+    assert main(["fit", "compute", "--profile", str(out), "--peak-tflops", "1", "-o", str(prof)]) == 0
     assert load_profile(str(prof)).max_efficiency > 0
