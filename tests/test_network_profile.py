@@ -1,5 +1,4 @@
 """Network profiler: scheduling, environment parsing, aggregation, and a real 4-process gloo run."""
-import argparse
 import time
 
 import numpy as np
@@ -145,14 +144,11 @@ def test_profile_writes_cluster_csv_and_sidecar(four_proc_profile, tmp_path):
     assert net.csv_node_names(str(out)) == prof.node_names
 
 
-def test_register_profile_cli_spawn(tmp_path):
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers()
-    net.register_profile(sub)
+def test_profile_network_cli_spawn(tmp_path):
+    from planner.cli import main
     out = tmp_path / "m.csv"
-    args = parser.parse_args(["network", "--spawn", "2", "--sizes", "4K", "--repeats", "2", "--warmup", "0",
-                              "-o", str(out), "--gpu-matrix", str(tmp_path / "g.csv"), "--timeout", "60"])
-    assert args.func(args) == 0
+    assert main(["profile", "network", "--spawn", "2", "--sizes", "4K", "--repeats", "2", "--warmup", "0",
+                 "-o", str(out), "--gpu-matrix", str(tmp_path / "g.csv"), "--timeout", "60"]) == 0
     m = read_matrix(str(out), None, "m", 2)
     assert m[0, 1] > 0 and m[1, 0] > 0
     g = read_matrix(str(tmp_path / "g.csv"), None, "g", 2)
