@@ -92,3 +92,25 @@ def test_vtrain_cluster_uses_the_measured_hdr_bandwidth():
     # mpiGraph two-node A100 / HDR log: 11.6 GB/s the slower way, well below the nominal 25 GB/s rail
     assert off.min() == pytest.approx(11.6103) and off.max() == pytest.approx(11.6103)
     assert cl.inter.bandwidth_GBps == pytest.approx(25.0)
+
+
+def test_estimate_and_simulator_charge_the_same_data_parallel_all_reduce():
+    from planner.costs import default_costs
+    from planner.latency import build_problem, default_layout, evaluate
+    from planner.simulate import simulate
+    from planner.validate import Row, row_cluster, row_spec
+    cl = load_cluster("clusters/vtrain-a100-64x8-hdr.yaml")
+    costs = default_costs(cl)
+    for tp, dp in ((8, 32), (2, 128)):      # one GPU per node per communicator; four
+        row = Row(256, 1024, 8, 6144, 48, 40, 2048, tp, dp, 1, 10.0)
+        spec, cfg = row_spec(row, row_cluster(row, cl))
+        prob = build_problem(spec, cfg, default_layout(cfg, 8), costs)
+        est = evaluate(spec, cfg, prob, prob.rank_order(), costs)
+        sim = simulate(spec, cfg, costs=costs)
+        assert sim.dp_comm_s == pytest.approx(est.dp_comm_s, rel=1e-9)
+        # the whole stage's fp16 gradients (all tp shards) leave each node 2(n-1)/n times, through the
+        # node's 4 rails of 11.6 GB/s at 0.9, whatever the split between tp and replicas per node
+        from planner.costs.memory import stage_params
+        n = dp
+        node_bytes = 2 * (n - 1) / n * stage_params(spec.model, cfg, 0) * costs.comm.grad_bytes * tp
+        assert est.dp_comm_s == pytest.approx(node_bytes / (4 * 11.6103 * 0.9 * 1e9), rel=0.01)
