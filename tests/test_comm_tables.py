@@ -80,6 +80,10 @@ def test_dp_allreduce_is_one_ring_over_the_communicator():
     # slower links, slower ring; vectorised over candidate links
     arr = c.dp_allreduce_time(S, 2, 4, 4, cl, np.array([5.0, 10.0]))
     assert arr[0] > arr[1] > 0
+    # very fast rails: the ring's NVLink hops bound it
+    fast = c.dp_allreduce_time(S, 8, 4, 1, cl, 1e4)
+    assert fast == pytest.approx(2 * 31 / 32 * S / (cl.intra.bandwidth_GBps * c.intra_efficiency * 1e9)
+                                 + 2 * 31 * cl.inter.latency_us * 1e-6)
     # all replicas in one node: the in-node all-reduce (ring formula without a table)
     assert c.dp_allreduce_time(S, 8, 1, 1, cl) == pytest.approx(c.intra_allreduce_time(S, 8, cl))
     assert c.dp_allreduce_time(S, 1, 1, 8, cl) == 0.0
