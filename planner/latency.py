@@ -102,33 +102,40 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
             const += coef * wraps * intra_hop
     np.fill_diagonal(hop, 0.0)
 
-    # data parallel: hierarchical ring per row (reduce-scatter in node, ring across nodes, all-gather)
+    # data parallel: per row, one NCCL ring over the b replicas in each of its K nodes, limited by the
+    # row's slowest inter-node pair (CommModel.dp_allreduce_time); less the slack over stage 0
     R, K, b = layout.rows, layout.cols, layout.b
     dp_base = np.zeros(R)
     dp_link = np.zeros((R, N, N))
     if cfg.dp > 1:
         gbytes = costs.comm.grad_bytes
         slack_unit = min(s.backward for s in st) / max(1, cfg.vpp if cfg.schedule == "interleaved" else 1)
-        pair_bw = np.minimum(B, B.T) * eff * cl.rail_share(b * tp)
+        pair_bw = np.minimum(B, B.T)
         for i in range(R):
             stages = range(i * layout.a, (i + 1) * layout.a)
             nbytes = max(stage_params(model, cfg, s) for s in stages) * gbytes
             slack = i * layout.a * slack_unit
-            if b <= 1:
-                intra = 0.0
-            elif hasattr(costs.comm, "intra_reduce_scatter_time"):   # measured in-node table when given
-                intra = 2 * costs.comm.intra_reduce_scatter_time(nbytes, b, cl)
-            else:
-                intra = 2 * ring_reduce_scatter_time(nbytes, b, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency,
-                                                     cl.intra.latency_us)
-            dp_base[i] = intra - slack
             if K > 1:
+                dp_base[i] = -slack
                 with np.errstate(divide="ignore"):
-                    ring = ring_allreduce_time(nbytes / b, K, np.where(pair_bw > 0, pair_bw, np.inf),
-                                               cl.inter.latency_us)
-                dp_link[i] = ring
+                    dp_link[i] = _dp_time(costs.comm, nbytes, b, K, tp, cl, np.where(pair_bw > 0, pair_bw, np.inf))
                 np.fill_diagonal(dp_link[i], 0.0)
+            else:
+                dp_base[i] = _dp_time(costs.comm, nbytes, b, 1, tp, cl) - slack
     return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const)
+
+
+def _dp_time(comm, nbytes, b, K, tp, cl, pair_GBps=None):
+    """Data-parallel all-reduce time (comm models without dp_allreduce_time: the old hierarchical ring)."""
+    if hasattr(comm, "dp_allreduce_time"):
+        return comm.dp_allreduce_time(nbytes, b, K, tp, cl, pair_GBps)
+    t = 0.0 if b <= 1 else 2 * ring_reduce_scatter_time(nbytes, b, cl.intra.bandwidth_GBps * comm.intra_efficiency,
+                                                         cl.intra.latency_us)
+    if K > 1:
+        bw = cl.inter.bandwidth_GBps if pair_GBps is None else pair_GBps
+        t = t + ring_allreduce_time(nbytes / b, K, bw * comm.inter_efficiency * cl.rail_share(b * tp),
+                                    cl.inter.latency_us)
+    return t
 
 
 def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndarray,

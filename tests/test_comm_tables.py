@@ -58,3 +58,63 @@ def test_ring_limited_by_slowest_link():
     assert slowest_link_GBps(bw, [0, 2]) == 20
     assert slowest_link_GBps(bw, [0, 1, 2]) == 5
     assert math.isinf(slowest_link_GBps(bw, [1]))
+
+
+def test_dp_allreduce_is_one_ring_over_the_communicator():
+    """NCCL's ring over all b*K GPUs: 2(n-1)/n of the buffer leaves each node once per communicator,
+    through the rails it shares with the node's other tensor ranks' communicators."""
+    from planner.spec import load_cluster
+    cl = load_cluster("clusters/vtrain-a100-64x8-hdr.yaml")       # 4 rails per 8 GPUs
+    c = CommModel(inter_efficiency=1.0)
+    S, rail = 4e9, 10.0
+    # one GPU per node (tp 8): 8 GPUs share 4 rails -> half a rail each
+    t1 = c.dp_allreduce_time(S, 1, 8, 8, cl, rail)
+    assert t1 == pytest.approx(2 * 7 / 8 * S / (rail * 0.5 * 1e9) + 2 * 7 * cl.inter.latency_us * 1e-6)
+    # four replicas per node (tp 2): the ring has n = 32 members, the communicator gets 4 x half a rail
+    t4 = c.dp_allreduce_time(S, 4, 8, 2, cl, rail)
+    assert t4 == pytest.approx(2 * 31 / 32 * S / (rail * 2.0 * 1e9) + 2 * 31 * cl.inter.latency_us * 1e-6)
+    # a node pushes the same bytes whatever the split: K = 2 nodes, b = 4 -> 7/8 of 2S, not the 1/2 of a
+    # hierarchical reduce-scatter + 2-node ring
+    t2 = c.dp_allreduce_time(S, 4, 2, 2, cl, rail)
+    assert t2 > 1.7 * ring_allreduce_time(S / 4, 2, rail * 0.5, cl.inter.latency_us)
+    # slower links, slower ring; vectorised over candidate links
+    arr = c.dp_allreduce_time(S, 2, 4, 4, cl, np.array([5.0, 10.0]))
+    assert arr[0] > arr[1] > 0
+    # very fast rails: the ring's NVLink hops bound it
+    fast = c.dp_allreduce_time(S, 8, 4, 1, cl, 1e4)
+    assert fast == pytest.approx(2 * 31 / 32 * S / (cl.intra.bandwidth_GBps * c.intra_efficiency * 1e9)
+                                 + 2 * 31 * cl.inter.latency_us * 1e-6)
+    # all replicas in one node: the in-node all-reduce (ring formula without a table)
+    assert c.dp_allreduce_time(S, 8, 1, 1, cl) == pytest.approx(c.intra_allreduce_time(S, 8, cl))
+    assert c.dp_allreduce_time(S, 1, 1, 8, cl) == 0.0
+
+
+def test_vtrain_cluster_uses_the_measured_hdr_bandwidth():
+    from planner.spec import load_cluster
+    cl = load_cluster("clusters/vtrain-a100-64x8-hdr.yaml")
+    off = cl.bandwidth[~np.eye(cl.nodes, dtype=bool)]
+    # mpiGraph two-node A100 / HDR log: 11.6 GB/s the slower way, well below the nominal 25 GB/s rail
+    assert off.min() == pytest.approx(11.6103) and off.max() == pytest.approx(11.6103)
+    assert cl.inter.bandwidth_GBps == pytest.approx(25.0)
+
+
+def test_estimate_and_simulator_charge_the_same_data_parallel_all_reduce():
+    from planner.costs import default_costs
+    from planner.latency import build_problem, default_layout, evaluate
+    from planner.simulate import simulate
+    from planner.validate import Row, row_cluster, row_spec
+    cl = load_cluster("clusters/vtrain-a100-64x8-hdr.yaml")
+    costs = default_costs(cl)
+    for tp, dp in ((8, 32), (2, 128)):      # one GPU per node per communicator; four
+        row = Row(256, 1024, 8, 6144, 48, 40, 2048, tp, dp, 1, 10.0)
+        spec, cfg = row_spec(row, row_cluster(row, cl))
+        prob = build_problem(spec, cfg, default_layout(cfg, 8), costs)
+        est = evaluate(spec, cfg, prob, prob.rank_order(), costs)
+        sim = simulate(spec, cfg, costs=costs)
+        assert sim.dp_comm_s == pytest.approx(est.dp_comm_s, rel=1e-9)
+        # the whole stage's fp16 gradients (all tp shards) leave each node 2(n-1)/n times, through the
+        # node's 4 rails of 11.6 GB/s at 0.9, whatever the split between tp and replicas per node
+        from planner.costs.memory import stage_params
+        n = dp
+        node_bytes = 2 * (n - 1) / n * stage_params(spec.model, cfg, 0) * costs.comm.grad_bytes * tp
+        assert est.dp_comm_s == pytest.approx(node_bytes / (4 * 11.6103 * 0.9 * 1e9), rel=0.01)

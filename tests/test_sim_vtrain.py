@@ -1,8 +1,8 @@
 """The simulator and the closed form on vTrain's measured multi-node runs.
 
 The issue #5 target (simulation error no worse than the closed form's) is a figure, reported by
-benchmarks/sim_vs_vtrain.py; with the fitted compute model it is currently missed (12.0% vs 10.7%
-MAPE, docs/notes/simulator.md). Here we test behaviour: on real configurations the op-level replay
+benchmarks/sim_vs_vtrain.py; with the fitted compute model and the measured HDR bandwidth it is currently
+missed (9.5% vs 7.9% MAPE, 8.8% with blocking p2p; docs/notes/simulator.md). Here we test behaviour: on real configurations the op-level replay
 and the closed form describe the same plan, and both stay within a sane error of the measurements.
 """
 import importlib.util

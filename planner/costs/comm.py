@@ -158,6 +158,29 @@ class CommModel:
     def tp_allreduce_time(self, nbytes: float, tp: int, cluster) -> float:
         return self.intra_allreduce_time(nbytes, tp, cluster)
 
+    def dp_allreduce_time(self, nbytes: float, b: int, K: int, tp: int, cluster, pair_GBps=None):
+        """Gradient all-reduce of one data-parallel group: `b` GPUs in each of `K` nodes, `nbytes` per GPU.
+
+        NCCL runs a ring over all n = b*K GPUs of the communicator, not a hierarchical
+        reduce-scatter / inter-node ring / all-gather: each GPU sends 2(n-1)/n of the buffer, and on the
+        ring's inter-node hops a node's b members share one crossing, so a node pushes 2(n-1)/n * nbytes
+        per communicator through its NICs. The tp communicators of a node (one per tensor rank) run at
+        the same time and share the node's rails (cluster.rail_share(b * tp) per GPU, so b of them per
+        communicator), and no faster than its in-node NVLink hops. With K == 1 it is the measured in-node
+        all-reduce (nccl-tests table) of b GPUs.
+        pair_GBps: the slowest inter-node link of the ring (per rail, a scalar or an array of candidate
+        links); default the cluster's nominal rail. Vectorised over pair_GBps."""
+        n = b * K
+        if n <= 1:
+            return 0.0
+        if K <= 1:
+            return self.intra_allreduce_time(nbytes, b, cluster)
+        bw = cluster.inter.bandwidth_GBps if pair_GBps is None else pair_GBps
+        ring_bw = np.asarray(bw, dtype=float) * self.inter_efficiency * cluster.rail_share(b * tp) * b
+        if b > 1:   # the ring's in-node hops (NVLink) bound it too when the rails are faster
+            ring_bw = np.minimum(ring_bw, cluster.intra.bandwidth_GBps * self.intra_efficiency)
+        return ring_allreduce_time(nbytes, n, ring_bw, cluster.inter.latency_us)
+
     def to_dict(self) -> dict:
         return {"intra_efficiency": self.intra_efficiency, "inter_efficiency": self.inter_efficiency,
                 "grad_bytes": self.grad_bytes}

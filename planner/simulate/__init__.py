@@ -8,7 +8,7 @@
 Op times come from the compute model's StageTimes (chunks get 1/v of a stage's layer time; the
 embedding / output-layer extra goes to the chunk that holds stage 0 / the last stage), p2p sends use
 the same one-way times as planner.latency.build_problem on the *mapped* links, and the data-parallel
-all-reduce of each device uses the same ring / hierarchical ring formulas after its last backward.
+all-reduce of each device uses the same NCCL ring formula (CommModel.dp_allreduce_time) after its last backward.
 """
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ import numpy as np
 
 from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
-from planner.costs.comm import p2p_time, ring_allreduce_time, ring_reduce_scatter_time
+from planner.costs.comm import p2p_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
+from planner.latency import _dp_time
 from planner.simulate import engine
 from planner.simulate.engine import DeadlockError
 from planner.schedules import chunks_per_device
@@ -325,16 +326,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
                     pair = min(pair, bw[x, y], bw[y, x])
             for c in range(v):
                 nbytes = params[d, c] * gbytes
-                if bd <= 1:
-                    t = 0.0
-                elif hasattr(costs.comm, "intra_reduce_scatter_time"):   # measured in-node table, as build_problem
-                    t = 2 * costs.comm.intra_reduce_scatter_time(nbytes, bd, cl)
-                else:
-                    t = 2 * ring_reduce_scatter_time(nbytes, bd, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency,
-                                                     cl.intra.latency_us)
-                if K > 1:
-                    t += ring_allreduce_time(nbytes / bd, K, pair * eff * cl.rail_share(bd * cfg.tp),
-                                             cl.inter.latency_us)
+                t = _dp_time(costs.comm, nbytes, bd, K, cfg.tp, cl, pair if K > 1 else None)
                 dp_time[d, c] = t
 
     # ---- memory: the estimator's static parts with parameters where the schedule puts them
