@@ -13,7 +13,7 @@ import numpy as np
 
 from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
-from planner.costs.comm import p2p_time, ring_allreduce_time, ring_reduce_scatter_time
+from planner.costs.comm import p2p_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, MemoryBreakdown, stage_params
 from planner.mapping.problem import Layout, MappingProblem, layouts
@@ -118,24 +118,11 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
             if K > 1:
                 dp_base[i] = -slack
                 with np.errstate(divide="ignore"):
-                    dp_link[i] = _dp_time(costs.comm, nbytes, b, K, tp, cl, np.where(pair_bw > 0, pair_bw, np.inf))
+                    dp_link[i] = costs.comm.dp_allreduce_time(nbytes, b, K, tp, cl, np.where(pair_bw > 0, pair_bw, np.inf))
                 np.fill_diagonal(dp_link[i], 0.0)
             else:
-                dp_base[i] = _dp_time(costs.comm, nbytes, b, 1, tp, cl) - slack
+                dp_base[i] = costs.comm.dp_allreduce_time(nbytes, b, 1, tp, cl) - slack
     return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const)
-
-
-def _dp_time(comm, nbytes, b, K, tp, cl, pair_GBps=None):
-    """Data-parallel all-reduce time (comm models without dp_allreduce_time: the old hierarchical ring)."""
-    if hasattr(comm, "dp_allreduce_time"):
-        return comm.dp_allreduce_time(nbytes, b, K, tp, cl, pair_GBps)
-    t = 0.0 if b <= 1 else 2 * ring_reduce_scatter_time(nbytes, b, cl.intra.bandwidth_GBps * comm.intra_efficiency,
-                                                         cl.intra.latency_us)
-    if K > 1:
-        bw = cl.inter.bandwidth_GBps if pair_GBps is None else pair_GBps
-        t = t + ring_allreduce_time(nbytes / b, K, bw * comm.inter_efficiency * cl.rail_share(b * tp),
-                                    cl.inter.latency_us)
-    return t
 
 
 def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndarray,

@@ -21,7 +21,6 @@ from planner.costs import Costs, default_costs
 from planner.costs.comm import p2p_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
-from planner.latency import _dp_time
 from planner.simulate import engine
 from planner.simulate.engine import DeadlockError
 from planner.schedules import chunks_per_device
@@ -326,7 +325,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
                     pair = min(pair, bw[x, y], bw[y, x])
             for c in range(v):
                 nbytes = params[d, c] * gbytes
-                t = _dp_time(costs.comm, nbytes, bd, K, cfg.tp, cl, pair if K > 1 else None)
+                t = costs.comm.dp_allreduce_time(nbytes, bd, K, cfg.tp, cl, pair if K > 1 else None)
                 dp_time[d, c] = t
 
     # ---- memory: the estimator's static parts with parameters where the schedule puts them

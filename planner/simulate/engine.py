@@ -37,7 +37,7 @@ class Graph:
 
 
 def build_graph(sched: Schedule) -> Graph:
-    p, v, m, S = sched.p, sched.v, sched.m, sched.stages
+    p, m, S = sched.p, sched.m, sched.stages
     lens = np.array([len(k) for k in sched.kinds])
     offs = np.zeros(p + 1, np.int64)
     np.cumsum(lens, out=offs[1:])
