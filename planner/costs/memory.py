@@ -284,7 +284,10 @@ class AnalyticalMemory:
         logits = logits_bytes(model, training, cfg, stage)
         # the backward working set (one layer's, or the embedding's dense gradient) and the logits of the
         # micro-batch being back-propagated are not live at the same time: its loss backward frees them first
-        work = max(layer_transient_bytes(model, training, cfg), embedding_grad_bytes(model, cfg, stage))
+        emb = embedding_grad_bytes(model, cfg, stage)
+        if emb:      # with the gradient of the embedding's output, [s, b, h] (gathered over SP), live beside it
+            emb += 2.0 * training.seq_length * cfg.micro_batch_size * model.hidden_size
+        work = max(layer_transient_bytes(model, training, cfg), emb)
         freed = 6.0 * training.seq_length * cfg.micro_batch_size * padded_vocab(model, cfg.tp) / cfg.tp if logits else 0.0
         transient = max(0.0, work - freed, output_backward_bytes(model, training, cfg, stage))
         return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient)
