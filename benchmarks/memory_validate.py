@@ -25,7 +25,7 @@ def plot(rows, path: str, small_gpus: int = 32, large_gpus: int = 64) -> None:
     X, y, raw = design(rows)
     gpus = np.array([int(r["tp"]) * int(r["pp"]) * int(r["dp"]) for r in rows])
     small, large = gpus <= small_gpus, gpus >= large_gpus
-    est = LearnedMemory.fit(X[small], y[small])
+    est = LearnedMemory.fit(X[small], y[small], groups={k: v[small] for k, v in LearnedMemory.groups_of(rows).items()})
     mlp = mlp_baseline(raw[small], y[small])
     G = 1024 ** 3
     fig, ax = plt.subplots(figsize=(5.5, 5.5))
