@@ -122,3 +122,11 @@ def test_grouped_calibration_catches_a_group_the_fit_has_not_seen():
     est = LearnedMemory.fit(X, y, margin=0.0, groups={"g": g})
     assert est.meta["safety_from"]["leave_out_g"] > est.meta["safety_from"]["random_folds"]
     assert est.safety == pytest.approx(max(est.meta["safety_from"].values()))
+
+
+def test_shipped_estimator_on_fresh_samples_it_was_not_built_from():
+    # planner/data/memory_samples_fake_seed1.csv: profiled (seed 1) after the analytical model was fixed
+    from benchmarks.memory_validate import FRESH, fresh_check
+    r = fresh_check(read_samples(FRESH))
+    assert r["n"] == 200 and r["oom_called_feasible"] == 0
+    assert r["mape_learned"] < 2.0 and r["feasible_rejected"]["5pct_headroom"] <= 0.15 * r["n"]
