@@ -152,7 +152,7 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
       core is rebuilt first; with full recompute the layer's attention half too. The MLP half and the projection
       input of this layer have been consumed and freed by then (without full recompute they are stored).
     - MLP: gradients of the f/t-wide activation (GeLU: in and out; fused SwiGLU: its five f/t-wide temporaries)
-      on top of the whole rebuilt layer with full recompute.
+      less its freed output, on top of the whole rebuilt layer with full recompute.
     - weight gradient: the largest GEMM's 16-bit weight gradient before it is added to the fp32 main_grad.
     Plus the h-wide gradient buffers of each phase (received and residual-stream gradients, the re-gathered SP
     input); the small constants (how many h-wide buffers) are matched op by op to the profiler."""
@@ -172,7 +172,9 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     attn = attn_base + resid + max(P["score"] + 4 * hb_tp,           # probs @ V backward: dP, dV, dctx, ...
                                    2 * P["score"] - P["drop"]       # softmax backward: dP and dS
                                    + (3 * hb_tp if rc == "selective" else 0.0))   # + recomputed Q, K, V copies
-    mlp_work = s * b * (2 * 2 * f if model.family == "gpt" else 2 * 5 * f) / t
+    # GeLU backward: d(out) and d(in) live, its output (fc2 input) freed: net one f/t buffer; fused SwiGLU: five f/t
+    # temporaries (g, sigmoid, d(gate), and d(fc1 out) twice as wide) less the freed fc2 input
+    mlp_work = s * b * (2 * 1 * f if model.family == "gpt" else 2 * 4 * f) / t
     wgrad = 2 * max(h * (h + 2 * kv), h * f * (2 if model.gated_mlp else 1)) / t
     # the MLP half runs first: with full recompute on top of the whole rebuilt layer
     mlp = max(mlp_work, wgrad) + 2 * 2 * s * b * h + (P["attn_pre"] + P["attn_post"] + P["mlp"] + core if rc == "full" else 0.0)
