@@ -1,5 +1,12 @@
 """Agreement of the memory model with published Megatron-LM figures; prints a table, writes JSON.
 
+Three kinds of comparison, kept apart:
+- `published_rows`: numbers printed in the sources (planner/costs/published.py SOURCES) against the memory model
+  that `planner estimate` uses (default_costs().memory: the shipped estimator);
+- `korthikanti_rows`: Korthikanti et al.'s Table 2 *formulas* evaluated on Table 3's configurations (not printed
+  numbers: the paper prints its per-model memory only as bar charts, Figures 1 and 7);
+- `korthikanti_profiled_rows`: the same formulas against the fake-tensor profiler at the published shapes.
+
 Run: python benchmarks/memory_published.py [-o docs/notes/memory_published.json]
 """
 from __future__ import annotations
@@ -11,11 +18,60 @@ import sys
 from planner.config import ParallelConfig
 from planner.costs.learned import load_default
 from planner.costs.memory import GiB, AnalyticalMemory, layer_activation_bytes, stage_params
-from planner.costs.published import KORTHIKANTI, MEGATRON_BYTES_PER_PARAM, SC21, SEQ, korthikanti_layer_bytes
+from planner.costs.published import (BYTES_PER_PARAM_BF16_FP32, KORTHIKANTI, MEGATRON_BYTES_PER_PARAM, PUBLISHED_FIGURES,
+                                     PUBLISHED_PARAMS, SC21, SEQ, SOURCES, bytes_per_param_distributed,
+                                     korthikanti_layer_bytes)
 from planner.spec.plan import TrainingSpec
 
 TECHNIQUES = {"none": ("none", False), "sp": ("none", True), "selective": ("selective", False),
               "sp+selective": ("selective", True), "full": ("full", False)}
+
+
+def _stage_terms(est, model, tr, cfg, stage):
+    m = est.stage_memory(model, None, tr, cfg, stage)
+    return m.weights + m.gradients + m.optimizer, m.activations
+
+
+def published_rows(estimator=None) -> list[dict]:
+    """Our estimate against numbers printed in the sources (see SOURCES), on Table 3's models (s = 2048, b = 1,
+    t = 8, 1F1B; activations of the first stage, which holds p micro-batches of L/p layers)."""
+    from planner.costs import default_costs
+    est = estimator or default_costs().memory
+    tr = TrainingSpec(512, SEQ)
+    by_name = {p.name: p for p in KORTHIKANTI}
+    rows = []
+
+    def row(kind, model, ours, pub, unit, source, note=""):
+        rows.append({"kind": kind, "model": model, "ours": ours, "published": pub, "unit": unit,
+                     "err_pct": 100 * (ours - pub) / pub, "source": SOURCES[source], "note": note})
+
+    for p in KORTHIKANTI:
+        model = p.model()
+        for d, zero in ((1, 0), (8, 1)):
+            cfg = ParallelConfig(p.tp, p.pp, d, 1, 4 * p.pp, "1f1b", 1, "selective", zero, True)
+            static = sum(_stage_terms(est, model, tr, cfg, s)[0] for s in range(p.pp)) / p.pp
+            per_param = BYTES_PER_PARAM_BF16_FP32 if zero == 0 else bytes_per_param_distributed(d)
+            pub = per_param * PUBLISHED_PARAMS[p.name] / (p.tp * p.pp)
+            row("weights+gradients+optimizer per GPU (mean over stages)" + (f", distributed optimizer d={d}" if zero else ""),
+                p.name, static / GiB, pub / GiB, "GiB", "megatron_dist_opt",
+                f"published = {per_param:g} B/param x {p.name} / (t p); ours from the model's shapes")
+
+    def acts(p, rc, sp):
+        cfg = ParallelConfig(p.tp, p.pp, 1, 1, 4 * p.pp, "1f1b", 1, rc, 0, sp)
+        return _stage_terms(est, p.model(), tr, cfg, 0)[1]
+
+    for f in PUBLISHED_FIGURES:
+        if f.key == "selective_activation_saving":
+            p = by_name[f.model]
+            ours = 1 - acts(p, "selective", True) / acts(p, "none", True)
+            row("activation saving of selective recompute (t=8 with SP)", p.name, ours, f.value, f.unit, f.source)
+        elif f.key == "sp_selective_reduction_vs_tp":
+            for p in KORTHIKANTI:
+                ours = acts(p, "none", False) / acts(p, "selective", True)
+                row("activation reduction, SP + selective vs tensor parallel alone (t=8)", p.name, ours, f.value,
+                    f.unit, f.source, "the paper's headline over its four models; its own Table 2 gives "
+                    f"{korthikanti_layer_bytes(SEQ, 1, p.hidden, p.heads, p.tp, 'none') / korthikanti_layer_bytes(SEQ, 1, p.hidden, p.heads, p.tp, 'sp+selective'):.2f}x for {p.name}")
+    return rows
 
 
 def korthikanti_rows() -> list[dict]:
@@ -28,7 +84,7 @@ def korthikanti_rows() -> list[dict]:
             cfg = ParallelConfig(p.tp, p.pp, p.gpus // (p.tp * p.pp), 1, max(p.pp, 1) * 4, "1f1b", 1, rc, 0, sp)
             ours = layer_activation_bytes(model, tr, cfg) * model.num_layers      # first stage: L layers' worth
             pub = korthikanti_layer_bytes(SEQ, 1, p.hidden, p.heads, p.tp, tech) * p.layers
-            rows.append({"model": p.name, "technique": tech, "ours_GiB": ours / GiB, "published_GiB": pub / GiB,
+            rows.append({"model": p.name, "technique": tech, "ours_GiB": ours / GiB, "table2_formula_GiB": pub / GiB,
                          "err_pct": 100 * (ours - pub) / pub})
         cfg = ParallelConfig(p.tp, p.pp, 1, 1, 4 * p.pp)
         m = an.stage_memory(model, None, tr, cfg, p.pp // 2 if p.pp > 1 else 0)
@@ -36,7 +92,7 @@ def korthikanti_rows() -> list[dict]:
         ours = m.weights + m.gradients + m.optimizer
         pub = P * MEGATRON_BYTES_PER_PARAM
         rows.append({"model": p.name, "technique": "weights+grads+optimizer (middle stage)", "ours_GiB": ours / GiB,
-                     "published_GiB": pub / GiB, "err_pct": 100 * (ours - pub) / pub})
+                     "table2_formula_GiB": pub / GiB, "err_pct": 100 * (ours - pub) / pub})
     return rows
 
 
@@ -57,7 +113,7 @@ def korthikanti_profiled_rows(models=KORTHIKANTI) -> list[dict]:
             d = (runs[1].after_forward - runs[1].static) - (runs[0].after_forward - runs[0].static)
             ours = d / runs[0].held_forwards * p.layers
             pub = korthikanti_layer_bytes(SEQ, 1, p.hidden, p.heads, p.tp, tech) * p.layers
-            rows.append({"model": p.name, "technique": tech, "profiled_GiB": ours / GiB, "published_GiB": pub / GiB,
+            rows.append({"model": p.name, "technique": tech, "profiled_GiB": ours / GiB, "table2_formula_GiB": pub / GiB,
                          "err_pct": 100 * (ours - pub) / pub})
     return rows
 
@@ -83,21 +139,28 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
+    pr = published_rows()
     k = korthikanti_rows()
     kp = korthikanti_profiled_rows()
+    print("-- against numbers printed in the sources (ours = the estimator `planner estimate` uses)")
+    for r in pr:
+        print(f"{r['model']:5s} {r['kind']:75s} ours {r['ours']:9.3f}  published {r['published']:9.3f} {r['unit']:8s}"
+              f" err {r['err_pct']:+6.2f}%")
+    print("-- against Korthikanti et al. Table 2 formulas evaluated on Table 3 (formula comparison, not printed numbers)")
     s = sc21_rows()
     for r in k:
-        print(f"{r['model']:6s} {r['technique']:40s} ours {r['ours_GiB']:9.2f} GiB  published {r['published_GiB']:9.2f}"
+        print(f"{r['model']:6s} {r['technique']:40s} ours {r['ours_GiB']:9.2f} GiB  Table-2 formula {r['table2_formula_GiB']:9.2f}"
               f"  err {r['err_pct']:+.2f}%")
     for r in kp:
         print(f"{r['model']:6s} {r['technique']:14s} profiled (fake tensors) {r['profiled_GiB']:9.2f} GiB  "
-              f"published {r['published_GiB']:9.2f}  err {r['err_pct']:+.2f}%")
+              f"Table-2 formula {r['table2_formula_GiB']:9.2f}  err {r['err_pct']:+.2f}%")
     for r in s:
         print(f"SC21 {r['model']:8s} tp{r['tp']} pp{r['pp']:<3d} dp{r['dp']:<4d} peak {r['peak_GiB']:6.2f} GiB "
               f"of {r['limit_GiB']:.0f}: {'feasible' if r['feasible'] else 'OOM'}")
     if args.output:
         from planner.io import atomic_write_text
-        atomic_write_text(args.output, json.dumps({"korthikanti": k, "korthikanti_profiled": kp, "sc21": s}, indent=1) + "\n")
+        atomic_write_text(args.output, json.dumps({"published": pr, "korthikanti_formulas": k,
+                                                   "korthikanti_formulas_profiled": kp, "sc21": s}, indent=1) + "\n")
     return 0
 
 

@@ -95,6 +95,38 @@ def test_validation_targets_on_shipped_samples():
     assert h["mape_learned"] <= 5.0 and x["mape_learned"] <= 7.0
     # the analytical terms alone are as good on fake-tensor samples (see docs/notes/memory.md); the raw MLP is not
     assert x["mape_learned"] < 1.5 * x["mape_analytical"] and x["mape_learned"] < x["mape_mlp_raw_integers"]
-    # held-out: no OOM called feasible; extrapolation: at most a few, by a few % (recorded in docs/notes/memory.md)
-    assert h["oom_called_feasible"] == 0
-    assert x["oom_called_feasible"] <= 2 and x["worst_underestimate_pct_with_safety"] < 5.0
+    # no measured-OOM sample called feasible on either split, the safety factor fixed on the fit split only
+    assert h["oom_called_feasible"] == 0 and x["oom_called_feasible"] == 0
+    assert x["worst_underestimate_pct_with_safety"] < 0
+    # the cost of the guarantee stays small: few plans with 5% headroom rejected (docs/notes/memory.md)
+    assert x["feasible_rejected"]["5pct_headroom"] <= 0.15 * x["n"]
+    assert h["feasible_rejected"]["5pct_headroom"] <= 0.15 * h["n"]
+    # the calibration saw leave-one-group-out errors (model width, GPU count), not only random folds
+    assert {"leave_out_hidden_size", "leave_out_gpu_count"} <= set(x["safety_from"])
+
+
+def test_analytical_terms_bound_the_shipped_samples_closely():
+    # the backward working set is modelled phase by phase (docs/notes/memory.md): no sample is more than 1.5%
+    # above the analytical terms, none more than 15% below
+    X, y, _ = design(read_samples(SAMPLES))
+    an = X[:, :-1].sum(axis=1)
+    assert np.max((y - an) / y) < 0.015 and np.min((y - an) / y) > -0.15
+
+
+def test_grouped_calibration_catches_a_group_the_fit_has_not_seen():
+    # one group follows a different law; random folds mostly see it, leaving the whole group out does not
+    rng = np.random.default_rng(1)
+    X = np.c_[rng.uniform(1e8, 1e10, (120, len(FEATURES))), np.ones(120)]
+    g = np.repeat(np.arange(4), 30)
+    y = X[:, :-1].sum(1) * np.where(g == 3, 1.08, 1.0)
+    est = LearnedMemory.fit(X, y, margin=0.0, groups={"g": g})
+    assert est.meta["safety_from"]["leave_out_g"] > est.meta["safety_from"]["random_folds"]
+    assert est.safety == pytest.approx(max(est.meta["safety_from"].values()))
+
+
+def test_shipped_estimator_on_fresh_samples_it_was_not_built_from():
+    # planner/data/memory_samples_fake_seed1.csv: profiled (seed 1) after the analytical model was fixed
+    from benchmarks.memory_validate import FRESH, fresh_check
+    r = fresh_check(read_samples(FRESH))
+    assert r["n"] == 200 and r["oom_called_feasible"] == 0
+    assert r["mape_learned"] < 2.0 and r["feasible_rejected"]["5pct_headroom"] <= 0.15 * r["n"]

@@ -36,5 +36,7 @@ def run(args) -> int:
             print(f"{split:14s} n={r['n']:4d}  MAPE learned {r['mape_learned']:.2f}%  analytical "
                   f"{r['mape_analytical']:.2f}%  MLP(raw ints) {r['mape_mlp_raw_integers']:.2f}%  "
                   f"worst under (safe) {r['worst_underestimate_pct_with_safety']:.2f}%  "
-                  f"OOM called feasible {r['oom_called_feasible']}", file=sys.stderr)
+                  f"OOM called feasible {r['oom_called_feasible']}  feasible rejected at 2/5/10% headroom "
+                  f"{'/'.join(str(v) for v in r['feasible_rejected'].values())}  safety x{r['safety']:.3f}",
+                  file=sys.stderr)
     return 0

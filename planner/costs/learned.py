@@ -26,6 +26,7 @@ FEATURES = ("weights", "gradients", "optimizer", "activations", "logits", "trans
             "transient_full")
 RECOMPUTE = ("none", "selective", "full")
 FORMAT = "planner.memory-estimator/1"
+PRIOR_LAMBDAS = (0.0, 1.0, 10.0, 100.0, 1000.0, 10000.0)   # shrinkage towards the analytical model, chosen by CV
 DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "memory_estimator.json")
 
 
@@ -53,22 +54,59 @@ class LearnedMemory:
     # -- scikit-learn style -------------------------------------------------------------------------------
     @staticmethod
     def fit(X: np.ndarray, y: np.ndarray, margin: float = 0.01, overhead_GiB: float = 2.0,
-            meta: dict | None = None, folds: int = 5, seed: int = 0) -> "LearnedMemory":
-        """Relative least squares, coefficients >= 0. Safety multiplier: the largest under-estimate
-        (measured / predicted) over the fit set *and* over its out-of-fold predictions (k-fold), so it reflects
-        error on configurations the fit has not seen, times (1 + margin)."""
+            meta: dict | None = None, folds: int = 5, seed: int = 0, groups: dict | None = None,
+            lams: tuple = PRIOR_LAMBDAS) -> "LearnedMemory":
+        """Relative least squares, coefficients >= 0, shrunk towards the analytical model (every term's
+        coefficient 1) by lam * sum (c - 1)^2; lam is chosen from `lams` by cross-validated MAPE (leave one group
+        out for each grouping in `groups`, else random k-fold), so the data decide how far to move from the
+        physics.
+
+        Safety multiplier: the largest under-estimate (measured / predicted) over the fit set, over random k-fold
+        out-of-fold predictions and over leave-one-group-out predictions for each grouping in `groups` (name ->
+        label per sample: model width, GPU-count bucket), times (1 + margin). The grouped folds make the
+        calibration see error on model sizes and scales the fit has not seen, which is what extrapolation asks."""
         X = np.asarray(X, float)
         y = np.asarray(y, float)
-        coef = _nnls_rel(X, y)
-        worst = float(np.max(y / (X @ coef)))
+        splits = {}          # name -> list of held-out masks
         if folds > 1 and len(y) >= 4 * folds:
             idx = np.random.default_rng(seed).permutation(len(y))
-            for part in np.array_split(idx, folds):
-                keep = np.setdiff1d(idx, part)
-                c = _nnls_rel(X[keep], y[keep])
-                worst = max(worst, float(np.max(y[part] / (X[part] @ c))))
-        safety = max(1.0, worst) * (1.0 + margin)
-        return LearnedMemory(tuple(float(v) for v in coef), safety, 0.0, overhead_GiB, dict(meta or {}))
+            splits["random_folds"] = [np.isin(np.arange(len(y)), part) for part in np.array_split(idx, folds)]
+        for name, labels in (groups or {}).items():
+            labels = np.asarray(labels)
+            splits["leave_out_" + name] = [labels == g for g in np.unique(labels)
+                                           if not (labels == g).all() and (labels != g).sum() >= X.shape[1]]
+        cv_keys = [k for k in splits if k != "random_folds"] or list(splits)
+
+        def out_of_fold(lam, keys):
+            ratios, errs = {}, []
+            for k in keys:
+                r = []
+                for part in splits[k]:
+                    c = _nnls_rel(X[~part], y[~part], lam)
+                    p = X[part] @ c
+                    r.append(y[part] / p)
+                    errs.append(np.abs(p - y[part]) / y[part])
+                ratios[k] = float(np.max(np.concatenate(r))) if r else 1.0
+            return ratios, (float(np.mean(np.concatenate(errs))) if errs else 0.0)
+
+        cv = {float(lam): out_of_fold(lam, cv_keys)[1] for lam in lams} if cv_keys else {0.0: 0.0}
+        lam = min(cv, key=lambda k: (round(cv[k], 12), k))
+        coef = _nnls_rel(X, y, lam)
+        worst = {"fit": float(np.max(y / (X @ coef)))}
+        worst.update(out_of_fold(lam, list(splits))[0])
+        safety = max(1.0, *worst.values()) * (1.0 + margin)
+        meta = dict(meta or {})
+        meta["prior_lambda"] = lam
+        meta["cv_mape_pct"] = {f"{k:g}": round(100 * v, 4) for k, v in cv.items()}
+        meta["safety_from"] = {k: round(v, 4) for k, v in worst.items()}
+        return LearnedMemory(tuple(float(v) for v in coef), safety, 0.0, overhead_GiB, meta)
+
+    @staticmethod
+    def groups_of(rows: list[dict]) -> dict:
+        """Calibration groups of CSV samples: model width (hidden size) and GPU-count bucket (log2 of tp*pp*dp)."""
+        gpus = [int(r["tp"]) * int(r["pp"]) * int(r["dp"]) for r in rows]
+        return {"hidden_size": np.array([int(r["hidden_size"]) for r in rows]),
+                "gpu_count": np.array([int(np.log2(max(g, 1))) for g in gpus])}
 
     def predict_allocated(self, X: np.ndarray, safe: bool = True) -> np.ndarray:
         p = np.asarray(X, float) @ np.asarray(self.coef)
@@ -115,11 +153,18 @@ class LearnedMemory:
                                a.transient, fitted - known, safe - fitted)
 
 
-def _nnls_rel(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """argmin_c sum(((X c - y) / y)^2), c >= 0 (columns scaled for conditioning)."""
+def _nnls_rel(X: np.ndarray, y: np.ndarray, lam: float = 0.0) -> np.ndarray:
+    """argmin_c sum(((X c - y) / y)^2) + lam * sum_j (c_j - 1)^2 over the analytical terms (not the constant),
+    c >= 0 (columns scaled for conditioning)."""
     from scipy.optimize import nnls
     scale = np.maximum(np.abs(X).max(axis=0), 1.0)
-    c, _ = nnls(X / scale / y[:, None], np.ones(len(y)))
+    A, b = X / scale / y[:, None], np.ones(len(y))
+    if lam > 0:
+        k = X.shape[1] - 1
+        R = np.zeros((k, X.shape[1]))
+        R[np.arange(k), np.arange(k)] = np.sqrt(lam) / scale[:k]
+        A, b = np.vstack([A, R]), np.concatenate([b, np.full(k, np.sqrt(lam))])
+    c, _ = nnls(A, b)
     return c / scale
 
 
@@ -209,6 +254,12 @@ def _report(est: LearnedMemory, X, y, raw_te, mlp) -> dict:
             "worst_underestimate_pct_unsafe": float(np.max((y - raw_pred) / y) * 100),
             "worst_underestimate_pct_with_safety": float(np.max(under) * 100),
             "oom_called_feasible": int(np.sum(safe_pred < y)),
+            "oom_called_feasible_without_safety": int(np.sum(raw_pred < y)),
+            # a plan whose measured peak needs 1/(1+h) of the GPU (h headroom) is rejected if the safe prediction
+            # exceeds the GPU: the cost of the margin, for 2%, 5% and 10% headroom
+            "feasible_rejected": {f"{int(h * 100)}pct_headroom": int(np.sum(safe_pred > y * (1 + h)))
+                                  for h in (0.02, 0.05, 0.10)},
+            "safety": est.safety, "safety_from": est.meta.get("safety_from", {}),
             "mean_overestimate_pct_with_safety": float(np.mean((safe_pred - y) / y) * 100)}
 
 
@@ -225,10 +276,12 @@ def validate(rows: list[dict], seed: int = 0, holdout: float = 0.2, small_gpus: 
     n_te = max(1, int(round(holdout * len(small))))
     te, tr = perm[:n_te], perm[n_te:]
     out = {"samples": int(len(y)), "small_configs": int(len(small)), "large_configs": int(len(large))}
-    est = LearnedMemory.fit(X[tr], y[tr], margin)
+    G = LearnedMemory.groups_of(rows)
+    sub = lambda ix: {k: v[ix] for k, v in G.items()}
+    est = LearnedMemory.fit(X[tr], y[tr], margin, groups=sub(tr))
     out["heldout"] = _report(est, X[te], y[te], raw[te], mlp_baseline(raw[tr], y[tr], seed))
     if len(large):
-        est = LearnedMemory.fit(X[small], y[small], margin)
+        est = LearnedMemory.fit(X[small], y[small], margin, groups=sub(small))
         out["extrapolation"] = _report(est, X[large], y[large], raw[large], mlp_baseline(raw[small], y[small], seed))
     return out
 
@@ -236,9 +289,9 @@ def validate(rows: list[dict], seed: int = 0, holdout: float = 0.2, small_gpus: 
 def fit_samples(rows: list[dict], margin: float = 0.01, overhead_GiB: float = 2.0, source: str = "") -> LearnedMemory:
     X, y, _ = design(rows)
     backends = sorted({r.get("backend", "?") for r in rows})
-    return LearnedMemory.fit(X, y, margin, overhead_GiB,
+    return LearnedMemory.fit(X, y, margin, overhead_GiB, groups=LearnedMemory.groups_of(rows), meta=
                              {"samples": len(rows), "source": source, "backends": backends,
-                              "fit": "non-negative relative least squares on analytical terms",
+                              "fit": "non-negative relative least squares on analytical terms, shrunk towards them (lambda by grouped CV)",
                               "overhead_source": "not measured (no GPU); documented default, docs/notes/memory.md"})
 
 

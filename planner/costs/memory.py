@@ -56,6 +56,31 @@ def stage_params(model, cfg: ParallelConfig, stage: int) -> float:
     return p
 
 
+def padded_vocab(model, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of 128 * tp (make-vocab-size-divisible-by 128)."""
+    m = 128 * tp
+    return -(-model.vocab_size // m) * m
+
+
+def replicated_params(model, cfg: ParallelConfig, stage: int) -> float:
+    """Parameters a stage holds beyond stage_params' even split over tensor parallel (memory only): what Megatron
+    does not shard (learned position embedding, LayerNorm / RMSNorm weights, row-parallel biases), counted there
+    as 1/tp, and the vocabulary padding of the embedding and output layer."""
+    h, t = model.hidden_size, cfg.tp
+    per_layer = 6 * h if model.family == "gpt" else 2 * h          # norms (w, b) + proj and fc2 biases | norms
+    extra = (model.num_layers // cfg.pp) * per_layer * (1 - 1 / t)
+    pad = (padded_vocab(model, t) - model.vocab_size) * h / t
+    if stage == 0:
+        extra += pad
+        if model.family == "gpt":
+            extra += model.max_position_embeddings * h * (1 - 1 / t)
+    if holds_output(cfg, stage):
+        extra += (2 if model.family == "gpt" else 1) * h * (1 - 1 / t)
+        if not model.tied_embeddings or stage != 0:
+            extra += pad
+    return extra
+
+
 def has_dropout(model) -> bool:
     """GPT (GPT-3, Megatron GPT) trains with dropout 0.1; Llama-style models without."""
     return model.family == "gpt"
@@ -99,22 +124,61 @@ def layer_activation_bytes(model, training, cfg: ParallelConfig) -> float:
     return lin + core
 
 
-def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
-    """Backward working set of one layer, one micro-batch: what recompute rebuilds, the gradient of the widest
-    intermediate (the MLP's f/t-wide tensor or the attention scores) and the largest weight gradient."""
+def layer_saved_pieces(model, training, cfg: ParallelConfig) -> dict:
+    """What one layer saves for backward without recompute, one micro-batch (bytes), split by where it is used:
+    `attn_pre` (norm1 and QKV inputs, Q/K/V), `probs` (the softmax), `drop` (GPT: attention-dropout mask and the
+    dropped probabilities), `attn_post` (projection input, hidden-dropout mask), `mlp` (norm2 and fc1 inputs, the
+    activation's input(s), fc2 input, hidden-dropout mask). attn_pre + attn_post + mlp = the linear part and
+    probs + drop = the attention core of layer_activation_parts."""
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     a, f = model.num_attention_heads, model.ffn_hidden_size
-    rebuilt = 0.0
-    if cfg.recompute != "none":
-        full = ParallelConfig(cfg.tp, cfg.pp, cfg.dp, cfg.micro_batch_size, cfg.num_microbatches, cfg.schedule,
-                              cfg.vpp, "none", cfg.zero, cfg.sequence_parallel)
-        lin, core = layer_activation_parts(model, training, full)
-        rebuilt = core if cfg.recompute == "selective" else lin + core
-    widest = 2 * s * b * max(a * s, 2 * f if model.gated_mlp else f) / t
-    # a GEMM's 16-bit weight gradient before it is added to the fp32 main_grad (large for wide, short runs)
-    kv = model.kv_channels
+    sp = t if cfg.sequence_parallel else 1
+    drop = has_dropout(model)
+    sb = s * b
+    score = 2 * sb * a * s / t
+    return {"attn_pre": sb * (4 * h / sp + _qkv_saved_per_token(model, t)),
+            "attn_post": sb * (2 * h / t + (h / sp if drop else 0)),
+            "mlp": sb * ((4 * h + (h if drop else 0)) / sp + (4 * f if model.family == "gpt" else 6 * f) / t),
+            "probs": score, "drop": 1.5 * score if drop else 0.0, "score": score}
+
+
+def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
+    """Backward working set of one layer, one micro-batch (bytes above the stored activations): the largest of
+    its backward phases, each counted from what is live at that moment (checked op by op against the profiler).
+
+    - attention core, at the backward of probs @ V (a new score-sized gradient) and at the softmax backward (the
+      gradients of the probabilities and of the scores, two score-sized buffers, while the probabilities are
+      still held; GPT has freed its dropout mask and dropped probabilities by then). With selective recompute the
+      core is rebuilt first; with full recompute the layer's attention half too. The MLP half and the projection
+      input of this layer have been consumed and freed by then (without full recompute they are stored).
+    - MLP: gradients of the f/t-wide activation (GeLU: in and out; fused SwiGLU: its five f/t-wide temporaries)
+      less its freed output, on top of the whole rebuilt layer with full recompute.
+    - weight gradient: the largest GEMM's 16-bit weight gradient before it is added to the fp32 main_grad.
+    Plus the h-wide gradient buffers of each phase (received and residual-stream gradients, the re-gathered SP
+    input); the small constants (how many h-wide buffers) are matched op by op to the profiler."""
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    f, kv = model.ffn_hidden_size, model.kv_channels
+    P = layer_saved_pieces(model, training, cfg)
+    rc = cfg.recompute
+    core = P["probs"] + P["drop"]
+    rebuilt_core = core if rc in ("selective", "full") else 0.0
+    if rc == "full":     # the layer is rebuilt; by the attention core its MLP half is freed again
+        attn_base = P["attn_pre"] + rebuilt_core
+    else:                # stored: this layer's MLP half and projection input are freed before the core's backward
+        attn_base = rebuilt_core - P["mlp"] - P["attn_post"]
+    sp = t if cfg.sequence_parallel else 1
+    hb_sp, hb_tp = 2 * s * b * h / sp, 2 * s * b * h / t      # residual-stream and TP-sharded h-wide buffers
+    resid = 2 * (hb_sp - hb_tp)       # the residual-stream gradients are h/sp wide, those inside attention h/t
+    attn = attn_base + resid + max(P["score"] + 4 * hb_tp,           # probs @ V backward: dP, dV, dctx, ...
+                                   2 * P["score"] - P["drop"]       # softmax backward: dP and dS
+                                   + (3 * hb_tp if rc == "selective" else 0.0))   # + recomputed Q, K, V copies
+    # GeLU backward: d(out) and d(in) live, its output (fc2 input) freed: net one f/t buffer; fused SwiGLU: five f/t
+    # temporaries (g, sigmoid, d(gate), and d(fc1 out) twice as wide) less the freed fc2 input
+    mlp_work = s * b * (2 * 1 * f if model.family == "gpt" else 2 * 4 * f) / t
     wgrad = 2 * max(h * (h + 2 * kv), h * f * (2 if model.gated_mlp else 1)) / t
-    return rebuilt + widest + wgrad
+    # the MLP half runs first: with full recompute on top of the whole rebuilt layer
+    mlp = max(mlp_work, wgrad) + 2 * 2 * s * b * h + (P["attn_pre"] + P["attn_post"] + P["mlp"] + core if rc == "full" else 0.0)
+    return max(attn, mlp)
 
 
 def stage_inflight(cfg: ParallelConfig, stage: int) -> float:
@@ -158,25 +222,37 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     if not held:
         return 0.0
     s, b = training.seq_length, cfg.micro_batch_size
-    return s * b * model.vocab_size / cfg.tp * (4 * held + 2)
+    return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (4 * held + 2)
 
 
 def edge_activation_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     """Activations outside the transformer layers (Korthikanti et al. Sec. 4.3): the embedding dropout mask
     (GPT) per held micro-batch on the first stage, and the final norm's and output layer's inputs (4sbh, /t with
-    SP) per micro-batch held at the output layer."""
+    SP) per micro-batch held at the output layer; and the s x s causal mask every stage keeps."""
     s, b, h = training.seq_length, cfg.micro_batch_size, model.hidden_size
     sp = cfg.tp if cfg.sequence_parallel else 1
     out = 0.0
     if stage == 0 and has_dropout(model):
         out += s * b * h / sp * stage_inflight(cfg, stage)
+    out += s * s     # the causal attention mask, an s x s bool tensor (Megatron's local attention path)
     return out + 4 * s * b * h / sp * held_at_output(cfg, stage)
 
 
 def embedding_grad_bytes(model, cfg: ParallelConfig, stage: int) -> float:
     """First stage: the embedding backward makes a dense 16-bit gradient of the vocab shard before it is added
     to main_grad."""
-    return 2.0 * model.vocab_size * model.hidden_size / cfg.tp if stage == 0 else 0.0
+    return 2.0 * padded_vocab(model, cfg.tp) * model.hidden_size / cfg.tp if stage == 0 else 0.0
+
+
+def output_backward_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
+    """Output stage, beyond the logits term: the output layer's backward makes its 16-bit weight gradient (vocab
+    shard x h) before adding it to main_grad, with the h-wide input gradient and the re-gathered input live; by
+    then the loss backward has freed the fp32 softmax of that micro-batch (4 bytes per logit)."""
+    if not holds_output(cfg, stage):
+        return 0.0
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    v = padded_vocab(model, t) / t
+    return max(0.0, 2 * v * h + 2 * 2 * s * b * h - 4 * s * b * v)
 
 
 @dataclass(frozen=True)
@@ -192,7 +268,7 @@ class AnalyticalMemory:
     master_weights: bool = True        # fp32 master copy with 16-bit training
 
     def stage_memory(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> MemoryBreakdown:
-        P = stage_params(model, cfg, stage)
+        P = stage_params(model, cfg, stage) + replicated_params(model, cfg, stage)
         half = training.precision in ("bf16", "fp16")
         w_bytes = 2 if half else 4
         g_bytes = 4                                    # fp32 gradient accumulation (main_grad buffer)
@@ -210,7 +286,10 @@ class AnalyticalMemory:
         logits = logits_bytes(model, training, cfg, stage)
         # the backward working set (one layer's, or the embedding's dense gradient) and the logits of the
         # micro-batch being back-propagated are not live at the same time: its loss backward frees them first
-        work = max(layer_transient_bytes(model, training, cfg), embedding_grad_bytes(model, cfg, stage))
-        freed = 6.0 * training.seq_length * cfg.micro_batch_size * model.vocab_size / cfg.tp if logits else 0.0
-        transient = max(0.0, work - freed)
+        emb = embedding_grad_bytes(model, cfg, stage)
+        if emb:      # with the gradient of the embedding's output, [s, b, h] (gathered over SP), live beside it
+            emb += 2.0 * training.seq_length * cfg.micro_batch_size * model.hidden_size
+        work = max(layer_transient_bytes(model, training, cfg), emb)
+        freed = 6.0 * training.seq_length * cfg.micro_batch_size * padded_vocab(model, cfg.tp) / cfg.tp if logits else 0.0
+        transient = max(0.0, work - freed, output_backward_bytes(model, training, cfg, stage))
         return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient)

@@ -56,3 +56,46 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int, technique: s
 
 
 MEGATRON_BYTES_PER_PARAM = 18.0      # 2 (bf16 weight) + 4 (fp32 main grad) + 12 (fp32 master, Adam m and v)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Published figures (numbers printed in the sources, not formulas evaluated here), each with where it is printed.
+
+SOURCES = {
+    "megatron_dist_opt": "Megatron Core developer guide, 'Distributed Optimizer': theoretical bytes per parameter, "
+                         "bf16 parameters + fp32 gradients: 18 (non-distributed), 6 + 12/d (distributed optimizer); "
+                         "https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/dist_optimizer.html",
+    "korthikanti_abstract": "Korthikanti et al. 2022, abstract: sequence parallelism + selective activation "
+                            "recomputation 'reduces activation memory by 5x' (arXiv 2205.05198; "
+                            "https://huggingface.co/papers/2205.05198, MLSys 2023 proceedings page)",
+    "korthikanti_sec4": "Korthikanti et al. 2022, Sec. 4.2.2 as quoted by the Ultra-Scale Playbook (seed 003: 'For "
+                        "a GPT-3 (175B) model this means 70% activation memory reduction at a 2.7% compute cost') "
+                        "and by public paper notes ('MT-NLG: 65% for 1.6%')",
+    "korthikanti_table3": "Korthikanti et al. 2022, Table 3: model sizes 22B, 175B, 530B, 1T with their heads, hidden "
+                          "size, layers, t, p and GPU count",
+}
+
+
+@dataclass(frozen=True)
+class PublishedFigure:
+    key: str            # what is compared
+    model: str          # Table 3 model name
+    value: float
+    unit: str
+    source: str         # key of SOURCES
+
+
+PUBLISHED_PARAMS = {"22B": 22e9, "175B": 175e9, "530B": 530e9, "1T": 1e12}     # Table 3's names
+BYTES_PER_PARAM_BF16_FP32 = 18.0          # non-distributed optimizer (megatron_dist_opt)
+
+
+def bytes_per_param_distributed(d: int) -> float:
+    """Distributed optimizer (ZeRO-1 over d data-parallel ranks), bf16 params + fp32 grads (megatron_dist_opt)."""
+    return 6.0 + 12.0 / d
+
+
+PUBLISHED_FIGURES = (
+    PublishedFigure("selective_activation_saving", "175B", 0.70, "fraction", "korthikanti_sec4"),
+    PublishedFigure("selective_activation_saving", "530B", 0.65, "fraction", "korthikanti_sec4"),
+    PublishedFigure("sp_selective_reduction_vs_tp", "all", 5.0, "x (headline, rounded)", "korthikanti_abstract"),
+)
