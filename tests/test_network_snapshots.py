@@ -195,3 +195,18 @@ def test_robust_mapping_beats_mean_mapping_on_a_flaky_link(make_spec):
     assert r["robust_saves_on_worst"] > 0 and r["robust_saves_on_worst_mapping_part"] > 0.03
     assert r["robust_costs_on_mean"] > 0
     assert r["worst_optimal"]["worst_s"] == pytest.approx(max(r["worst_optimal"]["per_snapshot_s"]))
+
+
+def test_shipped_structured_drift_cluster_regenerates():
+    import os
+    from planner.spec.cluster import load_cluster
+    from planner.synth import from_record
+    import yaml
+    path = os.path.join(os.path.dirname(__file__), "..", "clusters", "v100-16x8-edr-drift-het.yaml")
+    c = load_cluster(path)
+    base, snaps = from_record(c.nodes, yaml.safe_load(open(path))["network"]["generator"])
+    assert len(c.snapshots) == 5 == len(snaps)
+    for shipped, gen in zip(c.snapshots, snaps):
+        assert np.allclose(shipped, gen, atol=0.006)
+    assert 0.1 <= sn.mean_loss(base, snaps) < 0.11
+    assert sn.spread_report(c.snapshots).max_drop > 0.5          # some link collapses in some snapshot
