@@ -199,7 +199,7 @@ def test_robust_mapping_beats_mean_mapping_on_a_flaky_link(make_spec):
 
 def test_shipped_structured_drift_cluster_regenerates():
     import os
-    from planner.spec.cluster import load_cluster
+    from planner.spec import load_cluster
     from planner.synth import from_record
     import yaml
     path = os.path.join(os.path.dirname(__file__), "..", "clusters", "v100-16x8-edr-drift-het.yaml")
