@@ -9,12 +9,15 @@ Every snapshot set is SYNTHETIC (no measured time series is at hand), built from
                (degrade to x U[0.1, 0.5] in a snapshot with a calibrated probability), 2 flaky nodes
                (all links x U[0.4, 0.8]); mean loss 10%, the same as 'uniform'
   struct-20    the same structure at mean loss 20%
+  shipped      the snapshots the cluster YAML ships (a100-16x8-hdr-het: AR(1) log-normal, log-sd 0.05;
+               v100-16x8-edr-drift-het: struct-10 with seed 101), when it has any
 Scenarios (all printed, none dropped):
   configs      solver   = the planner's nominal optimum (solve on the main matrix)
                megatron = tp = GPUs per node, the smallest pp that fits, 1F1B (DP ring across nodes)
                dp-rows  = as megatron but pp >= 2, so that the nodes form >= 2 pipeline rows and the
                           mapping chooses which nodes share a DP ring (with pp = 1 every node is in the one
                           ring and no mapping can differ)
+               dp-rows4 = as megatron but pp >= 4 (smaller DP rings, more for the mapping to choose)
   plan level   (--plans) the whole plan solved with --robust mean vs --robust worst: config choice too
 Run:  python benchmarks/robust_mapping.py [--models uniform struct-10 struct-20] [--seeds 0 1]
           [--snapshots 5] [--time-limit 10] [--plans] [--specs ...] [--json OUT]
@@ -39,11 +42,13 @@ from planner.solve import solve  # noqa: E402
 from planner.spec import load_spec  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-SPECS = ["specs/llama2-7b-v100-het-128.yaml", "specs/gpt3-13b-a100-het-128.yaml"]
+SPECS = ["specs/llama2-7b-v100-het-128.yaml", "specs/gpt3-13b-a100-het-128.yaml",
+         "specs/llama2-7b-v100-het-drift-128.yaml"]
 MODELS = {
     "uniform": lambda base, k, seed: drifted_snapshots(base, k, drift=0.2, seed=seed),
     "struct-10": lambda base, k, seed: structured_snapshots(base, k, loss=0.10, seed=seed),
     "struct-20": lambda base, k, seed: structured_snapshots(base, k, loss=0.20, seed=seed),
+    "shipped": None,     # the cluster's own bandwidth_snapshots (specs whose cluster ships them; seed unused)
 }
 
 
@@ -67,11 +72,22 @@ def tp_node_config(spec, costs, min_pp: int = 1):
     return None
 
 
+def snapshot_sets(spec, args):
+    """(model, seed, snapshots) for every drift model and seed asked for; 'shipped' once, if any."""
+    for model in args.models:
+        if model == "shipped":
+            if spec.cluster.snapshots:
+                yield model, "-", list(spec.cluster.snapshots)
+            continue
+        for seed in args.seeds:
+            yield model, seed, MODELS[model](spec.cluster.bandwidth, args.snapshots, seed)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--specs", nargs="+", default=SPECS)
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    ap.add_argument("--configs", nargs="+", default=["solver", "megatron", "dp-rows"])
+    ap.add_argument("--configs", nargs="+", default=["solver", "megatron", "dp-rows", "dp-rows4"])
     ap.add_argument("--snapshots", type=int, default=5)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--time-limit", type=float, default=10.0, help="per mapping solve (s)")
@@ -94,16 +110,16 @@ def main() -> None:
             picks["megatron"] = tp_node_config(spec, costs, 1)
         if "dp-rows" in args.configs:
             picks["dp-rows"] = tp_node_config(spec, costs, 2)
+        if "dp-rows4" in args.configs:
+            picks["dp-rows4"] = tp_node_config(spec, costs, 4)
         for cname, pick in picks.items():
             if pick is None:
                 print(f"{spec.name:<24} {cname:<8} no config fits", flush=True)
                 continue
             cfg, lay = pick
             print(f"# {spec.name} {cname}: {cfg.label()} layout {lay.label()}", flush=True)
-            for model in args.models:
-                for seed in args.seeds:
+            for model, seed, snaps in snapshot_sets(spec, args):
                     base = spec.cluster.bandwidth
-                    snaps = MODELS[model](base, args.snapshots, seed)
                     t = time.perf_counter()
                     r = robust_report(spec, cfg, lay, snaps, time_limit_s=args.time_limit, seed=0, costs=costs)
                     mo, wo = r["mean_optimal"], r["worst_optimal"]
@@ -117,9 +133,7 @@ def main() -> None:
                           f"{share:>10.1%}  {mo['status']}/{wo['status']}"
                           f"{' (swap)' if mo['picked_other'] or wo['picked_other'] else ''}", flush=True)
         if args.plans:
-            for model in args.models:
-                for seed in args.seeds:
-                    snaps = MODELS[model](spec.cluster.bandwidth, args.snapshots, seed)
+            for model, seed, snaps in snapshot_sets(spec, args):
                     r = robust_plan_report(spec, snaps, time_limit_s=args.plan_time_limit, seed=0, costs=costs)
                     mo, wo = r["mean_optimal"], r["worst_optimal"]
                     rows.append({"level": "plan", "spec": spec.name, "drift": model, "seed": seed, **r})

@@ -210,3 +210,27 @@ def test_shipped_structured_drift_cluster_regenerates():
         assert np.allclose(shipped, gen, atol=0.006)
     assert 0.1 <= sn.mean_loss(base, snaps) < 0.11
     assert sn.spread_report(c.snapshots).max_drop > 0.5          # some link collapses in some snapshot
+
+
+def test_robust_simulation_rerank_judges_every_snapshot(make_spec):
+    """solve(..., robust=...) re-ranks close candidates by simulation: on every snapshot, not only on
+    the main matrix (which would undo the robust choice)."""
+    from types import SimpleNamespace
+
+    from planner.costs import default_costs
+    from planner.latency import build_problem
+    from planner.solve import _sim_pair, solve
+    spec = make_spec(nodes=4, seed=1)
+    costs = default_costs(spec.cluster)
+    sol = solve(spec, time_limit_s=5, simulate=False, costs=costs)
+    prob = build_problem(spec, sol.config, sol.layout, costs)
+    c = SimpleNamespace(cfg=sol.config, layout=sol.layout, probs=[prob],
+                        result=SimpleNamespace(assign=sol.assign))
+    main_t, main_mem = _sim_pair(spec, c, costs)
+    slow = spec.cluster.bandwidth * 0.05
+    worst_t, worst_mem = _sim_pair(spec, c, costs, [spec.cluster.bandwidth, slow], "worst")
+    mean_t, _ = _sim_pair(spec, c, costs, [spec.cluster.bandwidth, slow], "mean")
+    only_main, _ = _sim_pair(spec, c, costs, [spec.cluster.bandwidth], "worst")
+    assert only_main == pytest.approx(main_t) and worst_mem == pytest.approx(main_mem)
+    if sol.layout.blocks > 1:
+        assert worst_t > mean_t > main_t
