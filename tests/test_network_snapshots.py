@@ -234,3 +234,33 @@ def test_robust_simulation_rerank_judges_every_snapshot(make_spec):
     assert only_main == pytest.approx(main_t) and worst_mem == pytest.approx(main_mem)
     if sol.layout.blocks > 1:
         assert worst_t > mean_t > main_t
+
+
+def test_compare_reports_robust_mapping_and_robust_plan(tmp_path, capsys, monkeypatch):
+    """`planner compare` on a cluster with snapshots: robust vs mean for the mapping and (with
+    --robust-plan) for the whole plan, through the real CLI."""
+    rng = np.random.default_rng(3)
+    base = rng.uniform(8, 25, size=(4, 4))
+    np.fill_diagonal(base, 0)
+    snaps = sn.structured_snapshots(base, 3, loss=0.2, seed=2, flaky_nodes=1)
+    y = _cluster(tmp_path, snaps, names=("a", "b", "c", "d"))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"""model: {{name: m, num_layers: 24, hidden_size: 2048, num_attention_heads: 16, vocab_size: 50257}}
+cluster: {y}
+training: {{global_batch_size: 64, seq_length: 2048}}
+search: {{schedules: [1f1b], recompute: [selective], zero: [0]}}
+solver: {{time_limit_s: 3}}
+""")
+    assert main(["compare", str(spec), "--time-limit", "3", "--robust-plan", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rb, rp = d["robust"], d["robust_plan"]
+    assert rb["snapshots"] == 3 and rp["snapshots"] == 3
+    assert rb["worst_optimal"]["worst_s"] <= rb["mean_optimal"]["worst_s"] + 1e-12
+    assert rb["mean_optimal"]["mean_s"] <= rb["worst_optimal"]["mean_s"] + 1e-12
+    for k in ("mean_optimal", "worst_optimal"):
+        assert rp[k]["worst_s"] == pytest.approx(max(rp[k]["per_snapshot_s"])) and rp[k]["config"]
+    import planner.compare
+    monkeypatch.setattr(planner.compare, "compare", lambda *a, **k: d)     # the text view of the same result
+    assert main(["compare", str(spec), "--time-limit", "3", "--robust-plan"]) == 0
+    out = capsys.readouterr().err
+    assert "robust mapping over 3 bandwidth snapshots" in out and "robust plan (config and mapping)" in out
