@@ -97,7 +97,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     hdr = (f"{'spec':<24} {'config':<8} {'drift':<9} {'seed':>4} {'loss':>5} {'mean-opt worst':>14} "
-           f"{'robust worst':>12} {'saves':>7} {'(mapping)':>9} {'cost on mean':>12} {'comm share':>10}  status")
+           f"{'robust worst':>12} {'saves':>7} {'(mapping)':>9} {'cost on mean':>12} {'map share':>10}  status")
     print(hdr, flush=True)
     for path in args.specs:
         spec = load_spec(os.path.join(ROOT, path))

@@ -204,9 +204,12 @@ def structured_snapshots(base, k: int, loss: float = 0.2, seed: int = 0, *, nois
                          return_info: bool = False):
     """k synthetic snapshots with *structured* drift: mostly small noise, a few heavy degradations.
 
-    SYNTHETIC. What it assumes (modelled on Pipette's 40-day mpiGraph profile, where node pairs designed
-    equal keep different latencies with occasional multi-x spikes, and on the 24% send/receive gap
-    of one HDR link in the mpiGraph sample); none of it is fitted to a measured time series:
+    SYNTHETIC, and not fitted to any measured time series. Motivation: Pipette's 40-day mpiGraph profile
+    (its Fig. 3) shows node pairs designed equal with different latencies that change over the days, but
+    the paper gives no statistics of that drift; the two-node mpiGraph sample shows one HDR link at
+    0.44-0.58 of line rate with a 24% send/receive gap. The *structure* below (flaky links and nodes,
+    the rest quiet) is an assumption about how real links degrade (bad cable, congested switch port,
+    bad HCA, noisy neighbour), not an observation:
     - every directed link, every snapshot: independent noise factor uniform in [1 - noise, 1];
     - a fixed set of *flaky* node pairs (flaky_link_fraction of all pairs: a bad cable, a congested
       switch port, an oversubscribed route) which, in a snapshot, degrade with probability `rate` to a
