@@ -32,7 +32,7 @@ def megatron_heuristic(spec, costs):
     return None, None
 
 
-def compare(spec, time_limit_s: float | None = None, seed: int = 0) -> dict:
+def compare(spec, time_limit_s: float | None = None, seed: int = 0, robust_plan: bool = False) -> dict:
     costs = default_costs(spec.cluster)
     limit = time_limit_s or spec.solver.time_limit_s
     rows = []
@@ -67,4 +67,9 @@ def compare(spec, time_limit_s: float | None = None, seed: int = 0) -> dict:
         from planner.robust import robust_report
         out["robust"] = robust_report(spec, ex.config, ex.layout, list(spec.cluster.snapshots),
                                       time_limit_s=min(limit, 30.0), seed=seed, costs=costs)
+        if robust_plan:
+            # the whole plan (config too) solved for the mean and for the worst case over the snapshots
+            from planner.robust import robust_plan_report
+            out["robust_plan"] = robust_plan_report(spec, list(spec.cluster.snapshots), time_limit_s=limit,
+                                                    seed=seed, costs=costs)
     return out

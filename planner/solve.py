@@ -194,7 +194,8 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     reranked = None
     if simulate:
         est_best = best
-        best, reranked = _rerank_by_simulation(spec, cands, best, costs)
+        best, reranked = _rerank_by_simulation(spec, cands, best, costs,
+                                               mats if robust and robust != "none" else None, rob)
         p0 = best.probs[0]
         if best is not est_best:
             # the simulator overruled the closed form: the plan is no longer the model's proven optimum
@@ -242,11 +243,14 @@ def _sim(spec, c: _Cand, costs: Costs):
     return run_sim(spec, c.cfg, costs=costs, layout=c.layout, assign=c.result.assign, nodes=c.probs[0].nodes)
 
 
-def _rerank_by_simulation(spec, cands, best, costs):
+def _rerank_by_simulation(spec, cands, best, costs, scenarios=None, robust="worst"):
     """The closed form misses some critical paths and V-shape memory; the simulator judges the close ones.
 
     Candidates within RERANK_WITHIN of the best estimate (distinct configs, at most RERANK_MAX) are
     simulated; the fastest whose simulated peak memory fits wins. Returns (winner, record or None).
+    Robust planning (scenarios = the bandwidth snapshots): each candidate is simulated on every
+    snapshot and judged by the worst (or mean) simulated time, as the closed-form search was; judging
+    on the main matrix alone would undo the robust choice.
     """
     limit = memory_limit_GiB(spec)
     pool, seen = [], set()
@@ -257,7 +261,7 @@ def _rerank_by_simulation(spec, cands, best, costs):
             continue
         seen.add(c.cfg)
         pool.append(c)
-    rows = [(c, *_sim_pair(spec, c, costs)) for c in pool]
+    rows = [(c, *_sim_pair(spec, c, costs, scenarios, robust)) for c in pool]
     fitting = [r for r in rows if r[2] <= limit]
     if not fitting:
         return best, None
@@ -269,9 +273,15 @@ def _rerank_by_simulation(spec, cands, best, costs):
     return win, record
 
 
-def _sim_pair(spec, c, costs):
-    sim = _sim(spec, c, costs)
-    return sim.iteration_s, sim.peak_memory_max_GiB
+def _sim_pair(spec, c, costs, scenarios=None, robust="worst"):
+    if not scenarios:
+        sim = _sim(spec, c, costs)
+        return sim.iteration_s, sim.peak_memory_max_GiB
+    import dataclasses
+    sims = [_sim(dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=m)), c, costs)
+            for m in scenarios]
+    t = [x.iteration_s for x in sims]
+    return (float(np.mean(t)) if robust == "mean" else max(t)), max(x.peak_memory_max_GiB for x in sims)
 
 
 def estimate_plan(spec, cfg: ParallelConfig, mapping=None, costs: Costs | None = None, file: str | None = None):

@@ -173,7 +173,14 @@ def from_record(nodes: int, record: dict) -> tuple[np.ndarray, list[np.ndarray]]
     base = bandwidth_matrix(nodes, nominal, seed=int(record["seed"]), **kw)
     snaps_rec = record.get("snapshots") or {}
     snaps = []
-    if snaps_rec:
+    if snaps_rec and snaps_rec.get("model", "ar1") == "structured":
+        # flaky links / nodes + small noise (planner.profile.snapshots.structured_snapshots); links only
+        # get slower than base, so no cap is needed
+        from planner.profile.snapshots import structured_snapshots
+        kw = {k: snaps_rec[k] for k in ("noise", "flaky_link_fraction", "flaky_nodes") if k in snaps_rec}
+        kw.update({k: tuple(snaps_rec[k]) for k in ("link_factor", "node_factor") if k in snaps_rec})
+        snaps = structured_snapshots(base, int(snaps_rec["n"]), float(snaps_rec["loss"]), int(snaps_rec["seed"]), **kw)
+    elif snaps_rec:
         cap = nominal * float(record.get("max_efficiency", 0.96))
         snaps = snapshots(base, int(snaps_rec["n"]), float(snaps_rec["drift"]), int(snaps_rec["seed"]),
                           correlation=float(snaps_rec.get("correlation", 0.5)), cap=cap)

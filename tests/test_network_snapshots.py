@@ -118,3 +118,149 @@ def test_rank_correlation_matches_scipy_and_detects_reshuffling():
     assert sn.rank_correlation([flat, flat]) == (None, None)
     rep = sn.spread_report(sn.drifted_snapshots(base, 4, 0.2, seed=1))
     assert rep.rank_corr_min is not None and rep.rank_corr_min < 1
+
+
+def _base(n=12, seed=0):
+    rng = np.random.default_rng(seed)
+    b = rng.uniform(15, 25, size=(n, n))
+    np.fill_diagonal(b, 0)
+    return b
+
+
+def test_structured_snapshots_structure_calibration_and_determinism():
+    base = _base()
+    s1, info = sn.structured_snapshots(base, 6, loss=0.2, seed=4, return_info=True)
+    s2 = sn.structured_snapshots(base, 6, loss=0.2, seed=4)
+    assert all(np.array_equal(x, y) for x, y in zip(s1, s2))
+    assert not np.array_equal(s1[0], sn.structured_snapshots(base, 6, loss=0.2, seed=5)[0])
+    # calibrated: the first event rate at which the loss reaches the target (events are discrete)
+    assert 0.2 <= info["loss"] < 0.215 and info["loss"] == pytest.approx(sn.mean_loss(base, s1))
+    assert 0 < info["rate"] < 1 and info["events"] > 0
+    n = base.shape[0]
+    off = ~np.eye(n, dtype=bool)
+    assert len(info["flaky_pairs"]) == round(0.3 * n * (n - 1) / 2) and len(info["flaky_nodes"]) == 2
+    flaky = np.zeros((n, n), bool)
+    for i, j in info["flaky_pairs"]:
+        flaky[i, j] = flaky[j, i] = True
+    quiet = off & ~flaky
+    quiet[info["flaky_nodes"], :] = quiet[:, info["flaky_nodes"]] = False
+    r = np.stack([m / np.where(off, base, 1) for m in s1])
+    assert np.all(np.diag(s1[0]) == 0) and np.all(r[:, off] <= 1 + 1e-12) and np.all(r[:, off] > 0)
+    # links on neither a flaky pair nor a flaky node only see the small noise ...
+    assert np.all(r[:, quiet] >= 0.9 - 1e-12)
+    # ... flaky pairs are heavily degraded in some snapshots, not in all: fast on average, sometimes slow
+    fr = r[:, flaky]
+    assert fr.min() < 0.5 and np.any(fr.max(axis=0) >= 0.9)
+    # both directions of a flaky pair degrade together (a bad cable): symmetric apart from the noise
+    i, j = info["flaky_pairs"][0]
+    assert np.all(np.abs(r[:, i, j] / r[:, j, i] - 1) <= 0.12)
+    # structured drift reshuffles the fast/slow ordering more than uniform drift of the same mean loss
+    uni = sn.drifted_snapshots(base, 6, 0.4, seed=4)                 # U[0.6, 1]: mean loss 0.2
+    assert sn.mean_loss(base, uni) == pytest.approx(0.2, abs=0.02)
+    assert sn.spread_report(s1).max_drop > sn.spread_report(uni).max_drop
+
+
+def test_structured_snapshots_rejects_unreachable_loss():
+    base = _base(6)
+    with pytest.raises(ValueError, match="not reachable"):
+        sn.structured_snapshots(base, 3, loss=0.01, noise=0.1)      # the noise alone loses ~5%
+    with pytest.raises(ValueError, match="not reachable"):
+        sn.structured_snapshots(base, 3, loss=0.9)
+    with pytest.raises(ValueError):
+        sn.structured_snapshots(base, 0)
+    with pytest.raises(ValueError):
+        sn.structured_snapshots(base, 3, link_factor=(0.6, 0.2))
+    assert sn.mean_loss(base, [base]) == pytest.approx(0.0)
+
+
+def test_robust_mapping_beats_mean_mapping_on_a_flaky_link(make_spec):
+    """Two DP rows of two nodes each on 4 nodes; link 0-1 is the fastest pair on average but
+    collapses in one snapshot. The mean-optimal mapping pairs 0 with 1; the robust one must not."""
+    from planner.config import ParallelConfig
+    from planner.mapping import layouts
+    from planner.robust import robust_report
+    spec = make_spec(nodes=4, seed=0)
+    cfg = ParallelConfig(8, 2, 2, 1, 32, "1f1b", 1, "selective")
+    lay = [L for L in layouts(8, 2, 2, 8) if L.rows == 2 and L.cols == 2][0]
+    b = np.full((4, 4), 5.0)
+    np.fill_diagonal(b, 0)
+    snaps = []
+    for t in range(3):
+        m = b.copy()
+        m[0, 1] = m[1, 0] = 24.0 if t else 3.0      # fast twice, slow once: mean 17 GB/s, worst 3
+        m[2, 3] = m[3, 2] = 20.0
+        snaps.append(m)
+    r = robust_report(spec, cfg, lay, snaps, time_limit_s=10)
+    assert r["mean_optimal"]["status"] == "OPTIMAL" and r["worst_optimal"]["status"] == "OPTIMAL"
+    assert r["robust_saves_on_worst"] > 0 and r["robust_saves_on_worst_mapping_part"] > 0.03
+    assert r["robust_costs_on_mean"] > 0
+    assert r["worst_optimal"]["worst_s"] == pytest.approx(max(r["worst_optimal"]["per_snapshot_s"]))
+
+
+def test_shipped_structured_drift_cluster_regenerates():
+    import os
+    from planner.spec import load_cluster
+    from planner.synth import from_record
+    import yaml
+    path = os.path.join(os.path.dirname(__file__), "..", "clusters", "v100-16x8-edr-drift-het.yaml")
+    c = load_cluster(path)
+    base, snaps = from_record(c.nodes, yaml.safe_load(open(path))["network"]["generator"])
+    assert len(c.snapshots) == 5 == len(snaps)
+    for shipped, gen in zip(c.snapshots, snaps):
+        assert np.allclose(shipped, gen, atol=0.006)
+    assert 0.1 <= sn.mean_loss(base, snaps) < 0.11
+    assert sn.spread_report(c.snapshots).max_drop > 0.5          # some link collapses in some snapshot
+
+
+def test_robust_simulation_rerank_judges_every_snapshot(make_spec):
+    """solve(..., robust=...) re-ranks close candidates by simulation: on every snapshot, not only on
+    the main matrix (which would undo the robust choice)."""
+    from types import SimpleNamespace
+
+    from planner.costs import default_costs
+    from planner.latency import build_problem
+    from planner.solve import _sim_pair, solve
+    spec = make_spec(nodes=4, seed=1)
+    costs = default_costs(spec.cluster)
+    sol = solve(spec, time_limit_s=5, simulate=False, costs=costs)
+    prob = build_problem(spec, sol.config, sol.layout, costs)
+    c = SimpleNamespace(cfg=sol.config, layout=sol.layout, probs=[prob],
+                        result=SimpleNamespace(assign=sol.assign))
+    main_t, main_mem = _sim_pair(spec, c, costs)
+    slow = spec.cluster.bandwidth * 0.05
+    worst_t, worst_mem = _sim_pair(spec, c, costs, [spec.cluster.bandwidth, slow], "worst")
+    mean_t, _ = _sim_pair(spec, c, costs, [spec.cluster.bandwidth, slow], "mean")
+    only_main, _ = _sim_pair(spec, c, costs, [spec.cluster.bandwidth], "worst")
+    assert only_main == pytest.approx(main_t) and worst_mem == pytest.approx(main_mem)
+    if sol.layout.blocks > 1:
+        assert worst_t > mean_t > main_t
+
+
+def test_compare_reports_robust_mapping_and_robust_plan(tmp_path, capsys, monkeypatch):
+    """`planner compare` on a cluster with snapshots: robust vs mean for the mapping and (with
+    --robust-plan) for the whole plan, through the real CLI."""
+    rng = np.random.default_rng(3)
+    base = rng.uniform(8, 25, size=(4, 4))
+    np.fill_diagonal(base, 0)
+    snaps = sn.structured_snapshots(base, 3, loss=0.2, seed=2, flaky_nodes=1)
+    y = _cluster(tmp_path, snaps, names=("a", "b", "c", "d"))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"""model: {{name: m, num_layers: 24, hidden_size: 2048, num_attention_heads: 16, vocab_size: 50257}}
+cluster: {y}
+training: {{global_batch_size: 64, seq_length: 2048}}
+search: {{schedules: [1f1b], recompute: [selective], zero: [0]}}
+solver: {{time_limit_s: 3}}
+""")
+    assert main(["compare", str(spec), "--time-limit", "3", "--robust-plan", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rb, rp = d["robust"], d["robust_plan"]
+    assert rb["snapshots"] == 3 and rp["snapshots"] == 3
+    assert rb["worst_optimal"]["worst_s"] <= rb["mean_optimal"]["worst_s"] + 1e-12
+    assert rb["mean_optimal"]["mean_s"] <= rb["worst_optimal"]["mean_s"] + 1e-12
+    for k in ("mean_optimal", "worst_optimal"):
+        assert rp[k]["worst_s"] == pytest.approx(max(rp[k]["per_snapshot_s"])) and rp[k]["config"]
+    import planner.compare
+    monkeypatch.setattr(planner.compare, "compare", lambda *a, **k: d)     # the text view of the same result
+    assert main(["compare", str(spec), "--time-limit", "3", "--robust-plan"]) == 0
+    out = capsys.readouterr().err
+    assert "robust mapping over 3 bandwidth snapshots" in out and "robust plan (config and mapping)" in out

@@ -187,3 +187,105 @@ def drifted_snapshots(base, k: int, drift: float = 0.2, seed: int = 0, symmetric
         np.fill_diagonal(m, 0.0)
         out.append(m)
     return out
+
+
+def mean_loss(base, snaps) -> float:
+    """Average fractional bandwidth loss below `base` over every off-diagonal link and snapshot:
+    1 - mean(snap / base). Uniform factors in [1 - d, 1] give d / 2."""
+    b = np.asarray(base, dtype=float)
+    s = stack(snaps)
+    off = _offdiag(b.shape[0])
+    return float(1.0 - (s[:, off] / b[off]).mean())
+
+
+def structured_snapshots(base, k: int, loss: float = 0.2, seed: int = 0, *, noise: float = 0.1,
+                         flaky_link_fraction: float = 0.3, link_factor=(0.1, 0.5),
+                         flaky_nodes: int = 2, node_factor=(0.4, 0.8),
+                         return_info: bool = False):
+    """k synthetic snapshots with *structured* drift: mostly small noise, a few heavy degradations.
+
+    SYNTHETIC, and not fitted to any measured time series. Motivation: Pipette's 40-day mpiGraph profile
+    (its Fig. 3) shows node pairs designed equal with different latencies that change over the days, but
+    the paper gives no statistics of that drift; the two-node mpiGraph sample shows one HDR link at
+    0.44-0.58 of line rate with a 24% send/receive gap. The *structure* below (flaky links and nodes,
+    the rest quiet) is an assumption about how real links degrade (bad cable, congested switch port,
+    bad HCA, noisy neighbour), not an observation:
+    - every directed link, every snapshot: independent noise factor uniform in [1 - noise, 1];
+    - a fixed set of *flaky* node pairs (flaky_link_fraction of all pairs: a bad cable, a congested
+      switch port, an oversubscribed route) which, in a snapshot, degrade with probability `rate` to a
+      factor uniform in link_factor, both directions together;
+    - `flaky_nodes` fixed flaky nodes (a bad HCA, a noisy neighbour) which, in a snapshot, degrade with
+      probability `rate` all their links to a factor uniform in node_factor;
+    - factors multiply; links only get slower than `base` (taken as their best measurement).
+    `rate` is found by bisection so that the average loss, mean_loss(base, snaps), equals `loss`
+    (the event draws are fixed first, so the loss is monotone in rate and the result is seeded and
+    deterministic). A link that is fast on average is therefore sometimes very slow, which is the case
+    a worst-case (robust) mapping can avoid and a mean-optimal one cannot see.
+    With return_info, also returns {'rate', 'loss', 'flaky_pairs', 'flaky_nodes', 'events'}.
+    """
+    base = np.asarray(base, dtype=float)
+    if base.ndim != 2 or base.shape[0] != base.shape[1]:
+        raise ValueError(f"base must be a square matrix, got shape {base.shape}")
+    n = base.shape[0]
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if not 0 <= noise < 1:
+        raise ValueError("noise must be in [0, 1)")
+    if not 0 <= flaky_link_fraction <= 1:
+        raise ValueError("flaky_link_fraction must be in [0, 1]")
+    if not 0 <= flaky_nodes <= n:
+        raise ValueError(f"flaky_nodes must be in [0, {n}]")
+    for r, name in ((link_factor, "link_factor"), (node_factor, "node_factor")):
+        if not 0 < r[0] <= r[1] <= 1:
+            raise ValueError(f"{name} must be a (low, high) range within (0, 1], got {r!r}")
+    off = _offdiag(n)
+    if n < 2 or np.any(base[off] <= 0):
+        raise ValueError("base needs >= 2 nodes and positive off-diagonal entries")
+    rng = np.random.default_rng(seed)
+    # draw order is part of the contract (same seed -> same snapshots)
+    nz = rng.uniform(1 - noise, 1.0, size=(k, n, n))
+    iu = np.triu_indices(n, 1)
+    pairs = len(iu[0])
+    npairs = int(round(flaky_link_fraction * pairs))
+    fp = np.sort(rng.choice(pairs, size=npairs, replace=False)) if npairs else np.array([], int)
+    fn = np.sort(rng.choice(n, size=flaky_nodes, replace=False)) if flaky_nodes else np.array([], int)
+    lu, lf = rng.uniform(size=(k, npairs)), rng.uniform(*link_factor, size=(k, npairs))
+    nu, nf = rng.uniform(size=(k, len(fn))), rng.uniform(*node_factor, size=(k, len(fn)))
+
+    def build(rate):
+        out = []
+        for t in range(k):
+            f = nz[t].copy()
+            for q, p in enumerate(fp):
+                if lu[t, q] < rate:
+                    i, j = iu[0][p], iu[1][p]
+                    f[i, j] *= lf[t, q]
+                    f[j, i] *= lf[t, q]
+            for q, v in enumerate(fn):
+                if nu[t, q] < rate:
+                    f[v, :] *= nf[t, q]
+                    f[:, v] *= nf[t, q]
+            m = base * f
+            np.fill_diagonal(m, 0.0)
+            out.append(m)
+        return out
+
+    lo_loss, hi_loss = mean_loss(base, build(0.0)), mean_loss(base, build(1.0))
+    if not lo_loss - 1e-12 <= loss <= hi_loss + 1e-12:
+        raise ValueError(f"loss {loss:.3f} not reachable with these parameters: noise alone gives "
+                         f"{lo_loss:.3f}, every flaky link/node degraded in every snapshot {hi_loss:.3f}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if mean_loss(base, build(mid)) < loss:
+            lo = mid
+        else:
+            hi = mid
+    rate = hi
+    snaps = build(rate)
+    if not return_info:
+        return snaps
+    events = int((lu < rate).sum() + (nu < rate).sum())
+    return snaps, {"rate": rate, "loss": mean_loss(base, snaps), "events": events,
+                   "flaky_pairs": [(int(iu[0][p]), int(iu[1][p])) for p in fp],
+                   "flaky_nodes": [int(v) for v in fn]}
