@@ -195,6 +195,20 @@ def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 
     return _simulate_core(sched, dur, lat_f, lat_b, np.zeros((p, v)), act, np.zeros((p, v)), np.zeros(p))
 
 
+def simulate_stage_times(schedule: str, p: int, m: int, vpp: int, st: list) -> SimResult:
+    """Per-rank StageTimes (as ComputeModel.stage_times returns them: embedding extra on rank 0, output
+    layer on rank p-1), placed on chunks as `simulate` places them; zero communication, no all-reduce.
+    The judge of schedules.stage_compute_time (non-uniform stages)."""
+    v = chunks_per_device(schedule, vpp)
+    rc_ops = any(s.recompute > 0 for s in st)
+    mean = np.mean([[s.forward, s.backward, s.weight_grad] for s in st], axis=0) / v
+    sched = build(schedule, p, m, vpp, recompute=rc_ops, times=tuple(mean))
+    dur = _chunk_times(st, p, v, sched.stage_of(), sched.split, rc_ops)
+    z = np.zeros((1, p * v))
+    zp = np.zeros((p, v))
+    return _simulate_core(sched, dur, z, z, zp, zp, zp, np.zeros(p))
+
+
 # ------------------------------------------------------------------------------------ real plans
 
 def chunk_params(model, cfg: ParallelConfig, p: int, v: int, stage_of: np.ndarray) -> np.ndarray:
