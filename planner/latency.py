@@ -17,7 +17,7 @@ from planner.costs.comm import p2p_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, MemoryBreakdown, stage_params
 from planner.mapping.problem import Layout, MappingProblem, layouts
-from planner.schedules import compute_time, p2p_hops
+from planner.schedules import p2p_hops, stage_compute_time
 
 
 @dataclass
@@ -62,10 +62,12 @@ def stage_memory(spec, cfg: ParallelConfig, costs: Costs) -> list[MemoryBreakdow
 
 
 def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
-    """Compute part of the iteration (bubbles included): a valid lower bound for any mapping."""
+    """Compute part of the iteration (bubbles included): mapping-independent, so with the same value in
+    every MappingProblem of the config it is a valid lower bound for any of its mappings.
+    Steady state at the slowest stage, fill and drain at each stage's own time (stage_compute_time)."""
     st = st or costs.compute.stage_times(spec.model, spec.cluster, spec.training, cfg)
-    comp = max(compute_time(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, s.forward, s.backward,
-                            s.weight_grad) for s in st)
+    comp = stage_compute_time(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st],
+                              [s.backward for s in st], [s.weight_grad for s in st])
     # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
     return comp + max(getattr(s, "step", 0.0) for s in st)
 

@@ -134,3 +134,25 @@ def test_blocking_p2p_holds_the_sender_and_is_never_faster():
     held = planner.simulate(spec, cfg, blocking_p2p=True)
     assert held.iteration_s > free.iteration_s          # inter-node sends now sit on the critical path
     assert held.busy_s == free.busy_s                    # compute time itself is unchanged
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_rendezvous_p2p_holds_sender_and_receiver(p):
+    """Separate blocking send and receive: in 1F1B's steady state an interior stage receives the activation,
+    runs F, sends it, receives the gradient, runs B, sends it: f + b + 4c per micro-batch (2c on the two
+    end stages); the sender-only blocking model charges one hop per exchange, the asynchronous one less."""
+    from planner.simulate import simulate_uniform as su
+    c = 0.1
+
+    def slope(**kw):
+        return (su("1f1b", p, 40, f=1.0, b=2.0, comm=c, **kw).iteration_s
+                - su("1f1b", p, 20, f=1.0, b=2.0, comm=c, **kw).iteration_s) / 20
+
+    rv = slope(rendezvous_p2p=True)
+    assert rv == pytest.approx(3.0 + (2 if p == 2 else 4) * c, rel=1e-9)
+    assert slope() <= slope(blocking_p2p=True) + 1e-12 <= rv + 2e-12
+    assert slope(blocking_p2p=True) < rv
+    # no communication: all three are the same schedule
+    t = [su("1f1b", p, 8, f=1.0, b=2.0, **kw).iteration_s for kw in ({}, {"blocking_p2p": True},
+                                                                     {"rendezvous_p2p": True})]
+    assert t[0] == pytest.approx(t[1]) == pytest.approx(t[2])
