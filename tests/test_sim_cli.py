@@ -64,3 +64,15 @@ def test_solution_missing_field(tmp_path):
     path = tmp_path / "sol.yaml"
     path.write_text(yaml.safe_dump({"spec": os.path.abspath(SPEC), "config": {"tp": 8}}))
     assert main(["simulate", str(path)]) == 2
+
+
+def test_p2p_models_order(capsys):
+    """Holding the sender (blocking) and then both ends (rendezvous) of each p2p can only lengthen the replay."""
+    base = ["simulate", "specs/gpt3-13b-a100-het-128.yaml", "--tp", "8", "--pp", "8", "--dp", "2", "--mbs", "1",
+            "--json"]
+    times = []
+    for extra in ([], ["--blocking-p2p"], ["--rendezvous-p2p"]):
+        assert main(base + extra) == 0
+        times.append(json.loads(capsys.readouterr().out)["iteration_s"])
+    assert times[0] <= times[1] <= times[2]
+    assert times[2] > times[0]

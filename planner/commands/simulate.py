@@ -24,6 +24,8 @@ def register(sub) -> None:
     p.add_argument("--overlap-dp", action="store_true", help="all-reduce each chunk's gradients as soon as they are done")
     p.add_argument("--blocking-p2p", action="store_true",
                    help="hold the sending GPU for each p2p transfer, as Megatron's synchronised batch_isend_irecv does")
+    p.add_argument("--rendezvous-p2p", action="store_true",
+                   help="hold both the sending and the receiving GPU for each p2p transfer (separate blocking send/recv)")
     p.add_argument("--plot", metavar="PNG", default=None, help="write the timeline + memory picture")
     p.add_argument("--trace", metavar="JSON", default=None, help="write a Chrome / Perfetto trace")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
@@ -93,7 +95,8 @@ def run(args) -> int:
     spec, cfg, mapping = load_target(args)
     try:
         sim = simulate(spec, cfg, mapping, recompute_in_bubbles=args.recompute_in_bubbles,
-                       overlap_dp=args.overlap_dp, blocking_p2p=args.blocking_p2p)
+                       overlap_dp=args.overlap_dp, blocking_p2p=args.blocking_p2p,
+                       rendezvous_p2p=args.rendezvous_p2p)
     except (ValueError, KeyError) as e:
         raise SpecError(args.path, "config" if mapping is None else "mapping", str(e)) from None
     est = _estimate(spec, cfg, mapping)
