@@ -52,6 +52,10 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         return _solve_single_column(probs, time_limit_s=time_limit_s, seed=seed, hint=hint, robust=robust,
                                     workers=workers, cutoff=cutoff, t0=t0)
 
+    if hint is not None:
+        # the model orders columns by their row-0 node; a hint in another column order would
+        # violate that symmetry breaking and be discarded by CP-SAT (same objective, reordered)
+        hint = np.asarray(hint)[:, np.argsort(np.asarray(hint)[0], kind="stable")]
     m = cp_model.CpModel()
     blocks = [(i, j) for i in range(R) for j in range(K)]
     bid = {b: k for k, b in enumerate(blocks)}
