@@ -180,6 +180,8 @@ def test_ring_slice_keeps_the_exact_optimum(make_spec):
         assert pr.status == "PRUNED" and pr.bound == best
         ok = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best + 1e-6)
         assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
+        quick = solve_exact(prob, time_limit_s=1e-4, hint=prob.rank_order())    # bound without a solve
+        assert quick.bound <= best + 1e-9 and quick.objective >= best - 1e-9
         cap, allowed, _ = _ring_cap(prob, _int_objective(prob, best_a), 10.0, 0)
         cut_some += cap is not None
     assert cut_some >= 3

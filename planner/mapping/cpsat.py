@@ -170,7 +170,14 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if hint is not None:
             obj = _score(probs, hint, robust)
-            return MappingResult(hint.copy(), obj, _bound(probs, robust), "TIME_LIMIT", wall, "exact")
+            bound = _bound(probs, robust)
+            if cutoff is None and len(probs) == 1 and st == cp_model.UNKNOWN:
+                # the hint is a solution of the model, so CP-SAT's bound holds even without a solution
+                # of its own (in the slice too: what the slice cuts is worse than the hint)
+                bound = max(bound, _const(probs, robust) + solver.BestObjectiveBound() * UNIT - (R + 3) * UNIT)
+                if slice_cap is not None or path_lb:
+                    bound = max(bound, float(p0.const + (path_lb + _ring_floor(p0)) * UNIT - (R + 3) * UNIT))
+            return MappingResult(hint.copy(), obj, min(bound, obj), "TIME_LIMIT", wall, "exact")
         raise RuntimeError(f"CP-SAT found no mapping in {time_limit_s}s (status {solver.StatusName(st)})")
     a = np.zeros((R, K), dtype=int)
     for k, (i, j) in enumerate(blocks):
@@ -438,3 +445,13 @@ def _ring_cap(p: MappingProblem, limit_int: int, time_limit_s: float, seed: int)
     if not cuts:
         return None, None, plb
     return cap, allowed, plb
+
+
+def _ring_floor(p: MappingProblem) -> int:
+    """A valid lower bound on the slowest ring (integer units): every row's base plus its k-core bound."""
+    R, K = p.layout.rows, p.layout.cols
+    base = _int(p.dp_base)
+    if K <= 1:
+        return int(base.max())
+    return int(max(int(base[i]) + int(np.floor(ring_bottleneck_bound(
+        np.maximum(p.dp_link[i], p.dp_link[i].T), K) / UNIT)) for i in range(R)))
