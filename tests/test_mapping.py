@@ -185,3 +185,22 @@ def test_ring_slice_keeps_the_exact_optimum(make_spec):
         cap, allowed, _ = _ring_cap(prob, _int_objective(prob, best_a), 10.0, 0)
         cut_some += cap is not None
     assert cut_some >= 3
+
+
+def test_hint_in_any_column_order_is_a_solution_of_the_model(make_spec, monkeypatch):
+    """Columns are ordered by their row-0 node in the model; a hint in another order must still be
+    usable: with every variable fixed to the hint, CP-SAT must find it (it was INFEASIBLE before)."""
+    import planner.mapping.cpsat as C
+    orig = C._solver
+
+    def fixed(*a, **k):
+        s = orig(*a, **k)
+        s.parameters.fix_variables_to_their_hinted_value = True
+        return s
+    monkeypatch.setattr(C, "_solver", fixed)
+    for prob in _grid_instances(make_spec):
+        best, best_a = brute_force(prob)
+        order = np.argsort(best_a[0])[::-1]                 # columns by decreasing row-0 node
+        ex = C.solve_exact(prob, time_limit_s=10, hint=best_a[:, order], ring_cap=False)
+        assert ex.status in ("OPTIMAL", "FEASIBLE") and ex.objective == pytest.approx(best, rel=1e-9)
+        break
