@@ -2,7 +2,10 @@
 quality of exact CP-SAT vs our annealer vs a Pipette-style annealer at equal time.
 
 Run:  python benchmarks/solver_scaling.py [--nodes 16 32 64 128 256] [--time-limit 60] [--equal-time 10]
-Prints one table per part; figures are wall-clock on this machine (2 cores in CI-sized machines).
+          [--det 20] [--det-nodes 32 64]
+Prints one table per part; parts 1-2 are wall-clock on this machine (2 cores in CI-sized machines,
+noisy when shared). Part 3 runs the exact model of the chosen config in CP-SAT deterministic time
+(same figures on any load), seeded by our annealer's incumbent, with and without the ring slice.
 """
 from __future__ import annotations
 
@@ -41,6 +44,8 @@ def main() -> None:
     ap.add_argument("--model", default="gpt3-175b")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--equal-time", type=float, default=10.0)
+    ap.add_argument("--det", type=float, default=20.0, help="part 3: CP-SAT deterministic time limit")
+    ap.add_argument("--det-nodes", type=int, nargs="*", default=[32, 64], help="part 3: node counts (none: skip)")
     args = ap.parse_args()
     print(f"# part 1: full search ({args.model}), method auto, limit {args.time_limit:.0f} s")
     print(f"{'nodes':>5} {'GPUs':>5} {'wall s':>7} {'status':>10} {'gap':>8} {'map gap':>8} {'configs':>7} "
@@ -73,6 +78,26 @@ def main() -> None:
         print(f"{n:>5} {ro * 1e3:>9.2f}ms {(pip.objective - c) * 1e3:>9.2f}ms {(ours.objective - c) * 1e3:>9.2f}ms "
               f"{(ex.objective - c) * 1e3:>9.2f}ms {(max(ex.bound, prob.lower_bound()) - c) * 1e3:>9.2f}ms "
               f"{ex.status:>14}", flush=True)
+
+    det_nodes = [n for n in args.det_nodes if n in chosen]
+    if det_nodes:
+        print(f"\n# part 3: exact model of the chosen config, CP-SAT deterministic time {args.det:.0f}, "
+              "hint = our SA (iteration budget, seed 0); mapping part in ms")
+        print(f"{'nodes':>5} {'ring slice':>10} {'hint':>9} {'CP-SAT':>9} {'bound':>9} {'map gap':>8} {'status':>10} "
+              f"{'wall s':>7}")
+    for n in det_nodes:
+        spec, sol = chosen[n]
+        prob = build_problem(spec, sol.config, sol.layout, default_costs(spec.cluster))
+        c = prob.const
+        hint = anneal(prob, seed=0, init=prob.rank_order()).assign
+        for cap in (False, True):
+            t = time.perf_counter()
+            ex = solve_exact(prob, time_limit_s=args.det, wall_limit_s=20 * args.det + 60, seed=0, hint=hint,
+                             ring_cap=cap)
+            gap = (ex.objective - ex.bound) / (ex.objective - c)
+            print(f"{n:>5} {'on' if cap else 'off':>10} {(prob.objective(hint) - c) * 1e3:>9.3f} "
+                  f"{(ex.objective - c) * 1e3:>9.3f} {(ex.bound - c) * 1e3:>9.3f} {gap:>8.3%} {ex.status:>10} "
+                  f"{time.perf_counter() - t:>7.1f}", flush=True)
 
 
 if __name__ == "__main__":
