@@ -34,7 +34,8 @@ def plan_table(sol) -> Table:
                                f"{sol.simulated.get('peak_memory_GiB', 0):.1f} GiB, estimate vs simulation "
                                f"{sol.simulated.get('estimate_vs_simulation', 0):+.1%}"
                                + ("" if sol.simulated.get("fits", True) else "  [red]over memory[/red]"))
-    t.add_row("solver", f"{s.method} {s.status}: objective {s.objective:.4f} s, bound {s.bound:.4f} s, "
+    over = "" if getattr(s, "robust", "none") == "none" else f" ({s.robust} over the bandwidth snapshots)"
+    t.add_row("solver", f"{s.method} {s.status}: objective {s.objective:.4f} s{over}, bound {s.bound:.4f} s, "
                         f"gap {s.gap:.2%}, {s.wall_s:.1f} s")
     t.add_row("search", f"{s.candidates} configs, {s.pruned_memory} over memory, {s.pruned_bound} pruned by "
                         f"bound, {s.mappings_solved} mappings solved, {s.mappings_proved} settled by CP-SAT "

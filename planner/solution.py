@@ -28,6 +28,7 @@ class SolverRecord:
     mapping_objective: float = 0.0   # the part of the objective the mapping decides (seconds)
     mapping_bound: float = 0.0
     note: str = ""
+    robust: str = "none"             # objective over bandwidth snapshots: none | worst | mean
 
     @property
     def gap(self) -> float:
@@ -39,6 +40,7 @@ class SolverRecord:
                 "pruned_memory": self.pruned_memory, "pruned_bound": self.pruned_bound,
                 "mappings_solved": self.mappings_solved, "mappings_proved": self.mappings_proved,
                 "mapping_objective_s": self.mapping_objective, "mapping_bound_s": self.mapping_bound,
+                **({"robust": self.robust} if self.robust != "none" else {}),
                 **({"note": self.note} if self.note else {})}
 
 

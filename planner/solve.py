@@ -92,6 +92,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     limit = float(time_limit_s if time_limit_s is not None else spec.solver.time_limit_s)
     seed = spec.solver.seed if seed is None else int(seed)
     costs = costs or default_costs(spec.cluster)
+    robust = spec.solver.robust if robust is None else robust
     mats = scenarios(spec, robust)
     rob = robust if robust and robust != "none" else "worst"
     deadline = t0 + limit
@@ -190,7 +191,8 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     p0 = best.probs[0]
     used_method = method if method != "auto" else ("exact" if exact_calls else "anneal")
     rec = SolverRecord(used_method, status, best.result.objective, bound, wall, total, pruned_mem, pruned_bound,
-                       solved, proved, best.result.objective - p0.const, max(0.0, best.result.bound - p0.const))
+                       solved, proved, best.result.objective - p0.const, max(0.0, best.result.bound - p0.const),
+                       robust=robust or "none")
     reranked = None
     if simulate:
         est_best = best

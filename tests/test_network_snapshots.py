@@ -264,3 +264,37 @@ solver: {{time_limit_s: 3}}
     assert main(["compare", str(spec), "--time-limit", "3", "--robust-plan"]) == 0
     out = capsys.readouterr().err
     assert "robust mapping over 3 bandwidth snapshots" in out and "robust plan (config and mapping)" in out
+
+
+def test_spec_solver_robust_key(tmp_path, capsys):
+    """`solver: {robust: worst}` in a plan spec plans over the cluster's snapshots like `--robust worst`;
+    the solution records it; a bad value or a cluster without snapshots is bad input (exit 2)."""
+    import os
+
+    import yaml
+
+    src = os.path.join(os.path.dirname(__file__), "..", "specs", "llama2-7b-v100-het-drift-128.yaml")
+    raw = yaml.safe_load(open(src))
+    for k in ("model", "cluster"):
+        raw[k] = os.path.normpath(os.path.join(os.path.dirname(src), raw[k]))
+    raw["solver"] = {"method": "anneal", "time_limit_s": 5, "seed": 0, "robust": "worst"}
+    spec = tmp_path / "robust.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "sol.yaml"
+    assert main(["solve", str(spec), "--out", str(out), "--json"]) == 0
+    via_spec = json.loads(capsys.readouterr().out)
+    assert via_spec["solver"]["robust"] == "worst"
+    assert yaml.safe_load(out.read_text())["solver"]["robust"] == "worst"
+    assert main(["solve", str(spec), "--robust", "none", "--out", str(out), "--json"]) == 0
+    assert "robust" not in json.loads(capsys.readouterr().out)["solver"]
+
+    raw["solver"]["robust"] = "best"
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["solve", str(spec), "--out", str(out)]) == 2
+    assert "solver.robust" in capsys.readouterr().err
+
+    raw["solver"]["robust"] = "mean"
+    raw["cluster"] = os.path.normpath(os.path.join(os.path.dirname(src), "..", "clusters", "v100-16x8-edr-het.yaml"))
+    spec.write_text(yaml.safe_dump(raw))
+    assert main(["solve", str(spec), "--out", str(out)]) == 2
+    assert "bandwidth_snapshots" in capsys.readouterr().err

@@ -45,6 +45,7 @@ class SolverSpec:
     method: str = "auto"
     time_limit_s: float = 60.0
     seed: int = 0
+    robust: str = "none"                  # none | worst | mean over the cluster's bandwidth snapshots
 
 
 @dataclass(frozen=True, eq=False)
@@ -183,6 +184,7 @@ def _parse_solver(f: Fields) -> SolverSpec:
         method=f.str("method", "auto", choices=METHODS),
         time_limit_s=f.float("time_limit_s", 60.0),
         seed=f.int("seed", 0, min_value=0),
+        robust=f.str("robust", "none", choices=("none", "worst", "mean")),
     )
     f.done()
     return s
