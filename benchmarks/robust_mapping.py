@@ -32,10 +32,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from planner.config import ParallelConfig  # noqa: E402
 from planner.costs import default_costs  # noqa: E402
-from planner.costs.memory import GiB  # noqa: E402
-from planner.latency import default_layout, memory_limit_GiB, stage_memory  # noqa: E402
+from planner.compare import megatron_config  # noqa: E402
+from planner.latency import default_layout  # noqa: E402
 from planner.profile.snapshots import drifted_snapshots, mean_loss, structured_snapshots  # noqa: E402
 from planner.robust import robust_plan_report, robust_report  # noqa: E402
 from planner.solve import solve  # noqa: E402
@@ -53,23 +52,9 @@ MODELS = {
 
 
 def tp_node_config(spec, costs, min_pp: int = 1):
-    """tp = GPUs per node (or the largest that divides the heads), the smallest pp >= min_pp that fits,
-    1F1B, selective then full recompute; None when nothing fits."""
-    cl, m = spec.cluster, spec.model
-    tp = cl.gpus_per_node
-    while tp > 1 and (m.num_attention_heads % tp or m.num_kv_heads % tp):
-        tp //= 2
-    for pp in range(min_pp, cl.num_gpus // tp + 1):
-        if (cl.num_gpus // tp) % pp or m.num_layers % pp:
-            continue
-        dp = cl.num_gpus // (tp * pp)
-        if spec.training.global_batch_size % dp:
-            continue
-        for rc in ("selective", "full"):
-            cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "1f1b", 1, rc, 0, tp > 1)
-            if max(x.total for x in stage_memory(spec, cfg, costs)) / GiB <= memory_limit_GiB(spec):
-                return cfg, default_layout(cfg, cl.gpus_per_node)
-    return None
+    """Megatron's tp = GPUs-per-node config (planner.compare.megatron_config) and its rank-order layout."""
+    cfg = megatron_config(spec, costs, min_pp)
+    return None if cfg is None else (cfg, default_layout(cfg, spec.cluster.gpus_per_node))
 
 
 def snapshot_sets(spec, args):

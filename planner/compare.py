@@ -11,13 +11,14 @@ from planner.mapping.anneal import anneal
 from planner.solve import solve
 
 
-def megatron_heuristic(spec, costs):
-    """Megatron-LM's rule of thumb: tp = GPUs per node, the smallest pp that fits, 1F1B, rank order."""
+def megatron_config(spec, costs, min_pp: int = 1) -> ParallelConfig | None:
+    """Megatron-LM's rule of thumb: tp = GPUs per node (or the largest power-of-two divisor of the heads),
+    the smallest pp >= min_pp that fits, 1F1B, selective then full recompute; None when nothing fits."""
     cl, m = spec.cluster, spec.model
     tp = cl.gpus_per_node
     while tp > 1 and (m.num_attention_heads % tp or m.num_kv_heads % tp):
         tp //= 2
-    for pp in range(1, cl.num_gpus // tp + 1):
+    for pp in range(min_pp, cl.num_gpus // tp + 1):
         if (cl.num_gpus // tp) % pp or m.num_layers % pp:
             continue
         dp = cl.num_gpus // (tp * pp)
@@ -26,10 +27,18 @@ def megatron_heuristic(spec, costs):
         for rc in ("selective", "full"):
             cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "1f1b", 1, rc, 0, tp > 1)
             if max(x.total for x in stage_memory(spec, cfg, costs)) / GiB <= memory_limit_GiB(spec):
-                lay = default_layout(cfg, cl.gpus_per_node)
-                prob = build_problem(spec, cfg, lay, costs)
-                return cfg, evaluate(spec, cfg, prob, prob.rank_order(), costs)
-    return None, None
+                return cfg
+    return None
+
+
+def megatron_heuristic(spec, costs):
+    """Megatron's config (megatron_config) on the rank-order mapping, and its estimate."""
+    cfg = megatron_config(spec, costs)
+    if cfg is None:
+        return None, None
+    lay = default_layout(cfg, spec.cluster.gpus_per_node)
+    prob = build_problem(spec, cfg, lay, costs)
+    return cfg, evaluate(spec, cfg, prob, prob.rank_order(), costs)
 
 
 def compare(spec, time_limit_s: float | None = None, seed: int = 0, robust_plan: bool = False) -> dict:
