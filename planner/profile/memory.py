@@ -305,7 +305,7 @@ class Stage:
         D = _dims(model, cfg)
         self.D = D
         st = self.store = ParamStore(self.dtype, cfg.dp, cfg.zero, half, device)
-        h, f, t, d = D["h"], D["f"], D["t"], D["d"]
+        h, f, d = D["h"], D["f"], D["d"]
         qkv = (D["a"] + 2 * D["g"]) * d
         self.layer_names = []
         for c in range(shape.chunks):
