@@ -167,9 +167,12 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             for n in range(N):
                 m.AddHint(x[k][n], int(hint[i, j] == n))
 
-    solver = _solver(time_limit_s, workers, seed)
     if wall_limit_s is not None:
+        solver = _solver(time_limit_s, workers, seed)
         solver.parameters.max_time_in_seconds = float(wall_limit_s)
+    else:
+        # the caller's limit covers this whole call: model building and the path bound ran out of it
+        solver = _solver(max(0.05, time_limit_s - (time.perf_counter() - t0)), workers, seed)
     st = solver.Solve(m)
     wall = time.perf_counter() - t0
     if st == cp_model.INFEASIBLE and cutoff is not None:
@@ -282,7 +285,7 @@ def _solve_single_column(probs, *, time_limit_s, seed, hint, robust, workers, cu
                 m.AddHint(v, key[1] not in order)
             else:
                 m.AddHint(v, key in on)
-    solver = _solver(time_limit_s, workers, seed)
+    solver = _solver(max(0.05, time_limit_s - (time.perf_counter() - t0)), workers, seed)
     st = solver.Solve(m)
     wall = time.perf_counter() - t0
     if st == cp_model.INFEASIBLE and cutoff is not None:
