@@ -33,19 +33,6 @@ def ring_reduce_scatter_time(nbytes: float, n: int, bw_GBps: float, latency_us: 
     return (n - 1) * latency_us * 1e-6 + (n - 1) / n * nbytes / (bw_GBps * 1e9)
 
 
-ring_allgather_time = ring_reduce_scatter_time
-
-
-def hierarchical_allreduce_time(nbytes: float, per_node: int, nodes: int, intra_GBps: float,
-                                intra_lat_us: float, inter_GBps: float, inter_lat_us: float) -> float:
-    """Reduce-scatter inside each node, ring all-reduce of the shard across nodes, all-gather inside."""
-    t = 0.0
-    if per_node > 1:
-        t += 2 * ring_reduce_scatter_time(nbytes, per_node, intra_GBps, intra_lat_us)
-    if nodes > 1:
-        t += ring_allreduce_time(nbytes / per_node, nodes, inter_GBps, inter_lat_us)
-    return t
-
 
 def slowest_link_GBps(bandwidth: np.ndarray, group: list[int]) -> float:
     """A ring over `group` (node indices) runs at its slowest directed link, in both ring directions."""
@@ -144,16 +131,6 @@ class CommModel:
             return tab.time(nbytes)
         return ring_allreduce_time(nbytes, n, cluster.intra.bandwidth_GBps * self.intra_efficiency,
                                    cluster.intra.latency_us)
-
-    def intra_reduce_scatter_time(self, nbytes: float, n: int, cluster) -> float:
-        """Half an all-reduce (reduce-scatter == all-gather in bytes moved)."""
-        if n <= 1:
-            return 0.0
-        tab = self.allreduce_tables.get(n)
-        if tab is not None:
-            return 0.5 * tab.time(nbytes)
-        return ring_reduce_scatter_time(nbytes, n, cluster.intra.bandwidth_GBps * self.intra_efficiency,
-                                        cluster.intra.latency_us)
 
     def tp_allreduce_time(self, nbytes: float, tp: int, cluster) -> float:
         return self.intra_allreduce_time(nbytes, tp, cluster)
