@@ -43,6 +43,18 @@ def spec_for(run):
     return parse_spec(d, os.path.join(os.path.dirname(__file__), "_sc21.yaml"))
 
 
+def schedule_for(policy: str, run, m: int) -> tuple[str, int]:
+    """Interleaved (v = 2) where the policy asks for it and it divides (layers by 2p, m by p), else 1F1B."""
+    interleave = policy.startswith("interleaved") and run.pp > 1 and run.layers % (2 * run.pp) == 0 \
+        and m % run.pp == 0
+    return ("interleaved", 2) if interleave else ("1f1b", 1)
+
+
+def print_errors(errs) -> None:
+    a = np.abs(errs)
+    print(f"median |error| {np.median(a):.1%}, mean {a.mean():.1%}, max {a.max():.1%} (target: median <= 10%)")
+
+
 def main() -> None:
     for policy in ("interleaved where it divides", "1f1b everywhere"):
         run_policy(policy)
@@ -59,17 +71,15 @@ def run_policy(policy: str) -> None:
         spec = spec_for(run)
         dp = run.gpus // (run.tp * run.pp)
         m = run.batch // dp
-        interleave = policy.startswith("interleaved") and run.pp > 1 and run.layers % (2 * run.pp) == 0 \
-            and m % run.pp == 0
-        sched, v = ("interleaved", 2) if interleave else ("1f1b", 1)
+        sched, v = schedule_for(policy, run, m)
         cfg = ParallelConfig(run.tp, run.pp, dp, 1, m, sched, v, "full", 0, False)
         est = estimate_plan(spec, cfg)[0]
         e = est.iteration_s / measured - 1
         errs.append(e)
         print(f"{run.name:>8} {run.gpus:>5} {run.tp:>2} {run.pp:>3} {sched:>11} {measured:>10.2f} "
               f"{est.iteration_s:>10.2f} {e:>+7.1%}", flush=True)
-    a = np.abs(errs)
-    print(f"median |error| {np.median(a):.1%}, mean {a.mean():.1%}, max {a.max():.1%} (target: median <= 10%)\n")
+    print_errors(errs)
+    print()
 
 
 if __name__ == "__main__":

@@ -25,15 +25,13 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from planner.config import ParallelConfig  # noqa: E402
 from planner.costs.published import KORTHIKANTI, SEQ, VOCAB  # noqa: E402
 from planner.solve import estimate_plan  # noqa: E402
 
-from megatron_sc21 import spec_for  # noqa: E402
+from megatron_sc21 import print_errors, schedule_for, spec_for  # noqa: E402
 
 # (full recompute, sequence parallel + selective recompute), seconds per iteration: Table 5
 MEASURED = {"22B": (1.42, 1.10), "175B": (18.13, 13.75), "530B": (49.05, 37.83), "1T": (94.42, 71.49)}
@@ -50,9 +48,7 @@ def rows(policy: str):
     for run in KORTHIKANTI:
         spec = spec_for(run)
         m = run.batch
-        interleave = policy.startswith("interleaved") and run.pp > 1 and run.layers % (2 * run.pp) == 0 \
-            and m % run.pp == 0
-        sched, v = ("interleaved", 2) if interleave else ("1f1b", 1)
+        sched, v = schedule_for(policy, run, m)
         for mode, (recompute, sp), meas in zip(("full", "sp+selective"), (("full", False), ("selective", True)),
                                               MEASURED[run.name]):
             cfg = ParallelConfig(run.tp, run.pp, 1, 1, m, sched, v, recompute, 0, sp)
@@ -76,8 +72,7 @@ def main() -> None:
             errs.append(e)
             print(f"{run.name:>6} {run.gpus:>5} {run.pp:>3} {mode:>13} {sched:>11} {meas:>10.2f} {est:>10.2f} "
                   f"{e:>+7.1%}", flush=True)
-        a = np.abs(errs)
-        print(f"median |error| {np.median(a):.1%}, mean {a.mean():.1%}, max {a.max():.1%} (target: median <= 10%)")
+        print_errors(errs)
 
 
 if __name__ == "__main__":
