@@ -46,3 +46,20 @@ def test_profile_and_fit_compute_through_the_cli(tmp_path):
     prof = tmp_path / "fit.json"
     assert main(["fit", "compute", "--profile", str(out), "--peak-tflops", "1", "-o", str(prof)]) == 0
     assert load_profile(str(prof)).max_efficiency > 0
+
+
+def test_shipped_h100_profile_reproduces_from_its_measured_samples():
+    # the GEMM curve and launch floor of planner/data/h100_compute_profile.json come from the H100 layer profile
+    # shipped beside the benchmarks; fitting it again gives them back
+    import json
+    import os
+    from planner.profile.compute import fit_layer_profile, read_profile_csv
+    root = os.path.join(os.path.dirname(__file__), "..")
+    shipped = json.load(open(os.path.join(root, "planner", "data", "h100_compute_profile.json")))
+    samples = read_profile_csv(os.path.join(root, "benchmarks", "data", "h100", "compute.csv"))
+    assert len(samples) == 120 and samples[0].device == "cuda"
+    from planner.costs.compute import ComputeModel
+    m, rel = fit_layer_profile(samples, 989e12, ComputeModel())
+    for k in ("max_efficiency", "half_size", "layer_overhead_s"):
+        assert getattr(m, k) == pytest.approx(shipped["compute"][k], rel=0.02)
+    assert shipped["fit"]["kind"] == "layer" and abs(rel).mean() < 0.08

@@ -25,6 +25,17 @@ def test_profile_fit_validate_roundtrip(tmp_path, capsys):
     assert rep["samples"] == 12 and "heldout" in rep
 
 
+def test_replay_measures_the_same_cases_again(tmp_path, capsys):
+    samples, again = tmp_path / "s.csv", tmp_path / "r.csv"
+    assert main(["profile", "memory", "-n", "3", "--seed", "5", "--max-gpus", "64", "-o", str(samples), "--json"]) == 0
+    assert main(["profile", "memory", "--replay", str(samples), "-o", str(again), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["samples"] == 3
+    a, b = (list(csv.DictReader(p.open())) for p in (samples, again))
+    keys = ("hidden_size", "tp", "pp", "schedule", "stage", "peak_allocated", "static", "after_forward")
+    assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b]
+    assert all(r["peak_requested"] == r["peak_allocated"] for r in b)
+
+
 def test_bad_input_exits_2(tmp_path):
     assert main(["fit", "memory", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "e.json")]) == 2
     bad = tmp_path / "bad.csv"
@@ -32,3 +43,5 @@ def test_bad_input_exits_2(tmp_path):
     assert main(["validate-memory", str(bad)]) == 2
     assert main(["profile", "memory", "-n", "0", "-o", str(tmp_path / "x.csv")]) == 2
     assert main(["profile"]) == 2
+    assert main(["profile", "memory", "--replay", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "x.csv")]) == 2
+    assert main(["fit", "memory", str(bad), "-o", str(tmp_path / "e.json"), "--fragmentation", "2"]) == 2

@@ -76,3 +76,28 @@ def test_custom_backward_functions_are_correct():
     assert torch.autograd.gradcheck(lambda x, w: _RMSNorm.apply(x, w, 1e-5), (x, w))
     y = torch.randn(4, 2, 8, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(_SwiGLU.apply, (y,))
+
+
+def test_softmax_backward_holds_the_cuda_temporary_off_cuda():
+    # CUDA's _softmax_backward_data holds an input-sized temporary besides its output (measured on an H100);
+    # off CUDA the profiler's softmax allocates it, so fake profiles see what a GPU allocates
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from planner.profile.memory import LiveBytes, _Softmax
+
+    def backward_peak(softmax):
+        with FakeTensorMode():
+            tr = LiveBytes()
+            with tr:
+                x = torch.randn(4, 64, 64, dtype=torch.bfloat16, requires_grad=True)
+                y = softmax(x)
+                g = torch.ones_like(y)
+                live = tr.live
+                tr.reset_peak()
+                y.backward(g)
+                return tr.peak - live
+
+    score = 4 * 64 * 64 * 2
+    assert backward_peak(_Softmax.apply) - backward_peak(lambda x: torch.softmax(x, -1)) == score
+    x = torch.randn(3, 5, 7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_Softmax.apply, (x,))

@@ -89,6 +89,8 @@ def test_cli_solve_writes_solution_and_export(tmp_path, make_spec):
     assert saved["config"] == d["config"] and len(saved["mapping"]) == 128
     r = _cli("export", str(out), "--format", "torchrun")
     assert r.returncode == 0 and r.stdout.count("torchrun") == 16
+    # the memory estimate's fragmentation term was measured with expandable segments: launch with them
+    assert r.stdout.count("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == 16
 
 
 def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path):

@@ -15,7 +15,7 @@ import csv
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -46,6 +46,8 @@ class LearnedMemory:
     safety_bytes: float = 0.0                               # then added (bytes); 0 from fit, settable by hand
     overhead_GiB: float = 2.0                               # runtime overhead, see AnalyticalMemory
     meta: dict = field(default_factory=dict, compare=False)
+    fragmentation: float = 0.0                              # x the safe allocated peak: allocator reserve it cannot
+    #                                                         give back (benchmarks/memory_cuda_capped.py)
 
     @property
     def analytical(self) -> AnalyticalMemory:
@@ -115,7 +117,8 @@ class LearnedMemory:
     def save(self, path: str) -> None:
         from planner.io import atomic_write_text
         blob = {"format": FORMAT, "features": list(FEATURES) + ["const"], "coef": list(self.coef),
-                "safety": self.safety, "safety_bytes": self.safety_bytes, "overhead_GiB": self.overhead_GiB, "meta": self.meta}
+                "safety": self.safety, "safety_bytes": self.safety_bytes, "overhead_GiB": self.overhead_GiB,
+                "fragmentation": self.fragmentation, "meta": self.meta}
         atomic_write_text(path, json.dumps(blob, indent=1, sort_keys=True) + "\n")
 
     @staticmethod
@@ -139,8 +142,11 @@ class LearnedMemory:
             raise SpecError(path, "safety_bytes", "must be a number >= 0")
         if not isinstance(oh, (int, float)) or oh < 0:
             raise SpecError(path, "overhead_GiB", "must be a number >= 0")
+        frag = blob.get("fragmentation", 0.0)
+        if not isinstance(frag, (int, float)) or not 0 <= frag < 1:
+            raise SpecError(path, "fragmentation", "must be a number in [0, 1)")
         return LearnedMemory(tuple(float(c) for c in coef), float(safety), float(extra), float(oh),
-                             blob.get("meta") or {})
+                             blob.get("meta") or {}, float(frag))
 
     # -- the estimator interface ----------------------------------------------------------------------------
     def stage_memory(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> MemoryBreakdown:
@@ -150,7 +156,7 @@ class LearnedMemory:
         safe = float(self.predict_allocated(x, safe=True)[0])
         known = a.weights + a.gradients + a.optimizer + a.activations + a.logits + a.transient
         return MemoryBreakdown(a.weights, a.gradients, a.optimizer, a.activations, a.logits, a.overhead,
-                               a.transient, fitted - known, safe - fitted)
+                               a.transient, fitted - known, safe - fitted, self.fragmentation * safe)
 
 
 def _nnls_rel(X: np.ndarray, y: np.ndarray, lam: float = 0.0) -> np.ndarray:
@@ -286,13 +292,24 @@ def validate(rows: list[dict], seed: int = 0, holdout: float = 0.2, small_gpus: 
     return out
 
 
-def fit_samples(rows: list[dict], margin: float = 0.01, overhead_GiB: float = 2.0, source: str = "") -> LearnedMemory:
+def fit_samples(rows: list[dict], margin: float = 0.01, overhead_GiB: float = 2.0, source: str = "",
+                fragmentation: float = 0.02) -> LearnedMemory:
     X, y, _ = design(rows)
     backends = sorted({r.get("backend", "?") for r in rows})
-    return LearnedMemory.fit(X, y, margin, overhead_GiB, groups=LearnedMemory.groups_of(rows), meta=
-                             {"samples": len(rows), "source": source, "backends": backends,
-                              "fit": "non-negative relative least squares on analytical terms, shrunk towards them (lambda by grouped CV)",
-                              "overhead_source": "not measured (no GPU); documented default, docs/notes/memory.md"})
+    est = LearnedMemory.fit(X, y, margin, overhead_GiB, groups=LearnedMemory.groups_of(rows), meta=
+                            {"samples": len(rows), "source": source, "backends": backends,
+                             "fit": "non-negative relative least squares on analytical terms, shrunk towards them (lambda by grouped CV)",
+                             "overhead_source": OVERHEAD_SOURCE, "fragmentation_source": FRAGMENTATION_SOURCE})
+    return replace(est, fragmentation=fragmentation)
+
+
+OVERHEAD_SOURCE = ("2 GiB: CUDA context and kernel images 0.73 GiB and two cuBLAS workspaces 0.06 GiB measured on an "
+                   "H100 (torch 2.11, CUDA 13; benchmarks/memory_cuda_probe.py), the allocator's constant part of "
+                   "fragmentation <= 0.29 GiB (capped runs), NCCL buffers not measured (one GPU): the remaining ~0.9 GiB")
+FRAGMENTATION_SOURCE = ("0.02 x the safe allocated prediction: with expandable segments every held-out CUDA case of >= 10 "
+                        "GiB ran with the allocator capped at 1.02 x it (smaller ones within 0.02 x + 0.29 GiB); "
+                        "PyTorch's default allocator needed up to 1.20 x (benchmarks/memory_cuda_capped.py, "
+                        "docs/notes/memory.md)")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -306,7 +323,9 @@ def register_fit(subparsers) -> None:
     p.add_argument("--margin", type=float, default=0.01,
                    help="extra relative safety on top of the worst (out-of-fold) under-estimate")
     p.add_argument("--overhead-GiB", type=float, default=2.0, dest="overhead_GiB",
-                   help="runtime overhead (CUDA context, NCCL, fragmentation) added to every prediction")
+                   help="runtime overhead (CUDA context, cuBLAS workspaces, NCCL) added to every prediction")
+    p.add_argument("--fragmentation", type=float, default=0.02,
+                   help="allocator reserve it cannot give back, as a fraction of the safe allocated prediction")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_fit_cmd)
 
@@ -314,7 +333,10 @@ def register_fit(subparsers) -> None:
 def _fit_cmd(args) -> int:
     import sys
     rows = read_samples(args.samples)
-    est = fit_samples(rows, args.margin, args.overhead_GiB, os.path.basename(args.samples))
+    if not 0 <= args.fragmentation < 1:
+        from planner.errors import SpecError
+        raise SpecError(None, "--fragmentation", "must be in [0, 1)")
+    est = fit_samples(rows, args.margin, args.overhead_GiB, os.path.basename(args.samples), args.fragmentation)
     est.save(args.output)
     info = {"output": args.output, "coef": dict(zip(list(FEATURES) + ["const"], est.coef)), "safety": est.safety,
             "safety_GiB": est.safety_bytes / GiB, "samples": len(rows)}

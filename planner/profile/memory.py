@@ -101,6 +101,26 @@ def _dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     return torch.native_dropout(x, p, True)[0]
 
 
+class _Softmax(torch.autograd.Function):
+    """torch.softmax over the last dim. On CUDA its backward kernel (_softmax_backward_data) holds a temporary
+    as large as its input besides its output (measured on an H100, torch 2.11: benchmarks/memory_cuda_probe.py);
+    fake and CPU kernels do not, so elsewhere the temporary is allocated here, for the kernel's duration."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.softmax(x, dim=-1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        scratch = torch.empty_like(g) if g.device.type != "cuda" else None
+        gx = torch._softmax_backward_data(g, y, -1, y.dtype)
+        del scratch
+        return gx
+
+
 class _ColumnLinear(torch.autograd.Function):
     """Column-parallel GEMM; with SP it gathers its s/t input and saves only the shard (re-gathers in backward).
     The weight gradient goes straight into fp32 main_grad (gradient-accumulation fusion), never to .grad."""
@@ -374,7 +394,7 @@ class Stage:
         scores = torch.baddbmm(buf, q, k.transpose(1, 2), beta=0.0, alpha=1.0 / math.sqrt(d))
         del buf
         scores = scores.masked_fill(self.causal, -10000.0)
-        probs = torch.softmax(scores, dim=-1)
+        probs = _Softmax.apply(scores)
         del scores
         if self.p_drop:
             probs = _dropout(probs, self.p_drop)
@@ -475,6 +495,9 @@ class Measurement:
     held_forwards: int           # chunk-micro-batch forwards held at the peak
     seconds: float
     backend: str                 # "fake-cpu" or "cuda"
+    peak_requested: float = 0.0  # bytes the program asked for at the allocated peak's high-water mark (CUDA:
+    #                              the allocator's requested_bytes peak, before its 512-byte rounding and
+    #                              unsplit block remainders; fake: = peak_allocated)
 
 
 def measure_stage(model, training, cfg: ParallelConfig, stage: int, layers_per_chunk: int,
@@ -490,7 +513,7 @@ def measure_stage(model, training, cfg: ParallelConfig, stage: int, layers_per_c
             r = _run(model, training, cfg, stage, layers_per_chunk, "cpu", tracker.reset_peak, lambda: tracker.live)
         peak = tracker.peak
     return Measurement(float(peak), float(peak), float(r[0]), float(r[2]), r[1], time.perf_counter() - t0,
-                       "fake-cpu")
+                       "fake-cpu", float(peak))
 
 
 def _run_cuda(model, training, cfg, stage, layers_per_chunk, t0) -> Measurement:
@@ -499,8 +522,9 @@ def _run_cuda(model, training, cfg, stage, layers_per_chunk, t0) -> Measurement:
     r = _run(model, training, cfg, stage, layers_per_chunk, "cuda",
              torch.cuda.reset_peak_memory_stats, torch.cuda.memory_allocated)
     torch.cuda.synchronize()
+    requested = torch.cuda.memory_stats().get("requested_bytes.all.peak", 0)
     return Measurement(float(torch.cuda.max_memory_allocated()), float(torch.cuda.max_memory_reserved()),
-                       float(r[0]), float(r[2]), r[1], time.perf_counter() - t0, "cuda")
+                       float(r[0]), float(r[2]), r[1], time.perf_counter() - t0, "cuda", float(requested))
 
 
 def _run(model, training, cfg, stage, layers_per_chunk, device, reset_peak, live):
@@ -553,7 +577,7 @@ COLUMNS = ("model", "family", "num_layers", "hidden_size", "num_attention_heads"
            "precision", "optimizer", "tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp",
            "recompute", "zero", "sequence_parallel", "stage", "layers_per_chunk", "num_gpus", "held_forwards",
            "weights", "gradients", "optimizer_state", "activations", "logits", "transient",
-           "peak_allocated", "peak_reserved", "static", "after_forward", "backend", "seconds")
+           "peak_allocated", "peak_reserved", "static", "after_forward", "backend", "seconds", "peak_requested")
 
 _HIDDEN = (1024, 2048, 4096, 5120, 6144, 8192, 12288)
 _VOCAB = (32000, 50257, 51200, 128256)
@@ -618,8 +642,26 @@ def sample_row(model, training, cfg: ParallelConfig, stage: int, lpc: int, devic
                 "weights": a.weights, "gradients": a.gradients, "optimizer_state": a.optimizer,
                 "activations": a.activations, "logits": a.logits, "transient": a.transient,
                 "peak_allocated": r.peak_allocated, "peak_reserved": r.peak_reserved, "static": r.static,
-                "after_forward": r.after_forward, "backend": r.backend, "seconds": round(r.seconds, 3)})
+                "after_forward": r.after_forward, "backend": r.backend, "seconds": round(r.seconds, 3),
+                "peak_requested": r.peak_requested})
     return row
+
+
+GiB_ = 1024 ** 3
+
+
+def stage_peak_estimate(model, training, cfg: ParallelConfig, stage: int, lpc: int) -> float:
+    """Analytical allocated peak (bytes, runtime overhead excluded) of a sampled case, to screen what a GPU holds."""
+    from planner.costs.memory import AnalyticalMemory
+    a = AnalyticalMemory(overhead_GiB=0.0).stage_memory(model, None, training, cfg, stage)
+    return a.total
+
+
+def runtime_overhead_bytes() -> float:
+    """Device memory this process holds outside PyTorch's caching allocator: CUDA context, kernel images,
+    cuBLAS/cuDNN handles (what the estimator's overhead term stands for, NCCL buffers aside)."""
+    free, total = torch.cuda.mem_get_info()
+    return float(total - free - torch.cuda.memory_reserved())
 
 
 def profile_samples(n: int, seed: int = 0, device: str = "fake", progress=None) -> list[dict]:
@@ -650,11 +692,18 @@ def write_samples(path: str, rows: list[dict]) -> None:
 def register_profile(subparsers) -> None:
     p = subparsers.add_parser("memory", help="measure per-GPU peak memory of pipeline stages (CSV samples)")
     p.add_argument("-o", "--output", required=True, help="CSV file to write")
-    p.add_argument("-n", "--samples", type=int, default=300, help="random configurations to profile")
+    p.add_argument("-n", "--samples", type=int, default=None,
+                   help="random configurations to profile (default 300; with --replay: all of the file's cases)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=("auto", "fake", "cuda"), default="auto",
                    help="cuda: CUDA caching allocator; fake: FakeTensorMode on CPU (allocates nothing)")
     p.add_argument("--max-gpus", type=int, default=512, help="largest tp*pp*dp a sampled configuration may use")
+    p.add_argument("--replay", metavar="SAMPLES.csv",
+                   help="measure the cases of an existing sample file again on this device instead of drawing new ones")
+    p.add_argument("--fill", type=float, default=0.85,
+                   help="cuda: draw again any case whose analytical peak exceeds this fraction of free memory")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="stop after this many seconds with the samples taken so far")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=_profile_cmd)
 
@@ -663,6 +712,9 @@ def _profile_cmd(args) -> int:
     import json
     import sys
     from planner.errors import SpecError
+    args.samples_given = args.samples is not None
+    if not args.samples_given:
+        args.samples = 300
     if args.samples < 1:
         raise SpecError(None, "--samples", "must be at least 1")
     device = args.device
@@ -672,14 +724,46 @@ def _profile_cmd(args) -> int:
         raise SpecError(None, "--device", "cuda requested but no CUDA device is available")
     rng = random.Random(args.seed)
     rows = []
+    skipped = {"too_large": 0, "oom": 0}
+    limit = None
+    if device == "cuda":
+        # a real GPU holds only so much: cases whose analytical peak exceeds the device's free memory
+        # (times --fill) are drawn again instead of crashing the run; an OOM that slips through is counted
+        limit = args.fill * torch.cuda.mem_get_info()[0]
+    replay = None
+    if args.replay:
+        from planner.costs.learned import read_samples, row_case
+        replay = [(*row_case(r), int(r["layers_per_chunk"])) for r in read_samples(args.replay)]
+        args.samples = min(args.samples, len(replay)) if args.samples_given else len(replay)
     t0 = time.perf_counter()
-    for i in range(args.samples):
-        rows.append(sample_row(*sample_case(rng, args.max_gpus), device=device))
-        if not args.json and (i + 1) % 25 == 0:
-            print(f"  {i + 1}/{args.samples} samples, {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+    drawn = 0
+    while len(rows) < args.samples:
+        if args.time_budget and rows and time.perf_counter() - t0 > args.time_budget:
+            break
+        if replay is not None:
+            if drawn >= len(replay):
+                break
+            case = replay[drawn]
+            drawn += 1
+        else:
+            case = sample_case(rng, args.max_gpus)
+        if limit is not None and stage_peak_estimate(*case) > limit:
+            skipped["too_large"] += 1
+            continue
+        try:
+            rows.append(sample_row(*case, device=device))
+        except torch.cuda.OutOfMemoryError:
+            skipped["oom"] += 1
+            torch.cuda.empty_cache()
+            continue
+        if not args.json and len(rows) % 25 == 0:
+            print(f"  {len(rows)}/{args.samples} samples, {time.perf_counter() - t0:.0f}s", file=sys.stderr)
     write_samples(args.output, rows)
     summary = {"output": args.output, "samples": len(rows), "backend": rows[0]["backend"],
-               "seconds": round(time.perf_counter() - t0, 1)}
+               "seconds": round(time.perf_counter() - t0, 1), "skipped": skipped}
+    if device == "cuda":
+        summary["device"] = torch.cuda.get_device_name()
+        summary["runtime_overhead_GiB"] = round(runtime_overhead_bytes() / GiB_, 3)
     if args.json:
         print(json.dumps(summary))
     else:
