@@ -106,12 +106,22 @@ def measure_layer(hidden: int, heads: int, seq: int, mbs: int, tp: int = 1, prec
                        1e3 * float(np.median(fw)), 1e3 * float(np.median(bw)))
 
 
-def profile_grid(hiddens, heads, seqs, mbss, tps, precision="fp32", device=None, repeats=3):
+def profile_grid(hiddens, heads, seqs, mbss, tps, precision="fp32", device=None, repeats=3, head_dim=None,
+                 skipped=None):
+    """Every valid shape of the grid. head_dim: heads = hidden / head_dim for each hidden (instead of `heads`).
+    A shape that runs out of device memory is skipped (and appended to `skipped`), not fatal."""
+    import torch
     out = []
-    for h, a, s, b, t in itertools.product(hiddens, heads, seqs, mbss, tps):
-        if h % a or a % t or h % t:
-            continue
-        out.append(measure_layer(h, a, s, b, t, precision, device, repeats))
+    for h, s, b, t in itertools.product(hiddens, seqs, mbss, tps):
+        for a in ([h // head_dim] if head_dim else heads):
+            if a < 1 or h % a or a % t or h % t:
+                continue
+            try:
+                out.append(measure_layer(h, a, s, b, t, precision, device, repeats))
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                if skipped is not None:
+                    skipped.append((h, a, s, b, t))
     return out
 
 
@@ -208,16 +218,23 @@ def _ints(text: str) -> list[int]:
 
 
 def _run_profile(args) -> int:
+    if args.head_dim is not None and args.head_dim < 1:
+        raise SpecError(None, "--head-dim", "must be a positive integer")
+    skipped = []
     samples = profile_grid(_ints(args.hidden), _ints(args.heads), _ints(args.seq), _ints(args.micro_batch),
-                           _ints(args.tp), args.precision, args.device, args.repeats)
+                           _ints(args.tp), args.precision, args.device, args.repeats, args.head_dim, skipped)
     if not samples:
-        raise SpecError(None, "--hidden/--heads/--tp", "no valid shape in the grid (heads must divide hidden, tp heads)")
+        raise SpecError(None, "--hidden/--heads/--tp", "no valid shape in the grid (heads must divide hidden, tp heads)"
+                        + (f"; {len(skipped)} ran out of device memory" if skipped else ""))
     write_profile_csv(args.output, samples)
     if args.json:
-        print(json.dumps({"output": args.output, "samples": len(samples), "device": samples[0].device}))
+        print(json.dumps({"output": args.output, "samples": len(samples), "device": samples[0].device,
+                          "skipped_out_of_memory": len(skipped)}))
     else:
         import sys
-        print(f"wrote {len(samples)} layer samples ({samples[0].device}) to {args.output}", file=sys.stderr)
+        print(f"wrote {len(samples)} layer samples ({samples[0].device}) to {args.output}"
+              + (f"; {len(skipped)} shapes ran out of device memory and were skipped" if skipped else ""),
+              file=sys.stderr)
     return 0
 
 
@@ -226,6 +243,8 @@ def register_profile(subparsers):
     p.add_argument("-o", "--output", default="compute_profile.csv")
     p.add_argument("--hidden", default="256,512,1024")
     p.add_argument("--heads", default="8")
+    p.add_argument("--head-dim", type=int, default=None,
+                   help="heads = hidden / HEAD_DIM for each hidden size (e.g. 128), instead of --heads")
     p.add_argument("--seq", default="256,512")
     p.add_argument("--micro-batch", default="1,2")
     p.add_argument("--tp", default="1,2")
