@@ -159,13 +159,15 @@ def test_shipped_estimator_covers_allocator_fragmentation_measured_with_expandab
     import csv
     import os
     est = LearnedMemory.load(DEFAULT_PATH)
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "data", "h100", "capped_expandable.csv")
-    rows = list(csv.DictReader(open(path)))
-    assert len(rows) > 300
+    rows = []
+    for name in ("capped_expandable.csv", "capped_expandable_seed7.csv"):
+        path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "data", "h100", name)
+        rows += list(csv.DictReader(open(path)))
+    assert len(rows) > 600
     G = 1024 ** 3
     for r in rows:
-        if not r["ran_at_fraction"]:          # two sub-0.15 GiB cases below the allocator's granularity
-            assert float(r["measured_allocated"]) < 0.15 * G
+        if not r["ran_at_fraction"]:          # three sub-0.25 GiB cases below the allocator's granularity
+            assert float(r["measured_allocated"]) < 0.25 * G
             continue
         p = float(r["predicted_allocated"])
         need = float(r["ran_at_fraction"]) * p
