@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from planner.costs.learned import DEFAULT_PATH, LearnedMemory, design, mlp_baseline, read_samples, validate
+from planner.costs.learned import DEFAULT_PATH, LearnedMemory, design, mlp_baseline, read_samples, score, validate
 
 SAMPLES = os.path.join(os.path.dirname(DEFAULT_PATH), "memory_samples_fake.csv")
 FRESH = os.path.join(os.path.dirname(DEFAULT_PATH), "memory_samples_fake_seed1.csv")
@@ -25,17 +25,7 @@ FRESH = os.path.join(os.path.dirname(DEFAULT_PATH), "memory_samples_fake_seed1.c
 
 def fresh_check(rows, estimator=None) -> dict:
     """The shipped estimator (or `estimator`) on samples it was not fitted on and the model was not built from."""
-    est = estimator or LearnedMemory.load(DEFAULT_PATH)
-    X, y, _ = design(rows)
-    raw, safe, an = est.predict_allocated(X, safe=False), est.predict_allocated(X), X[:, :-1].sum(axis=1)
-    return {"n": int(len(y)), "mape_learned": float(np.mean(np.abs(raw - y) / y) * 100),
-            "mape_analytical": float(np.mean(np.abs(an - y) / y) * 100),
-            "worst_underestimate_pct_analytical": float(np.max((y - an) / y) * 100),
-            "worst_underestimate_pct_with_safety": float(np.max((y - safe) / y) * 100),
-            "oom_called_feasible": int(np.sum(safe < y)),
-            "feasible_rejected": {f"{int(h * 100)}pct_headroom": int(np.sum(safe > y * (1 + h)))
-                                  for h in (0.02, 0.05, 0.10)},
-            "safety": est.safety}
+    return score(rows, estimator or LearnedMemory.load(DEFAULT_PATH))
 
 
 def plot(rows, path: str, small_gpus: int = 32, large_gpus: int = 64) -> None:

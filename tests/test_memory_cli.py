@@ -36,6 +36,18 @@ def test_replay_measures_the_same_cases_again(tmp_path, capsys):
     assert all(r["peak_requested"] == r["peak_allocated"] for r in b)
 
 
+def test_validate_memory_scores_the_shipped_estimator_on_real_cuda_samples(capsys):
+    # 317 fresh CUDA samples from an H100 (benchmarks/data/h100): no measured allocated peak exceeds what the shipped
+    # estimator allots a stage (safe prediction + fragmentation + constant overhead)
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "data", "h100", "memory_cuda_seed8.csv")
+    assert main(["validate-memory", path, "--estimator", "shipped", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["n"] == rep["cuda"]["n"] == 317
+    assert rep["cuda"]["allocated_above_all_allotted"] == 0
+    assert rep["mape_learned"] < 5.0
+
+
 def test_bad_input_exits_2(tmp_path):
     assert main(["fit", "memory", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "e.json")]) == 2
     bad = tmp_path / "bad.csv"
@@ -45,3 +57,4 @@ def test_bad_input_exits_2(tmp_path):
     assert main(["profile"]) == 2
     assert main(["profile", "memory", "--replay", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "x.csv")]) == 2
     assert main(["fit", "memory", str(bad), "-o", str(tmp_path / "e.json"), "--fragmentation", "2"]) == 2
+    assert main(["validate-memory", str(bad), "--estimator", str(tmp_path / "none.json")]) == 2

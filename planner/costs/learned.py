@@ -269,6 +269,33 @@ def _report(est: LearnedMemory, X, y, raw_te, mlp) -> dict:
             "mean_overestimate_pct_with_safety": float(np.mean((safe_pred - y) / y) * 100)}
 
 
+def score(rows: list[dict], est: "LearnedMemory") -> dict:
+    """A fitted estimator on samples as they are (no refit): MAPE against the measured allocated peak, the
+    analytical terms alone, under-estimates and plans it would wrongly call feasible. For CUDA samples also
+    the allocator's reserve (reserved / allocated) and the plans whose measured peak exceeds everything the
+    estimator allots (safe prediction + fragmentation + constant overhead)."""
+    X, y, _ = design(rows)
+    raw, safe, an = est.predict_allocated(X, safe=False), est.predict_allocated(X), X[:, :-1].sum(axis=1)
+    out = {"n": int(len(y)), "mape_learned": float(np.mean(np.abs(raw - y) / y) * 100),
+           "mape_analytical": float(np.mean(np.abs(an - y) / y) * 100),
+           "worst_underestimate_pct_analytical": float(np.max((y - an) / y) * 100),
+           "worst_underestimate_pct_with_safety": float(np.max((y - safe) / y) * 100),
+           "oom_called_feasible": int(np.sum(safe < y)),
+           "feasible_rejected": {f"{int(h * 100)}pct_headroom": int(np.sum(safe > y * (1 + h)))
+                                 for h in (0.02, 0.05, 0.10)},
+           "safety": est.safety}
+    cuda = np.array([r.get("backend") == "cuda" for r in rows])
+    if cuda.any():
+        res = np.array([float(r["peak_reserved"]) for r in rows])[cuda]
+        allotted = safe[cuda] * (1 + est.fragmentation) + est.overhead_GiB * GiB
+        ratio = res / y[cuda]
+        out["cuda"] = {"n": int(cuda.sum()), "reserved_over_allocated": {
+            "median": float(np.median(ratio)), "p95": float(np.percentile(ratio, 95)), "max": float(ratio.max())},
+            "allocated_above_all_allotted": int(np.sum(y[cuda] > allotted)),
+            "reserved_above_all_allotted": int(np.sum(res > allotted))}
+    return out
+
+
 def validate(rows: list[dict], seed: int = 0, holdout: float = 0.2, small_gpus: int = 32, large_gpus: int = 64,
              margin: float = 0.01) -> dict:
     """Held-out split (random, among <= small_gpus configs) and extrapolation split (fit on <= small_gpus
