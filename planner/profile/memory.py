@@ -758,6 +758,9 @@ def _profile_cmd(args) -> int:
             continue
         if not args.json and len(rows) % 25 == 0:
             print(f"  {len(rows)}/{args.samples} samples, {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+    if not rows:
+        raise SpecError(args.replay, None, f"no case could be measured on this device ({skipped['too_large']} "
+                        f"would not fit in {args.fill:g} x its free memory, {skipped['oom']} ran out of memory)")
     write_samples(args.output, rows)
     summary = {"output": args.output, "samples": len(rows), "backend": rows[0]["backend"],
                "seconds": round(time.perf_counter() - t0, 1), "skipped": skipped}
