@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from planner.config import ParallelConfig
-from planner.costs.memory import chunk_order, held_forwards, output_chunk
+from planner.costs.memory import GiB, chunk_order, held_forwards, output_chunk
 from planner.schedules import chunks_per_device
 
 # ----------------------------------------------------------------------------------------------------------
@@ -647,9 +647,6 @@ def sample_row(model, training, cfg: ParallelConfig, stage: int, lpc: int, devic
     return row
 
 
-GiB_ = 1024 ** 3
-
-
 def stage_peak_estimate(model, training, cfg: ParallelConfig, stage: int, lpc: int) -> float:
     """Analytical allocated peak (bytes, runtime overhead excluded) of a sampled case, to screen what a GPU holds."""
     from planner.costs.memory import AnalyticalMemory
@@ -766,7 +763,7 @@ def _profile_cmd(args) -> int:
                "seconds": round(time.perf_counter() - t0, 1), "skipped": skipped}
     if device == "cuda":
         summary["device"] = torch.cuda.get_device_name()
-        summary["runtime_overhead_GiB"] = round(runtime_overhead_bytes() / GiB_, 3)
+        summary["runtime_overhead_GiB"] = round(runtime_overhead_bytes() / GiB, 3)
     if args.json:
         print(json.dumps(summary))
     else:
