@@ -58,6 +58,17 @@ def test_bad_input_exits_2(tmp_path):
     assert main(["profile", "memory", "--replay", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "x.csv")]) == 2
     assert main(["fit", "memory", str(bad), "-o", str(tmp_path / "e.json"), "--fragmentation", "2"]) == 2
     assert main(["validate-memory", str(bad), "--estimator", str(tmp_path / "none.json")]) == 2
+    # a sample file with a non-numeric configuration value: the line is named, exit 2 (replay too)
+    good = (tmp_path / "good.csv")
+    assert main(["profile", "memory", "-n", "1", "--seed", "1", "--max-gpus", "8", "-o", str(good)]) == 0
+    head, line = good.read_text().splitlines()[:2]
+    cols = head.split(",")
+    vals = line.split(",")
+    vals[cols.index("seq_length")] = "abc"
+    broken = tmp_path / "broken.csv"
+    broken.write_text(head + "\n" + ",".join(vals) + "\n")
+    assert main(["validate-memory", str(broken), "--estimator", "shipped"]) == 2
+    assert main(["profile", "memory", "--replay", str(broken), "-o", str(tmp_path / "r.csv")]) == 2
 
 
 def test_cuda_profiling_draws_again_what_does_not_fit_and_survives_out_of_memory(tmp_path, monkeypatch, capsys):

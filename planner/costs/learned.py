@@ -195,10 +195,20 @@ def read_samples(path: str) -> list[dict]:
         rows = list(csv.DictReader(fh))
     if not rows:
         raise SpecError(path, None, "no samples")
-    need = {"family", "hidden_size", "tp", "pp", "dp", "stage", "peak_allocated"}
+    need = {"family", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
+            "vocab_size", "tied_embeddings", "max_position_embeddings", "global_batch_size", "seq_length",
+            "precision", "optimizer", "tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp",
+            "recompute", "zero", "sequence_parallel", "stage", "peak_allocated"}
     missing = need - set(rows[0])
     if missing:
-        raise SpecError(path, None, f"missing columns {sorted(missing)}")
+        raise SpecError(path, None, f"missing columns {sorted(missing)} (a `planner profile memory` CSV expected)")
+    for i, r in enumerate(rows, start=2):
+        try:
+            row_case(r)
+            if float(r["peak_allocated"]) <= 0:
+                raise ValueError
+        except (ValueError, TypeError):
+            raise SpecError(path, f"line {i}", "has a value that is not a valid configuration or peak") from None
     return rows
 
 

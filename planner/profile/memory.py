@@ -730,7 +730,10 @@ def _profile_cmd(args) -> int:
     replay = None
     if args.replay:
         from planner.costs.learned import read_samples, row_case
-        replay = [(*row_case(r), int(r["layers_per_chunk"])) for r in read_samples(args.replay)]
+        rows_in = read_samples(args.replay)
+        if "layers_per_chunk" not in rows_in[0]:
+            raise SpecError(args.replay, "layers_per_chunk", "column missing (a `planner profile memory` CSV expected)")
+        replay = [(*row_case(r), int(r["layers_per_chunk"])) for r in rows_in]
         args.samples = min(args.samples, len(replay)) if args.samples_given else len(replay)
     t0 = time.perf_counter()
     drawn = 0
