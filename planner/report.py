@@ -27,7 +27,10 @@ def plan_table(sol) -> Table:
     md = e.memory_dict()
     t.add_row("memory peak", f"{md['peak']:.1f} GiB of {md['limit']:.1f} GiB usable "
                              f"(w {md['weights']:.1f}, g {md['gradients']:.1f}, opt {md['optimizer']:.1f}, "
-                             f"act {md['activations']:.1f}, logits {md['logits']:.1f}, ovh {md['overhead']:.1f})")
+                             f"act {md['activations']:.1f}, logits {md['logits']:.1f}, "
+                             f"bwd work {md.get('transient', 0):.1f}, "
+                             f"fit+safety {md.get('correction', 0) + md.get('safety', 0):.1f}, "
+                             f"frag {md.get('fragmentation', 0):.1f}, ovh {md['overhead']:.1f})")
     t.add_row("memory per stage", " ".join(f"{v:.1f}" for v in md["per_stage"]))
     if sol.simulated:
         t.add_row("simulated", f"{sol.simulated.get('iteration_s', 0):.3f} s, peak "
