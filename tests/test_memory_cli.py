@@ -54,6 +54,8 @@ def test_bad_input_exits_2(tmp_path):
     bad.write_text("a,b\n1,2\n")
     assert main(["validate-memory", str(bad)]) == 2
     assert main(["profile", "memory", "-n", "0", "-o", str(tmp_path / "x.csv")]) == 2
+    assert main(["profile", "memory", "--fill", "0", "-o", str(tmp_path / "x.csv")]) == 2
+    assert main(["profile", "memory", "--time-budget", "-1", "-o", str(tmp_path / "x.csv")]) == 2
     assert main(["profile"]) == 2
     assert main(["profile", "memory", "--replay", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "x.csv")]) == 2
     assert main(["fit", "memory", str(bad), "-o", str(tmp_path / "e.json"), "--fragmentation", "2"]) == 2

@@ -150,7 +150,8 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
 
     - attention core, at the backward of probs @ V (a new score-sized gradient) and at the softmax backward (the
       gradients of the probabilities and of the scores, and a score-sized temporary that the CUDA kernel holds
-      while it runs -- measured on an H100, not visible to fake tensors -- while the probabilities are still held; GPT has freed its dropout mask and dropped probabilities by then). With selective recompute the
+      while it runs -- measured on an H100, not visible to fake tensors -- while the probabilities are still
+      held; GPT has freed its dropout mask and dropped probabilities by then). With selective recompute the
       core is rebuilt first; with full recompute the layer's attention half too. The MLP half and the projection
       input of this layer have been consumed and freed by then (without full recompute they are stored).
     - MLP: gradients of the f/t-wide activation (GeLU: in and out; fused SwiGLU: its five f/t-wide temporaries)

@@ -16,8 +16,9 @@ keeping their activations, then runs backward on them, then the optimizer step.
 Peak memory: with CUDA, torch.cuda.max_memory_allocated / max_memory_reserved. Without a GPU the same code
 runs under FakeTensorMode (nothing is allocated, nothing computed) and a TorchDispatchMode counts the bytes
 of live tensor storages (freed when the storage is garbage-collected), which is what the caching allocator's
-`allocated` counter sees, minus its 512-byte rounding. Fake runs cannot see CUDA context, NCCL buffers or
-fragmentation: those are the calibrated `overhead` term of the estimator.
+`allocated` counter sees, minus its 512-byte rounding. Fake runs cannot see CUDA context, cuBLAS workspaces,
+NCCL buffers or fragmentation: those are the estimator's `overhead` and `fragmentation` terms (measured on an
+H100, docs/notes/memory.md). Kernel temporaries that only CUDA allocates are emulated where measured (_Softmax).
 
 Layers: memory is linear in the number of layers a stage holds (each layer adds the same parameters,
 gradients, optimizer state and saved activations; transients of one layer's backward do not grow with the
@@ -714,6 +715,10 @@ def _profile_cmd(args) -> int:
         args.samples = 300
     if args.samples < 1:
         raise SpecError(None, "--samples", "must be at least 1")
+    if not 0 < args.fill <= 1:
+        raise SpecError(None, "--fill", "must be in (0, 1]")
+    if args.time_budget is not None and args.time_budget <= 0:
+        raise SpecError(None, "--time-budget", "must be a positive number of seconds")
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "fake"
