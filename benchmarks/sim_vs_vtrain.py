@@ -3,8 +3,12 @@ full recompute, Megatron-DeepSpeed). Both use exactly what `planner validate` us
 clusters/vtrain-a100-64x8-hdr.yaml (measured HDR bandwidth matrix), the shipped A100 compute profile,
 Megatron's rank order on the first nodes. So the difference between the two is the schedule model.
 
-    python benchmarks/sim_vs_vtrain.py [path/to/measured_multi_node.csv] [--blocking-p2p | --rendezvous-p2p]
-                                       [--compute-profile P.json]
+    python benchmarks/sim_vs_vtrain.py [path/to/measured_multi_node.csv] [--pipeline-engine deepspeed|megatron]
+                                       [--blocking-p2p | --rendezvous-p2p] [--compute-profile P.json]
+
+The runs used Megatron-DeepSpeed's GPTModelPipe, i.e. DeepSpeed's pipeline engine (default here, as in
+`planner validate`); `--pipeline-engine megatron` scores both models as if Megatron-LM's schedule had run them,
+where `--blocking-p2p` / `--rendezvous-p2p` are the simulator's older variants of Megatron's p2p.
 
 Per group (same model on the same GPUs): Spearman with the measurements and the regret of each
 model's pick (measured time of the config it ranks first / the best measured - 1), as `planner validate`.
@@ -32,7 +36,7 @@ CLUSTER = os.path.join(ROOT, "clusters", "vtrain-a100-64x8-hdr.yaml")
 
 
 def compare(path: str = DATA, blocking_p2p: bool = False, compute_profile: str | None = None,
-            rendezvous_p2p: bool = False) -> list[tuple]:
+            rendezvous_p2p: bool = False, pipeline_engine: str = "deepspeed") -> list[tuple]:
     """(model, config label, measured s, simulated s, estimated s) for every row both models can express."""
     cl = load_cluster(CLUSTER)
     if compute_profile:
@@ -47,7 +51,7 @@ def compare(path: str = DATA, blocking_p2p: bool = False, compute_profile: str |
         if why:
             print(f"skip {r.label()}: {why}", file=sys.stderr)
             continue
-        spec, cfg = row_spec(r, row_cluster(r, cl))
+        spec, cfg = row_spec(r, row_cluster(r, cl), {"pipeline_engine": pipeline_engine})
         sim = simulate(spec, cfg, costs=costs, blocking_p2p=blocking_p2p, rendezvous_p2p=rendezvous_p2p)
         prob = build_problem(spec, cfg, default_layout(cfg, spec.cluster.gpus_per_node), costs)
         est = evaluate(spec, cfg, prob, prob.rank_order(), costs)
@@ -62,16 +66,22 @@ def main(argv: list[str]) -> None:
         i = argv.index("--compute-profile")
         prof = argv[i + 1]
         argv = argv[:i] + argv[i + 2:]
+    engine = "deepspeed"
+    if "--pipeline-engine" in argv:
+        i = argv.index("--pipeline-engine")
+        engine = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
     args = [a for a in argv if not a.startswith("--")]
     rendezvous = "--rendezvous-p2p" in argv
-    out = compare(*(args[:1] or [DATA]), blocking_p2p=blocking, compute_profile=prof, rendezvous_p2p=rendezvous)
+    out = compare(*(args[:1] or [DATA]), blocking_p2p=blocking, compute_profile=prof, rendezvous_p2p=rendezvous,
+                  pipeline_engine=engine)
     print(f"{'model':>6s} {'config':24s} {'meas s':>8s} {'sim s':>8s} {'est s':>8s} {'sim err':>8s} {'est err':>8s}")
     for name, lab, meas, s, e in out:
         print(f"{name:>6s} {lab:24s} {meas:8.2f} {s:8.2f} {e:8.2f} {100 * (s - meas) / meas:+7.1f}% "
               f"{100 * (e - meas) / meas:+7.1f}%")
     a = np.array([(m_, s, e) for _, _, m_, s, e in out])
     se, ee = np.abs(a[:, 1] - a[:, 0]) / a[:, 0], np.abs(a[:, 2] - a[:, 0]) / a[:, 0]
-    print(f"\n{len(out)} rows{' (blocking p2p)' if blocking else ''}{' (rendezvous p2p)' if rendezvous else ''}: MAPE simulation {100 * se.mean():.2f}%, "
+    print(f"\n{len(out)} rows, {engine} engine{' (blocking p2p)' if blocking else ''}{' (rendezvous p2p)' if rendezvous else ''}: MAPE simulation {100 * se.mean():.2f}%, "
           f"closed form {100 * ee.mean():.2f}%; simulation closer on {int(np.sum(se < ee))} rows, "
           f"estimate closer on {int(np.sum(ee < se))}")
     from scipy.stats import spearmanr

@@ -7,6 +7,9 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb")
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2)
 V_SHAPES = ("v-min", "v-half", "v-zb")
+# the software that runs the pipeline: Megatron-LM's schedules (batched send/recv pairs) or DeepSpeed's
+# PipelineEngine (Megatron-DeepSpeed's GPTModelPipe: its own 1F1B, separate blocking sends and receives)
+PIPELINE_ENGINES = ("megatron", "deepspeed")
 
 
 @dataclass(frozen=True, order=True)

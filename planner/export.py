@@ -31,6 +31,9 @@ def megatron_args(solution: dict) -> list[str]:
     if int(c.get("zero", 0)) >= 1:
         args.append("--use-distributed-optimizer")
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
+    if solution.get("pipeline_engine") == "deepspeed":
+        args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's pipeline "
+                    "engine; add --deepspeed and a ds_config (the flags above are the ones it shares with Megatron-LM)")
     if c.get("schedule") in ("zb-h1", "v-min", "v-half", "v-zb"):
         args.append(f"# schedule {c['schedule']}: needs a zero-bubble-capable Megatron fork (e.g. sail-sg zero-bubble)")
     return args

@@ -88,7 +88,7 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     eff = costs.comm.inter_efficiency
     share = cl.rail_share(layout.b * tp)
     msg = tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / tp
-    trav, wraps = p2p_hops(cfg.schedule, pp, cfg.vpp, m)
+    trav, wraps = p2p_hops(cfg.schedule, pp, cfg.vpp, m, tr.pipeline_engine)
     coef = m / pp
     with np.errstate(divide="ignore"):
         one_way = cl.inter.latency_us * 1e-6 + msg / (np.where(B > 0, B, np.inf) * 1e9 * eff * share)

@@ -119,7 +119,8 @@ def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) ->
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
-def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None) -> tuple[float, float]:
+def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
+             engine: str = "megatron") -> tuple[float, float]:
     """(traversals of the stage 0 -> pp-1 path, wrap-around hops pp-1 -> 0) per micro-batch, one direction.
 
     Without m: the hops each micro-batch makes (the latency model charges them m/pp times).
@@ -129,7 +130,15 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None) -> tuple[floa
     hence the p/m factor); V-Min and V-Half expose sends every micro-batch: 3 and 2 traversals, fitted
     to the simulator (V-Min within 20%, V-Half within 45% on the test grid: its exposure depends on
     which building block fits the F:B:W ratio).
+    engine="deepspeed" (its 1F1B only, simulate.deepspeed): every transfer is a rendezvous that holds
+    sender and receiver, so a stage with two neighbours spends 4 one-way transfers per micro-batch (an end
+    stage 2) and the busiest stage sets the pace, plus the ramp: 4m + 2(pp-4) one-way hops in all for
+    pp >= 3 and 2m for pp = 2, charged at the path's mean hop (exact on uniform stages and links; a slow
+    link counts at its share of the mean, as in Pipette's sum).
     """
+    if engine == "deepspeed" and m is not None and pp > 1:
+        exposed = 2 * m if pp == 2 else 4 * m + 2 * (pp - 4)     # one-way hops on the critical path
+        return exposed * pp / (2 * m * (pp - 1)), 0.0
     if m is None:
         if schedule == "interleaved":
             return v, v - 1

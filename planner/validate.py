@@ -19,7 +19,9 @@ from planner.spec.model import ModelSpec
 from planner.spec.plan import SearchSpec, Spec, TrainingSpec
 
 # vTrain's validation runs: fp16, full activation checkpointing, 1F1B, GPT-2 vocabulary
-VTRAIN_DEFAULTS = {"precision": "fp16", "recompute": "full", "schedule": "1f1b", "vocab_size": 50257}
+# vTrain measured with Megatron-DeepSpeed, whose GPTModelPipe runs on DeepSpeed's pipeline engine
+VTRAIN_DEFAULTS = {"precision": "fp16", "recompute": "full", "schedule": "1f1b", "vocab_size": 50257,
+                   "pipeline_engine": "deepspeed"}
 COLUMNS = {"gpus": "# GPUs", "gbs": "global batch", "mbs": "micro batch", "hidden": "hidden size",
            "heads": "attention heads", "layers": "# layers", "seq": "sequence length",
            "tp": "tensor parallelism", "dp": "data parallelism", "pp": "pipeline parallelism",
@@ -98,7 +100,7 @@ def row_spec(row: Row, cluster: ClusterSpec, defaults: dict | None = None) -> tu
     d = {**VTRAIN_DEFAULTS, **(defaults or {})}
     model = ModelSpec(f"gpt-h{row.hidden}-L{row.layers}", "gpt", row.layers, row.hidden, row.heads, row.heads,
                       4 * row.hidden, d["vocab_size"], True, max(2048, row.seq))
-    training = TrainingSpec(row.gbs, row.seq, d["precision"], "adam")
+    training = TrainingSpec(row.gbs, row.seq, d["precision"], "adam", pipeline_engine=d["pipeline_engine"])
     spec = Spec(model.name, model, cluster, training, SearchSpec())
     cfg = ParallelConfig(row.tp, row.pp, row.dp, row.mbs, row.gbs // (row.mbs * row.dp), d["schedule"],
                          1, d["recompute"], 0, False)

@@ -10,6 +10,9 @@ def register(subparsers):
     p.add_argument("measured", help="CSV of measured iterations in vTrain's column format")
     p.add_argument("--cluster", required=True, help="cluster YAML the runs were measured on")
     p.add_argument("--compute-profile", default=None, help="compute profile JSON (default: the cluster's or shipped)")
+    p.add_argument("--pipeline-engine", choices=("deepspeed", "megatron"), default="deepspeed",
+                   help="the engine that ran the pipeline (default deepspeed: vTrain's runs are Megatron-DeepSpeed's "
+                        "GPTModelPipe on DeepSpeed's pipeline engine)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -22,7 +25,7 @@ def run(args) -> int:
     cluster = load_cluster(args.cluster)
     costs = costs_with_compute(load_profile(args.compute_profile)) if args.compute_profile else default_costs(cluster)
     rows = read_vtrain_csv(args.measured)
-    rep = validate(rows, cluster, costs)
+    rep = validate(rows, cluster, costs, {"pipeline_engine": args.pipeline_engine})
     if args.json:
         json.dump(rep.as_dict(), sys.stdout, indent=2)
         print()

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.config import ParallelConfig
+from planner.config import PIPELINE_ENGINES, ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.comm import p2p_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
-from planner.simulate import engine
+from planner.simulate import deepspeed, engine
 from planner.simulate.engine import DeadlockError
 from planner.schedules import chunks_per_device
 from planner.simulate.schedules import B, F, R, Schedule, W, build
@@ -103,7 +103,8 @@ def agreement(sim, estimate) -> float:
 def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: np.ndarray,
                    dp_time: np.ndarray, act: np.ndarray, transient: np.ndarray, static: np.ndarray,
                    overlap_dp: bool = False, config=None, step: np.ndarray | None = None,
-                   blocking_p2p: bool = False, rendezvous_p2p: bool = False) -> SimResult:
+                   blocking_p2p: bool = False, rendezvous_p2p: bool = False,
+                   pipeline_engine: str = "megatron") -> SimResult:
     """dur: (p, v, 4) seconds per op kind; lat_f/lat_b: (pipelines, S) latency of the edge into stage s
     going forward / backward; dp_time: (p, v) all-reduce seconds per chunk; act/transient: (p, v) bytes."""
     g = engine.build_graph(sched)
@@ -126,8 +127,8 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
             d_ops = durs.copy()
             np.add.at(d_ops, g.pred[cross], lat[cross])
             if rendezvous_p2p:
-                # separate blocking send and receive (DeepSpeed's pipeline engine: SendActivation,
-                # RecvActivation, SendGrad, RecvGrad, each waited on): the receiver is held for the same
+                # separate blocking send and receive (an approximation of DeepSpeed's pipeline engine, which
+                # pipeline_engine="deepspeed" now replays exactly): the receiver is held for the same
                 # transfer, before its op: the receiving op starts at the sender's compute end (edge
                 # latency -lat) and lasts transfer + compute. An idle receiver thus gets the data exactly as
                 # in `blocking`; a busy one pays the transfer once it is free. Not modelled: a sender kept
@@ -136,7 +137,10 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
                 lat = np.where(cross, -lat, lat)
             lat = np.where(cross, np.minimum(lat, 0.0), lat)
             op_dur = d_ops.tolist()
-        start, end = engine.run(offs, pred, lat.tolist(), op_dur)
+        if pipeline_engine == "deepspeed":       # its own lock-step instruction streams, rendezvous p2p
+            start, end = deepspeed.timeline(g, p, sched.m, durl, row[1], row[2])
+        else:
+            start, end = engine.run(offs, pred, lat.tolist(), op_dur)
         start, end = np.asarray(start), np.asarray(end)
         last = end[g.offs[1:] - 1].max()
         gk = (g.kind == W) if sched.split else (g.kind == B)
@@ -178,11 +182,12 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
 def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 1.0, b: float = 2.0,
                      w: float = 0.0, recompute: float = 0.0, comm: float = 0.0,
                      recompute_in_bubbles: bool = False, blocking_p2p: bool = False,
-                     rendezvous_p2p: bool = False) -> SimResult:
+                     rendezvous_p2p: bool = False, pipeline_engine: str = "megatron") -> SimResult:
     """Uniform stages: per *device* times f, b (w and recompute included in b), split evenly over chunks;
     every p2p hop between devices takes `comm`. Activation memory: 1 byte per device-layer-set and
     micro-batch (so `inflight` and activation peaks read in 1F1B's units)."""
     v = chunks_per_device(schedule, vpp)
+    _check_engine(pipeline_engine, schedule)
     sched = build(schedule, p, m, vpp, recompute=recompute > 0, early_recompute=recompute_in_bubbles,
                   times=(f / v, b / v, w / v))
     dur = np.zeros((p, v, 4))
@@ -203,7 +208,14 @@ def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 
     lat_b = np.where(cross_b, comm, 0.0)[None, :]
     act = np.full((p, v), 1.0 / v) * GiB
     return _simulate_core(sched, dur, lat_f, lat_b, np.zeros((p, v)), act, np.zeros((p, v)), np.zeros(p),
-                          blocking_p2p=blocking_p2p, rendezvous_p2p=rendezvous_p2p)
+                          blocking_p2p=blocking_p2p, rendezvous_p2p=rendezvous_p2p, pipeline_engine=pipeline_engine)
+
+
+def _check_engine(pipeline_engine: str, schedule: str) -> None:
+    if pipeline_engine not in PIPELINE_ENGINES:
+        raise ValueError(f"unknown pipeline engine {pipeline_engine!r}; one of {', '.join(PIPELINE_ENGINES)}")
+    if pipeline_engine == "deepspeed" and schedule != "1f1b":
+        raise ValueError(f"DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule, not {schedule}")
 
 
 def simulate_stage_times(schedule: str, p: int, m: int, vpp: int, st: list) -> SimResult:
@@ -291,13 +303,19 @@ def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign, nodes=None) 
 
 def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None = None, layout=None,
              assign=None, nodes=None, recompute_in_bubbles: bool = False, overlap_dp: bool = False,
-             blocking_p2p: bool = False, rendezvous_p2p: bool = False) -> SimResult:
+             blocking_p2p: bool = False, rendezvous_p2p: bool = False,
+             pipeline_engine: str | None = None) -> SimResult:
     """Simulate one plan. The mapping is a worker table ([{stage, dp_rank, node, ...}], a solution's), or
     layout + assign (+ nodes: the physical node of each index assign uses, MappingProblem.nodes; default
-    0..N-1), or neither (Megatron rank order on nodes 0..). Raises ValueError for plans it cannot run."""
+    0..N-1), or neither (Megatron rank order on nodes 0..). pipeline_engine (default: the spec's
+    training.pipeline_engine): "deepspeed" replays DeepSpeed's TrainSchedule instruction by instruction
+    (simulate.deepspeed; blocking_p2p / rendezvous_p2p, variants of Megatron's p2p, then do not apply).
+    Raises ValueError for plans it cannot run."""
     cfg = config
     costs = costs or default_costs(spec.cluster)
     model, cl, tr = spec.model, spec.cluster, spec.training
+    pipeline_engine = pipeline_engine or tr.pipeline_engine
+    _check_engine(pipeline_engine, cfg.schedule)
     p, m = cfg.pp, cfg.num_microbatches
     v = chunks_per_device(cfg.schedule, cfg.vpp)
     if model.num_layers % p or (model.num_layers // p) % v:
@@ -377,7 +395,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         transient[:] = (full_layer - layer_act) * (L / v if recompute_in_bubbles else 1.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
     return _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
-                          blocking_p2p, rendezvous_p2p)
+                          blocking_p2p, rendezvous_p2p, pipeline_engine)
 
 
 def _no_recompute(cfg: ParallelConfig) -> ParallelConfig:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from planner.config import RECOMPUTE, SCHEDULES, ZERO_STAGES
+from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ZERO_STAGES
 from planner.errors import SpecError
 from planner.spec.cluster import ClusterSpec, parse_cluster
 from planner.spec.fields import Fields
@@ -25,6 +25,7 @@ class TrainingSpec:
     precision: str = "bf16"
     optimizer: str = "adam"
     tokens: float | None = None           # training budget, for time / cost to train
+    pipeline_engine: str = "megatron"     # megatron | deepspeed (config.PIPELINE_ENGINES): how p2p is issued
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,10 @@ def parse_spec(data, file: str | None = None) -> Spec:
     f.done()
     if model.num_layers < 1:
         raise SpecError(mfile, "num_layers", "must be positive")
+    other = [x for x in search.schedules if x != "1f1b"]
+    if training.pipeline_engine == "deepspeed" and other:
+        raise SpecError(file, "search.schedules", f"has {', '.join(other)}; training.pipeline_engine deepspeed "
+                        "runs only its 1F1B TrainSchedule")
     raw = {"name": name, "model": mdata, "cluster": cdata, "training": data.get("training"),
            "search": data.get("search"), "solver": data.get("solver")}
     return Spec(name, model, cluster, training, search, solver, file, raw)
@@ -125,6 +130,7 @@ def _parse_training(f: Fields) -> TrainingSpec:
         precision=f.str("precision", "bf16", choices=PRECISIONS),
         optimizer=f.str("optimizer", "adam", choices=("adam", "adamw", "sgd")),
         tokens=f.float("tokens", None),
+        pipeline_engine=f.str("pipeline_engine", "megatron", choices=PIPELINE_ENGINES),
     )
     f.done()
     return t

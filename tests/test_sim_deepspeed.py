@@ -1,0 +1,108 @@
+"""DeepSpeed's pipeline engine (planner/simulate/deepspeed.py) and its closed form (schedules.p2p_hops)."""
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from planner.config import ParallelConfig
+from planner.errors import SpecError
+from planner.schedules import p2p_hops
+from planner.simulate import simulate, simulate_uniform
+from planner.simulate.deepspeed import step_to_microbatch
+from planner.spec.plan import parse_spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEC = os.path.join(ROOT, "x.yaml")      # relative parts resolve against the repository root
+GRID = [(2, 1), (2, 8), (3, 12), (4, 4), (4, 16), (5, 3), (8, 8), (8, 32), (16, 4), (16, 64)]
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 7, 8])
+def test_step_mapping_is_deepspeeds_1f1b(p):
+    """Every forward and backward once, F(k) at step 2k + s and B(k) at 2k + 2p - 1 - s, in 2(m + p - 1) steps."""
+    m = 5
+    for s in range(p):
+        seen = {}
+        for t in range(2 * (m + p - 1)):
+            k, fwd = step_to_microbatch(t, s, p)
+            if 0 <= k < m:
+                assert (k, fwd) not in seen
+                seen[(k, fwd)] = t
+        assert len(seen) == 2 * m
+        for k in range(m):
+            assert seen[(k, True)] == 2 * k + s and seen[(k, False)] == 2 * k + 2 * p - 1 - s
+
+
+@pytest.mark.parametrize("p,m", GRID)
+def test_no_communication_is_plain_1f1b(p, m):
+    ds = simulate_uniform("1f1b", p, m, f=1.0, b=2.0, pipeline_engine="deepspeed")
+    assert ds.iteration_s == pytest.approx((m + p - 1) * 3.0)
+    assert ds.iteration_s == pytest.approx(simulate_uniform("1f1b", p, m, f=1.0, b=2.0).iteration_s)
+
+
+@pytest.mark.parametrize("p,m", GRID)
+def test_closed_form_hops_exact_on_uniform_stages(p, m):
+    c = 0.05
+    t0 = simulate_uniform("1f1b", p, m, f=1.0, b=2.0, pipeline_engine="deepspeed").iteration_s
+    t1 = simulate_uniform("1f1b", p, m, f=1.0, b=2.0, comm=c, pipeline_engine="deepspeed").iteration_s
+    trav, wraps = p2p_hops("1f1b", p, 1, m, "deepspeed")
+    assert wraps == 0
+    assert (m / p) * trav * (p - 1) * 2 * c == pytest.approx(t1 - t0)
+
+
+def test_rendezvous_holds_both_devices():
+    """pp = 2, one micro-batch: F on stage 0, the activation (sent at stage 0's next step), F and B on stage 1,
+    the gradient, B on stage 0: every transfer on the critical path, once."""
+    f, b, c = 1.0, 2.0, 0.3
+    r = simulate_uniform("1f1b", 2, 1, f=f, b=b, comm=c, pipeline_engine="deepspeed")
+    assert r.iteration_s == pytest.approx(2 * f + 2 * b + 2 * c)
+    # steady state of an interior stage: f + b + 4 transfers per micro-batch (Megatron's model: sends overlap)
+    long = [simulate_uniform("1f1b", 4, m, f=f, b=b, comm=c, pipeline_engine="deepspeed").iteration_s
+            for m in (40, 41)]
+    assert long[1] - long[0] == pytest.approx(f + b + 4 * c)
+    mega = [simulate_uniform("1f1b", 4, m, f=f, b=b, comm=c).iteration_s for m in (40, 41)]
+    assert mega[1] - mega[0] < long[1] - long[0]
+
+
+def test_only_1f1b():
+    with pytest.raises(ValueError, match="1F1B"):
+        simulate_uniform("interleaved", 4, 8, 2, pipeline_engine="deepspeed")
+    with pytest.raises(ValueError, match="unknown pipeline engine"):
+        simulate_uniform("1f1b", 4, 8, pipeline_engine="colossal")
+
+
+def _spec_data(engine, schedules=("1f1b",)):
+    return {"name": "t", "model": "models/gpt3-13b.yaml", "cluster": "clusters/a100-16x8-hdr.yaml",
+            "training": {"global_batch_size": 256, "seq_length": 2048, "pipeline_engine": engine},
+            "search": {"schedules": list(schedules)}}
+
+
+def test_spec_field_validated():
+    spec = parse_spec(_spec_data("deepspeed"), SPEC)
+    assert spec.training.pipeline_engine == "deepspeed"
+    assert parse_spec({**_spec_data("megatron"), "training": {"global_batch_size": 256, "seq_length": 2048}},
+                      SPEC).training.pipeline_engine == "megatron"
+    with pytest.raises(SpecError, match="search.schedules"):
+        parse_spec(_spec_data("deepspeed", ("1f1b", "zb-h1")), SPEC)
+    with pytest.raises(SpecError, match="pipeline_engine"):
+        parse_spec(_spec_data("pytorch-pp"), SPEC)
+
+
+def test_real_plan_engines_agree_without_pipeline_and_differ_with_it():
+    spec = parse_spec(_spec_data("deepspeed"), SPEC)
+    mega = dataclasses.replace(spec, training=dataclasses.replace(spec.training, pipeline_engine="megatron"))
+    flat = ParallelConfig(8, 1, 16, 1, 16, "1f1b", 1, "full", 0, False)
+    assert simulate(spec, flat).iteration_s == pytest.approx(simulate(mega, flat).iteration_s)
+    deep = ParallelConfig(8, 4, 4, 1, 64, "1f1b", 1, "full", 0, False)
+    ds, mg = simulate(spec, deep), simulate(mega, deep)
+    assert ds.iteration_s > mg.iteration_s
+    # the kwarg overrides the spec; memory does not depend on the engine
+    assert simulate(spec, deep, pipeline_engine="megatron").iteration_s == pytest.approx(mg.iteration_s)
+    assert np.allclose(ds.peak_memory_GiB, mg.peak_memory_GiB)
+
+
+def test_export_says_which_engine_the_plan_is_for():
+    from planner.export import megatron_args
+    cfg = {"tp": 8, "pp": 4, "micro_batch_size": 1, "num_microbatches": 64, "dp": 4, "schedule": "1f1b"}
+    assert any("--deepspeed" in a for a in megatron_args({"config": cfg, "pipeline_engine": "deepspeed"}))
+    assert not any("--deepspeed" in a for a in megatron_args({"config": cfg, "pipeline_engine": "megatron"}))
