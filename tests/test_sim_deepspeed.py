@@ -106,3 +106,19 @@ def test_export_says_which_engine_the_plan_is_for():
     cfg = {"tp": 8, "pp": 4, "micro_batch_size": 1, "num_microbatches": 64, "dp": 4, "schedule": "1f1b"}
     assert any("--deepspeed" in a for a in megatron_args({"config": cfg, "pipeline_engine": "deepspeed"}))
     assert not any("--deepspeed" in a for a in megatron_args({"config": cfg, "pipeline_engine": "megatron"}))
+
+
+def test_cli_engine_flag(capsys):
+    import json
+
+    from planner.cli import main
+    spec = os.path.join(ROOT, "specs", "gpt3-13b-a100-128.yaml")
+    flags = ["--tp", "8", "--pp", "4", "--dp", "4", "--mbs", "1", "--json"]
+    out = {}
+    for engine in ("megatron", "deepspeed"):
+        assert main(["estimate", spec, *flags, "--pipeline-engine", engine]) == 0
+        out[engine] = json.loads(capsys.readouterr().out)
+    assert out["deepspeed"]["pipeline_engine"] == "deepspeed"
+    assert out["deepspeed"]["estimate"]["pp_comm_s"] > out["megatron"]["estimate"]["pp_comm_s"]
+    assert main(["simulate", spec, *flags, "--pipeline-engine", "deepspeed", "--schedule", "zb-h1"]) == 2
+    assert "--schedule" in capsys.readouterr().err

@@ -1,7 +1,9 @@
 """Arguments shared by several commands."""
 from __future__ import annotations
 
-from planner.config import RECOMPUTE, SCHEDULES, ParallelConfig
+import dataclasses
+
+from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ParallelConfig
 from planner.errors import SpecError
 
 
@@ -16,6 +18,18 @@ def add_config_args(p, required: bool = True) -> None:
     g.add_argument("--recompute", default="none", choices=RECOMPUTE)
     g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2))
     g.add_argument("--sp", action="store_true", help="sequence parallel")
+    g.add_argument("--pipeline-engine", default=None, choices=PIPELINE_ENGINES,
+                   help="override the spec's training.pipeline_engine (how pipeline p2p is issued)")
+
+
+def with_engine(args, spec, cfg: ParallelConfig | None = None):
+    """The spec with --pipeline-engine applied; a DeepSpeed plan must be 1F1B (its only schedule)."""
+    engine = getattr(args, "pipeline_engine", None)
+    if engine and engine != spec.training.pipeline_engine:
+        spec = dataclasses.replace(spec, training=dataclasses.replace(spec.training, pipeline_engine=engine))
+    if cfg is not None and spec.training.pipeline_engine == "deepspeed" and cfg.schedule != "1f1b":
+        raise SpecError(None, "--schedule", f"{cfg.schedule}: the deepspeed pipeline engine runs only 1f1b")
+    return spec
 
 
 def config_from_args(args, spec) -> ParallelConfig:

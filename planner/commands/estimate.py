@@ -1,7 +1,7 @@
 """planner estimate SPEC --tp --pp --dp --mbs ...: latency and memory of one given plan, no search."""
 from __future__ import annotations
 
-from planner.commands.common import add_config_args, config_from_args
+from planner.commands.common import add_config_args, config_from_args, with_engine
 from planner.io import plain, print_json
 
 
@@ -22,9 +22,10 @@ def run(args) -> int:
 
     spec = spec_arg(args.spec)
     cfg = config_from_args(args, spec)
+    spec = with_engine(args, spec, cfg)
     mapping = load_solution(args.mapping).get("mapping") if args.mapping else None
     est, lay, assign, prob = estimate_plan(spec, cfg, mapping, file=args.mapping)
-    d = {"config": cfg.as_dict(), "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b,
+    d = {"config": cfg.as_dict(), "pipeline_engine": spec.training.pipeline_engine, "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b,
                                              "node_grid": assign.tolist()},
          "estimate": est.as_dict(), "fits": est.fits}
     if args.json:
@@ -32,7 +33,8 @@ def run(args) -> int:
     else:
         con = console()
         md = est.memory_dict()
-        con.print(f"[bold]{cfg.label()}[/bold]")
+        engine = "" if spec.training.pipeline_engine == "megatron" else f" ({spec.training.pipeline_engine} engine)"
+        con.print(f"[bold]{cfg.label()}[/bold]{engine}")
         con.print(f"iteration {est.iteration_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%} "
                   f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, dp {est.dp_comm_s:.4f} s)")
         con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +

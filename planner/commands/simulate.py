@@ -10,7 +10,7 @@ import sys
 
 import yaml
 
-from planner.commands.common import add_config_args, config_from_args
+from planner.commands.common import add_config_args, config_from_args, with_engine
 from planner.config import ParallelConfig
 from planner.errors import SpecError
 
@@ -93,6 +93,7 @@ def run(args) -> int:
     from planner.simulate import agreement, simulate
 
     spec, cfg, mapping = load_target(args)
+    spec = with_engine(args, spec, cfg)
     try:
         sim = simulate(spec, cfg, mapping, recompute_in_bubbles=args.recompute_in_bubbles,
                        overlap_dp=args.overlap_dp, blocking_p2p=args.blocking_p2p,
