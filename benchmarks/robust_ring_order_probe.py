@@ -7,6 +7,8 @@ does not know it, so only the annealer is used: 3 seeds x 20k iterations per sol
 model and seed, the worst case over 5 snapshots of the mean-optimal and of the worst-case-optimal mapping.
 
     python benchmarks/robust_ring_order_probe.py ring|set SPEC      (about 5 minutes per mode, 2 cores)
+    python benchmarks/robust_ring_order_probe.py nominal SPEC...    (main matrix only: both models' optima and
+                                                                    Megatron's rank order under each, ~1 min/spec)
 """
 import os
 import sys
@@ -40,6 +42,33 @@ def best_of(probs, robust, seeds=3):
     return min(runs, key=lambda r: r.objective).assign
 
 
+def nominal(spec_paths) -> None:
+    """One matrix: the pair model's optimum, its time under ring order, the ring model's optimum, rank order."""
+    pair_dp = P.MappingProblem.dp_costs
+    for path in spec_paths:
+        spec = load_spec(os.path.join(ROOT, path))
+        costs = default_costs(spec.cluster)
+        for cname, minpp in (("megatron", 1), ("dp-rows", 2), ("dp-rows4", 4)):
+            pick = RM.tp_node_config(spec, costs, minpp)
+            if pick is None:
+                continue
+            cfg, lay = pick
+            prob = build_problem(spec, cfg, lay, costs)
+            out = {}
+            for name, dp in (("pair", pair_dp), ("ring", dp_ring)):
+                P.MappingProblem.dp_costs = dp
+                out[name] = (best_of([prob], "worst", seeds=2), prob.objective(prob.rank_order()))
+            P.MappingProblem.dp_costs = dp_ring
+            pair_opt_under_ring = prob.objective(out["pair"][0])
+            ring_opt = prob.objective(out["ring"][0])
+            P.MappingProblem.dp_costs = pair_dp
+            pair_opt = prob.objective(out["pair"][0])
+            print(f"{spec.name} {cname} {cfg.label()} grid {lay.rows}x{lay.cols}: pair-model optimum {pair_opt:.3f} s "
+                  f"(under ring order {pair_opt_under_ring:.3f}); ring-model optimum {ring_opt:.3f} s; "
+                  f"rank order: pair {out['pair'][1]:.3f}, ring {out['ring'][1]:.3f} s", flush=True)
+    P.MappingProblem.dp_costs = pair_dp
+
+
 def main(mode: str, spec_path: str) -> None:
     if mode == "ring":
         P.MappingProblem.dp_costs = dp_ring
@@ -61,4 +90,7 @@ def main(mode: str, spec_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "nominal":
+        nominal(sys.argv[2:])
+    else:
+        main(sys.argv[1], sys.argv[2])
