@@ -33,7 +33,9 @@ def megatron_args(solution: dict) -> list[str]:
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
     if solution.get("pipeline_engine") == "deepspeed":
         args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's pipeline "
-                    "engine; add --deepspeed and a ds_config (the flags above are the ones it shares with Megatron-LM)")
+                    "engine; add --deepspeed and a ds_config (the flags above are the ones it shares with Megatron-LM"
+                    + ("; ZeRO 1 there is zero_optimization.stage 1, not --use-distributed-optimizer)"
+                       if int(c.get("zero", 0)) >= 1 else ")"))
     if c.get("schedule") in ("zb-h1", "v-min", "v-half", "v-zb"):
         args.append(f"# schedule {c['schedule']}: needs a zero-bubble-capable Megatron fork (e.g. sail-sg zero-bubble)")
     return args

@@ -84,6 +84,10 @@ def test_spec_field_validated():
                       SPEC).training.pipeline_engine == "megatron"
     with pytest.raises(SpecError, match="search.schedules"):
         parse_spec(_spec_data("deepspeed", ("1f1b", "zb-h1")), SPEC)
+    zero2 = _spec_data("deepspeed")
+    zero2["search"]["zero"] = [1, 2]
+    with pytest.raises(SpecError, match="search.zero"):
+        parse_spec(zero2, SPEC)
     with pytest.raises(SpecError, match="pipeline_engine"):
         parse_spec(_spec_data("pytorch-pp"), SPEC)
 

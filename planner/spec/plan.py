@@ -118,6 +118,8 @@ def parse_spec(data, file: str | None = None) -> Spec:
     if training.pipeline_engine == "deepspeed" and other:
         raise SpecError(file, "search.schedules", f"has {', '.join(other)}; training.pipeline_engine deepspeed "
                         "runs only its 1F1B TrainSchedule")
+    if training.pipeline_engine == "deepspeed" and 2 in search.zero:
+        raise SpecError(file, "search.zero", "has 2; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only")
     raw = {"name": name, "model": mdata, "cluster": cdata, "training": data.get("training"),
            "search": data.get("search"), "solver": data.get("solver")}
     return Spec(name, model, cluster, training, search, solver, file, raw)
