@@ -136,6 +136,8 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     pp >= 3 and 2m for pp = 2, charged at the path's mean hop (exact on uniform stages and links; a slow
     link counts at its share of the mean, as in Pipette's sum).
     """
+    if engine == "deepspeed" and schedule != "1f1b":
+        raise ValueError(f"DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule, not {schedule}")
     if engine == "deepspeed" and m is not None and pp > 1:
         exposed = 2 * m if pp == 2 else 4 * m + 2 * (pp - 4)     # one-way hops on the critical path
         return exposed * pp / (2 * m * (pp - 1)), 0.0

@@ -316,6 +316,8 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     model, cl, tr = spec.model, spec.cluster, spec.training
     pipeline_engine = pipeline_engine or tr.pipeline_engine
     _check_engine(pipeline_engine, cfg.schedule)
+    if pipeline_engine == "deepspeed" and (blocking_p2p or rendezvous_p2p):
+        raise ValueError("blocking / rendezvous p2p are variants of Megatron's p2p; the deepspeed engine has its own")
     p, m = cfg.pp, cfg.num_microbatches
     v = chunks_per_device(cfg.schedule, cfg.vpp)
     if model.num_layers % p or (model.num_layers // p) % v:
