@@ -204,3 +204,31 @@ def test_hint_in_any_column_order_is_a_solution_of_the_model(make_spec, monkeypa
         ex = C.solve_exact(prob, time_limit_s=10, hint=best_a[:, order], ring_cap=False)
         assert ex.status in ("OPTIMAL", "FEASIBLE") and ex.objective == pytest.approx(best, rel=1e-9)
         break
+
+
+def test_head_bound_is_valid(make_spec):
+    """The path bound with row 0's nodes as the path starts, and the head bound built from it, never
+    exceed what a placement with that row-0 set (or any placement) achieves, by brute force."""
+    import itertools
+
+    from planner.mapping.cpsat import _head_bound, _int_objective, path_lower_bound_int
+    seen = 0
+    for prob in _grid_instances(make_spec):
+        R, K, N = prob.layout.rows, prob.layout.cols, prob.n
+        hop = np.rint(prob.hop / 1e-7).astype(np.int64)
+        best_path, best_obj = {}, None
+        for perm in itertools.permutations(range(N), R * K):
+            a = np.array(perm).reshape(R, K)
+            key = frozenset(a[0].tolist())
+            path = int(hop[a[:-1], a[1:]].sum(axis=0).max())
+            best_path[key] = min(best_path.get(key, path), path)
+            v = _int_objective(prob, a)
+            best_obj = v if best_obj is None else min(best_obj, v)
+        for key, path in best_path.items():
+            assert path_lower_bound_int(prob, heads=set(key)) <= path
+        plb = path_lower_bound_int(prob)
+        for limit in (best_obj, best_obj - 1, best_obj + 10 ** 4):
+            hb = _head_bound(prob, limit, plb, 10.0, 0)
+            assert hb is not None and hb <= min(best_obj, limit + 1)
+        seen += 1
+    assert seen >= 6
