@@ -3,8 +3,8 @@
 The state is Pipette's "string": a permutation of all candidate nodes whose first R*K entries
 hold the blocks in rank order (the rest are spare nodes). Moves: migrate (remove one element
 and insert it elsewhere), swap, reverse a substring (Pipette §IV), plus targeted swaps that move
-a block of the current critical column or row, and column swaps that reorder the DP rings (ours).
-Deterministic: an iteration budget and a seeded generator; the wall-clock limit is only a safety stop.
+a block of the current critical column or row (ours). Deterministic: an iteration budget and a
+seeded generator; the wall-clock limit is only a safety stop.
 """
 from __future__ import annotations
 
@@ -109,8 +109,7 @@ def _random_move(s, rng, N):
 
 
 def _targeted_move(s, rng, p: MappingProblem, R, K, N):
-    """Swap a block of the critical column (slowest path) or critical row (slowest ring) elsewhere, or
-    (K >= 4) swap two whole columns, which reorders the rings."""
+    """Swap a block of the critical column (slowest path) or critical row (slowest ring) elsewhere."""
     a = s[:R * K].reshape(R, K)
     c = s.copy()
     if rng.random() < 0.5 and R > 1:
@@ -118,13 +117,6 @@ def _targeted_move(s, rng, p: MappingProblem, R, K, N):
         i = int(rng.integers(0, R))
         src = i * K + j
     else:
-        if K >= 4 and rng.random() < 0.25:
-            # the ring runs in column order: swapping two whole columns reorders every row's ring and
-            # leaves every path as it is (with K <= 3 every order gives the same ring)
-            j, jj = rng.choice(K, size=2, replace=False)
-            cols = c[:R * K].reshape(R, K)
-            cols[:, [j, jj]] = cols[:, [jj, j]]
-            return c
         i = int(np.argmax(p.dp_costs(a)))
         src = i * K + int(rng.integers(0, K))
     dst = int(rng.integers(0, N))
