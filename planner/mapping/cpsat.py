@@ -33,6 +33,7 @@ from planner.mapping.problem import MappingProblem, core, ring_degree, ring_orde
 from planner.mapping.result import MappingResult
 
 UNIT = 1e-7                     # seconds per integer cost unit
+RING_FORM = "ladder"            # the ring term with K >= 4 columns: "ladder" or "bigm" (solve_exact's ring_form)
 
 
 def _int(a) -> np.ndarray:
@@ -43,7 +44,7 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
                 hint: np.ndarray | None = None, robust: str = "worst", workers: int = 2,
                 strong: bool | None = None, both_sides: bool = True,
                 cutoff: float | None = None, ring_cap: bool = True,
-                wall_limit_s: float | None = None, ring_form: str = "ladder") -> MappingResult:
+                wall_limit_s: float | None = None, ring_form: str | None = None) -> MappingResult:
     """cutoff (seconds): only mappings strictly better than this are of interest; if CP-SAT proves
     there are none, the result has status "PRUNED" and bound = cutoff (branch and bound across configs).
     ring_cap: with one scenario and an incumbent (hint or cutoff), restrict the search to placements
@@ -61,6 +62,7 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         obj = _score(probs, a, robust)
         return MappingResult(a, obj, obj, "OPTIMAL", time.perf_counter() - t0, "exact")
     strong = bool(strong)
+    ring_form = ring_form or RING_FORM
     if K == 1 and p0.wrap is None:
         return _solve_single_column(probs, time_limit_s=time_limit_s, seed=seed, hint=hint, robust=robust,
                                     workers=workers, cutoff=cutoff, t0=t0)
