@@ -169,3 +169,16 @@ def test_simulator_runs_the_ring_in_dp_order():
     d_sim = sims["beside"].iteration_s - sims["apart"].iteration_s
     d_est = ests["beside"].iteration_s - ests["apart"].iteration_s
     assert d_est > 0 and d_est == pytest.approx(d_sim, rel=0.33)
+
+
+def test_row0_table_keeps_the_exact_optimum(make_spec, monkeypatch):
+    """The optional cut "row 0 holds one of the row-0 sets under the cap" (off by default) is exact."""
+    import planner.mapping.cpsat as C
+    monkeypatch.setattr(C, "ROW0_TABLE", True)
+    for prob in _ring_cases(make_spec):
+        best, best_a = brute_force(prob)
+        for hint in (prob.rank_order(), best_a):
+            ex = C.solve_exact(prob, time_limit_s=20, hint=hint)
+            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+        pr = C.solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
+        assert pr.status == "PRUNED"
