@@ -1,10 +1,11 @@
 """What-if probe for issue #6: would a ring-order data-parallel model open room for robust mappings?
 
-The planner charges a row's inter-node DP ring its slowest *pair* of nodes (any two of the row). NCCL's
-inter-node ring visits the nodes in rank order, so only the K neighbour links of the column order would
-count. This probe swaps MappingProblem.dp_costs for that ring-order term (monkeypatch: the exact solver
-does not know it, so only the annealer is used: 3 seeds x 20k iterations per solve) and reports, per drift
-model and seed, the worst case over 5 snapshots of the mean-optimal and of the worst-case-optimal mapping.
+The planner used to charge a row's inter-node DP ring its slowest *pair* of nodes (any two of the row).
+NCCL's inter-node ring visits the nodes in rank order, so only the K neighbour links of the column order
+count; MappingProblem.dp_costs now charges that (branch ringorder), and MappingProblem.dp_costs_pairs keeps
+the pair model. This probe switches dp_costs between the two (monkeypatch; only the annealer is used:
+3 seeds x 20k iterations per solve) and reports, per drift model and seed, the worst case over 5 snapshots
+of the mean-optimal and of the worst-case-optimal mapping.
 
     python benchmarks/robust_ring_order_probe.py ring|set SPEC      (about 5 minutes per mode, 2 cores)
     python benchmarks/robust_ring_order_probe.py nominal SPEC...    (main matrix only: both models' optima and
@@ -26,15 +27,8 @@ from planner.spec import load_spec  # noqa: E402
 import robust_mapping as RM  # noqa: E402
 
 
-def dp_ring(self, assign):
-    """Ring-order DP term: each row's ring over its columns in order, charged its slowest neighbour link."""
-    R, K = assign.shape
-    if K == 1:
-        return self.dp_base.astype(float)
-    nxt = np.roll(assign, -1, axis=1)
-    rows = np.arange(R)[:, None]
-    d = np.maximum(self.dp_link[rows, assign, nxt], self.dp_link[rows, nxt, assign])
-    return self.dp_base + d.max(axis=1)
+dp_ring = P.MappingProblem.dp_costs           # ring order (the planner's model)
+dp_pair = P.MappingProblem.dp_costs_pairs     # the former pair model
 
 
 def best_of(probs, robust, seeds=3):
@@ -44,7 +38,7 @@ def best_of(probs, robust, seeds=3):
 
 def nominal(spec_paths) -> None:
     """One matrix: the pair model's optimum, its time under ring order, the ring model's optimum, rank order."""
-    pair_dp = P.MappingProblem.dp_costs
+    pair_dp = dp_pair
     for path in spec_paths:
         spec = load_spec(os.path.join(ROOT, path))
         costs = default_costs(spec.cluster)
@@ -66,12 +60,11 @@ def nominal(spec_paths) -> None:
             print(f"{spec.name} {cname} {cfg.label()} grid {lay.rows}x{lay.cols}: pair-model optimum {pair_opt:.3f} s "
                   f"(under ring order {pair_opt_under_ring:.3f}); ring-model optimum {ring_opt:.3f} s; "
                   f"rank order: pair {out['pair'][1]:.3f}, ring {out['ring'][1]:.3f} s", flush=True)
-    P.MappingProblem.dp_costs = pair_dp
+    P.MappingProblem.dp_costs = dp_ring
 
 
 def main(mode: str, spec_path: str) -> None:
-    if mode == "ring":
-        P.MappingProblem.dp_costs = dp_ring
+    P.MappingProblem.dp_costs = dp_ring if mode == "ring" else dp_pair
     spec = load_spec(os.path.join(ROOT, spec_path))
     costs = default_costs(spec.cluster)
     for cname, minpp in (("dp-rows", 2), ("dp-rows4", 4)):

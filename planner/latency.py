@@ -105,7 +105,9 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     np.fill_diagonal(hop, 0.0)
 
     # data parallel: per row, one NCCL ring over the b replicas in each of its K nodes, limited by the
-    # row's slowest inter-node pair (CommModel.dp_allreduce_time); less the slack over stage 0
+    # row's slowest inter-node link of the ring (CommModel.dp_allreduce_time); dp_link[i][n, q] is that time
+    # if n-q is the slowest link, and MappingProblem.dp_costs takes the ring's links in column (rank)
+    # order, as NCCL's connectRings does; less the slack over stage 0
     R, K, b = layout.rows, layout.cols, layout.b
     dp_base = np.zeros(R)
     dp_link = np.zeros((R, N, N))

@@ -5,14 +5,20 @@ Formulation (stronger than Pipette's integer node variables with element constra
 - each pipeline hop e = (u, v) costs c_e >= sum_m c[n,m] x[v,m] - M_n (1 - x[u,n]) (compact; N rows per
   hop). The transportation linearisation y[e,n,m] (strong=True) has a tighter LP but N^2 variables
   per hop; measured on 16-node instances it proved optimality 2-5x slower, so compact is the default.
-- the slowest data-parallel ring is a ladder of level literals lvl[k] <=> T_dp >= v[k]; a pair of
-  nodes in one row forces its level by a clause (not u_n or not u_m or lvl[k]). Measured: 30 s -> 6 s
-  to prove a 16-node instance against the big-M form T >= L (u_n + u_m - 1).
-- symmetry: columns (replica groups) are interchangeable, so their row-0 nodes are ordered (a hint
-  is put in that order first, else CP-SAT discards it as infeasible).
+- the slowest data-parallel ring is a ladder of level literals lvl[k] <=> T_dp >= v[k]. The ring of
+  row i runs in column order (MappingProblem.dp_costs), over the links of blocks (i, j), (i, j+1 mod K).
+  With K <= 3 columns those are all pairs of the row, so a pair of nodes in one row forces its level
+  by a clause (not u_n or not u_m or lvl[k]) (measured: 30 s -> 6 s to prove a 16-node instance
+  against the big-M form T >= L (u_n + u_m - 1)). With K >= 4 the clause is on the two neighbour
+  blocks: (not x[i,j][n] or not x[i,j+1][q] or lvl[k]) (ring_form="ladder"; "bigm" = the compact
+  big-M rows of the pipeline hops, measured slower: see docs/notes/solver.md).
+- symmetry: with K <= 3 every column order is a rotation or reflection of the ring, so the columns
+  are ordered by their row-0 node; with K >= 4 only the ring's rotations and reflection leave the
+  objective unchanged: column 0 holds the smallest row-0 node and pos0[1] < pos0[K-1]. A hint is
+  put in that form first (_canonical), else CP-SAT discards it as infeasible.
 - ring slice (one scenario, with an incumbent): every better placement has slowest ring <= U - P_LB,
-  P_LB a path-cover lower bound (path_lower_bound_int), so row pairs above that cap are forbidden and
-  tpp >= P_LB is a cut. Measured on 64 nodes (deterministic time 20): mapping gap 6.5% -> 0.32%.
+  P_LB a path-cover lower bound (path_lower_bound_int), so row pairs above that cap are forbidden (as
+  ring neighbours when K >= 4) and tpp >= P_LB is a cut. Measured on 64 nodes (deterministic time 20): mapping gap 6.5% -> 0.32%.
 Costs are integers in units of 0.1 us; the reported objective is recomputed in floating point.
 Several scenarios (bandwidth snapshots) give the robust problem: minimise the worst (or the mean).
 """
@@ -23,10 +29,11 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner.mapping.problem import MappingProblem, ring_bottleneck_bound
+from planner.mapping.problem import MappingProblem, core, ring_degree, ring_order_bound
 from planner.mapping.result import MappingResult
 
 UNIT = 1e-7                     # seconds per integer cost unit
+RING_FORM = "ladder"            # the ring term with K >= 4 columns: "ladder" or "bigm" (solve_exact's ring_form)
 
 
 def _int(a) -> np.ndarray:
@@ -37,7 +44,7 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
                 hint: np.ndarray | None = None, robust: str = "worst", workers: int = 2,
                 strong: bool | None = None, both_sides: bool = True,
                 cutoff: float | None = None, ring_cap: bool = True,
-                wall_limit_s: float | None = None) -> MappingResult:
+                wall_limit_s: float | None = None, ring_form: str | None = None) -> MappingResult:
     """cutoff (seconds): only mappings strictly better than this are of interest; if CP-SAT proves
     there are none, the result has status "PRUNED" and bound = cutoff (branch and bound across configs).
     ring_cap: with one scenario and an incumbent (hint or cutoff), restrict the search to placements
@@ -55,14 +62,15 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         obj = _score(probs, a, robust)
         return MappingResult(a, obj, obj, "OPTIMAL", time.perf_counter() - t0, "exact")
     strong = bool(strong)
+    ring_form = ring_form or RING_FORM
     if K == 1 and p0.wrap is None:
         return _solve_single_column(probs, time_limit_s=time_limit_s, seed=seed, hint=hint, robust=robust,
                                     workers=workers, cutoff=cutoff, t0=t0)
 
     if hint is not None:
-        # the model orders columns by their row-0 node; a hint in another column order would
+        # the model fixes the column order's symmetry (see _canonical); a hint in another form would
         # violate that symmetry breaking and be discarded by CP-SAT (same objective, reordered)
-        hint = np.asarray(hint)[:, np.argsort(np.asarray(hint)[0], kind="stable")]
+        hint = _canonical(np.asarray(hint))
     m = cp_model.CpModel()
     blocks = [(i, j) for i in range(R) for j in range(K)]
     bid = {b: k for k, b in enumerate(blocks)}
@@ -71,10 +79,16 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         m.AddExactlyOne(x[k])
     for n in range(N):
         m.AddAtMostOne(x[k][n] for k in range(len(blocks)))
-    # columns are interchangeable: order them by the node of their row-0 block
+    # symmetry of the column order: the ring is unchanged by its rotations and reflection (with K <= 3
+    # that is every order), and the paths by any column permutation
     pos0 = [sum(n * x[bid[(0, j)]][n] for n in range(N)) for j in range(K)]
-    for j in range(K - 1):
-        m.Add(pos0[j] < pos0[j + 1])
+    if K <= 3:
+        for j in range(K - 1):
+            m.Add(pos0[j] < pos0[j + 1])
+    else:
+        for j in range(1, K):
+            m.Add(pos0[0] < pos0[j])
+        m.Add(pos0[1] < pos0[K - 1])
 
     # the hop structure is shared by every scenario; only its costs differ
     hops = [((i, j), (i + 1, j)) for j in range(K) for i in range(R - 1)]
@@ -105,7 +119,8 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
                      else _int_objective(p0, hint))
         cut = _ring_cap(p0, limit_int, time_limit_s, seed)
         path_lb = cut[2]
-        head_lb = _head_bound(p0, limit_int, path_lb, time_limit_s, seed) or 0
+        row0 = _row0_sets(p0, limit_int - path_lb)
+        head_lb = _head_bound(p0, limit_int, path_lb, time_limit_s, seed, sets=row0) or 0
         if cutoff is not None and head_lb > limit_int:
             # no row-0 set leaves room for a path under the cutoff: nothing strictly better exists
             a = hint.copy() if hint is not None else None
@@ -117,6 +132,18 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
                 for n in range(N):
                     if not allowed[i][n]:
                         m.Add(use_b[i][n] == 0)
+        if ROW0_TABLE and row0:
+            # every placement worth searching has its row-0 ring <= limit_int - P_LB, so row 0 holds one of
+            # the enumerated sets (exact: the list is complete when _row0_sets returns one)
+            sel = [m.NewBoolVar("") for _ in row0]
+            m.AddExactlyOne(sel)
+            for lit, (_, S) in zip(sel, row0):
+                for n in S:
+                    m.AddImplication(lit, use_b[0][n])
+            inset = {n for _, S in row0 for n in S}
+            for n in range(N):
+                if n not in inset:
+                    m.Add(use_b[0][n] == 0)
 
     scen_obj = []
     for p in probs:
@@ -150,11 +177,16 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             m.Add(tpp >= path_lb)          # the path-cover bound, as a cut the LP does not find itself
         base = _int(p.dp_base)
         if K > 1:
-            tdp = _bottleneck_levels(m, p, base, use_b, R, N, slice_cap)
-            # the k-core bound per row, as a cut: CP-SAT's LP does not see it
+            if K <= 3:
+                tdp = _bottleneck_levels(m, p, base, use_b, R, N, slice_cap)
+            elif ring_form == "bigm":
+                tdp = _ring_bigm(m, p, base, x, bid, R, K, N, slice_cap)
+            else:
+                tdp = _ring_levels(m, p, base, x, bid, R, K, N, slice_cap)
+            # the ring-core bound per row, as a cut: CP-SAT's LP does not see it
             for i in range(R):
                 lc = np.maximum(p.dp_link[i], p.dp_link[i].T)
-                m.Add(tdp >= int(base[i]) + int(np.floor(ring_bottleneck_bound(lc, K) / UNIT)))
+                m.Add(tdp >= int(base[i]) + int(np.floor(ring_order_bound(lc, K) / UNIT)))
         else:
             tdp = m.NewIntVar(int(base.min()), int(base.max()), "tdp")
             for i in range(R):
@@ -359,6 +391,85 @@ def _bottleneck_levels(m, p, base, use_b, R, N, cap=None):
     return tdp
 
 
+def _ring_levels(m, p, base, x, bid, R, K, N, cap=None):
+    """Slowest ring in column order (K >= 4) as a ladder of level literals lvl[k] <=> T_dp >= v[k]:
+    neighbour blocks (i, j), (i, j+1 mod K) on nodes n, q force the level of that link by a clause
+    (not x[i,j][n] or not x[i,j+1][q] or lvl[k]); above the slice's cap the two may not be neighbours."""
+    floor = int(max(base))
+    cost = []
+    vals = {int(v) for v in base}
+    for i in range(R):
+        lc = _int(p.dp_link[i])
+        c = int(base[i]) + np.maximum(lc, lc.T)
+        cost.append(c)
+        vals.update(int(v) for v in np.unique(c[~np.eye(N, dtype=bool)]))
+    levels = sorted(v for v in vals if v > floor and (cap is None or v <= cap))
+    lvl = [m.NewBoolVar("") for _ in levels]
+    for k in range(len(lvl) - 1):
+        m.AddImplication(lvl[k + 1], lvl[k])
+    index = {v: k for k, v in enumerate(levels)}
+    for i in range(R):
+        c = cost[i]
+        for j in range(K):
+            u, w = x[bid[(i, j)]], x[bid[(i, (j + 1) % K)]]
+            for n in range(N):
+                for q in range(N):
+                    if n == q:
+                        continue
+                    v = int(c[n, q])
+                    if cap is not None and v > cap:
+                        m.AddBoolOr([u[n].Not(), w[q].Not()])
+                    elif v > floor:
+                        m.AddBoolOr([u[n].Not(), w[q].Not(), lvl[index[v]]])
+    tdp = m.NewIntVar(floor, max([floor] + levels), "tdp")
+    prev = floor
+    steps = []
+    for k, v in enumerate(levels):
+        steps.append((v - prev) * lvl[k])
+        prev = v
+    m.Add(tdp == floor + sum(steps))
+    return tdp
+
+
+def _ring_bigm(m, p, base, x, bid, R, K, N, cap=None):
+    """Slowest ring in column order (K >= 4) in the compact big-M form of the pipeline hops: the link
+    e of neighbour blocks u = (i, j), v = (i, j+1 mod K) costs c_e >= sum_q c[n,q] x[v][q] - M_n (1 - x[u][n])
+    (and from v's side); T_dp >= base_i + c_e. Above the slice's cap the two may not be neighbours."""
+    floor = int(max(base))
+    tdp = m.NewIntVar(floor, 1 << 40, "tdp")
+    for i in range(R):
+        lc = _int(p.dp_link[i])
+        c = np.maximum(lc, lc.T)
+        np.fill_diagonal(c, 0)
+        for j in range(K):
+            u, w = x[bid[(i, j)]], x[bid[(i, (j + 1) % K)]]
+            ce = m.NewIntVar(0, int(c.max()), "")
+            for n in range(N):
+                big = int(c[n].max())
+                m.Add(ce >= sum(int(c[n, q]) * w[q] for q in range(N) if q != n and c[n, q]) - big * (1 - u[n]))
+                m.Add(ce >= sum(int(c[q, n]) * u[q] for q in range(N) if q != n and c[q, n]) - big * (1 - w[n]))
+                if cap is not None:
+                    for q in range(N):
+                        if q != n and int(base[i]) + int(c[n, q]) > cap:
+                            m.AddBoolOr([u[n].Not(), w[q].Not()])
+            m.Add(tdp >= int(base[i]) + ce)
+    return tdp
+
+
+def _canonical(a: np.ndarray) -> np.ndarray:
+    """The column order the model's symmetry breaking allows, same objective: K <= 3 columns sorted by
+    their row-0 node; K >= 4 rotated so that column 0 holds the smallest row-0 node, then reflected
+    (column 0 kept, the rest reversed) if a[0, 1] > a[0, K-1]."""
+    a = np.asarray(a)
+    K = a.shape[1]
+    if K <= 3:
+        return a[:, np.argsort(a[0], kind="stable")]
+    a = np.roll(a, -int(np.argmin(a[0])), axis=1)
+    if a[0, 1] > a[0, K - 1]:
+        a = a[:, [0] + list(range(K - 1, 0, -1))]
+    return a
+
+
 def _score(probs, a, robust) -> float:
     vals = [p.objective(a) for p in probs]
     return float(np.mean(vals) if robust == "mean" else max(vals))
@@ -386,10 +497,9 @@ def _int_objective(p: MappingProblem, a: np.ndarray) -> int:
     if K > 1:
         for i in range(R):
             lc = _int(p.dp_link[i])
-            for j in range(K):
-                for jj in range(j + 1, K):
-                    n, q = a[i, j], a[i, jj]
-                    ring = max(ring, int(base[i]) + int(max(lc[n, q], lc[q, n])))
+            for j in range(K):                     # the ring in column order: neighbour links only
+                n, q = a[i, j], a[i, (j + 1) % K]
+                ring = max(ring, int(base[i]) + int(max(lc[n, q], lc[q, n])))
     return int(path.max()) + ring
 
 
@@ -450,8 +560,9 @@ def path_lower_bound_int(p: MappingProblem, time_limit_s: float = 1.0, seed: int
 def _ring_cap(p: MappingProblem, limit_int: int, time_limit_s: float, seed: int):
     """The slice of placements worth searching: every placement with objective <= limit_int has
     slowest ring tdp <= limit_int - P_LB (P_LB a path lower bound), so pairs of nodes whose ring time
-    in row i exceeds that cap may not share row i, and a node with fewer than K-1 partners under the
-    cap in row i (its (K-1)-core) may not sit in row i. Exact: what is cut has objective > limit_int.
+    in row i exceeds that cap may not be ring neighbours in row i (K <= 3: may not share row i), and a
+    node with fewer than min(K-1, 2) partners under the cap in row i (outside that core: a ring node has
+    two distinct neighbours when K >= 3) may not sit in row i. Exact: what is cut has objective > limit_int.
     Returns (cap, allowed[i][n], P_LB); cap and allowed are None when the cap cuts nothing."""
     L, N = p.layout, p.n
     R, K = L.rows, L.cols
@@ -465,30 +576,32 @@ def _ring_cap(p: MappingProblem, limit_int: int, time_limit_s: float, seed: int)
         ok = (int(base[i]) + np.maximum(lc, lc.T)) <= cap
         np.fill_diagonal(ok, False)
         cuts = cuts or not ok[~np.eye(N, dtype=bool)].all()
-        alive = np.ones(N, dtype=bool)
-        while True:
-            deg = (ok & alive[None, :]).sum(axis=1)
-            drop = alive & (deg < K - 1)
-            if not drop.any():
-                break
-            alive &= ~drop
-        allowed.append(alive)
+        allowed.append(core(ok, ring_degree(K)))
     if not cuts:
         return None, None, plb
     return cap, allowed, plb
 
 
 HEAD_SETS_MAX = 64      # row-0 sets worth a path bound of their own; more: no head bound
+# with an incumbent, row 0 must hold one of the row-0 sets (exact). Off: measured on the 32-node benchmark
+# (one set under the cap) the whole search proved optimality in 1 of 3 seeds against 2 of 3 without it
+ROW0_TABLE = False
+
+
+ROW0_STEPS_MAX = 200000  # ring enumeration steps for the row-0 sets (K >= 4); more: no head bound
 
 
 def _row0_sets(p: MappingProblem, thr: int, limit: int = HEAD_SETS_MAX):
-    """Every K-set of nodes whose row-0 ring (base + slowest pair, integer units) is <= thr, as
-    (ring, set) sorted by ring; None if there are more than limit of them."""
+    """Every K-set of nodes whose row-0 ring (base + its slowest link, integer units, the best ring
+    order of the set) is <= thr, as (ring, set) sorted by ring; None if there are more than limit of
+    them. K <= 3: the ring is every pair (cliques); K >= 4: cycles through the set."""
     K, N = p.layout.cols, p.n
     lc = _int(p.dp_link[0])
     val = int(_int(p.dp_base)[0]) + np.maximum(lc, lc.T)
     adj = val <= thr
     np.fill_diagonal(adj, False)
+    if K >= 4:
+        return _row0_rings(val, adj, K, int(_int(p.dp_base)[0]), limit)
     out = []
 
     def grow(chosen, cand, ring):
@@ -510,7 +623,39 @@ def _row0_sets(p: MappingProblem, thr: int, limit: int = HEAD_SETS_MAX):
     return out
 
 
-def _head_bound(p: MappingProblem, limit_int: int, plb: int, time_limit_s: float, seed: int) -> int | None:
+def _row0_rings(val, adj, K, base0, limit):
+    """K-sets with a ring (Hamiltonian cycle) on edges of adj, each with its best slowest link: cycles
+    from their smallest node s through nodes > s, closed back to s. None past limit sets or
+    ROW0_STEPS_MAX steps."""
+    alive = core(adj, 2)
+    best = {}
+    steps = 0
+    for s in np.flatnonzero(alive):
+        s = int(s)
+        stack = [(s, (s,), base0)]
+        while stack:
+            steps += 1
+            if steps > ROW0_STEPS_MAX:
+                return None
+            u, path, ring = stack.pop()
+            if len(path) == K:
+                if adj[u, s]:
+                    key = tuple(sorted(path))
+                    r = max(ring, int(val[u, s]))
+                    if r < best.get(key, r + 1):
+                        best[key] = r
+                        if len(best) > limit:
+                            return None
+                continue
+            for w in np.flatnonzero(adj[u] & alive):
+                w = int(w)
+                if w > s and w not in path:
+                    stack.append((w, path + (w,), max(ring, int(val[u, w]))))
+    return sorted((r, S) for S, r in best.items())
+
+
+def _head_bound(p: MappingProblem, limit_int: int, plb: int, time_limit_s: float, seed: int,
+                sets=False) -> int | None:
     """A lower bound on the model's integer objective (tpp + tdp) of every placement, from its row-0 set
     S: objective >= ring_0(S) + path bound with heads S. Sets are taken by increasing ring_0; a set
     with ring_0(S) + plb > limit_int cannot beat limit_int, so the result is min(that bound,
@@ -519,7 +664,8 @@ def _head_bound(p: MappingProblem, limit_int: int, plb: int, time_limit_s: float
     K = p.layout.cols
     if K <= 1 or p.layout.rows <= 1:
         return None
-    sets = _row0_sets(p, limit_int - plb)
+    if sets is False:                              # not given: enumerate them (None: too many)
+        sets = _row0_sets(p, limit_int - plb)
     if sets is None:
         return None
     best = limit_int + 1
@@ -537,10 +683,10 @@ def _head_bound(p: MappingProblem, limit_int: int, plb: int, time_limit_s: float
 
 
 def _ring_floor(p: MappingProblem) -> int:
-    """A valid lower bound on the slowest ring (integer units): every row's base plus its k-core bound."""
+    """A valid lower bound on the slowest ring (integer units): every row's base plus its ring-core bound."""
     R, K = p.layout.rows, p.layout.cols
     base = _int(p.dp_base)
     if K <= 1:
         return int(base.max())
-    return int(max(int(base[i]) + int(np.floor(ring_bottleneck_bound(
+    return int(max(int(base[i]) + int(np.floor(ring_order_bound(
         np.maximum(p.dp_link[i], p.dp_link[i].T), K) / UNIT)) for i in range(R)))

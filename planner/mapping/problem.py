@@ -51,14 +51,18 @@ class MappingProblem:
 
     objective(assign) = const + max_j path_j + max_i dp_i, where
       path_j = sum_i hop[assign[i,j], assign[i+1,j]] + wrap[assign[R-1,j], assign[0,j]]
-      dp_i   = dp_base[i] + max_{j<j'} dp_link[i][assign[i,j], assign[i,j']]   (cols > 1)
+      dp_i   = dp_base[i] + max_j dp_link[i][assign[i,j], assign[i,(j+1) mod K]]   (cols K > 1)
+    The data-parallel ring runs in rank order (NCCL's connectRings joins node n to node n+1 in the
+    communicator's rank order, and a Megatron DP group lists its ranks in dp_rank order = column order),
+    so only the K neighbour links of row i's column order carry it (K = 2: one pair). Symmetric:
+    each link is charged max(dp_link[n, q], dp_link[q, n]).
     """
     layout: Layout
     nodes: np.ndarray        # physical node index of each candidate node (len N)
     hop: np.ndarray          # N x N, cost of one inter-row hop (both directions, path coefficient in)
     wrap: np.ndarray | None  # N x N, wrap-around hop (row R-1 -> row 0), or None
     dp_base: np.ndarray      # R, data-parallel time of a row without its inter-node ring, minus its slack
-    dp_link: np.ndarray      # R x N x N, inter-node ring time of row i if that pair is its slowest link
+    dp_link: np.ndarray      # R x N x N, inter-node ring time of row i if that link is its slowest neighbour link
     const: float             # everything the mapping does not change
 
     @property
@@ -73,6 +77,17 @@ class MappingProblem:
         return p
 
     def dp_costs(self, assign: np.ndarray) -> np.ndarray:
+        R, K = assign.shape
+        if K == 1:
+            return self.dp_base.astype(float)
+        nxt = np.roll(assign, -1, axis=1)                          # column (j + 1) mod K
+        rows = np.arange(R)[:, None]
+        ring = np.maximum(self.dp_link[rows, assign, nxt], self.dp_link[rows, nxt, assign])   # R x K
+        return self.dp_base + ring.max(axis=1)
+
+    def dp_costs_pairs(self, assign: np.ndarray) -> np.ndarray:
+        """The former pair model (each row charged its slowest pair of nodes, any two): an upper bound on
+        dp_costs for every column order; kept for comparisons and tests."""
         R, K = assign.shape
         if K == 1:
             return self.dp_base.astype(float)
@@ -100,7 +115,7 @@ class MappingProblem:
         """A cheap valid bound, no search.
 
         Path: a column's R-1 hops use distinct node pairs, so it costs at least the R-1 cheapest
-        pairs. Ring: row i needs K nodes whose pairs are all fast enough (ring_bottleneck_bound).
+        pairs. Ring: row i needs a K-cycle of nodes whose links are all fast enough (ring_order_bound).
         """
         L, N = self.layout, self.n
         off = ~np.eye(N, dtype=bool)
@@ -113,12 +128,73 @@ class MappingProblem:
         dp = self.dp_base.astype(float).copy()
         if L.cols > 1:
             for i in range(L.rows):
-                dp[i] += ring_bottleneck_bound(np.maximum(self.dp_link[i], self.dp_link[i].T), L.cols)
+                dp[i] += ring_order_bound(np.maximum(self.dp_link[i], self.dp_link[i].T), L.cols)
         return float(self.const + path + dp.max())
+
+
+def ring_degree(k: int) -> int:
+    """Distinct ring neighbours of each node in a ring of k nodes: 0 (k = 1), 1 (k = 2), else 2."""
+    return min(max(k - 1, 0), 2)
+
+
+def core(adj: np.ndarray, d: int) -> np.ndarray:
+    """The d-core of a graph (boolean adjacency, no self-loops): nodes left after peeling those with < d."""
+    alive = np.ones(adj.shape[0], dtype=bool)
+    while True:
+        deg = (adj & alive[None, :]).sum(axis=1)
+        drop = alive & (deg < d)
+        if not drop.any():
+            return alive
+        alive &= ~drop
+
+
+def ring_order_bound(cost: np.ndarray, k: int) -> float:
+    """Smallest possible slowest link of a ring (cycle) through k of the nodes: a valid lower bound.
+
+    A k-cycle whose links all cost <= tau lies in one connected component of the 2-core of the
+    graph of pairs <= tau (k >= 3; k = 2: one edge, the 1-core). The bound is the least tau where
+    some component of that core has at least k nodes (bisection over the sorted pair costs).
+    For k = 3 the ring is every pair, as for ring_bottleneck_bound.
+    """
+    n = cost.shape[0]
+    if k <= 1 or n < k:
+        return 0.0
+    vals = np.unique(cost[np.triu_indices(n, 1)])
+    d = ring_degree(k)
+
+    def ok(tau):
+        adj = cost <= tau
+        np.fill_diagonal(adj, False)
+        alive = core(adj, d)
+        seen = ~alive
+        for s in np.flatnonzero(alive):
+            if seen[s]:
+                continue
+            comp, stack = 0, [s]
+            seen[s] = True
+            while stack:
+                u = stack.pop()
+                comp += 1
+                for w in np.flatnonzero(adj[u] & ~seen):
+                    seen[w] = True
+                    stack.append(w)
+            if comp >= k:
+                return True
+        return False
+
+    lo, hi = 0, len(vals) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(vals[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(vals[lo])
 
 
 def ring_bottleneck_bound(cost: np.ndarray, k: int) -> float:
     """Smallest possible slowest pair among any k of the nodes (a valid lower bound, no search).
+    (The former pair model's ring bound; a ring in rank order is bounded by ring_order_bound.)
 
     A k-set whose pairs all cost <= tau lies inside the (k-1)-core of the graph of pairs <= tau
     (every member has k-1 neighbours inside it). The bound is the least tau whose (k-1)-core has
@@ -132,13 +208,7 @@ def ring_bottleneck_bound(cost: np.ndarray, k: int) -> float:
     def core_size(tau):
         adj = cost <= tau
         np.fill_diagonal(adj, False)
-        alive = np.ones(n, dtype=bool)
-        while True:
-            deg = (adj & alive[None, :]).sum(axis=1)
-            drop = alive & (deg < k - 1)
-            if not drop.any():
-                return int(alive.sum())
-            alive &= ~drop
+        return int(core(adj, k - 1).sum())
 
     lo, hi = 0, len(vals) - 1
     while lo < hi:

@@ -8,7 +8,8 @@
 Op times come from the compute model's StageTimes (chunks get 1/v of a stage's layer time; the
 embedding / output-layer extra goes to the chunk that holds stage 0 / the last stage), p2p sends use
 the same one-way times as planner.latency.build_problem on the *mapped* links, and the data-parallel
-all-reduce of each device uses the same NCCL ring formula (CommModel.dp_allreduce_time) after its last backward.
+all-reduce of each device uses the same NCCL ring formula (CommModel.dp_allreduce_time) after its last backward,
+limited by the slowest link of the ring through its replicas' nodes in dp_rank order (NCCL's connectRings).
 """
 from __future__ import annotations
 
@@ -363,10 +364,13 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         for d in range(p):
             nodes_d, counts = np.unique(node[d], return_counts=True)
             bd, K = int(counts.max()), len(nodes_d)
+            # NCCL's inter-node ring joins the nodes in the communicator's rank order (dp_rank order):
+            # the distinct nodes by first dp_rank, each linked to the next (and the last to the first)
+            ring = list(dict.fromkeys(int(n) for n in node[d]))
             pair = np.inf
-            for i in range(K):
-                for j in range(i + 1, K):
-                    x, y = nodes_d[i], nodes_d[j]
+            if K > 1:
+                for k in range(K if K > 2 else 1):
+                    x, y = ring[k], ring[(k + 1) % K]
                     pair = min(pair, bw[x, y], bw[y, x])
             for c in range(v):
                 nbytes = params[d, c] * gbytes

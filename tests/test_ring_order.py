@@ -1,0 +1,184 @@
+"""The data-parallel ring in rank order: a row's ring is charged its slowest *neighbour* link in column
+order (NCCL's connectRings), not its slowest pair. Exact = brute force where the order matters, the
+bounds stay valid, the former pair model is an upper bound, and the simulator agrees."""
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+import planner
+from planner.config import ParallelConfig
+from planner.latency import build_problem, evaluate
+from planner.mapping import layouts
+from planner.mapping.anneal import anneal
+from planner.mapping.bruteforce import brute_force
+from planner.mapping.cpsat import _canonical, _head_bound, _int_objective, _row0_sets, solve_exact
+from planner.mapping.problem import Layout, ring_bottleneck_bound, ring_order_bound
+from planner.simulate import agreement, simulate
+
+
+def _slow_pairs_spec(make_spec, nodes, seed, slow):
+    spec = make_spec(nodes=nodes, seed=seed, gbs=64, layers=24, spread=(0.8, 1.0))
+    for a, b in slow:
+        spec.cluster.bandwidth[a, b] = spec.cluster.bandwidth[b, a] = 0.5
+    return spec
+
+
+def _ring_cases(make_spec):
+    """K >= 4 columns with slow pairs that a ring order can keep off its neighbour links."""
+    # 1 row x 4 columns on 4 nodes: the diagonals 0-2 and 1-3 are slow, the ring 0-1-2-3 avoids both
+    spec = _slow_pairs_spec(make_spec, 4, 1, [(0, 2), (1, 3)])
+    yield build_problem(spec, ParallelConfig(8, 1, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 4))
+    # 2 rows x 4 columns on 8 nodes (and on 9: a spare node), slow pairs scattered
+    for n, seed in ((8, 2), (9, 3)):
+        spec = _slow_pairs_spec(make_spec, n, seed, [(0, 2), (1, 3), (4, 6), (5, 7), (0, 5)])
+        yield build_problem(spec, ParallelConfig(8, 2, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 2, 4))
+    # 1 row x 5 columns on 6 nodes, random heterogeneous links
+    spec = make_spec(nodes=6, seed=4, gbs=80, layers=24)
+    yield build_problem(spec, ParallelConfig(8, 1, 5, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 5))
+
+
+def test_ring_order_matters_and_exact_equals_brute_force(make_spec):
+    strictly = 0
+    for prob in _ring_cases(make_spec):
+        best, best_a = brute_force(prob)
+        pair_best = min(prob.const + prob.path_costs(a).max() + prob.dp_costs_pairs(a).max()
+                        for a in (np.array(p).reshape(prob.layout.rows, prob.layout.cols)
+                                  for p in itertools.permutations(range(prob.n), prob.layout.blocks)))
+        strictly += best < pair_best - 1e-9                 # the order avoids a slow pair here
+        assert prob.lower_bound() <= best + 1e-12
+        for hint in (None, prob.rank_order(), best_a, best_a[:, ::-1]):
+            ex = solve_exact(prob, time_limit_s=20, hint=hint)
+            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+            assert ex.bound <= best + 1e-9
+        assert solve_exact(prob, time_limit_s=20, hint=best_a, ring_cap=False).objective == pytest.approx(best)
+        assert solve_exact(prob, time_limit_s=20, ring_form="bigm").objective == pytest.approx(best)
+        pr = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
+        assert pr.status == "PRUNED" and pr.bound == best
+        ok = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best + 1e-6)
+        assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
+        quick = solve_exact(prob, time_limit_s=1e-4, hint=prob.rank_order())
+        assert quick.bound <= best + 1e-9
+        assert anneal(prob, seed=1).objective >= best - 1e-12
+    assert strictly >= 2
+
+
+def test_pair_model_is_an_upper_bound_of_the_ring(make_spec):
+    rng = np.random.default_rng(0)
+    seen = 0
+    for prob in _ring_cases(make_spec):
+        R, K, N = prob.layout.rows, prob.layout.cols, prob.n
+        for _ in range(200):
+            a = rng.permutation(N)[:R * K].reshape(R, K)
+            assert np.all(prob.dp_costs_pairs(a) >= prob.dp_costs(a) - 1e-15)
+            # the model's integer objective is the ring's too
+            assert _int_objective(prob, a) * 1e-7 + prob.const == pytest.approx(prob.objective(a), abs=(R + 3) * 1e-7)
+            seen += 1
+    for K in (1, 2, 3):       # with K <= 3 the ring holds every pair: the two models agree
+        spec = make_spec(nodes=6, seed=K, gbs=96, layers=24)
+        prob = build_problem(spec, ParallelConfig(8, 2, K, 1, 96 // K, "1f1b", 1, "selective"), Layout(1, 1, 2, K))
+        for _ in range(50):
+            a = rng.permutation(6)[:2 * K].reshape(2, K)
+            assert prob.dp_costs_pairs(a) == pytest.approx(prob.dp_costs(a))
+    assert seen >= 800
+
+
+def test_ring_order_bound_and_row0_sets_are_valid():
+    rng = np.random.default_rng(0)
+    tight = 0
+    for trial in range(40):
+        n, k = int(rng.integers(4, 8)), int(rng.integers(2, 6))
+        if k > n:
+            continue
+        c = rng.uniform(1, 10, size=(n, n))
+        c = np.maximum(c, c.T)
+        np.fill_diagonal(c, 0)
+        ring = {}                            # every k-set: its best cycle's slowest link
+        for s in itertools.combinations(range(n), k):
+            ring[s] = min(max(c[o[j], o[(j + 1) % k]] for j in range(k))
+                          for o in itertools.permutations(s) if o[0] == s[0])
+        best = min(ring.values())
+        bound = ring_order_bound(c, k)
+        assert bound <= best + 1e-12
+        if k <= 3:
+            assert bound == ring_bottleneck_bound(c, k)
+        tight += bound == best
+        # the row-0 sets of a problem with this cost (integer units) are exactly the sets under the threshold
+        prob = type("P", (), {})()
+        prob.layout, prob.n = Layout(1, 1, 2, k), n
+        prob.dp_link = np.stack([c * 1e-7, c * 1e-7])
+        prob.dp_base = np.zeros(2)
+        ci = np.rint(c).astype(np.int64)
+        thr = int(np.sort(ci[np.triu_indices(n, 1)])[len(ci) // 2])
+        sets = _row0_sets(prob, thr, limit=10 ** 6)
+        want = sorted((int(min(max(ci[o[j], o[(j + 1) % k]] for j in range(k))
+                               for o in itertools.permutations(s) if o[0] == s[0])), s) for s in ring)
+        want = [w for w in want if w[0] <= thr]
+        assert sets == want
+    assert tight >= 15
+
+
+def test_head_bound_is_valid_in_ring_order(make_spec):
+    for prob in _ring_cases(make_spec):
+        if prob.layout.rows < 2:
+            continue
+        R, K, N = prob.layout.rows, prob.layout.cols, prob.n
+        best = min(_int_objective(prob, np.array(p).reshape(R, K)) for p in itertools.permutations(range(N), R * K))
+        from planner.mapping.cpsat import path_lower_bound_int
+        plb = path_lower_bound_int(prob)
+        for limit in (best, best - 1, best + 10 ** 4):
+            hb = _head_bound(prob, limit, plb, 10.0, 0)
+            assert hb is not None and hb <= min(best, limit + 1)
+
+
+def test_canonical_keeps_the_objective(make_spec):
+    rng = np.random.default_rng(1)
+    for prob in _ring_cases(make_spec):
+        R, K, N = prob.layout.rows, prob.layout.cols, prob.n
+        for _ in range(30):
+            a = rng.permutation(N)[:R * K].reshape(R, K)
+            c = _canonical(a)
+            assert prob.objective(c) == pytest.approx(prob.objective(a), rel=1e-12)
+            assert c[0, 0] == c[0].min() and c[0, 1] < c[0, K - 1]
+
+
+def test_simulator_runs_the_ring_in_dp_order():
+    """4 columns on a heterogeneous matrix: a slow pair that is not a ring neighbour costs nothing, on a
+    neighbour link it slows the all-reduce; the simulator and the estimate agree on both."""
+    spec = planner.load_spec("specs/gpt3-13b-a100-128.yaml")
+    rng = np.random.default_rng(0)
+    bw = spec.cluster.bandwidth * rng.uniform(0.85, 1.0, size=spec.cluster.bandwidth.shape)
+    bw = np.minimum(bw, bw.T)
+    bw[0, 2] = bw[2, 0] = bw[0, 2] * 0.1                  # slow between nodes 0 and 2
+    np.fill_diagonal(bw, 0)
+    het = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=bw))
+    cfg = ParallelConfig(8, 4, 4, 1, 128, "1f1b")
+    lay = Layout(1, 1, 4, 4)
+    base = np.arange(16).reshape(4, 4)
+    apart = base.copy()                                    # row 0: 0 1 2 3, ring links 0-1 1-2 2-3 3-0
+    beside = base.copy()
+    beside[0] = [0, 2, 1, 3]                               # ring links 0-2 ... : the slow pair is a neighbour
+    prob = build_problem(het, cfg, lay)
+    ests = {k: evaluate(het, cfg, prob, a) for k, a in (("apart", apart), ("beside", beside))}
+    sims = {k: simulate(het, cfg, layout=lay, assign=a) for k, a in (("apart", apart), ("beside", beside))}
+    assert prob.dp_costs_pairs(apart).max() == pytest.approx(prob.dp_costs_pairs(beside).max())   # the pair model
+    assert sims["beside"].dp_comm_s > sims["apart"].dp_comm_s * 1.5
+    for k in ests:
+        assert abs(agreement(sims[k], ests[k])) <= 0.05, (k, sims[k].iteration_s, ests[k].iteration_s)
+    d_sim = sims["beside"].iteration_s - sims["apart"].iteration_s
+    d_est = ests["beside"].iteration_s - ests["apart"].iteration_s
+    assert d_est > 0 and d_est == pytest.approx(d_sim, rel=0.33)
+
+
+def test_row0_table_keeps_the_exact_optimum(make_spec, monkeypatch):
+    """The optional cut "row 0 holds one of the row-0 sets under the cap" (off by default) is exact."""
+    import planner.mapping.cpsat as C
+    monkeypatch.setattr(C, "ROW0_TABLE", True)
+    for prob in _ring_cases(make_spec):
+        best, best_a = brute_force(prob)
+        for hint in (prob.rank_order(), best_a):
+            ex = C.solve_exact(prob, time_limit_s=20, hint=hint)
+            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+        pr = C.solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
+        assert pr.status == "PRUNED"
