@@ -371,16 +371,27 @@ def _bottleneck_levels(m, p, base, use_b, R, N, cap=None):
                 pairs.append((v, i, n, q))
                 vals.add(v)
     floor = int(max(base))                    # row 0 has no slack: T_dp >= its base always
-    levels = sorted(v for v in vals if v > floor and (cap is None or v <= cap))
-    lvl = [m.NewBoolVar("") for _ in levels]
-    for k in range(len(lvl) - 1):
-        m.AddImplication(lvl[k + 1], lvl[k])
-    index = {v: k for k, v in enumerate(levels)}
+    levels, lvl, index = _ladder(m, vals, floor, cap)
     for v, i, n, q in pairs:
         if cap is not None and v > cap:      # outside the slice: the pair may not share a row
             m.AddBoolOr([use_b[i][n].Not(), use_b[i][q].Not()])
         elif v > floor:
             m.AddBoolOr([use_b[i][n].Not(), use_b[i][q].Not(), lvl[index[v]]])
+    return _ladder_sum(m, levels, lvl, floor)
+
+
+def _ladder(m, vals, floor, cap):
+    """Level literals lvl[k] <=> T_dp >= levels[k] (implied downwards) over the values above floor (and
+    at most cap); index maps a value to its level."""
+    levels = sorted(v for v in vals if v > floor and (cap is None or v <= cap))
+    lvl = [m.NewBoolVar("") for _ in levels]
+    for k in range(len(lvl) - 1):
+        m.AddImplication(lvl[k + 1], lvl[k])
+    return levels, lvl, {v: k for k, v in enumerate(levels)}
+
+
+def _ladder_sum(m, levels, lvl, floor):
+    """T_dp = floor + the steps of the levels switched on."""
     tdp = m.NewIntVar(floor, max([floor] + levels), "tdp")
     prev = floor
     steps = []
@@ -403,11 +414,7 @@ def _ring_levels(m, p, base, x, bid, R, K, N, cap=None):
         c = int(base[i]) + np.maximum(lc, lc.T)
         cost.append(c)
         vals.update(int(v) for v in np.unique(c[~np.eye(N, dtype=bool)]))
-    levels = sorted(v for v in vals if v > floor and (cap is None or v <= cap))
-    lvl = [m.NewBoolVar("") for _ in levels]
-    for k in range(len(lvl) - 1):
-        m.AddImplication(lvl[k + 1], lvl[k])
-    index = {v: k for k, v in enumerate(levels)}
+    levels, lvl, index = _ladder(m, vals, floor, cap)
     for i in range(R):
         c = cost[i]
         for j in range(K):
@@ -421,14 +428,7 @@ def _ring_levels(m, p, base, x, bid, R, K, N, cap=None):
                         m.AddBoolOr([u[n].Not(), w[q].Not()])
                     elif v > floor:
                         m.AddBoolOr([u[n].Not(), w[q].Not(), lvl[index[v]]])
-    tdp = m.NewIntVar(floor, max([floor] + levels), "tdp")
-    prev = floor
-    steps = []
-    for k, v in enumerate(levels):
-        steps.append((v - prev) * lvl[k])
-        prev = v
-    m.Add(tdp == floor + sum(steps))
-    return tdp
+    return _ladder_sum(m, levels, lvl, floor)
 
 
 def _ring_bigm(m, p, base, x, bid, R, K, N, cap=None):
