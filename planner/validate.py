@@ -235,7 +235,8 @@ def fit_compute(rows: list[Row], cluster: ClusterSpec, base, names=None, costs_f
     return _unpack(base, names, res.x), res
 
 
-def kfold_validate(rows: list[Row], cluster: ClusterSpec, base, k: int = 5, seed: int = 0, names=None):
+def kfold_validate(rows: list[Row], cluster: ClusterSpec, base, k: int = 5, seed: int = 0, names=None,
+                   defaults: dict | None = None):
     """k-fold cross-validation of the fit: every row is predicted by a model fitted without it."""
     from planner.costs import costs_with_compute
     rng = np.random.default_rng(seed)
@@ -247,10 +248,10 @@ def kfold_validate(rows: list[Row], cluster: ClusterSpec, base, k: int = 5, seed
     for f in folds:
         test = set(f.tolist())
         train = [use[i] for i in range(len(use)) if i not in test]
-        m, _ = fit_compute(train, cluster, base, names)
+        m, _ = fit_compute(train, cluster, base, names, defaults=defaults)
         models.append(m)
         costs = costs_with_compute(m)
         for i in f:
-            p = predict(use[i], cluster, costs)
+            p = predict(use[i], cluster, costs, defaults)
             errs[i] = 100.0 * (p - use[i].measured_s) / use[i].measured_s
     return errs, models

@@ -285,11 +285,12 @@ def _run_fit(args) -> int:
             raise SpecError(None, "--cluster", "is required with --measured")
         cluster = load_cluster(args.cluster)
         rows = read_vtrain_csv(args.measured)
-        m, res = fit_compute(rows, cluster, base)
+        engine = {"pipeline_engine": args.pipeline_engine}
+        m, res = fit_compute(rows, cluster, base, defaults=engine)
         fit = {"kind": "iteration", "source": os.path.basename(args.measured), "rows": len(rows),
                "in_sample_rms_log_error": float(np.sqrt(np.mean(res.fun ** 2)))}
         if args.kfold > 1:
-            errs, _ = kfold_validate(rows, cluster, base, k=args.kfold)
+            errs, _ = kfold_validate(rows, cluster, base, k=args.kfold, defaults=engine)
             fit["kfold"] = args.kfold
             fit["cv_mape_pct"] = float(np.mean(np.abs(errs)))
             fit["cv_max_abs_pct_error"] = float(np.max(np.abs(errs)))
@@ -322,6 +323,8 @@ def register_fit(subparsers):
     p.add_argument("--grad-bytes", type=int, default=2, help="bytes per gradient in the DP all-reduce (fp16: 2)")
     p.add_argument("--peak-tflops", type=float, default=None)
     p.add_argument("--kfold", type=int, default=0, help="also cross-validate with k folds")
+    p.add_argument("--pipeline-engine", choices=("deepspeed", "megatron"), default="deepspeed",
+                   help="the engine that ran --measured (default deepspeed, as vTrain's Megatron-DeepSpeed runs)")
     p.add_argument("-o", "--output", default="compute_profile.json")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run_fit)
