@@ -24,3 +24,21 @@ def tiny_spec(nodes=4, gpn=8, seed=0, layers=24, hidden=2048, heads=16, gbs=64, 
 @pytest.fixture
 def make_spec():
     return tiny_spec
+
+
+def random_costs(n_range, k_range, trials=40, seed=0):
+    """Random symmetric pair-cost matrices (zero diagonal) with a ring size k <= n: (n, k, cost) per trial."""
+    rng = np.random.default_rng(seed)
+    for _ in range(trials):
+        n, k = int(rng.integers(*n_range)), int(rng.integers(*k_range))
+        if k > n:
+            continue
+        c = rng.uniform(1, 10, size=(n, n))
+        c = np.maximum(c, c.T)
+        np.fill_diagonal(c, 0)
+        yield n, k, c
+
+
+@pytest.fixture
+def costs_cases():
+    return random_costs

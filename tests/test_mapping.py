@@ -82,19 +82,12 @@ def test_objective_prefers_fast_links(make_spec):
     assert prob.objective(a) > prob_fast.objective(a)
 
 
-def test_ring_bottleneck_bound_is_valid_and_tight_on_small_cases():
+def test_ring_bottleneck_bound_is_valid_and_tight_on_small_cases(costs_cases):
     import itertools
 
     from planner.mapping.problem import ring_bottleneck_bound
-    rng = np.random.default_rng(0)
     tight = 0
-    for trial in range(40):
-        n, k = int(rng.integers(3, 8)), int(rng.integers(2, 5))
-        if k > n:
-            continue
-        c = rng.uniform(1, 10, size=(n, n))
-        c = np.maximum(c, c.T)
-        np.fill_diagonal(c, 0)
+    for n, k, c in costs_cases((3, 8), (2, 5)):
         best = min(max(c[a, b] for a, b in itertools.combinations(s, 2)) for s in itertools.combinations(range(n), k))
         bound = ring_bottleneck_bound(c, k)
         assert bound <= best + 1e-12

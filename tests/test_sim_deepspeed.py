@@ -69,6 +69,8 @@ def test_only_1f1b():
         p2p_hops("interleaved", 4, 2, 8, "deepspeed")
     with pytest.raises(ValueError, match="1F1B"):
         simulate_uniform("interleaved", 4, 8, 2, pipeline_engine="deepspeed")
+    with pytest.raises(ValueError, match="variants of Megatron"):
+        simulate_uniform("1f1b", 4, 8, rendezvous_p2p=True, pipeline_engine="deepspeed")
     with pytest.raises(ValueError, match="unknown pipeline engine"):
         simulate_uniform("1f1b", 4, 8, pipeline_engine="colossal")
 

@@ -188,7 +188,7 @@ def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 
     every p2p hop between devices takes `comm`. Activation memory: 1 byte per device-layer-set and
     micro-batch (so `inflight` and activation peaks read in 1F1B's units)."""
     v = chunks_per_device(schedule, vpp)
-    _check_engine(pipeline_engine, schedule)
+    _check_engine(pipeline_engine, schedule, blocking_p2p or rendezvous_p2p)
     sched = build(schedule, p, m, vpp, recompute=recompute > 0, early_recompute=recompute_in_bubbles,
                   times=(f / v, b / v, w / v))
     dur = np.zeros((p, v, 4))
@@ -212,11 +212,13 @@ def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 
                           blocking_p2p=blocking_p2p, rendezvous_p2p=rendezvous_p2p, pipeline_engine=pipeline_engine)
 
 
-def _check_engine(pipeline_engine: str, schedule: str) -> None:
+def _check_engine(pipeline_engine: str, schedule: str, p2p_variant: bool = False) -> None:
     if pipeline_engine not in PIPELINE_ENGINES:
         raise ValueError(f"unknown pipeline engine {pipeline_engine!r}; one of {', '.join(PIPELINE_ENGINES)}")
     if pipeline_engine == "deepspeed" and schedule != "1f1b":
         raise ValueError(f"DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule, not {schedule}")
+    if pipeline_engine == "deepspeed" and p2p_variant:
+        raise ValueError("blocking / rendezvous p2p are variants of Megatron's p2p; the deepspeed engine has its own")
 
 
 def simulate_stage_times(schedule: str, p: int, m: int, vpp: int, st: list) -> SimResult:
@@ -316,9 +318,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     costs = costs or default_costs(spec.cluster)
     model, cl, tr = spec.model, spec.cluster, spec.training
     pipeline_engine = pipeline_engine or tr.pipeline_engine
-    _check_engine(pipeline_engine, cfg.schedule)
-    if pipeline_engine == "deepspeed" and (blocking_p2p or rendezvous_p2p):
-        raise ValueError("blocking / rendezvous p2p are variants of Megatron's p2p; the deepspeed engine has its own")
+    _check_engine(pipeline_engine, cfg.schedule, blocking_p2p or rendezvous_p2p)
     p, m = cfg.pp, cfg.num_microbatches
     v = chunks_per_device(cfg.schedule, cfg.vpp)
     if model.num_layers % p or (model.num_layers // p) % v:
