@@ -25,18 +25,24 @@ def _slow_pairs_spec(make_spec, nodes, seed, slow):
     return spec
 
 
-def _ring_cases(make_spec):
-    """K >= 4 columns with slow pairs that a ring order can keep off its neighbour links."""
+def _ring_specs(make_spec):
+    """(spec, config, layout) with K >= 4 columns and slow pairs that a ring order can keep off its
+    neighbour links."""
     # 1 row x 4 columns on 4 nodes: the diagonals 0-2 and 1-3 are slow, the ring 0-1-2-3 avoids both
     spec = _slow_pairs_spec(make_spec, 4, 1, [(0, 2), (1, 3)])
-    yield build_problem(spec, ParallelConfig(8, 1, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 4))
+    yield spec, ParallelConfig(8, 1, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 4)
     # 2 rows x 4 columns on 8 nodes (and on 9: a spare node), slow pairs scattered
     for n, seed in ((8, 2), (9, 3)):
         spec = _slow_pairs_spec(make_spec, n, seed, [(0, 2), (1, 3), (4, 6), (5, 7), (0, 5)])
-        yield build_problem(spec, ParallelConfig(8, 2, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 2, 4))
+        yield spec, ParallelConfig(8, 2, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 2, 4)
     # 1 row x 5 columns on 6 nodes, random heterogeneous links
     spec = make_spec(nodes=6, seed=4, gbs=80, layers=24)
-    yield build_problem(spec, ParallelConfig(8, 1, 5, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 5))
+    yield spec, ParallelConfig(8, 1, 5, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 5)
+
+
+def _ring_cases(make_spec):
+    for spec, cfg, lay in _ring_specs(make_spec):
+        yield build_problem(spec, cfg, lay)
 
 
 def test_ring_order_matters_and_exact_equals_brute_force(make_spec):
@@ -175,3 +181,69 @@ def test_row0_table_keeps_the_exact_optimum(make_spec, monkeypatch):
             assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
         pr = C.solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
         assert pr.status == "PRUNED"
+
+
+def test_robust_worst_slice_and_cutoff_equal_brute_force(make_spec):
+    """With several snapshots and robust='worst', the ring slice, the path cut and the head bound are
+    taken per scenario (every better placement keeps each scenario under the limit): exact = brute force
+    from any hint, and a cutoff at the optimum is refuted (PRUNED) while one just above finds it."""
+    rng = np.random.default_rng(8)
+    checked = 0
+    for spec, cfg, lay in _ring_specs(make_spec):
+        if spec.cluster.nodes > 8:
+            continue                                     # 9 nodes x 3 snapshots: brute force too slow
+        mats = []
+        for _ in range(3):
+            m = spec.cluster.bandwidth * rng.uniform(0.6, 1.0, size=spec.cluster.bandwidth.shape)
+            np.fill_diagonal(m, 0)
+            mats.append(m)
+        probs = [build_problem(spec, cfg, lay, bandwidth=m) for m in mats]
+        R, K = lay.rows, lay.cols
+        worst = {perm: max(p.objective(np.array(perm).reshape(R, K)) for p in probs)
+                 for perm in itertools.permutations(range(spec.cluster.nodes), R * K)}
+        best_perm = min(worst, key=worst.get)
+        best, best_a = worst[best_perm], np.array(best_perm).reshape(R, K)
+        for hint in (None, probs[0].rank_order(), best_a):
+            ex = solve_exact(probs, time_limit_s=20, hint=hint, robust="worst")
+            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+            assert ex.bound <= best + 1e-9
+        pr = solve_exact(probs, time_limit_s=20, hint=probs[0].rank_order(), cutoff=best, robust="worst")
+        assert pr.status == "PRUNED" and pr.bound == best
+        ok = solve_exact(probs, time_limit_s=20, hint=probs[0].rank_order(), cutoff=best + 1e-6, robust="worst")
+        assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
+        checked += 1
+    assert checked >= 3
+
+
+def test_node_floors_are_valid_and_see_a_slow_node(make_spec):
+    """node_ring_floor / node_path_floor: every used node has ring neighbours and a hop, so a slow node
+    that no row choice can leave out bounds the slowest ring and column. Valid against brute force on
+    grids with and without spare nodes; strictly above the core bounds when one node is slow."""
+    cases = [(4, 1, Layout(1, 1, 1, 4), (8, 1, 4)), (6, 2, Layout(1, 1, 2, 3), (8, 2, 3)),
+             (8, 3, Layout(1, 1, 2, 4), (8, 2, 4)), (7, 4, Layout(1, 1, 2, 3), (8, 2, 3)),
+             (5, 6, Layout(1, 1, 1, 4), (8, 1, 4)),
+             (6, 5, Layout(1, 1, 3, 2), (8, 3, 2))]
+    stronger = 0
+    for n, seed, lay, (tp, pp, dp) in cases:
+        for slow in (False, True):
+            spec = make_spec(nodes=n, seed=seed, gbs=48 if dp == 3 else 64, layers=24, spread=(0.7, 1.0))
+            if slow:                                   # node 0's links are all slow
+                spec.cluster.bandwidth[0, 1:] *= 0.25
+                spec.cluster.bandwidth[1:, 0] *= 0.25
+            gbs = spec.training.global_batch_size
+            prob = build_problem(spec, ParallelConfig(tp, pp, dp, 1, gbs // dp, "1f1b", 1, "selective"), lay)
+            R, K = lay.rows, lay.cols
+            rings, paths = [], []
+            for perm in itertools.permutations(range(n), R * K):
+                a = np.array(perm).reshape(R, K)
+                rings.append(prob.dp_costs(a).max())
+                paths.append(prob.path_costs(a).max())
+            assert prob.node_ring_floor() <= min(rings) + 1e-12
+            assert prob.node_path_floor() <= min(paths) + 1e-12
+            best, _ = brute_force(prob)
+            assert prob.lower_bound() <= best + 1e-12
+            if slow and n == R * K:
+                core_ring = max(prob.dp_base[i] + ring_order_bound(np.maximum(prob.dp_link[i], prob.dp_link[i].T), K)
+                                for i in range(R))
+                stronger += prob.node_ring_floor() > core_ring + 1e-12
+    assert stronger >= 2

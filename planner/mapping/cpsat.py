@@ -29,7 +29,7 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner.mapping.problem import MappingProblem, core, ring_degree, ring_order_bound
+from planner.mapping.problem import MappingProblem, core, node_ring_floor, ring_degree, ring_order_bound
 from planner.mapping.result import MappingResult
 
 UNIT = 1e-7                     # seconds per integer cost unit
@@ -113,25 +113,46 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             row.append(b)
         use_b.append(row)
 
-    slice_cap, path_lb, head_lb = None, 0, 0
-    if ring_cap and K > 1 and len(probs) == 1 and (hint is not None or cutoff is not None):
+    # per scenario: the ring slice's cap and P_LB (None / 0: no slice); head_lb is over all scenarios
+    nscen_ = len(probs)
+    slice_caps, path_lbs, head_lb = [None] * nscen_, [0] * nscen_, 0
+    # the slice needs every better placement to keep each scenario's objective under the limit: one
+    # scenario, or the worst case over several (the mean lets one scenario exceed it)
+    per_scenario = len(probs) == 1 or robust == "worst"
+    if ring_cap and K > 1 and per_scenario and (hint is not None or cutoff is not None):
         limit_int = (int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - 1 if cutoff is not None
-                     else _int_objective(p0, hint))
-        cut = _ring_cap(p0, limit_int, time_limit_s, seed)
-        path_lb = cut[2]
-        row0 = _row0_sets(p0, limit_int - path_lb)
-        head_lb = _head_bound(p0, limit_int, path_lb, time_limit_s, seed, sets=row0) or 0
-        if cutoff is not None and head_lb > limit_int:
-            # no row-0 set leaves room for a path under the cutoff: nothing strictly better exists
-            a = hint.copy() if hint is not None else None
-            return MappingResult(a, _score(probs, a, robust) if a is not None else float("inf"), float(cutoff),
-                                 "PRUNED", time.perf_counter() - t0, "exact")
-        if cut[0] is not None:
-            slice_cap, allowed = cut[0], cut[1]
-            for i in range(R):
-                for n in range(N):
-                    if not allowed[i][n]:
-                        m.Add(use_b[i][n] == 0)
+                     else max(_int_objective(p, hint) for p in probs))
+        # one scenario's slice is valid for the worst case; the pre-solve bounds cost 0.3-2 s per scenario,
+        # so only the scenario that binds is sliced: the hint's slowest, else the one with the highest bound
+        if len(probs) == 1:
+            sliced = [0]
+        elif hint is not None:
+            sliced = [int(np.argmax([_int_objective(p, hint) for p in probs]))]
+        else:
+            sliced = [int(np.argmax([p.lower_bound() for p in probs]))]
+        share = time_limit_s
+        allowed = [[True] * N for _ in range(R)]
+        row0_all = []
+        for s_ in sliced:
+            p = probs[s_]
+            cut = _ring_cap(p, limit_int, share, seed)
+            path_lbs[s_] = cut[2]
+            row0 = _row0_sets(p, limit_int - cut[2])
+            head_lb = max(head_lb, _head_bound(p, limit_int, cut[2], share, seed, sets=row0) or 0)
+            if cutoff is not None and head_lb > limit_int:
+                # no row-0 set leaves room for a path under the cutoff: nothing strictly better exists
+                a = hint.copy() if hint is not None else None
+                return MappingResult(a, _score(probs, a, robust) if a is not None else float("inf"),
+                                     float(cutoff), "PRUNED", time.perf_counter() - t0, "exact")
+            if cut[0] is not None:
+                slice_caps[s_] = cut[0]
+                allowed = [[allowed[i][n] and bool(cut[1][i][n]) for n in range(N)] for i in range(R)]
+            row0_all.append(row0)
+        for i in range(R):
+            for n in range(N):
+                if not allowed[i][n]:
+                    m.Add(use_b[i][n] == 0)
+        row0 = row0_all[0] if len(probs) == 1 else None
         if ROW0_TABLE and row0:
             # every placement worth searching has its row-0 ring <= limit_int - P_LB, so row 0 holds one of
             # the enumerated sets (exact: the list is complete when _row0_sets returns one)
@@ -146,7 +167,8 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
                     m.Add(use_b[0][n] == 0)
 
     scen_obj = []
-    for p in probs:
+    for s_, p in enumerate(probs):
+        path_lb, slice_cap = path_lbs[s_], slice_caps[s_]
         hop_c = _int(p.hop)
         wrap_c = _int(p.wrap) if p.wrap is not None else None
         cap = int(hop_c.max() * (R - 1) + (wrap_c.max() if wrap_c is not None else 0)) + 1
@@ -184,9 +206,7 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             else:
                 tdp = _ring_levels(m, p, base, x, bid, R, K, N, slice_cap)
             # the ring-core bound per row, as a cut: CP-SAT's LP does not see it
-            for i in range(R):
-                lc = np.maximum(p.dp_link[i], p.dp_link[i].T)
-                m.Add(tdp >= int(base[i]) + int(np.floor(ring_order_bound(lc, K) / UNIT)))
+            m.Add(tdp >= _ring_floor(p))
         else:
             tdp = m.NewIntVar(int(base.min()), int(base.max()), "tdp")
             for i in range(R):
@@ -223,12 +243,13 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         if hint is not None:
             obj = _score(probs, hint, robust)
             bound = _bound(probs, robust)
-            if cutoff is None and len(probs) == 1 and st == cp_model.UNKNOWN:
+            if cutoff is None and per_scenario and st == cp_model.UNKNOWN:
                 # the hint is a solution of the model, so CP-SAT's bound holds even without a solution
                 # of its own (in the slice too: what the slice cuts is worse than the hint)
                 bound = max(bound, _const(probs, robust) + solver.BestObjectiveBound() * UNIT - (R + 3) * UNIT)
-                if slice_cap is not None or path_lb:
-                    bound = max(bound, float(p0.const + (path_lb + _ring_floor(p0)) * UNIT - (R + 3) * UNIT))
+                for s_, p in enumerate(probs):
+                    if slice_caps[s_] is not None or path_lbs[s_]:
+                        bound = max(bound, float(p.const + (path_lbs[s_] + _ring_floor(p)) * UNIT - (R + 3) * UNIT))
                 if head_lb:
                     bound = max(bound, float(p0.const + head_lb * UNIT - (R + 3) * UNIT))
             return MappingResult(hint.copy(), obj, min(bound, obj), "TIME_LIMIT", wall, "exact")
@@ -688,5 +709,6 @@ def _ring_floor(p: MappingProblem) -> int:
     base = _int(p.dp_base)
     if K <= 1:
         return int(base.max())
-    return int(max(int(base[i]) + int(np.floor(ring_order_bound(
-        np.maximum(p.dp_link[i], p.dp_link[i].T), K) / UNIT)) for i in range(R)))
+    core_floor = max(int(base[i]) + int(np.floor(ring_order_bound(
+        np.maximum(p.dp_link[i], p.dp_link[i].T), K) / UNIT)) for i in range(R))
+    return int(max(core_floor, node_ring_floor(base, _int(p.dp_link), K, p.n - p.layout.blocks)))

@@ -129,7 +129,49 @@ class MappingProblem:
         if L.cols > 1:
             for i in range(L.rows):
                 dp[i] += ring_order_bound(np.maximum(self.dp_link[i], self.dp_link[i].T), L.cols)
-        return float(self.const + path + dp.max())
+        wrap = float(self.wrap[off].min()) if (self.wrap is not None and L.rows > 1 and N > 1) else 0.0
+        return float(self.const + max(path, self.node_path_floor() + wrap) + max(dp.max(), self.node_ring_floor()))
+
+    def _spare(self) -> int:
+        return self.n - self.layout.blocks
+
+    def node_ring_floor(self) -> float:
+        """Slowest-ring floor from the node that must sit somewhere (see node_ring_floor below)."""
+        return node_ring_floor(self.dp_base, self.dp_link, self.layout.cols, self._spare())
+
+    def node_path_floor(self) -> float:
+        """Every node but the spares is in some column, whose R-1 hops are distinct node pairs, one of them
+        at n (costing at least n's cheapest hop m_n): that column costs at least the R-2 cheapest pairs +
+        max(m_n, the (R-1)-th cheapest pair); taken at the (spare+1)-th worst node. Wrap hop left out."""
+        L, N = self.layout, self.n
+        if L.rows <= 1 or N < 2:
+            return 0.0
+        sym = np.minimum(self.hop, self.hop.T).astype(float)
+        pair = np.sort(sym[np.triu_indices(N, 1)])
+        np.fill_diagonal(sym, np.inf)
+        m = sym.min(axis=1)                       # cheapest hop at each node, either direction
+        mn = float(np.sort(m)[::-1][self._spare()])
+        return float(pair[:L.rows - 2].sum() + max(mn, pair[L.rows - 2]))
+
+
+def node_ring_floor(dp_base: np.ndarray, dp_link: np.ndarray, k: int, spare: int):
+    """A valid lower bound on the slowest ring (in the arrays' units; integers stay integers).
+
+    Every node but the `spare` ones sits in some row's ring, where it has ring_degree(k) distinct
+    neighbours: the slowest ring is at least, for the (spare+1)-th worst node n,
+    min_i (dp_base[i] + the d-th cheapest link of n in row i). Strong when a few nodes are slow, which
+    no choice of rows can leave out (ring_order_bound only needs *some* k fast nodes)."""
+    d = ring_degree(k)
+    n = dp_link.shape[1]
+    if d == 0 or n < 2:
+        return dp_base.max()
+    per_node = None
+    for i in range(len(dp_base)):
+        c = np.maximum(dp_link[i], dp_link[i].T)
+        c = np.where(np.eye(n, dtype=bool), c.max() + 1, c)
+        v = dp_base[i] + np.sort(c, axis=1)[:, d - 1]
+        per_node = v if per_node is None else np.minimum(per_node, v)
+    return np.sort(per_node)[::-1][spare]
 
 
 def ring_degree(k: int) -> int:
