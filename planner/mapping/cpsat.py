@@ -16,7 +16,8 @@ Formulation (stronger than Pipette's integer node variables with element constra
   are ordered by their row-0 node; with K >= 4 only the ring's rotations and reflection leave the
   objective unchanged: column 0 holds the smallest row-0 node and pos0[1] < pos0[K-1]. A hint is
   put in that form first (_canonical), else CP-SAT discards it as infeasible.
-- ring slice (one scenario, with an incumbent): every better placement has slowest ring <= U - P_LB,
+- ring slice (one scenario, or the worst case over several; with an incumbent): every better placement
+  has slowest ring <= U - P_LB,
   P_LB a path-cover lower bound (path_lower_bound_int), so row pairs above that cap are forbidden (as
   ring neighbours when K >= 4) and tpp >= P_LB is a cut. Measured on 64 nodes (deterministic time 20): mapping gap 6.5% -> 0.32%.
 Costs are integers in units of 0.1 us; the reported objective is recomputed in floating point.
