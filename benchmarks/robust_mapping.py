@@ -9,6 +9,9 @@ Every snapshot set is SYNTHETIC (no measured time series is at hand), built from
                (degrade to x U[0.1, 0.5] in a snapshot with a calibrated probability), 2 flaky nodes
                (all links x U[0.4, 0.8]); mean loss 10%, the same as 'uniform'
   struct-20    the same structure at mean loss 20%
+  volatile     volatile_snapshots(drift=0.2, fraction=0.3): 30% of node pairs vary x U[0.8, 1] per snapshot,
+               the rest are steady at the factor with the same mean time (x 0.896): the mean cannot tell
+               them apart, the worst case can (the case robust mapping is made for)
   shipped      the snapshots the cluster YAML ships (a100-16x8-hdr-het: AR(1) log-normal, log-sd 0.05;
                v100-16x8-edr-drift-het: struct-10 with seed 101), when it has any
 Scenarios (all printed, none dropped):
@@ -35,7 +38,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from planner.costs import default_costs  # noqa: E402
 from planner.compare import megatron_config  # noqa: E402
 from planner.latency import default_layout  # noqa: E402
-from planner.profile.snapshots import drifted_snapshots, mean_loss, structured_snapshots  # noqa: E402
+from planner.profile.snapshots import (drifted_snapshots, mean_loss, structured_snapshots,  # noqa: E402
+                                      volatile_snapshots)
 from planner.robust import robust_plan_report, robust_report  # noqa: E402
 from planner.solve import solve  # noqa: E402
 from planner.spec import load_spec  # noqa: E402
@@ -47,6 +51,7 @@ MODELS = {
     "uniform": lambda base, k, seed: drifted_snapshots(base, k, drift=0.2, seed=seed),
     "struct-10": lambda base, k, seed: structured_snapshots(base, k, loss=0.10, seed=seed),
     "struct-20": lambda base, k, seed: structured_snapshots(base, k, loss=0.20, seed=seed),
+    "volatile": lambda base, k, seed: volatile_snapshots(base, k, drift=0.2, fraction=0.3, seed=seed),
     "shipped": None,     # the cluster's own bandwidth_snapshots (specs whose cluster ships them; seed unused)
 }
 

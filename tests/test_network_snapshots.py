@@ -298,3 +298,23 @@ def test_spec_solver_robust_key(tmp_path, capsys):
     spec.write_text(yaml.safe_dump(raw))
     assert main(["solve", str(spec), "--out", str(out)]) == 2
     assert "bandwidth_snapshots" in capsys.readouterr().err
+
+
+def test_volatile_snapshots_equal_mean_time_different_spread():
+    base = np.full((6, 6), 25.0)
+    np.fill_diagonal(base, 0)
+    snaps = sn.volatile_snapshots(base, 400, drift=0.2, fraction=0.4, seed=2)
+    again = sn.volatile_snapshots(base, 400, drift=0.2, fraction=0.4, seed=2)
+    assert all(np.array_equal(a, b) for a, b in zip(snaps, again))
+    s = np.stack(snaps)
+    off = ~np.eye(6, dtype=bool)
+    spread = s.max(axis=0) - s.min(axis=0)
+    vol = (spread > 0) & off
+    assert vol.any() and (vol == vol.T).all() and (off & ~vol).any()
+    assert (s[:, off] >= 0.8 * 25.0 - 1e-9).all() and (s[:, off] <= 25.0 + 1e-9).all()
+    # the same mean time (1 / bandwidth) on both kinds of link, within sampling error
+    t = 1.0 / s[:, off]
+    tv, ts = t[:, vol[off]].mean(), t[:, ~vol[off]].mean()
+    assert abs(tv / ts - 1) < 0.01
+    # but the worst case differs: a volatile link reaches its 20% low, a steady one never moves
+    assert s[:, vol].min() < 0.81 * 25.0 and s[:, off & ~vol].min() > 0.89 * 25.0

@@ -189,6 +189,37 @@ def drifted_snapshots(base, k: int, drift: float = 0.2, seed: int = 0, symmetric
     return out
 
 
+def volatile_snapshots(base, k: int, drift: float = 0.2, fraction: float = 0.3, seed: int = 0) -> list:
+    """k synthetic snapshots in which links differ in *spread*, not in mean: a fixed `fraction` of node
+    pairs (both directions) is volatile, each snapshot scaling it by an independent factor uniform in
+    [1 - drift, 1]; every other link is steady at the factor with the same mean *time*,
+    drift / ln(1 / (1 - drift)) (0.896 for 20%), i.e. E[1/f] is equal for both kinds.
+
+    SYNTHETIC. The case a worst-case (robust) mapping is made for: a mean-optimal mapping cannot tell the
+    two kinds apart, while the worst case sees a volatile link at 1 / (1 - drift) of its best time.
+    """
+    if not 0 < drift < 1:
+        raise ValueError("drift must be in (0, 1)")
+    if not 0 <= fraction <= 1:
+        raise ValueError("fraction must be in [0, 1]")
+    rng = np.random.default_rng(seed)
+    base = np.asarray(base, dtype=float)
+    n = base.shape[0]
+    iu = np.triu_indices(n, 1)
+    vol = np.zeros((n, n), dtype=bool)
+    pick = rng.uniform(size=len(iu[0])) < fraction
+    vol[iu[0][pick], iu[1][pick]] = True
+    vol |= vol.T
+    steady = drift / np.log(1.0 / (1.0 - drift))
+    out = []
+    for _ in range(k):
+        f = rng.uniform(1 - drift, 1.0, size=base.shape)
+        m = base * np.where(vol, f, steady)
+        np.fill_diagonal(m, 0.0)
+        out.append(m)
+    return out
+
+
 def mean_loss(base, snaps) -> float:
     """Average fractional bandwidth loss below `base` over every off-diagonal link and snapshot:
     1 - mean(snap / base). Uniform factors in [1 - d, 1] give d / 2."""
