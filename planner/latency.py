@@ -1,7 +1,8 @@
 """Critical-path iteration time (Pipette eqs. 3-6, generalised to our schedules) and the estimate.
 
 T = compute(schedule, bubbles) + (m/pp) * slowest pipeline's p2p path + slowest data-parallel ring
-(each row's ring after its backward ends, less the slack it has over stage 0).
+(each row's ring after its backward ends, less the slack it has over stage 0) + slowest tied-embedding
+gradient all-reduce (GPT: first and last stage, after the DP sync; Megatron's finalize_model_grads).
 `build_problem` folds everything the mapping does not change into a constant, so that the exact
 solver, the annealer and `estimate` all score a mapping with MappingProblem.objective.
 """
@@ -13,11 +14,11 @@ import numpy as np
 
 from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
-from planner.costs.comm import p2p_time
+from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, MemoryBreakdown, stage_params
 from planner.mapping.problem import Layout, MappingProblem, layouts
-from planner.schedules import p2p_hops, stage_compute_time
+from planner.schedules import V_SHAPES, p2p_hops, stage_compute_time
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Estimate:
     dp_comm_s: float
     memory: list = field(default_factory=list)      # MemoryBreakdown per stage
     memory_limit_GiB: float = 0.0
+    emb_comm_s: float = 0.0                          # tied-embedding gradient all-reduce (slowest column)
 
     @property
     def peak_memory_GiB(self) -> float:
@@ -50,7 +52,7 @@ class Estimate:
     def as_dict(self) -> dict:
         return {"iteration_s": self.iteration_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
                 "compute_s": self.compute_s, "pp_comm_s": self.pp_comm_s, "dp_comm_s": self.dp_comm_s,
-                "memory_GiB": self.memory_dict()}
+                "emb_comm_s": self.emb_comm_s, "memory_GiB": self.memory_dict()}
 
 
 def memory_limit_GiB(spec) -> float:
@@ -126,7 +128,22 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
                 np.fill_diagonal(dp_link[i], 0.0)
             else:
                 dp_base[i] = costs.comm.dp_allreduce_time(nbytes, b, 1, tp, cl) - slack
-    return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const)
+    # tied embeddings (GPT): after the DP sync, each column's first- and last-stage GPUs all-reduce the word
+    # embedding's gradient (vocab x hidden / tp elements; 2 ranks; Megatron's _allreduce_embedding_grads,
+    # DeepSpeed's _exec_reduce_tied_grads). V-shapes keep both ends on device 0: nothing to reduce
+    emb = None
+    if model.tied_embeddings and pp > 1 and cfg.schedule not in V_SHAPES:
+        ebytes = costs.comm.tied_embedding_bytes(model, tp)
+        if layout.rows > 1:
+            pair = np.minimum(B, B.T)
+            with np.errstate(divide="ignore"):
+                emb = ring_allreduce_time(ebytes, 2, np.where(pair > 0, pair, np.inf) * eff * share,
+                                          cl.inter.latency_us)
+            np.fill_diagonal(emb, 0.0)
+        else:                                  # both ends in one node: NVLink, mapping-independent
+            const += costs.comm.intra_allreduce_time(ebytes, 2, cl)
+    return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const, emb)
+
 
 
 def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndarray,
@@ -135,11 +152,12 @@ def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndar
     t = problem.objective(assign)
     path = float(problem.path_costs(assign).max())
     dpc = float(problem.dp_costs(assign).max())
+    emb = float(problem.emb_costs(assign).max())
     tokens = spec.training.global_batch_size * spec.training.seq_length
     flops = spec.model.model_flops_per_token(spec.training.seq_length) * tokens
     peak = spec.cluster.gpu.peak_flops(spec.training.precision) * cfg.num_gpus
     return Estimate(t, tokens / t, flops / (t * peak), problem.const, path, dpc,
-                    stage_memory(spec, cfg, costs), memory_limit_GiB(spec))
+                    stage_memory(spec, cfg, costs), memory_limit_GiB(spec), emb)
 
 
 def default_layout(cfg: ParallelConfig, gpus_per_node: int) -> Layout:

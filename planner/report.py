@@ -23,7 +23,8 @@ def plan_table(sol) -> Table:
     t.add_row("layout", f"{sol.layout.a} stage(s) x {sol.layout.b} replica(s) per node, "
                         f"{sol.layout.rows} x {sol.layout.cols} node grid")
     t.add_row("iteration", f"{e.iteration_s:.3f} s  ({e.tokens_per_s:,.0f} tokens/s, MFU {e.mfu:.1%})")
-    t.add_row("  compute | p2p | dp", f"{e.compute_s:.3f} | {e.pp_comm_s:.4f} | {e.dp_comm_s:.4f} s")
+    t.add_row("  compute | p2p | dp | emb",
+              f"{e.compute_s:.3f} | {e.pp_comm_s:.4f} | {e.dp_comm_s:.4f} | {e.emb_comm_s:.4f} s")
     md = e.memory_dict()
     t.add_row("memory peak", f"{md['peak']:.1f} GiB of {md['limit']:.1f} GiB usable "
                              f"(w {md['weights']:.1f}, g {md['gradients']:.1f}, opt {md['optimizer']:.1f}, "

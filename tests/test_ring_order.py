@@ -128,7 +128,8 @@ def test_head_bound_is_valid_in_ring_order(make_spec):
         plb = path_lower_bound_int(prob)
         for limit in (best, best - 1, best + 10 ** 4):
             hb = _head_bound(prob, limit, plb, 10.0, 0)
-            assert hb is not None and hb <= min(best, limit + 1)
+            # a loose limit may leave too many row-0 sets to bound (None: no bound, which is valid)
+            assert (hb is not None or limit > best) and (hb is None or hb <= min(best, limit + 1))
 
 
 def test_canonical_keeps_the_objective(make_spec):

@@ -36,7 +36,8 @@ def run(args) -> int:
         engine = "" if spec.training.pipeline_engine == "megatron" else f" ({spec.training.pipeline_engine} engine)"
         con.print(f"[bold]{cfg.label()}[/bold]{engine}")
         con.print(f"iteration {est.iteration_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%} "
-                  f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, dp {est.dp_comm_s:.4f} s)")
+                  f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, dp {est.dp_comm_s:.4f}, "
+                  f"tied-embedding {est.emb_comm_s:.4f} s)")
         con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +
                   ", ".join(f"{k} {md[k]:.2f}" for k in ("weights", "gradients", "optimizer", "activations",
                                                           "logits", "overhead")))

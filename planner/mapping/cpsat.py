@@ -121,7 +121,7 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
     # scenario, or the worst case over several (the mean lets one scenario exceed it)
     per_scenario = len(probs) == 1 or robust == "worst"
     if ring_cap and K > 1 and per_scenario and (hint is not None or cutoff is not None):
-        limit_int = (int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - 1 if cutoff is not None
+        limit_int = (_cutoff_int(cutoff, probs, robust) if cutoff is not None
                      else max(_int_objective(p, hint) for p in probs))
         # one scenario's slice is valid for the worst case; the pre-solve bounds cost 0.3-2 s per scenario,
         # so only the scenario that binds is sliced: the hint's slowest, else the one with the highest bound
@@ -138,7 +138,7 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             p = probs[s_]
             cut = _ring_cap(p, limit_int, share, seed)
             path_lbs[s_] = cut[2]
-            row0 = _row0_sets(p, limit_int - cut[2])
+            row0 = _row0_sets(p, limit_int - cut[2] - _emb_floor(p))
             head_lb = max(head_lb, _head_bound(p, limit_int, cut[2], share, seed, sets=row0) or 0)
             if cutoff is not None and head_lb > limit_int:
                 # no row-0 set leaves room for a path under the cutoff: nothing strictly better exists
@@ -212,13 +212,14 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             tdp = m.NewIntVar(int(base.min()), int(base.max()), "tdp")
             for i in range(R):
                 m.Add(tdp >= int(base[i]))
-        scen_obj.append(tpp + tdp)
+        temb = _emb_levels(m, p, x, bid, R, K, N) if (p.emb is not None and R > 1) else 0
+        scen_obj.append(tpp + tdp + temb)
     # head_lb is not added as a cut (obj >= head_lb): measured on the 32-node benchmark instance it changed
     # CP-SAT's search for the worse (579.11 vs 578.90 ms in deterministic time 40); it only raises the bound
 
     # objective(scenario) = const + tpp + tdp
     _objective(m, scen_obj, robust, None if cutoff is None else
-               int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - 1)
+               _cutoff_int(cutoff, probs, robust))
 
     # in cutoff mode the hint (never better than the incumbent) violates the cutoff; OR-Tools 9.15
     # aborts the process ("Check failed: heuristics.fixed_search") on such a hint with
@@ -263,7 +264,7 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
     bound_int = max(solver.BestObjectiveBound(), head_lb)
     nscen = len(probs) if (robust == "mean" and len(probs) > 1) else 1
     # rounding to 0.1 us per term: allow the bound that slack so it stays valid
-    terms = (R + len(wraps) // max(1, K) + 2) * len(probs)
+    terms = (R + len(wraps) // max(1, K) + 3) * len(probs)
     bound = const + bound_int * UNIT / nscen - terms * UNIT
     status = "OPTIMAL" if st == cp_model.OPTIMAL else "FEASIBLE"
     if hint is not None:
@@ -271,6 +272,16 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         if hobj < obj:
             a, obj = hint.copy(), hobj
     return MappingResult(a, obj, min(bound, obj), status, wall, "exact")
+
+
+def _cutoff_int(cutoff: float, probs, robust: str) -> int:
+    """The integer objective a placement must stay under to count as strictly better than `cutoff`.
+    Every cost term is rounded to 0.1 us on its own (the hops, the wrap, a row's base and link, the
+    embedding pair), so a placement within that many units of the cutoff is a tie, not an improvement
+    (the same order as solve's absolute tolerance, 20 us); without the margin CP-SAT may return the
+    incumbent's own twin as 'better' by rounding."""
+    R = probs[0].layout.rows
+    return int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - (R + 3)
 
 
 def _objective(m, objs, robust: str, limit: int | None) -> None:
@@ -332,10 +343,23 @@ def _solve_single_column(probs, *, time_limit_s, seed, hint, robust, workers, cu
     objs = []
     for p in probs:
         c = _int(p.hop)
-        objs.append(sum(int(c[n, q]) * lit[(n, q)] for n in range(N) for q in range(N) if n != q and c[n, q]))
+        path = sum(int(c[n, q]) * lit[(n, q)] for n in range(N) for q in range(N) if n != q and c[n, q])
+        if p.emb is not None and R > 1:
+            # tied-embedding all-reduce between the path's two ends (first and last stage)
+            # (a ladder, as _emb_levels: start n and end q force the pair's level)
+            ec = _int(p.emb)
+            off = ~np.eye(N, dtype=bool)
+            floor = int(ec[off].min())
+            levels, lvl, index = _ladder(m, {int(v) for v in np.unique(ec[off])}, floor, None)
+            for n in range(N):
+                for q in range(N):
+                    if q != n and int(ec[n, q]) > floor:
+                        m.AddBoolOr([lit[("s", n)].Not(), lit[("e", q)].Not(), lvl[index[int(ec[n, q])]]])
+            path = path + _ladder_sum(m, levels, lvl, floor)
+        objs.append(path)
     # objective = const + path + the rows' fixed rings (one column: no inter-node ring)
     _objective(m, objs, robust, None if cutoff is None else
-               int(np.floor((cutoff - _const(probs, robust)) / UNIT)) - 1
+               _cutoff_int(cutoff, probs, robust)
                - int(_int(max(p.dp_base.max() for p in probs))))
     if hint is not None and cutoff is None:
         order = [int(v) for v in hint[:, 0]]
@@ -370,7 +394,7 @@ def _solve_single_column(probs, *, time_limit_s, seed, hint, robust, workers, cu
     obj = _score(probs, a, robust)
     nscen = len(probs) if (robust == "mean" and len(probs) > 1) else 1
     dpmax = float(min(p.dp_base.max() for p in probs))
-    bound = _const(probs, robust) + dpmax + solver.BestObjectiveBound() * UNIT / nscen - (R + 2) * UNIT
+    bound = _const(probs, robust) + dpmax + solver.BestObjectiveBound() * UNIT / nscen - (R + 3) * UNIT
     if hint is not None and _score(probs, hint, robust) < obj:
         a, obj = hint.copy(), _score(probs, hint, robust)
     return MappingResult(a, obj, min(bound, obj), "OPTIMAL" if st == cp_model.OPTIMAL else "FEASIBLE", wall,
@@ -453,6 +477,24 @@ def _ring_levels(m, p, base, x, bid, R, K, N, cap=None):
     return _ladder_sum(m, levels, lvl, floor)
 
 
+def _emb_levels(m, p, x, bid, R, K, N):
+    """Slowest tied-embedding all-reduce as a ladder of level literals (as the ring): column j's pair is
+    (row 0, row R-1), and nodes n, q there force the pair's level by (not x[0,j][n] or not x[R-1,j][q] or
+    lvl[k]). Measured on tiny grids: big-M rows for this term made CP-SAT's core worker creep up the bound
+    unit by unit (a 2 x 2 grid on 6 nodes: 15 s wall to prove); the ladder steps level by level."""
+    ec = _int(p.emb)
+    off = ~np.eye(N, dtype=bool)
+    floor = int(ec[off].min())
+    levels, lvl, index = _ladder(m, {int(v) for v in np.unique(ec[off])}, floor, None)
+    for j in range(K):
+        u, w = x[bid[(0, j)]], x[bid[(R - 1, j)]]
+        for n in range(N):
+            for q in range(N):
+                if q != n and int(ec[n, q]) > floor:
+                    m.AddBoolOr([u[n].Not(), w[q].Not(), lvl[index[int(ec[n, q])]]])
+    return _ladder_sum(m, levels, lvl, floor)
+
+
 def _ring_bigm(m, p, base, x, bid, R, K, N, cap=None):
     """Slowest ring in column order (K >= 4) in the compact big-M form of the pipeline hops: the link
     e of neighbour blocks u = (i, j), v = (i, j+1 mod K) costs c_e >= sum_q c[n,q] x[v][q] - M_n (1 - x[u][n])
@@ -522,7 +564,17 @@ def _int_objective(p: MappingProblem, a: np.ndarray) -> int:
             for j in range(K):                     # the ring in column order: neighbour links only
                 n, q = a[i, j], a[i, (j + 1) % K]
                 ring = max(ring, int(base[i]) + int(max(lc[n, q], lc[q, n])))
-    return int(path.max()) + ring
+    emb = 0
+    if p.emb is not None and R > 1:
+        emb = int(_int(p.emb)[a[0], a[R - 1]].max())
+    return int(path.max()) + ring + emb
+
+
+def _emb_floor(p: MappingProblem) -> int:
+    """The cheapest tied-embedding pair (integer units): every column pays at least that; 0 without one."""
+    if p.emb is None or p.layout.rows < 2 or p.n < 2:
+        return 0
+    return int(_int(p.emb)[~np.eye(p.n, dtype=bool)].min())
 
 
 def path_lower_bound_int(p: MappingProblem, time_limit_s: float = 1.0, seed: int = 0, heads=None) -> int:
@@ -589,7 +641,7 @@ def _ring_cap(p: MappingProblem, limit_int: int, time_limit_s: float, seed: int)
     L, N = p.layout, p.n
     R, K = L.rows, L.cols
     plb = path_lower_bound_int(p, time_limit_s=min(2.0, max(0.2, 0.05 * time_limit_s)), seed=seed)
-    cap = limit_int - plb
+    cap = limit_int - plb - _emb_floor(p)
     base = _int(p.dp_base)
     allowed = []
     cuts = False
@@ -678,8 +730,9 @@ def _row0_rings(val, adj, K, base0, limit):
 
 def _head_bound(p: MappingProblem, limit_int: int, plb: int, time_limit_s: float, seed: int,
                 sets=False) -> int | None:
-    """A lower bound on the model's integer objective (tpp + tdp) of every placement, from its row-0 set
-    S: objective >= ring_0(S) + path bound with heads S. Sets are taken by increasing ring_0; a set
+    """A lower bound on the model's integer objective (tpp + tdp + temb) of every placement, from its row-0
+    set S: objective >= ring_0(S) + path bound with heads S (+ the cheapest tied-embedding pair). Sets are
+    taken by increasing ring_0; a set
     with ring_0(S) + plb > limit_int cannot beat limit_int, so the result is min(that bound,
     limit_int + 1). The budget goes to the cheapest rings first; sets left without a bound of their
     own count at ring_0(S) + plb (never below what is returned). None: too many sets to try."""
@@ -687,19 +740,21 @@ def _head_bound(p: MappingProblem, limit_int: int, plb: int, time_limit_s: float
     if K <= 1 or p.layout.rows <= 1:
         return None
     if sets is False:                              # not given: enumerate them (None: too many)
-        sets = _row0_sets(p, limit_int - plb)
+        sets = _row0_sets(p, limit_int - plb - _emb_floor(p))
     if sets is None:
         return None
     best = limit_int + 1
     each = min(2.0, max(0.2, 0.05 * time_limit_s))
     spent, budget = 0.0, 0.1 * time_limit_s
+    ef = _emb_floor(p)                             # every placement also pays its cheapest embedding pair
     for ring, S in sets:
-        if ring + plb >= best:
+        if ring + plb + ef >= best:
             break
         if spent + each > budget:
-            best = min(best, ring + plb)           # the rest: the free path bound only
+            best = min(best, ring + plb + ef)      # the rest: the free path bound only
             break
-        best = min(best, ring + max(plb, path_lower_bound_int(p, time_limit_s=each, seed=seed, heads=set(S))))
+        best = min(best, ring + ef + max(plb, path_lower_bound_int(p, time_limit_s=each, seed=seed,
+                                                                     heads=set(S))))
         spent += each
     return int(best)
 

@@ -4,7 +4,8 @@ Structure (Pipette §IV, made node-level): tensor groups never leave a node, and
 one *block* of a stages x b data-parallel replicas (a*b*tp = GPUs per node). Blocks form a grid of
 rows (stage groups) x columns (replica groups); a mapping puts each block on a distinct node.
 Only links between nodes are choices: the pipeline hops between consecutive rows of a column,
-the wrap-around hop of interleaved schedules, and the data-parallel ring of each row.
+the wrap-around hop of interleaved schedules, the data-parallel ring of each row, and (tied embeddings)
+the gradient all-reduce between each column's first- and last-stage nodes.
 """
 from __future__ import annotations
 
@@ -64,6 +65,9 @@ class MappingProblem:
     dp_base: np.ndarray      # R, data-parallel time of a row without its inter-node ring, minus its slack
     dp_link: np.ndarray      # R x N x N, inter-node ring time of row i if that link is its slowest neighbour link
     const: float             # everything the mapping does not change
+    # N x N: the tied-embedding gradient all-reduce between a column's row-0 (first stage) and row R-1 (last
+    # stage) nodes, after the data-parallel sync (Megatron's finalize_model_grads); None: no such term
+    emb: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -95,8 +99,21 @@ class MappingProblem:
         ring = self.dp_link[rows, assign[:, :, None], assign[:, None, :]]     # R x K x K
         return self.dp_base + ring.reshape(R, -1).max(axis=1)
 
+    def emb_costs(self, assign: np.ndarray) -> np.ndarray:
+        """Each column's tied-embedding all-reduce (first-stage node, last-stage node); zeros without one."""
+        if self.emb is None or self.layout.rows < 2:
+            return np.zeros(assign.shape[1])
+        return self.emb[assign[0], assign[-1]]
+
     def objective(self, assign: np.ndarray) -> float:
-        return float(self.const + self.path_costs(assign).max() + self.dp_costs(assign).max())
+        return float(self.const + self.path_costs(assign).max() + self.dp_costs(assign).max()
+                     + self.emb_costs(assign).max())
+
+    def emb_floor(self) -> float:
+        """A column's first and last stage sit on two distinct nodes: at least the cheapest pair."""
+        if self.emb is None or self.layout.rows < 2 or self.n < 2:
+            return 0.0
+        return float(self.emb[~np.eye(self.n, dtype=bool)].min())
 
     def check(self, assign: np.ndarray) -> None:
         L = self.layout
@@ -130,7 +147,8 @@ class MappingProblem:
             for i in range(L.rows):
                 dp[i] += ring_order_bound(np.maximum(self.dp_link[i], self.dp_link[i].T), L.cols)
         wrap = float(self.wrap[off].min()) if (self.wrap is not None and L.rows > 1 and N > 1) else 0.0
-        return float(self.const + max(path, self.node_path_floor() + wrap) + max(dp.max(), self.node_ring_floor()))
+        return float(self.const + max(path, self.node_path_floor() + wrap) + max(dp.max(), self.node_ring_floor())
+                     + self.emb_floor())
 
     def _spare(self) -> int:
         return self.n - self.layout.blocks

@@ -19,7 +19,7 @@ import numpy as np
 
 from planner.config import PIPELINE_ENGINES, ParallelConfig
 from planner.costs import Costs, default_costs
-from planner.costs.comm import p2p_time
+from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
 from planner.simulate import deepspeed, engine
@@ -105,9 +105,10 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
                    dp_time: np.ndarray, act: np.ndarray, transient: np.ndarray, static: np.ndarray,
                    overlap_dp: bool = False, config=None, step: np.ndarray | None = None,
                    blocking_p2p: bool = False, rendezvous_p2p: bool = False,
-                   pipeline_engine: str = "megatron") -> SimResult:
+                   pipeline_engine: str = "megatron", emb: tuple | None = None) -> SimResult:
     """dur: (p, v, 4) seconds per op kind; lat_f/lat_b: (pipelines, S) latency of the edge into stage s
-    going forward / backward; dp_time: (p, v) all-reduce seconds per chunk; act/transient: (p, v) bytes."""
+    going forward / backward; dp_time: (p, v) all-reduce seconds per chunk; act/transient: (p, v) bytes;
+    emb: (first device, last device, seconds) of the tied-embedding all-reduce after both DP syncs, or None."""
     g = engine.build_graph(sched)
     p, v = sched.p, sched.v
     durs = dur[g.dev, g.chunk, g.kind]
@@ -166,6 +167,12 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
             s0 = float(grad_last[d].max())
             dp_start.append(s0)
             dp_end.append(s0 + float(dp_time[d].sum()))
+    if emb is not None:
+        # tied embeddings: the first and last stage all-reduce the word embedding's gradient once both have
+        # synced their data-parallel gradients (Megatron's finalize_model_grads order)
+        d0, d1, t_emb = emb
+        e = max(dp_end[d0], dp_end[d1]) + t_emb
+        dp_end[d0] = dp_end[d1] = e
     # once per iteration, after a device's all-reduce: its optimizer step (StageTimes.step)
     step = np.zeros(p) if step is None else np.asarray(step, dtype=float)
     iteration = max(compute_s, max(e + float(step[d]) for d, e in enumerate(dp_end)))
@@ -377,6 +384,21 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
                 t = costs.comm.dp_allreduce_time(nbytes, bd, K, cfg.tp, cl, pair if K > 1 else None)
                 dp_time[d, c] = t
 
+    # ---- tied-embedding all-reduce between the devices of the first and the last stage (as build_problem)
+    emb = None
+    dl = int(dev_of[S - 1])
+    if model.tied_embeddings and p > 1 and dl != 0:
+        ebytes = costs.comm.tied_embedding_bytes(model, cfg.tp)
+        t_emb = 0.0
+        for r in range(cfg.dp):
+            a_, b_ = int(node[0, r]), int(node[dl, r])
+            if a_ == b_:
+                t = costs.comm.intra_allreduce_time(ebytes, 2, cl)
+            else:
+                t = ring_allreduce_time(ebytes, 2, min(bw[a_, b_], bw[b_, a_]) * eff * share, cl.inter.latency_us)
+            t_emb = max(t_emb, t)
+        emb = (0, dl, t_emb)
+
     # ---- memory: the estimator's static parts with parameters where the schedule puts them
     static = np.zeros(p)
     logits_total = 0.0
@@ -401,7 +423,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         transient[:] = (full_layer - layer_act) * (L / v if recompute_in_bubbles else 1.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
     return _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
-                          blocking_p2p, rendezvous_p2p, pipeline_engine)
+                          blocking_p2p, rendezvous_p2p, pipeline_engine, emb)
 
 
 def _no_recompute(cfg: ParallelConfig) -> ParallelConfig:
