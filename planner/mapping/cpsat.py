@@ -577,6 +577,19 @@ def _emb_floor(p: MappingProblem) -> int:
     return int(_int(p.emb)[~np.eye(p.n, dtype=bool)].min())
 
 
+def _emb_floor_heads(p: MappingProblem, heads) -> int:
+    """With row 0 holding `heads`, each head's column ends on another node of the grid outside row 0: the
+    slowest column pays at least max over heads of that head's cheapest such pair (integer units)."""
+    if p.emb is None or p.layout.rows < 2:
+        return 0
+    ec = _int(p.emb)
+    hs = set(int(h) for h in heads)
+    rest = [q for q in range(p.n) if q not in hs]
+    if not rest:
+        return 0
+    return int(max(ec[h, rest].min() for h in hs))
+
+
 def path_lower_bound_int(p: MappingProblem, time_limit_s: float = 1.0, seed: int = 0, heads=None) -> int:
     """A valid lower bound on the slowest column's path (integer units), wrap hop left out.
 
@@ -731,11 +744,11 @@ def _row0_rings(val, adj, K, base0, limit):
 def _head_bound(p: MappingProblem, limit_int: int, plb: int, time_limit_s: float, seed: int,
                 sets=False) -> int | None:
     """A lower bound on the model's integer objective (tpp + tdp + temb) of every placement, from its row-0
-    set S: objective >= ring_0(S) + path bound with heads S (+ the cheapest tied-embedding pair). Sets are
-    taken by increasing ring_0; a set
-    with ring_0(S) + plb > limit_int cannot beat limit_int, so the result is min(that bound,
-    limit_int + 1). The budget goes to the cheapest rings first; sets left without a bound of their
-    own count at ring_0(S) + plb (never below what is returned). None: too many sets to try."""
+    set S: objective >= ring_0(S) + path bound with heads S + S's tied-embedding floor (_emb_floor_heads).
+    A set whose cheap bound (ring_0(S) + plb + embedding floor) exceeds limit_int cannot beat it, so the
+    result is min(that bound, limit_int + 1). The budget goes to the sets with the least cheap bound first;
+    sets left without a path bound of their own count at their cheap bound (never below what is returned).
+    None: too many sets to try."""
     K = p.layout.cols
     if K <= 1 or p.layout.rows <= 1:
         return None
@@ -747,14 +760,18 @@ def _head_bound(p: MappingProblem, limit_int: int, plb: int, time_limit_s: float
     each = min(2.0, max(0.2, 0.05 * time_limit_s))
     spent, budget = 0.0, 0.1 * time_limit_s
     ef = _emb_floor(p)                             # every placement also pays its cheapest embedding pair
-    for ring, S in sets:
-        if ring + plb + ef >= best:
+    # each set's cheap bound (its ring + the free path bound + its heads' embedding floor), cheapest first:
+    # the path bound with fixed heads goes to the most promising sets, and when the budget runs out the
+    # rest are bounded by the next cheap bound (sorted, so it is the least of theirs)
+    cheap = sorted((ring + plb + max(ef, _emb_floor_heads(p, S)), ring, S) for ring, S in sets)
+    for cb, ring, S in cheap:
+        if cb >= best:
             break
         if spent + each > budget:
-            best = min(best, ring + plb + ef)      # the rest: the free path bound only
+            best = min(best, cb)
             break
-        best = min(best, ring + ef + max(plb, path_lower_bound_int(p, time_limit_s=each, seed=seed,
-                                                                     heads=set(S))))
+        best = min(best, cb - plb + max(plb, path_lower_bound_int(p, time_limit_s=each, seed=seed,
+                                                                 heads=set(S))))
         spent += each
     return int(best)
 
