@@ -42,3 +42,18 @@ def random_costs(n_range, k_range, trials=40, seed=0):
 @pytest.fixture
 def costs_cases():
     return random_costs
+
+
+def scaled_snapshots(bandwidth, k, lo, hi, rng):
+    """k bandwidth snapshots: every directed link of `bandwidth` scaled by its own U[lo, hi] factor."""
+    out = []
+    for _ in range(k):
+        m = bandwidth * rng.uniform(lo, hi, size=bandwidth.shape)
+        np.fill_diagonal(m, 0)
+        out.append(m)
+    return out
+
+
+@pytest.fixture
+def make_snapshots():
+    return scaled_snapshots

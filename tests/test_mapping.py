@@ -44,16 +44,11 @@ def test_exact_equals_brute_force_and_bounds_hold(make_spec):
     assert seen >= 12
 
 
-def test_robust_worst_case_equals_brute_force(make_spec):
+def test_robust_worst_case_equals_brute_force(make_spec, make_snapshots):
     spec = make_spec(nodes=4, seed=11)
     cfg = ParallelConfig(2, 4, 4, 1, 16, "1f1b", 1, "selective")
     lay = layouts(2, 4, 4, 8)[0]
-    rng = np.random.default_rng(5)
-    mats = []
-    for _ in range(3):
-        m = spec.cluster.bandwidth * rng.uniform(0.7, 1.3, size=spec.cluster.bandwidth.shape)
-        np.fill_diagonal(m, 0)
-        mats.append(m)
+    mats = make_snapshots(spec.cluster.bandwidth, 3, 0.7, 1.3, np.random.default_rng(5))
     probs = [build_problem(spec, cfg, lay, bandwidth=m) for m in mats]
     ex = solve_exact(probs, time_limit_s=20, robust="worst")
     import itertools

@@ -184,7 +184,7 @@ def test_row0_table_keeps_the_exact_optimum(make_spec, monkeypatch):
         assert pr.status == "PRUNED"
 
 
-def test_robust_worst_slice_and_cutoff_equal_brute_force(make_spec):
+def test_robust_worst_slice_and_cutoff_equal_brute_force(make_spec, make_snapshots):
     """With several snapshots and robust='worst', the ring slice, the path cut and the head bound are
     taken per scenario (every better placement keeps each scenario under the limit): exact = brute force
     from any hint, and a cutoff at the optimum is refuted (PRUNED) while one just above finds it."""
@@ -193,11 +193,7 @@ def test_robust_worst_slice_and_cutoff_equal_brute_force(make_spec):
     for spec, cfg, lay in _ring_specs(make_spec):
         if spec.cluster.nodes > 8:
             continue                                     # 9 nodes x 3 snapshots: brute force too slow
-        mats = []
-        for _ in range(3):
-            m = spec.cluster.bandwidth * rng.uniform(0.6, 1.0, size=spec.cluster.bandwidth.shape)
-            np.fill_diagonal(m, 0)
-            mats.append(m)
+        mats = make_snapshots(spec.cluster.bandwidth, 3, 0.6, 1.0, rng)
         probs = [build_problem(spec, cfg, lay, bandwidth=m) for m in mats]
         R, K = lay.rows, lay.cols
         worst = {perm: max(p.objective(np.array(perm).reshape(R, K)) for p in probs)
