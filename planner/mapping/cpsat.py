@@ -114,46 +114,35 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             row.append(b)
         use_b.append(row)
 
-    # per scenario: the ring slice's cap and P_LB (None / 0: no slice); head_lb is over all scenarios
-    nscen_ = len(probs)
-    slice_caps, path_lbs, head_lb = [None] * nscen_, [0] * nscen_, 0
+    # per scenario: the ring slice's cap and P_LB (None / 0: not sliced)
+    slice_caps, path_lbs, head_lb = [None] * len(probs), [0] * len(probs), 0
     # the slice needs every better placement to keep each scenario's objective under the limit: one
     # scenario, or the worst case over several (the mean lets one scenario exceed it)
     per_scenario = len(probs) == 1 or robust == "worst"
     if ring_cap and K > 1 and per_scenario and (hint is not None or cutoff is not None):
         limit_int = (_cutoff_int(cutoff, probs, robust) if cutoff is not None
                      else max(_int_objective(p, hint) for p in probs))
-        # one scenario's slice is valid for the worst case; the pre-solve bounds cost 0.3-2 s per scenario,
-        # so only the scenario that binds is sliced: the hint's slowest, else the one with the highest bound
-        if len(probs) == 1:
-            sliced = [0]
-        elif hint is not None:
-            sliced = [int(np.argmax([_int_objective(p, hint) for p in probs]))]
-        else:
-            sliced = [int(np.argmax([p.lower_bound() for p in probs]))]
-        share = time_limit_s
-        allowed = [[True] * N for _ in range(R)]
-        row0_all = []
-        for s_ in sliced:
-            p = probs[s_]
-            cut = _ring_cap(p, limit_int, share, seed)
-            path_lbs[s_] = cut[2]
-            row0 = _row0_sets(p, limit_int - cut[2] - _emb_floor(p))
-            head_lb = max(head_lb, _head_bound(p, limit_int, cut[2], share, seed, sets=row0) or 0)
-            if cutoff is not None and head_lb > limit_int:
-                # no row-0 set leaves room for a path under the cutoff: nothing strictly better exists
-                a = hint.copy() if hint is not None else None
-                return MappingResult(a, _score(probs, a, robust) if a is not None else float("inf"),
-                                     float(cutoff), "PRUNED", time.perf_counter() - t0, "exact")
-            if cut[0] is not None:
-                slice_caps[s_] = cut[0]
-                allowed = [[allowed[i][n] and bool(cut[1][i][n]) for n in range(N)] for i in range(R)]
-            row0_all.append(row0)
-        for i in range(R):
-            for n in range(N):
-                if not allowed[i][n]:
-                    m.Add(use_b[i][n] == 0)
-        row0 = row0_all[0] if len(probs) == 1 else None
+        # any one scenario's slice is valid for the worst case; the pre-solve bounds cost 0.3-2 s per scenario
+        # (slicing all 5 of the drift spec's was slower), so only the binding one is sliced: the hint's
+        # slowest, else the one with the highest bound
+        s_ = 0 if len(probs) == 1 else int(np.argmax(
+            [_int_objective(p, hint) for p in probs] if hint is not None else [p.lower_bound() for p in probs]))
+        p = probs[s_]
+        cut = _ring_cap(p, limit_int, time_limit_s, seed)
+        path_lbs[s_] = cut[2]
+        row0 = _row0_sets(p, limit_int - cut[2] - _emb_floor(p))
+        head_lb = _head_bound(p, limit_int, cut[2], time_limit_s, seed, sets=row0) or 0
+        if cutoff is not None and head_lb > limit_int:
+            # no row-0 set leaves room for a path under the cutoff: nothing strictly better exists
+            a = hint.copy() if hint is not None else None
+            return MappingResult(a, _score(probs, a, robust) if a is not None else float("inf"),
+                                 float(cutoff), "PRUNED", time.perf_counter() - t0, "exact")
+        if cut[0] is not None:
+            slice_caps[s_], allowed = cut[0], cut[1]
+            for i in range(R):
+                for n in range(N):
+                    if not allowed[i][n]:
+                        m.Add(use_b[i][n] == 0)
         if ROW0_TABLE and row0:
             # every placement worth searching has its row-0 ring <= limit_int - P_LB, so row 0 holds one of
             # the enumerated sets (exact: the list is complete when _row0_sets returns one)
@@ -212,7 +201,8 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             tdp = m.NewIntVar(int(base.min()), int(base.max()), "tdp")
             for i in range(R):
                 m.Add(tdp >= int(base[i]))
-        temb = _emb_levels(m, p, x, bid, R, K, N) if (p.emb is not None and R > 1) else 0
+        temb = (_emb_levels(m, _int(p.emb), [(x[bid[(0, j)]], x[bid[(R - 1, j)]]) for j in range(K)])
+                if (p.emb is not None and R > 1) else 0)
         scen_obj.append(tpp + tdp + temb)
     # head_lb is not added as a cut (obj >= head_lb): measured on the 32-node benchmark instance it changed
     # CP-SAT's search for the worse (579.11 vs 578.90 ms in deterministic time 40); it only raises the bound
@@ -346,16 +336,8 @@ def _solve_single_column(probs, *, time_limit_s, seed, hint, robust, workers, cu
         path = sum(int(c[n, q]) * lit[(n, q)] for n in range(N) for q in range(N) if n != q and c[n, q])
         if p.emb is not None and R > 1:
             # tied-embedding all-reduce between the path's two ends (first and last stage)
-            # (a ladder, as _emb_levels: start n and end q force the pair's level)
-            ec = _int(p.emb)
-            off = ~np.eye(N, dtype=bool)
-            floor = int(ec[off].min())
-            levels, lvl, index = _ladder(m, {int(v) for v in np.unique(ec[off])}, floor, None)
-            for n in range(N):
-                for q in range(N):
-                    if q != n and int(ec[n, q]) > floor:
-                        m.AddBoolOr([lit[("s", n)].Not(), lit[("e", q)].Not(), lvl[index[int(ec[n, q])]]])
-            path = path + _ladder_sum(m, levels, lvl, floor)
+            path = path + _emb_levels(m, _int(p.emb), [([lit[("s", n)] for n in range(N)],
+                                                         [lit[("e", n)] for n in range(N)])])
         objs.append(path)
     # objective = const + path + the rows' fixed rings (one column: no inter-node ring)
     _objective(m, objs, robust, None if cutoff is None else
@@ -477,21 +459,21 @@ def _ring_levels(m, p, base, x, bid, R, K, N, cap=None):
     return _ladder_sum(m, levels, lvl, floor)
 
 
-def _emb_levels(m, p, x, bid, R, K, N):
-    """Slowest tied-embedding all-reduce as a ladder of level literals (as the ring): column j's pair is
-    (row 0, row R-1), and nodes n, q there force the pair's level by (not x[0,j][n] or not x[R-1,j][q] or
-    lvl[k]). Measured on tiny grids: big-M rows for this term made CP-SAT's core worker creep up the bound
-    unit by unit (a 2 x 2 grid on 6 nodes: 15 s wall to prove); the ladder steps level by level."""
-    ec = _int(p.emb)
+def _emb_levels(m, ec, ends):
+    """Slowest tied-embedding all-reduce as a ladder of level literals (as the ring). `ec` is the integer
+    pair cost; `ends` lists, per column, (first-stage literals by node, last-stage literals by node): nodes
+    n, q at the two ends force the pair's level by (not first[n] or not last[q] or lvl[k]). Measured on tiny
+    grids: big-M rows for this term made CP-SAT's core worker creep up the bound unit by unit (a 2 x 2 grid
+    on 6 nodes: 15 s wall to prove); the ladder steps level by level."""
+    N = ec.shape[0]
     off = ~np.eye(N, dtype=bool)
     floor = int(ec[off].min())
     levels, lvl, index = _ladder(m, {int(v) for v in np.unique(ec[off])}, floor, None)
-    for j in range(K):
-        u, w = x[bid[(0, j)]], x[bid[(R - 1, j)]]
+    for first, last in ends:
         for n in range(N):
             for q in range(N):
                 if q != n and int(ec[n, q]) > floor:
-                    m.AddBoolOr([u[n].Not(), w[q].Not(), lvl[index[int(ec[n, q])]]])
+                    m.AddBoolOr([first[n].Not(), last[q].Not(), lvl[index[int(ec[n, q])]]])
     return _ladder_sum(m, levels, lvl, floor)
 
 
@@ -583,7 +565,7 @@ def _emb_floor_heads(p: MappingProblem, heads) -> int:
     if p.emb is None or p.layout.rows < 2:
         return 0
     ec = _int(p.emb)
-    hs = set(int(h) for h in heads)
+    hs = {int(h) for h in heads}
     rest = [q for q in range(p.n) if q not in hs]
     if not rest:
         return 0
