@@ -30,6 +30,7 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner.mapping.columns import solve_columns
 from planner.mapping.problem import MappingProblem, core, node_ring_floor, ring_degree, ring_order_bound
 from planner.mapping.result import MappingResult
 
@@ -116,6 +117,7 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
 
     # per scenario: the ring slice's cap and P_LB (None / 0: not sliced)
     slice_caps, path_lbs, head_lb = [None] * len(probs), [0] * len(probs), 0
+    better = None                    # a placement the column decomposition found under the limit (a hint)
     # the slice needs every better placement to keep each scenario's objective under the limit: one
     # scenario, or the worst case over several (the mean lets one scenario exceed it)
     per_scenario = len(probs) == 1 or robust == "worst"
@@ -137,6 +139,24 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             a = hint.copy() if hint is not None else None
             return MappingResult(a, _score(probs, a, robust) if a is not None else float("inf"),
                                  float(cutoff), "PRUNED", time.perf_counter() - t0, "exact")
+        if COLUMNS and len(probs) == 1 and R > 1 and row0:
+            out = solve_columns(p, row0, limit_int, lambda a_: _int_objective(p, a_), COLUMN_SHARE * time_limit_s,
+                                seed, path_floor=cut[2])
+            if out is not None and out.proved:
+                wall = time.perf_counter() - t0
+                if out.assign is not None:
+                    a = _canonical(out.assign)
+                    obj = _score(probs, a, robust)
+                    bound = float(p.const + out.value * UNIT - (R + 3) * UNIT)
+                    return MappingResult(a, obj, min(bound, obj), "OPTIMAL", wall, "exact")
+                a = hint.copy() if hint is not None else None
+                if cutoff is not None:
+                    return MappingResult(a, _score(probs, a, robust) if a is not None else float("inf"),
+                                         float(cutoff), "PRUNED", wall, "exact")
+            if out is not None:
+                head_lb = max(head_lb, out.bound)
+                if out.assign is not None:
+                    better = _canonical(out.assign)
         if cut[0] is not None:
             slice_caps[s_], allowed = cut[0], cut[1]
             for i in range(R):
@@ -214,7 +234,10 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
     # in cutoff mode the hint (never better than the incumbent) violates the cutoff; OR-Tools 9.15
     # aborts the process ("Check failed: heuristics.fixed_search") on such a hint with
     # interleave_search, so it is only kept as the fallback answer
-    if hint is not None and cutoff is None:
+    if better is not None:
+        # it beats the limit, so it is a solution of the model in either mode; it is also the fallback answer
+        hint = better
+    if hint is not None and (cutoff is None or better is not None):
         for k, (i, j) in enumerate(blocks):
             for n in range(N):
                 m.AddHint(x[k][n], int(hint[i, j] == n))
@@ -650,6 +673,9 @@ def _ring_cap(p: MappingProblem, limit_int: int, time_limit_s: float, seed: int)
         return None, None, plb
     return cap, allowed, plb
 
+
+COLUMNS = True          # try the column decomposition (columns.py) first when the row-0 sets are enumerated
+COLUMN_SHARE = 0.6      # of the time limit
 
 HEAD_SETS_MAX = 64      # row-0 sets worth a path bound of their own; more: no head bound
 # with an incumbent, row 0 must hold one of the row-0 sets (exact). Off: measured on the 32-node benchmark

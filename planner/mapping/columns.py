@@ -1,0 +1,471 @@
+"""Exact mapping by column decomposition: fix row 0, enumerate each column's paths, cover the nodes.
+
+Why: on grids of K >= 2 columns the slowest data-parallel ring is almost always row 0's (it has no
+pipeline slack), so an incumbent leaves room for very few row-0 sets (often one or two). What is left
+is a min-max partition of the other nodes into K paths hanging off those heads, plus the tied-embedding
+pair at each path's end. CP-SAT's assignment model bounds that through an LP that only sees the sum of
+the paths (the column balance is what is hard), and it did not close 32-node instances in 60 s.
+
+Here, for one row-0 set H with its best ring r0(H):
+1. every path from each head h through R-1 other nodes whose cost fits under the limit is enumerated by
+   a dynamic programme over (node set, last node), keeping the cheapest order per (set, end) and the
+   (cost, embedding) Pareto front over ends (`column_items`);
+2. a set-partitioning model in CP-SAT (one item per head, every node in at most one item, a ladder for
+   the slowest embedding pair) says whether some choice keeps r0 + max path + max embedding under the
+   limit (`_cover`). Set partitioning sees balance: its LP is infeasible just below the optimum where the
+   assignment model's LP is ~1 ms (4%) short.
+Both drop the rings of rows 1..R-1, so this is a relaxation: a cover found is scored by the real objective
+(`MappingProblem` through `_int_objective`, every cyclic order of the heads tried). If it scores what the
+relaxation said, it is optimal for H and the limit moves below it; if the other rows' rings make it worse,
+the relaxation's value is still a valid bound and the caller continues with CP-SAT.
+Costs are the integer units of cpsat.py (0.1 us), so the answers agree with the CP-SAT model's.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+STATE_CAP = 3_000_000     # DP states in one layer (summed over chunks); more: give up (the caller uses CP-SAT)
+ITEM_CAP = 2_500_000      # items over all heads for one row-0 set; more: give up
+CHUNK = 200_000           # states extended at once (memory: CHUNK x nodes)
+MAX_MASK = 62             # nodes outside row 0 that fit an int64 mask
+PROBE_STEPS = 64          # the first upward probe of a row-0 set: floor + (limit - floor) / PROBE_STEPS
+PROBE_GROWTH = 1.5        # each further probe's step
+BRANCH_TRUE = False
+DFS_NODES = 3000          # the depth-first cover heuristic's budget before CP-SAT takes over
+DFS_BREADTH = 40          # items tried per node of that search
+MAX_ORDER_K = 8           # cyclic orders of row 0 tried when scoring a cover: (K-1)! of them
+
+
+@dataclass
+class Items:
+    """The candidate columns of one head: node set (bit mask over `rest`), cost (path incl. wrap), the
+    embedding pair's cost at the end node, and the end node (index into rest)."""
+    mask: np.ndarray
+    cost: np.ndarray
+    emb: np.ndarray
+    last: np.ndarray
+    # the DP's layers, to read a path back: per layer (state last node, parent index)
+    layers: list
+
+
+def column_items(hop: np.ndarray, wrap: np.ndarray | None, emb: np.ndarray | None, head: int,
+                 rest: list[int], R: int, limit_rel: int, emb_floor: int = 0) -> Items | None:
+    """Every path head -> R-1 distinct nodes of `rest` with path + wrap + max(its embedding pair, emb_floor)
+    <= limit_rel (integer units), the cheapest order per (node set, end), then the Pareto front over ends of
+    (cost, embedding); embeddings are reported raised to emb_floor. emb_floor: what the slowest column's
+    embedding pair costs at least (every head's cheapest pair), so each path has that much less room.
+    None: more than STATE_CAP states in a layer."""
+    M = len(rest)
+    r = np.asarray(rest)
+    C = hop[np.ix_(r, r)].astype(np.int64)
+    sym = np.minimum(C, C.T).astype(np.int64)
+    pair = np.sort(sym[np.triu_indices(M, 1)]) if M > 1 else np.zeros(0, dtype=np.int64)
+    # the k cheapest pairs bound the k hops still to come (distinct pairs)
+    rem = np.concatenate([[0], np.cumsum(pair)])
+    wr = wrap[r, head].astype(np.int64) if wrap is not None else np.zeros(M, dtype=np.int64)
+    em = emb[head, r].astype(np.int64) if emb is not None else np.zeros(M, dtype=np.int64)
+    em = np.maximum(em, emb_floor)
+    tail_min = int((wr + em).min()) if M else 0
+    bit = np.left_shift(np.int64(1), np.arange(M, dtype=np.int64))
+    cost = hop[head, r].astype(np.int64)
+    last = np.arange(M)
+    S = bit.copy()
+
+    # the cheapest walk of h more hops from each node, ending with its wrap and embedding pair (nodes may
+    # repeat, so a bound): W[h][v] = min over q != v of C[v, q] + W[h-1][q]
+    Cx = C + np.where(np.eye(M, dtype=bool), 1 << 40, 0)
+    W = [wr + em]
+    for _ in range(R - 2):
+        W.append((Cx + W[-1][None, :]).min(axis=1))
+
+    def lb(k_done):                           # per last node: what the R-1-k_done hops still to come cost
+        h = R - 1 - k_done
+        return np.maximum(W[h], int(rem[min(h, len(rem) - 1)]) + tail_min)
+
+    keep = cost + lb(1)[last] <= limit_rel
+    S, last, cost = S[keep], last[keep], cost[keep]
+    layers = [(last, np.full(len(last), -1))]
+    nodes = np.arange(M)
+    for k in range(2, R):
+        parts = []
+        bound = limit_rel - lb(k)[None, :]
+        for s0 in range(0, len(S), CHUNK):
+            Sc, lc, cc = S[s0:s0 + CHUNK], last[s0:s0 + CHUNK], cost[s0:s0 + CHUNK]
+            nc = cc[:, None] + C[lc][:, nodes]
+            ok = ((Sc[:, None] >> nodes[None, :]) & 1) == 0
+            ok &= nc <= bound
+            si, vi = np.nonzero(ok)
+            parts.append((Sc[si] | bit[vi], vi, nc[si, vi], si + s0))
+        if parts:
+            S2 = np.concatenate([p[0] for p in parts])
+            l2 = np.concatenate([p[1] for p in parts])
+            c2 = np.concatenate([p[2] for p in parts])
+            par = np.concatenate([p[3] for p in parts])
+        else:
+            S2 = l2 = c2 = par = np.zeros(0, dtype=np.int64)
+        if len(S2) > STATE_CAP:
+            return None
+        # the cheapest per (set, last node)
+        key = S2 * M + l2
+        o = np.lexsort((c2, key))
+        key, S2, l2, c2, par = key[o], S2[o], l2[o], c2[o], par[o]
+        first = np.ones(len(key), dtype=bool)
+        first[1:] = key[1:] != key[:-1]
+        S, last, cost = S2[first], l2[first], c2[first]
+        layers.append((last, par[first]))
+    total = cost + wr[last]
+    eb = em[last]
+    ok = total + eb <= limit_rel
+    idx = np.flatnonzero(ok)
+    S, total, eb = S[idx], total[idx], eb[idx]
+    # the Pareto front over ends per node set: sort by (set, cost, embedding); keep an end only if its
+    # embedding beats every cheaper end of the same set
+    o = np.lexsort((eb, total, S))
+    S, total, eb, idx = S[o], total[o], eb[o], idx[o]
+    if len(S):
+        g = np.concatenate([[0], np.cumsum(S[1:] != S[:-1])])
+        big = int(eb.max() - eb.min()) + 1
+        w = eb + (g[-1] - g) * big
+        cm = np.minimum.accumulate(w)
+        keep = np.ones(len(S), dtype=bool)
+        keep[1:] = (g[1:] != g[:-1]) | (w[1:] < cm[:-1])
+        S, total, eb, idx = S[keep], total[keep], eb[keep], idx[keep]
+    return Items(S, total, eb, idx, layers)
+
+
+def read_path(items: Items, i: int, rest: list[int]) -> list[int]:
+    """The nodes (of the problem) of item i's path after its head, in order."""
+    k = int(items.last[i])
+    out = []
+    for layer in range(len(items.layers) - 1, -1, -1):
+        last, par = items.layers[layer]
+        out.append(rest[int(last[k])])
+        k = int(par[k])
+    return out[::-1]
+
+
+def _reduce(items: list[Items], ok: list[np.ndarray], M: int, exact_cover: bool) -> list[np.ndarray] | None:
+    """Propagate the cover's easy consequences before CP-SAT sees it (its presolve does the same but took
+    ~6 s on 600k items; here ~0.1 s): nodes every remaining item of one head holds are that head's, so other
+    heads' items holding them go; with an exact cover, a node only one head can still cover makes that head's
+    items without it go. Returns the surviving index arrays, or None when some head or node is left out."""
+    alive = [np.flatnonzero(o) for o in ok]
+    nodes = np.arange(M)
+    while True:
+        if any(len(a) == 0 for a in alive):
+            return None
+        changed = False
+        # nodes reserved by a head: held by every one of its items
+        own = [int(np.bitwise_and.reduce(it.mask[a])) for it, a in zip(items, alive)]
+        for h, (it, a) in enumerate(zip(items, alive)):
+            other = 0
+            for g, o in enumerate(own):
+                if g != h:
+                    other |= o
+            if other:
+                keep = (it.mask[a] & other) == 0
+                if not keep.all():
+                    alive[h] = a[keep]
+                    changed = True
+        if exact_cover:
+            held = np.array([int(np.bitwise_or.reduce(it.mask[a])) if len(a) else 0
+                             for it, a in zip(items, alive)], dtype=np.int64)
+            by = ((held[:, None] >> nodes[None, :]) & 1).astype(bool)     # K x M: head can still cover node
+            cnt = by.sum(axis=0)
+            if (cnt == 0).any():
+                return None
+            for n in np.flatnonzero(cnt == 1):
+                h = int(np.flatnonzero(by[:, n])[0])
+                a = alive[h]
+                keep = ((items[h].mask[a] >> n) & 1).astype(bool)
+                if not keep.all():
+                    alive[h] = a[keep]
+                    changed = True
+        if not changed:
+            return alive
+
+
+class _Stop(Exception):
+    pass
+
+
+def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: int, exact_cover: bool,
+               max_nodes: int = DFS_NODES, breadth: int = DFS_BREADTH):
+    """A quick depth-first search for a cover (heuristic: a budget of nodes, cheapest items first); covers
+    are plentiful well above the optimum, where CP-SAT's search was slow (10-15 s on 1.1M items with no
+    conflict). Returns the chosen item index per head, or None (not found: no conclusion)."""
+    full = (1 << M) - 1
+    K = len(items)
+    # per head, the surviving items sorted by cost
+    data = []
+    for it, a in zip(items, alive):
+        o = a[np.argsort(it.cost[a], kind="stable")]
+        data.append((o, it.mask[o], it.cost[o], it.emb[o]))
+    # branch on the node fewest items hold first (slow nodes fit few paths)
+    held = np.zeros(M, dtype=np.int64)
+    for _, mk, _, _ in data:
+        held += ((mk[:, None] >> np.arange(M)[None, :]) & 1).sum(axis=0)
+    node_order = [int(n) for n in np.argsort(held, kind="stable")]
+    count = [0]
+
+    def rec(covered, left, C, E):
+        count[0] += 1
+        if count[0] > max_nodes:
+            raise _Stop
+        cand = {}
+        for h in left:
+            o, mk, co, em = data[h]
+            ok = ((mk & covered) == 0) & (np.maximum(co, C) + np.maximum(em, E) <= limit_rel)
+            cand[h] = np.flatnonzero(ok)
+            if not len(cand[h]):
+                return None
+        if len(left) == 1:
+            h = left[0]
+            c = cand[h]
+            if exact_cover:
+                c = c[data[h][1][c] == (full ^ covered)]
+            return [(h, int(c[0]))] if len(c) else None
+        if exact_cover:
+            n = next(q for q in node_order if not (covered >> q) & 1)
+            br = []
+            for h in left:
+                c = cand[h]
+                c = c[((data[h][1][c] >> n) & 1).astype(bool)]
+                br += [(int(data[h][2][i]), h, int(i)) for i in c[:breadth]]
+            br.sort()
+        else:
+            h = left[0]
+            br = [(0, h, int(i)) for i in cand[h][:breadth]]
+        for _, h, i in br[:breadth]:
+            r = rec(covered | int(data[h][1][i]), [g for g in left if g != h],
+                    max(C, int(data[h][2][i])), max(E, int(data[h][3][i])))
+            if r is not None:
+                return [(h, i)] + r
+        return None
+
+    try:
+        r = rec(0, list(range(K)), 0, 0)
+    except _Stop:
+        return None
+    if r is None:
+        return None
+    out = [0] * K
+    for h, i in r:
+        out[h] = int(data[h][0][i])
+    return out
+
+
+def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_limit_s: float, seed: int):
+    """One item per head, every node of rest in at most one (exactly one when exact_cover), and
+    max cost + max embedding <= limit_rel. Returns (status, chosen item index per head or None)."""
+    alive = _reduce(items, [it.cost + it.emb <= limit_rel for it in items], M, exact_cover)
+    if alive is None:
+        return "INFEASIBLE", None
+    quick = _dfs_cover(items, alive, M, limit_rel, exact_cover)
+    if quick is not None:
+        return "FEASIBLE", quick
+    m = cp_model.CpModel()
+    pr = m.Proto()
+    sel, per_node = [], [[] for _ in range(M)]
+    embv = sorted({int(v) for it, a in zip(items, alive) for v in np.unique(it.emb[a])})
+    off = 0
+    for it, ids in zip(items, alive):
+        var = np.arange(off, off + len(ids))
+        for _ in range(len(ids)):
+            v = pr.variables.add()
+            v.domain.extend([0, 1])
+        off += len(ids)
+        ct = pr.constraints.add()
+        ct.exactly_one.literals.extend(var.tolist())
+        bits = ((it.mask[ids][:, None] >> np.arange(M)[None, :]) & 1).astype(bool)
+        for n in range(M):
+            per_node[n].append(var[bits[:, n]])
+        sel.append((ids, var))
+    for n in range(M):
+        lits = np.concatenate(per_node[n]).tolist()
+        ct = pr.constraints.add()
+        if exact_cover:
+            ct.exactly_one.literals.extend(lits)
+        else:
+            ct.at_most_one.literals.extend(lits)
+    if len(embv) > 1:
+        # E >= embv[k] <=> ge[k]; an item forces its embedding's level, and forbids every level that
+        # would leave its path over the limit: sum(items of head h at level k) <= ge[k], and
+        # sum(items of head h whose first forbidden level is k) + ge[k] <= 1 (at most one item per head)
+        ge = list(range(off, off + len(embv) - 1))      # levels 1.. (level 0 is the floor, always on)
+        for _ in ge:
+            v = pr.variables.add()
+            v.domain.extend([0, 1])
+        for k in range(len(ge) - 1):
+            ct = pr.constraints.add()                  # ge[k+1] -> ge[k]
+            ct.linear.vars.extend([ge[k + 1], ge[k]])
+            ct.linear.coeffs.extend([1, -1])
+            ct.linear.domain.extend([-(1 << 40), 0])
+        ev = np.asarray(embv)
+        for it, (ids, var) in zip(items, sel):
+            lev = np.searchsorted(ev, it.emb[ids])                         # its own level
+            forb = np.searchsorted(ev, limit_rel - it.cost[ids], side="right")  # first level over the limit
+            for k in range(1, len(embv)):
+                need = var[lev == k]
+                if len(need):
+                    ct = pr.constraints.add()
+                    ct.linear.vars.extend(need.tolist() + [ge[k - 1]])
+                    ct.linear.coeffs.extend([1] * len(need) + [-1])
+                    ct.linear.domain.extend([-(1 << 40), 0])
+                bad = var[forb == k]
+                if len(bad):
+                    ct = pr.constraints.add()
+                    ct.linear.vars.extend(bad.tolist() + [ge[k - 1]])
+                    ct.linear.coeffs.extend([1] * (len(bad) + 1))
+                    ct.linear.domain.extend([-(1 << 40), 1])
+    if BRANCH_TRUE:
+        # branch on items, cheapest first, set to true: a decision covers R-1 nodes and propagation clears the
+        # conflicting items, so a cover takes a handful of decisions when covers are plentiful (CP-SAT's
+        # default fixed items to false one at a time: 3.5M branches, 10 s, on 1.1M items)
+        allv = np.concatenate([var for _, var in sel])
+        allc = np.concatenate([it.cost[ids] for it, (ids, _) in zip(items, sel)])
+        order = allv[np.argsort(allc, kind="stable")]
+        ds = pr.search_strategy.add()
+        ds.variables.extend(order.tolist())
+        ds.variable_selection_strategy = cp_model.CHOOSE_FIRST
+        ds.domain_reduction_strategy = cp_model.SELECT_MAX_VALUE
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    if BRANCH_TRUE:
+        prm.search_branching = cp_model.FIXED_SEARCH
+    prm.max_time_in_seconds = float(time_limit_s)
+    prm.max_deterministic_time = float(time_limit_s)
+    # one worker (deterministic) and no presolve: on these models (~600k items, a few dozen rows) presolve
+    # took ~6 s of ~7 and search ~1 s; infeasibility shows at the root either way (measured, 0.1-0.2 s)
+    prm.num_workers = 1
+    prm.cp_model_presolve = False
+    prm.random_seed = int(seed)
+    st = solver.Solve(m)
+    if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        vals = np.asarray(solver.ResponseProto().solution)
+        chosen = [int(ids[np.flatnonzero(vals[var])[0]]) for ids, var in sel]
+        return "FEASIBLE", chosen
+    return ("INFEASIBLE" if st == cp_model.INFEASIBLE else "UNKNOWN"), None
+
+
+def head_orders(H, K):
+    """Every cyclic order of the heads up to rotation (the first head fixed)."""
+    H = list(H)
+    if K > MAX_ORDER_K:
+        return [tuple(H)]
+    return [(H[0],) + p for p in itertools.permutations(H[1:])]
+
+
+@dataclass
+class ColumnsOutcome:
+    assign: np.ndarray | None   # the best placement found (None: none better than the limit)
+    value: int | None           # its integer objective
+    proved: bool                # True: nothing with objective <= the final limit exists outside what was found
+    bound: int                  # a valid lower bound on every placement's integer objective (at most limit + 1)
+    wall_s: float
+
+
+def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, seed: int = 0,
+                  path_floor: int = 0) -> ColumnsOutcome | None:
+    """Search every row-0 set in `sets` ((ring, set) pairs: every set whose row-0 ring leaves room under
+    limit_int) for placements with integer objective <= limit_int, best first.
+
+    objective_int(assign) scores a placement as the CP-SAT model does; path_floor is a valid lower bound on
+    the slowest column's path. Per set H the relaxation (rows 1..R-1 without their rings) is probed upwards
+    from its floor (ring + path_floor + embedding floor) in growing steps, because the enumeration grows
+    steeply with the limit (measured on a 32-node instance: 0.6M paths at the optimum, 3.1M 0.5% above it),
+    until a cover exists; then driven down: each cover found is scored for real (a new incumbent when it
+    beats the limit) and the next must beat min(its relaxed value, the incumbent). When none exists, every
+    placement with row 0 = H scores at least the last relaxed value; a set whose enumeration is too large,
+    or that the time does not reach, keeps the floor its probes proved. Returns None when the decomposition
+    does not apply (R < 2, K < 2, too many nodes for a mask)."""
+    t0 = time.perf_counter()
+    L, N = p.layout, p.n
+    R, K = L.rows, L.cols
+    if R < 2 or K < 2 or N - K > MAX_MASK:
+        return None
+    from planner.mapping.cpsat import _int
+    hop = _int(p.hop)
+    wrap = _int(p.wrap) if p.wrap is not None else None
+    emb = _int(p.emb) if p.emb is not None else None
+    exact_cover = N == R * K
+    best_a, best_v = None, None
+    limit = limit_int
+    open_bound = None               # the least floor of a set left open
+
+    def left():
+        return time_limit_s - (time.perf_counter() - t0)
+
+    def keep_open(b):
+        nonlocal open_bound
+        open_bound = b if open_bound is None else min(open_bound, b)
+
+    for ring, H in sorted(sets):
+        rest = [n for n in range(N) if n not in H]
+        M = len(rest)
+        # the slowest embedding pair is at least every head's cheapest pair outside row 0
+        ef = max(int(emb[h, rest].min()) for h in H) if emb is not None else 0
+        lo = ring + path_floor + ef          # every placement with row 0 = H scores at least lo
+        if lo > limit:
+            continue
+        if left() <= 0:
+            keep_open(lo)
+            continue
+        # probe upwards until the relaxation has a cover under t
+        step = max(1, (limit - lo) // PROBE_STEPS)
+        t = min(limit, lo + step)
+        items, chosen = None, None
+        while True:
+            if left() <= 0:
+                keep_open(lo)
+                break
+            its = [column_items(hop, wrap, emb, h, rest, R, t - ring, ef) for h in H]
+            if any(it is None for it in its) or sum(len(it.cost) for it in its) > ITEM_CAP:
+                keep_open(lo)
+                break
+            st, ch = _cover(its, M, t - ring, exact_cover, left(), seed)
+            if st == "INFEASIBLE":
+                if t >= limit:
+                    break                    # nothing under the limit with row 0 = H
+                lo = t + 1
+                step = int(step * PROBE_GROWTH) + 1
+                t = min(limit, lo + step)
+                continue
+            if st != "FEASIBLE":
+                keep_open(lo)
+                break
+            items, chosen = its, ch
+            break
+        # drive the relaxation down with the items of the probe (a lower limit only filters them)
+        while items is not None:
+            relaxed = ring + max(int(it.cost[c]) for it, c in zip(items, chosen)) \
+                + max(int(it.emb[c]) for it, c in zip(items, chosen))
+            cols = {h: [h] + read_path(it, c, rest) for h, it, c in zip(H, items, chosen)}
+            for order in head_orders(H, K):
+                a = np.array([cols[h] for h in order]).T
+                v = objective_int(a)
+                if v <= limit:
+                    best_a, best_v, limit = a, v, v - 1
+            rlimit = min(relaxed - 1, limit)
+            if rlimit < lo:
+                if rlimit < limit:
+                    keep_open(lo)
+                break
+            st, chosen = _cover(items, M, rlimit - ring, exact_cover, max(left(), 0.05), seed) \
+                if left() > 0 else ("UNKNOWN", None)
+            if st == "INFEASIBLE":
+                if rlimit < limit:           # the relaxation's optimum (rlimit + 1) is under the incumbent
+                    keep_open(rlimit + 1)
+                break
+            if st != "FEASIBLE":
+                keep_open(lo)
+                break
+    bound = best_v if best_v is not None else limit_int + 1
+    if open_bound is not None:
+        bound = min(bound, open_bound)
+    return ColumnsOutcome(best_a, best_v, open_bound is None, bound, time.perf_counter() - t0)
