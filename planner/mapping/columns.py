@@ -29,12 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-STATE_CAP = 3_000_000     # DP states in one layer (summed over chunks); more: give up (the caller uses CP-SAT)
-ITEM_CAP = 2_500_000      # items over all heads for one row-0 set; more: give up
+STATE_CAP = 6_000_000     # DP states in one layer; more: give up on the row-0 set (measured: 1.9M at most on the
+#                           32-node GPT-3 175B instance, ~1.5 GB peak with its 3.9M items)
+ITEM_CAP = 6_000_000      # items over all heads for one row-0 set; more: give up on it
 CHUNK = 200_000           # states extended at once (memory: CHUNK x nodes)
 MAX_MASK = 62             # nodes outside row 0 that fit an int64 mask
 PROBE_STEPS = 64          # the first upward probe of a row-0 set: floor + (limit - floor) / PROBE_STEPS
-PROBE_GROWTH = 1.5        # each further probe's step
+PROBE_GROWTH = 2.0        # each further probe's step (and, once probes are large, its enumeration's size)
+PROBE_SMALL = 50_000      # items below which a probe is cheap whatever its size
 BRANCH_TRUE = False
 DFS_NODES = 3000          # the depth-first cover heuristic's budget before CP-SAT takes over
 DFS_BREADTH = 40          # items tried per node of that search
@@ -94,30 +96,27 @@ def column_items(hop: np.ndarray, wrap: np.ndarray | None, emb: np.ndarray | Non
     for k in range(2, R):
         parts = []
         bound = limit_rel - lb(k)[None, :]
+        size = 0
         for s0 in range(0, len(S), CHUNK):
             Sc, lc, cc = S[s0:s0 + CHUNK], last[s0:s0 + CHUNK], cost[s0:s0 + CHUNK]
             nc = cc[:, None] + C[lc][:, nodes]
             ok = ((Sc[:, None] >> nodes[None, :]) & 1) == 0
             ok &= nc <= bound
             si, vi = np.nonzero(ok)
-            parts.append((Sc[si] | bit[vi], vi, nc[si, vi], si + s0))
+            # the cheapest per (set, last node) within the chunk first: keeps memory near the layer's size
+            part = _cheapest(Sc[si] | bit[vi], vi.astype(np.int8), nc[si, vi], (si + s0).astype(np.int32), M)
+            size += len(part[0])
+            if size > 2 * STATE_CAP:
+                return None
+            parts.append(part)
         if parts:
-            S2 = np.concatenate([p[0] for p in parts])
-            l2 = np.concatenate([p[1] for p in parts])
-            c2 = np.concatenate([p[2] for p in parts])
-            par = np.concatenate([p[3] for p in parts])
+            S, last, cost, par = _cheapest(*[np.concatenate([p[f] for p in parts]) for f in range(4)], M)
         else:
-            S2 = l2 = c2 = par = np.zeros(0, dtype=np.int64)
-        if len(S2) > STATE_CAP:
+            S = cost = np.zeros(0, dtype=np.int64)
+            last, par = np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.int32)
+        if len(S) > STATE_CAP:
             return None
-        # the cheapest per (set, last node)
-        key = S2 * M + l2
-        o = np.lexsort((c2, key))
-        key, S2, l2, c2, par = key[o], S2[o], l2[o], c2[o], par[o]
-        first = np.ones(len(key), dtype=bool)
-        first[1:] = key[1:] != key[:-1]
-        S, last, cost = S2[first], l2[first], c2[first]
-        layers.append((last, par[first]))
+        layers.append((last, par))
     total = cost + wr[last]
     eb = em[last]
     ok = total + eb <= limit_rel
@@ -136,6 +135,24 @@ def column_items(hop: np.ndarray, wrap: np.ndarray | None, emb: np.ndarray | Non
         keep[1:] = (g[1:] != g[:-1]) | (w[1:] < cm[:-1])
         S, total, eb, idx = S[keep], total[keep], eb[keep], idx[keep]
     return Items(S, total, eb, idx, layers)
+
+
+def _cheapest(S, last, cost, par, M):
+    """Keep the cheapest state per (node set, last node)."""
+    key = S * M + last
+    if not len(key):
+        return S, last, cost, par
+    c0 = int(cost.min())
+    span = int(cost.max()) - c0 + 1
+    if (int(key.max()) + 1) * span < (1 << 62):
+        o = np.argsort(key * span + (cost - c0))      # one int64 sort: 3-4x faster than lexsort here
+    else:
+        o = np.lexsort((cost, key))
+    key = key[o]
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    o = o[first]
+    return S[o], last[o], cost[o], par[o]
 
 
 def read_path(items: Items, i: int, rest: list[int]) -> list[int]:
@@ -195,10 +212,11 @@ class _Stop(Exception):
 
 
 def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: int, exact_cover: bool,
-               max_nodes: int = DFS_NODES, breadth: int = DFS_BREADTH):
+               max_nodes: int = DFS_NODES, breadth: int = DFS_BREADTH, nogoods=frozenset()):
     """A quick depth-first search for a cover (heuristic: a budget of nodes, cheapest items first); covers
     are plentiful well above the optimum, where CP-SAT's search was slow (10-15 s on 1.1M items with no
-    conflict). Returns the chosen item index per head, or None (not found: no conclusion)."""
+    conflict). nogoods: node-set combinations (one mask per head) not to return. Returns the chosen item
+    index per head, or None (not found: no conclusion)."""
     full = (1 << M) - 1
     K = len(items)
     # per head, the surviving items sorted by cost
@@ -213,7 +231,7 @@ def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: i
     node_order = [int(n) for n in np.argsort(held, kind="stable")]
     count = [0]
 
-    def rec(covered, left, C, E):
+    def rec(covered, left, C, E, picked=()):
         count[0] += 1
         if count[0] > max_nodes:
             raise _Stop
@@ -229,7 +247,14 @@ def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: i
             c = cand[h]
             if exact_cover:
                 c = c[data[h][1][c] == (full ^ covered)]
-            return [(h, int(c[0]))] if len(c) else None
+            if not nogoods:
+                return [(h, int(c[0]))] if len(c) else None
+            masks = dict(picked)
+            for i in c[:breadth]:
+                masks[h] = int(data[h][1][i])
+                if tuple(masks[g] for g in range(K)) not in nogoods:
+                    return [(h, int(i))]
+            return None
         if exact_cover:
             n = next(q for q in node_order if not (covered >> q) & 1)
             br = []
@@ -243,7 +268,7 @@ def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: i
             br = [(0, h, int(i)) for i in cand[h][:breadth]]
         for _, h, i in br[:breadth]:
             r = rec(covered | int(data[h][1][i]), [g for g in left if g != h],
-                    max(C, int(data[h][2][i])), max(E, int(data[h][3][i])))
+                    max(C, int(data[h][2][i])), max(E, int(data[h][3][i])), picked + ((h, int(data[h][1][i])),))
             if r is not None:
                 return [(h, i)] + r
         return None
@@ -260,13 +285,15 @@ def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: i
     return out
 
 
-def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_limit_s: float, seed: int):
+def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_limit_s: float, seed: int,
+           nogoods=frozenset()):
     """One item per head, every node of rest in at most one (exactly one when exact_cover), and
-    max cost + max embedding <= limit_rel. Returns (status, chosen item index per head or None)."""
+    max cost + max embedding <= limit_rel, avoiding the node-set combinations in nogoods (one mask per
+    head). Returns (status, chosen item index per head or None)."""
     alive = _reduce(items, [it.cost + it.emb <= limit_rel for it in items], M, exact_cover)
     if alive is None:
         return "INFEASIBLE", None
-    quick = _dfs_cover(items, alive, M, limit_rel, exact_cover)
+    quick = _dfs_cover(items, alive, M, limit_rel, exact_cover, nogoods=nogoods)
     if quick is not None:
         return "FEASIBLE", quick
     m = cp_model.CpModel()
@@ -293,6 +320,13 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
             ct.exactly_one.literals.extend(lits)
         else:
             ct.at_most_one.literals.extend(lits)
+    for key in nogoods:
+        # not all of these node sets together: sum over heads of their items on that set <= K - 1
+        lits = np.concatenate([var[it.mask[ids] == key[h]] for h, (it, (ids, var)) in enumerate(zip(items, sel))])
+        ct = pr.constraints.add()
+        ct.linear.vars.extend(lits.tolist())
+        ct.linear.coeffs.extend([1] * len(lits))
+        ct.linear.domain.extend([0, len(items) - 1])
     if len(embv) > 1:
         # E >= embv[k] <=> ge[k]; an item forces its embedding's level, and forbids every level that
         # would leave its path over the limit: sum(items of head h at level k) <= ge[k], and
@@ -353,12 +387,103 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
     return ("INFEASIBLE" if st == cp_model.INFEASIBLE else "UNKNOWN"), None
 
 
+def _next_step(seen, step):
+    """The next probe's step: the enumeration grows about exponentially in the limit until it saturates, and
+    each probe costs about its size, so aim at PROBE_GROWTH times the last probe's items (the rate from the
+    last two probes), at most PROBE_GROWTH times the last step; first probes: PROBE_GROWTH times the step."""
+    grow = int(step * PROBE_GROWTH) + 1
+    if len(seen) < 2 or seen[-1][1] < PROBE_SMALL:
+        return grow
+    (t1, n1), (t2, n2) = seen[-2], seen[-1]
+    rate = np.log(n2 / n1) / max(1, t2 - t1)
+    if rate <= 0:
+        return grow
+    return int(max(1, min(grow, np.log(PROBE_GROWTH) / rate)))
+
+
 def head_orders(H, K):
     """Every cyclic order of the heads up to rotation (the first head fixed)."""
     H = list(H)
     if K > MAX_ORDER_K:
         return [tuple(H)]
     return [(H[0],) + p for p in itertools.permutations(H[1:])]
+
+
+def _best_with_sets(p, H, sets: dict, hop, wrap, emb, time_limit_s: float, seed: int):
+    """The best placement (integer objective, assignment) with row 0 = the heads H, in any column order, and
+    each head's column through exactly the nodes sets[h], in any order: the exact answer for one cover whose
+    cheapest orders the rows' rings spoil. A small CP-SAT model per column order of the heads (up to the
+    ring's rotation and reflection, which leave the objective unchanged). None: not proved in the time."""
+    from planner.mapping.cpsat import _int
+    R, K = p.layout.rows, p.layout.cols
+    base = _int(p.dp_base)
+    link = [np.maximum(_int(p.dp_link[i]), _int(p.dp_link[i]).T) for i in range(R)]
+    t0 = time.perf_counter()
+    best = None
+    for order in head_orders(H, K):
+        if K >= 3 and order[1] > order[-1]:
+            continue                                   # the reflection of an order already tried
+        left = time_limit_s - (time.perf_counter() - t0)
+        if left <= 0:
+            return None
+        m = cp_model.CpModel()
+        cols = [sets[h] for h in order]
+        z = {(j, i, n): m.NewBoolVar("") for j in range(K) for i in range(1, R) for n in cols[j]}
+        for j in range(K):
+            for i in range(1, R):
+                m.AddExactlyOne(z[j, i, n] for n in cols[j])
+            for n in cols[j]:
+                m.AddExactlyOne(z[j, i, n] for i in range(1, R))
+        at = {}                                        # (j, i) -> {node: literal}; row 0 holds the head
+        for j, h in enumerate(order):
+            at[j, 0] = {h: None}
+            for i in range(1, R):
+                at[j, i] = {n: z[j, i, n] for n in cols[j]}
+        top = int(hop.max()) * R + (int(wrap.max()) if wrap is not None else 0)
+        P = m.NewIntVar(0, top, "P")
+        for j, h in enumerate(order):
+            terms = [sum(int(hop[h, n]) * lit for n, lit in at[j, 1].items())]
+            for i in range(1, R - 1):
+                for n, a_ in at[j, i].items():
+                    for q, b_ in at[j, i + 1].items():
+                        if q != n and hop[n, q]:
+                            w = m.NewBoolVar("")
+                            m.AddBoolOr([a_.Not(), b_.Not(), w])
+                            terms.append(int(hop[n, q]) * w)
+            if wrap is not None:
+                terms.append(sum(int(wrap[n, h]) * lit for n, lit in at[j, R - 1].items()))
+            m.Add(P >= sum(terms))
+        r0 = max(int(base[0]) + int(link[0][order[j], order[(j + 1) % K]]) for j in range(K))
+        D = m.NewIntVar(int(base.max()), 1 << 40, "D")
+        m.Add(D >= r0)
+        for i in range(1, R):
+            for j in range(K):
+                for n, a_ in at[j, i].items():
+                    for q, b_ in at[(j + 1) % K, i].items():
+                        m.Add(D >= int(base[i]) + int(link[i][n, q])).OnlyEnforceIf([a_, b_])
+        E = 0
+        if emb is not None:
+            E = m.NewIntVar(0, int(emb.max()), "E")
+            for j, h in enumerate(order):
+                for n, lit in at[j, R - 1].items():
+                    m.Add(E >= int(emb[h, n])).OnlyEnforceIf(lit)
+        m.Minimize(P + D + E)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.random_seed = int(seed)
+        solver.parameters.max_time_in_seconds = float(left)
+        st = solver.Solve(m)
+        if st != cp_model.OPTIMAL:
+            return None
+        a = np.zeros((R, K), dtype=int)
+        for j, h in enumerate(order):
+            a[0, j] = h
+            for i in range(1, R):
+                a[i, j] = next(n for n, lit in at[j, i].items() if solver.BooleanValue(lit))
+        v = int(round(solver.ObjectiveValue()))
+        if best is None or v < best[0]:
+            best = (v, a)
+    return best
 
 
 @dataclass
@@ -420,6 +545,7 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
         step = max(1, (limit - lo) // PROBE_STEPS)
         t = min(limit, lo + step)
         items, chosen = None, None
+        seen = []                            # (limit, items) of the probes so far
         while True:
             if left() <= 0:
                 keep_open(lo)
@@ -433,7 +559,8 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
                 if t >= limit:
                     break                    # nothing under the limit with row 0 = H
                 lo = t + 1
-                step = int(step * PROBE_GROWTH) + 1
+                seen.append((t, max(1, sum(len(it.cost) for it in its))))
+                step = _next_step(seen, step)
                 t = min(limit, lo + step)
                 continue
             if st != "FEASIBLE":
@@ -441,27 +568,34 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
                 break
             items, chosen = its, ch
             break
-        # drive the relaxation down with the items of the probe (a lower limit only filters them)
+        # every cover under the limit is a better placement, or the rows' rings spoil its cheapest orders:
+        # then its node sets are solved exactly (_best_with_sets) and excluded from the covers (a no-good: no
+        # placement on them beats the limit any more). The limit only falls, and no combination comes twice.
+        nogoods = set()
         while items is not None:
             relaxed = ring + max(int(it.cost[c]) for it, c in zip(items, chosen)) \
                 + max(int(it.emb[c]) for it, c in zip(items, chosen))
             cols = {h: [h] + read_path(it, c, rest) for h, it, c in zip(H, items, chosen)}
+            v_best, a_best = None, None
             for order in head_orders(H, K):
                 a = np.array([cols[h] for h in order]).T
                 v = objective_int(a)
-                if v <= limit:
-                    best_a, best_v, limit = a, v, v - 1
-            rlimit = min(relaxed - 1, limit)
-            if rlimit < lo:
-                if rlimit < limit:
+                if v_best is None or v < v_best:
+                    v_best, a_best = v, a
+            if v_best > relaxed:
+                exact = _best_with_sets(p, H, {h: cols[h][1:] for h in H}, hop, wrap, emb, left(), seed) \
+                    if K <= MAX_ORDER_K else None
+                if exact is None:
                     keep_open(lo)
-                break
-            st, chosen = _cover(items, M, rlimit - ring, exact_cover, max(left(), 0.05), seed) \
-                if left() > 0 else ("UNKNOWN", None)
+                    break
+                v_best, a_best = exact
+                nogoods.add(tuple(int(it.mask[c]) for it, c in zip(items, chosen)))
+            if v_best <= limit:
+                best_a, best_v, limit = a_best, v_best, v_best - 1
+            st, chosen = _cover(items, M, limit - ring, exact_cover, max(left(), 0.05), seed, frozenset(nogoods)) \
+                if left() > 0 and limit >= lo else ("INFEASIBLE" if limit < lo else "UNKNOWN", None)
             if st == "INFEASIBLE":
-                if rlimit < limit:           # the relaxation's optimum (rlimit + 1) is under the incumbent
-                    keep_open(rlimit + 1)
-                break
+                break                        # nothing under the limit with row 0 = H
             if st != "FEASIBLE":
                 keep_open(lo)
                 break

@@ -675,7 +675,7 @@ def _ring_cap(p: MappingProblem, limit_int: int, time_limit_s: float, seed: int)
 
 
 COLUMNS = True          # try the column decomposition (columns.py) first when the row-0 sets are enumerated
-COLUMN_SHARE = 0.6      # of the time limit
+COLUMN_SHARE = 0.75     # of the time limit
 
 HEAD_SETS_MAX = 64      # row-0 sets worth a path bound of their own; more: no head bound
 # with an incumbent, row 0 must hold one of the row-0 sets (exact). Off: measured on the 32-node benchmark
