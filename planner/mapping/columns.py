@@ -23,7 +23,9 @@ Costs are the integer units of cpsat.py (0.1 us), so the answers agree with the 
 from __future__ import annotations
 
 import itertools
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +38,7 @@ CHUNK = 200_000           # states extended at once (memory: CHUNK x nodes)
 MAX_MASK = 62             # nodes outside row 0 that fit an int64 mask
 PROBE_STEPS = 64          # the first upward probe of a row-0 set: floor + (limit - floor) / PROBE_STEPS
 PROBE_GROWTH = 2.0        # each further probe's step (and, once probes are large, its enumeration's size)
+THREADS = 4               # path enumerations run at once (memory grows with them: ~0.4 GB each at 1M paths)
 PROBE_SMALL = 50_000      # items below which a probe is cheap whatever its size
 BRANCH_TRUE = False
 DFS_NODES = 3000          # the depth-first cover heuristic's budget before CP-SAT takes over
@@ -124,7 +127,12 @@ def column_items(hop: np.ndarray, wrap: np.ndarray | None, emb: np.ndarray | Non
     S, total, eb = S[idx], total[idx], eb[idx]
     # the Pareto front over ends per node set: sort by (set, cost, embedding); keep an end only if its
     # embedding beats every cheaper end of the same set
-    o = np.lexsort((eb, total, S))
+    span = int(total.max()) - int(total.min()) + 1 if len(total) else 1
+    if len(S) and (int(S.max()) + 1) * span < (1 << 62):
+        # one int64 sort by (set, cost); ties in cost may keep a dominated end (harmless: one more item)
+        o = np.argsort(S * span + (total - int(total.min())), kind="stable")
+    else:
+        o = np.lexsort((eb, total, S))
     S, total, eb, idx = S[o], total[o], eb[o], idx[o]
     if len(S):
         g = np.concatenate([[0], np.cumsum(S[1:] != S[:-1])])
@@ -387,6 +395,18 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
     return ("INFEASIBLE" if st == cp_model.INFEASIBLE else "UNKNOWN"), None
 
 
+def _items_all(hop, wrap, emb, H, rest, R, limit_rel, ef):
+    """column_items for every head, on up to THREADS threads (numpy's sorts and arithmetic release the GIL:
+    measured 12.0 s -> 8.2 s for the 4 heads of the 32-node GPT-3 175B instance on 2 cores)."""
+    def one(h):
+        return column_items(hop, wrap, emb, h, rest, R, limit_rel, ef)
+    workers = min(len(H), THREADS, os.cpu_count() or 1)
+    if workers <= 1:
+        return [one(h) for h in H]
+    with ThreadPoolExecutor(workers) as ex:
+        return list(ex.map(one, H))
+
+
 def _next_step(seen, step):
     """The next probe's step: the enumeration grows about exponentially in the limit until it saturates, and
     each probe costs about its size, so aim at PROBE_GROWTH times the last probe's items (the rate from the
@@ -550,7 +570,7 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
             if left() <= 0:
                 keep_open(lo)
                 break
-            its = [column_items(hop, wrap, emb, h, rest, R, t - ring, ef) for h in H]
+            its = _items_all(hop, wrap, emb, H, rest, R, t - ring, ef)
             if any(it is None for it in its) or sum(len(it.cost) for it in its) > ITEM_CAP:
                 keep_open(lo)
                 break
