@@ -139,8 +139,13 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             a = hint.copy() if hint is not None else None
             return MappingResult(a, _score(probs, a, robust) if a is not None else float("inf"),
                                  float(cutoff), "PRUNED", time.perf_counter() - t0, "exact")
-        if COLUMNS and len(probs) == 1 and R > 1 and row0:
-            out = solve_columns(p, row0, limit_int, lambda a_: _int_objective(p, a_), COLUMN_SHARE * time_limit_s,
+        col_sets = row0
+        if COLUMNS and len(probs) == 1 and R > 1 and row0 is None:
+            # more sets than the head bound takes: the decomposition skips every set whose floor is over the
+            # incumbent once it has one, so a loose incumbent (many sets) costs little more
+            col_sets = _row0_sets(p, limit_int - cut[2] - _emb_floor(p), limit=COLUMN_SETS_MAX)
+        if COLUMNS and len(probs) == 1 and R > 1 and col_sets:
+            out = solve_columns(p, col_sets, limit_int, lambda a_: _int_objective(p, a_), COLUMN_SHARE * time_limit_s,
                                 seed, path_floor=cut[2])
             if out is not None and out.proved:
                 wall = time.perf_counter() - t0
@@ -676,6 +681,7 @@ def _ring_cap(p: MappingProblem, limit_int: int, time_limit_s: float, seed: int)
 
 COLUMNS = True          # try the column decomposition (columns.py) first when the row-0 sets are enumerated
 COLUMN_SHARE = 0.75     # of the time limit
+COLUMN_SETS_MAX = 5000  # row-0 sets the decomposition takes on (sorted by ring; most are skipped by their floor)
 
 HEAD_SETS_MAX = 64      # row-0 sets worth a path bound of their own; more: no head bound
 # with an incumbent, row 0 must hold one of the row-0 sets (exact). Off: measured on the 32-node benchmark
