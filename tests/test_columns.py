@@ -10,8 +10,22 @@ import pytest
 from planner.config import ParallelConfig
 from planner.latency import build_problem
 from planner.mapping import layouts
-from planner.mapping.columns import _cover, _dfs_cover, _reduce, column_items, read_path, solve_columns
-from planner.mapping.cpsat import _emb_floor, _int, _int_objective, _row0_sets, path_lower_bound_int, solve_exact
+from planner.mapping.columns import (
+    _cover,
+    _dfs_cover,
+    _reduce,
+    column_items,
+    read_path,
+    solve_columns,
+)
+from planner.mapping.cpsat import (
+    _emb_floor,
+    _int,
+    _int_objective,
+    _row0_sets,
+    path_lower_bound_int,
+    solve_exact,
+)
 
 CASES = [  # nodes, (tp, pp, dp), schedule, vpp
     (6, (4, 2, 4), "1f1b", 1),           # 2 x 2 grid, 2 spare nodes
@@ -147,12 +161,12 @@ def test_solve_columns_equals_brute_force(make_spec):
     better than the optimum it finds nothing and says so; its bound never exceeds the optimum."""
     proved = 0
     for prob in _grids(make_spec):
-        vals, P = _all_int(prob)
+        vals, _ = _all_int(prob)
         opt = int(vals.min())
         plb = path_lower_bound_int(prob)
         for limit in (_int_objective(prob, prob.rank_order()), opt, opt - 1):
             sets = _row0_sets(prob, limit - plb - _emb_floor(prob), limit=10 ** 6)
-            out = solve_columns(prob, sets, limit, lambda a: _int_objective(prob, a), 30.0, path_floor=plb)
+            out = solve_columns(prob, sets, limit, lambda a, p=prob: _int_objective(p, a), 30.0, path_floor=plb)
             assert out is not None
             assert out.bound <= opt
             if out.assign is not None:
@@ -243,7 +257,7 @@ def test_decomposition_is_exact_when_the_other_rows_rings_bind(make_spec, monkey
         plb = path_lower_bound_int(prob)
         limit = _int_objective(prob, prob.rank_order())
         sets = _row0_sets(prob, limit - plb - _emb_floor(prob), limit=10 ** 6)
-        out = Co.solve_columns(prob, sets, limit, lambda a: _int_objective(prob, a), 30.0, path_floor=plb)
+        out = Co.solve_columns(prob, sets, limit, lambda a, p=prob: _int_objective(p, a), 30.0, path_floor=plb)
         assert out.proved and out.bound <= opt
         assert (out.value if out.assign is not None else limit) == opt
     assert calls

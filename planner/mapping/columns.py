@@ -10,14 +10,15 @@ Here, for one row-0 set H with its best ring r0(H):
 1. every path from each head h through R-1 other nodes whose cost fits under the limit is enumerated by
    a dynamic programme over (node set, last node), keeping the cheapest order per (set, end) and the
    (cost, embedding) Pareto front over ends (`column_items`);
-2. a set-partitioning model in CP-SAT (one item per head, every node in at most one item, a ladder for
-   the slowest embedding pair) says whether some choice keeps r0 + max path + max embedding under the
-   limit (`_cover`). Set partitioning sees balance: its LP is infeasible just below the optimum where the
-   assignment model's LP is ~1 ms (4%) short.
-Both drop the rings of rows 1..R-1, so this is a relaxation: a cover found is scored by the real objective
-(`MappingProblem` through `_int_objective`, every cyclic order of the heads tried). If it scores what the
-relaxation said, it is optimal for H and the limit moves below it; if the other rows' rings make it worse,
-the relaxation's value is still a valid bound and the caller continues with CP-SAT.
+2. a set-partitioning cover (one item per head, every node in at most one item, a ladder for the slowest
+   embedding pair) says whether some choice keeps r0 + max path + max embedding under the limit (`_cover`:
+   exact propagation, a depth-first search, then CP-SAT). Set partitioning sees balance: its LP is
+   infeasible just below the optimum where the assignment model's LP is ~1.7 ms (7%) short;
+3. both drop the rings of rows 1..R-1, so this is a relaxation: a cover found is scored by the real
+   objective (every cyclic order of the heads); when the rings spoil its cheapest orders, its node sets are
+   solved exactly (`_best_with_sets`) and the combination is excluded (a no-good). Each cover either lowers
+   the limit or is excluded, so when none is left nothing with row 0 = H beats the limit.
+The limit of the enumeration is probed upwards from H's floor, since its size grows steeply with the limit.
 Costs are the integer units of cpsat.py (0.1 us), so the answers agree with the CP-SAT model's.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 STATE_CAP = 6_000_000     # DP states in one layer; more: give up on the row-0 set (measured: 1.9M at most on the
-#                           32-node GPT-3 175B instance, ~1.5 GB peak with its 3.9M items)
+#                           32-node GPT-3 175B instance, 0.76 GB peak with its 3.9M items)
 ITEM_CAP = 6_000_000      # items over all heads for one row-0 set; more: give up on it
 CHUNK = 200_000           # states extended at once (memory: CHUNK x nodes)
 MAX_MASK = 62             # nodes outside row 0 that fit an int64 mask
@@ -40,7 +41,6 @@ PROBE_STEPS = 64          # the first upward probe of a row-0 set: floor + (limi
 PROBE_GROWTH = 2.0        # each further probe's step (and, once probes are large, its enumeration's size)
 THREADS = 4               # path enumerations run at once (memory grows with them: ~0.4 GB each at 1M paths)
 PROBE_SMALL = 50_000      # items below which a probe is cheap whatever its size
-BRANCH_TRUE = False
 DFS_NODES = 3000          # the depth-first cover heuristic's budget before CP-SAT takes over
 DFS_BREADTH = 40          # items tried per node of that search
 MAX_ORDER_K = 8           # cyclic orders of row 0 tried when scoring a cover: (K-1)! of them
@@ -245,7 +245,7 @@ def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: i
             raise _Stop
         cand = {}
         for h in left:
-            o, mk, co, em = data[h]
+            _, mk, co, em = data[h]
             ok = ((mk & covered) == 0) & (np.maximum(co, C) + np.maximum(em, E) <= limit_rel)
             cand[h] = np.flatnonzero(ok)
             if not len(cand[h]):
@@ -365,21 +365,8 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
                     ct.linear.vars.extend(bad.tolist() + [ge[k - 1]])
                     ct.linear.coeffs.extend([1] * (len(bad) + 1))
                     ct.linear.domain.extend([-(1 << 40), 1])
-    if BRANCH_TRUE:
-        # branch on items, cheapest first, set to true: a decision covers R-1 nodes and propagation clears the
-        # conflicting items, so a cover takes a handful of decisions when covers are plentiful (CP-SAT's
-        # default fixed items to false one at a time: 3.5M branches, 10 s, on 1.1M items)
-        allv = np.concatenate([var for _, var in sel])
-        allc = np.concatenate([it.cost[ids] for it, (ids, _) in zip(items, sel)])
-        order = allv[np.argsort(allc, kind="stable")]
-        ds = pr.search_strategy.add()
-        ds.variables.extend(order.tolist())
-        ds.variable_selection_strategy = cp_model.CHOOSE_FIRST
-        ds.domain_reduction_strategy = cp_model.SELECT_MAX_VALUE
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    if BRANCH_TRUE:
-        prm.search_branching = cp_model.FIXED_SEARCH
     prm.max_time_in_seconds = float(time_limit_s)
     prm.max_deterministic_time = float(time_limit_s)
     # one worker (deterministic) and no presolve: on these models (~600k items, a few dozen rows) presolve
@@ -500,7 +487,7 @@ def _best_with_sets(p, H, sets: dict, hop, wrap, emb, time_limit_s: float, seed:
             a[0, j] = h
             for i in range(1, R):
                 a[i, j] = next(n for n, lit in at[j, i].items() if solver.BooleanValue(lit))
-        v = int(round(solver.ObjectiveValue()))
+        v = round(solver.ObjectiveValue())
         if best is None or v < best[0]:
             best = (v, a)
     return best

@@ -31,7 +31,13 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.mapping.columns import solve_columns
-from planner.mapping.problem import MappingProblem, core, node_ring_floor, ring_degree, ring_order_bound
+from planner.mapping.problem import (
+    MappingProblem,
+    core,
+    node_ring_floor,
+    ring_degree,
+    ring_order_bound,
+)
 from planner.mapping.result import MappingResult
 
 UNIT = 1e-7                     # seconds per integer cost unit
