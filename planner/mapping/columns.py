@@ -553,10 +553,14 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
         t = min(limit, lo + step)
         items, chosen = None, None
         seen = []                            # (limit, items) of the probes so far
+        per_item = 0.0                       # seconds per enumerated path, from the largest probe so far
         while True:
-            if left() <= 0:
+            # stop before a probe that would not finish in the time left (its size: PROBE_GROWTH x the last)
+            guess = per_item * PROBE_GROWTH * (seen[-1][1] if seen else 0)
+            if left() <= 0 or guess > left():
                 keep_open(lo)
                 break
+            tp = time.perf_counter()
             its = _items_all(hop, wrap, emb, H, rest, R, t - ring, ef)
             if any(it is None for it in its) or sum(len(it.cost) for it in its) > ITEM_CAP:
                 keep_open(lo)
@@ -567,6 +571,8 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
                     break                    # nothing under the limit with row 0 = H
                 lo = t + 1
                 seen.append((t, max(1, sum(len(it.cost) for it in its))))
+                if seen[-1][1] >= PROBE_SMALL:
+                    per_item = max(per_item, (time.perf_counter() - tp) / seen[-1][1])
                 step = _next_step(seen, step)
                 t = min(limit, lo + step)
                 continue

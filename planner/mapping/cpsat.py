@@ -151,7 +151,11 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
             # incumbent once it has one, so a loose incumbent (many sets) costs little more
             col_sets = _row0_sets(p, limit_int - cut[2] - _emb_floor(p), limit=COLUMN_SETS_MAX)
         if COLUMNS and len(probs) == 1 and R > 1 and col_sets:
-            out = solve_columns(p, col_sets, limit_int, lambda a_: _int_objective(p, a_), COLUMN_SHARE * time_limit_s,
+            # CP-SAT keeps at least COLUMN_CPSAT_MIN of the limit: when the decomposition does not finish (it
+            # needs ~25 s on the 32-node GPT-3 175B instance), short limits still get CP-SAT's incumbents
+            share = max(0.0, min(COLUMN_SHARE * time_limit_s,
+                                 time_limit_s - min(COLUMN_CPSAT_MIN, 0.5 * time_limit_s)))
+            out = solve_columns(p, col_sets, limit_int, lambda a_: _int_objective(p, a_), share,
                                 seed, path_floor=cut[2])
             if out is not None and out.proved:
                 wall = time.perf_counter() - t0
@@ -687,6 +691,7 @@ def _ring_cap(p: MappingProblem, limit_int: int, time_limit_s: float, seed: int)
 
 COLUMNS = True          # try the column decomposition (columns.py) first when the row-0 sets are enumerated
 COLUMN_SHARE = 0.75     # of the time limit
+COLUMN_CPSAT_MIN = 10.0  # seconds (at most half the limit) left to CP-SAT whatever the decomposition takes
 COLUMN_SETS_MAX = 5000  # row-0 sets the decomposition takes on (sorted by ring; most are skipped by their floor)
 
 HEAD_SETS_MAX = 64      # row-0 sets worth a path bound of their own; more: no head bound
