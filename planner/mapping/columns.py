@@ -508,13 +508,12 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
     limit_int) for placements with integer objective <= limit_int, best first.
 
     objective_int(assign) scores a placement as the CP-SAT model does; path_floor is a valid lower bound on
-    the slowest column's path. Per set H the relaxation (rows 1..R-1 without their rings) is probed upwards
-    from its floor (ring + path_floor + embedding floor) in growing steps, because the enumeration grows
-    steeply with the limit (measured on a 32-node instance: 0.6M paths at the optimum, 3.1M 0.5% above it),
-    until a cover exists; then driven down: each cover found is scored for real (a new incumbent when it
-    beats the limit) and the next must beat min(its relaxed value, the incumbent). When none exists, every
-    placement with row 0 = H scores at least the last relaxed value; a set whose enumeration is too large,
-    or that the time does not reach, keeps the floor its probes proved. Returns None when the decomposition
+    the slowest column's path. Per set H the limit t of the path enumeration is probed upwards from H's floor
+    (ring + path_floor + embedding floor) in steps sized by the enumeration's growth (measured on a 32-node
+    instance: 0.6M paths at the optimum, 3.1M 0.5% above it); at each t, covers under t are either better
+    placements (the limit falls) or solved exactly on their node sets and excluded, until none is left and t
+    rises. A set whose enumeration is too large, or that the time does not reach, keeps the floor its probes
+    proved (every placement with that row 0 scores at least it). Returns None when the decomposition
     does not apply (R < 2, K < 2, too many nodes for a mask)."""
     t0 = time.perf_counter()
     L, N = p.layout, p.n
@@ -548,47 +547,52 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
         if left() <= 0:
             keep_open(lo)
             continue
-        # probe upwards until the relaxation has a cover under t
+        # Probe upwards: enumerate the paths under t, look for a cover under t. A cover is a better placement,
+        # or the rows' rings spoil its cheapest orders: then its node sets are solved exactly (_best_with_sets)
+        # and excluded (a no-good: no placement on them beats the limit any more). With no cover left under t,
+        # nothing with row 0 = H scores t or less (the excluded ones score more than the limit): t + 1 is the
+        # new floor, and the next probe goes up. The paths are only complete up to the t they were enumerated
+        # for, so covers are never asked for above it.
         step = max(1, (limit - lo) // PROBE_STEPS)
         t = min(limit, lo + step)
-        items, chosen = None, None
+        its, its_t = None, None
         seen = []                            # (limit, items) of the probes so far
         per_item = 0.0                       # seconds per enumerated path, from the largest probe so far
+        nogoods = set()
         while True:
-            # stop before a probe that would not finish in the time left (its size: PROBE_GROWTH x the last)
-            guess = per_item * PROBE_GROWTH * (seen[-1][1] if seen else 0)
-            if left() <= 0 or guess > left():
+            if its_t is None or t > its_t:
+                # stop before a probe that would not finish in the time left (its size: PROBE_GROWTH x the last)
+                guess = per_item * PROBE_GROWTH * (seen[-1][1] if seen else 0)
+                if left() <= 0 or guess > left():
+                    keep_open(lo)
+                    break
+                tp = time.perf_counter()
+                its = _items_all(hop, wrap, emb, H, rest, R, t - ring, ef)
+                if any(it is None for it in its) or sum(len(it.cost) for it in its) > ITEM_CAP:
+                    keep_open(lo)
+                    break
+                its_t = t
+                n_items = max(1, sum(len(it.cost) for it in its))
+                if n_items >= PROBE_SMALL:
+                    per_item = max(per_item, (time.perf_counter() - tp) / n_items)
+            if left() <= 0:
                 keep_open(lo)
                 break
-            tp = time.perf_counter()
-            its = _items_all(hop, wrap, emb, H, rest, R, t - ring, ef)
-            if any(it is None for it in its) or sum(len(it.cost) for it in its) > ITEM_CAP:
-                keep_open(lo)
-                break
-            st, ch = _cover(its, M, t - ring, exact_cover, left(), seed)
+            st, chosen = _cover(its, M, t - ring, exact_cover, left(), seed, frozenset(nogoods))
             if st == "INFEASIBLE":
                 if t >= limit:
                     break                    # nothing under the limit with row 0 = H
                 lo = t + 1
-                seen.append((t, max(1, sum(len(it.cost) for it in its))))
-                if seen[-1][1] >= PROBE_SMALL:
-                    per_item = max(per_item, (time.perf_counter() - tp) / seen[-1][1])
+                seen.append((t, n_items))
                 step = _next_step(seen, step)
                 t = min(limit, lo + step)
                 continue
             if st != "FEASIBLE":
                 keep_open(lo)
                 break
-            items, chosen = its, ch
-            break
-        # every cover under the limit is a better placement, or the rows' rings spoil its cheapest orders:
-        # then its node sets are solved exactly (_best_with_sets) and excluded from the covers (a no-good: no
-        # placement on them beats the limit any more). The limit only falls, and no combination comes twice.
-        nogoods = set()
-        while items is not None:
-            relaxed = ring + max(int(it.cost[c]) for it, c in zip(items, chosen)) \
-                + max(int(it.emb[c]) for it, c in zip(items, chosen))
-            cols = {h: [h] + read_path(it, c, rest) for h, it, c in zip(H, items, chosen)}
+            relaxed = ring + max(int(it.cost[c]) for it, c in zip(its, chosen)) \
+                + max(int(it.emb[c]) for it, c in zip(its, chosen))
+            cols = {h: [h] + read_path(it, c, rest) for h, it, c in zip(H, its, chosen)}
             v_best, a_best = None, None
             for order in head_orders(H, K):
                 a = np.array([cols[h] for h in order]).T
@@ -602,16 +606,12 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
                     keep_open(lo)
                     break
                 v_best, a_best = exact
-                nogoods.add(tuple(int(it.mask[c]) for it, c in zip(items, chosen)))
+                nogoods.add(tuple(int(it.mask[c]) for it, c in zip(its, chosen)))
             if v_best <= limit:
                 best_a, best_v, limit = a_best, v_best, v_best - 1
-            st, chosen = _cover(items, M, limit - ring, exact_cover, max(left(), 0.05), seed, frozenset(nogoods)) \
-                if left() > 0 and limit >= lo else ("INFEASIBLE" if limit < lo else "UNKNOWN", None)
-            if st == "INFEASIBLE":
-                break                        # nothing under the limit with row 0 = H
-            if st != "FEASIBLE":
-                keep_open(lo)
-                break
+                t = min(t, limit)
+                if limit < lo:
+                    break                    # nothing with row 0 = H beats the new incumbent
     bound = best_v if best_v is not None else limit_int + 1
     if open_bound is not None:
         bound = min(bound, open_bound)
