@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from planner.config import ParallelConfig  # noqa: E402
 from planner.costs.published import SC21, SEQ, VOCAB  # noqa: E402
-from planner.solve import estimate_plan  # noqa: E402
+from planner.search.solve import estimate_plan  # noqa: E402
 from planner.spec import parse_spec  # noqa: E402
 
 TFLOPS = (137, 138, 142, 135, 138, 140, 148, 155, 163, 163)   # SC21 Table 1, per GPU

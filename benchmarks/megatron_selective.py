@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from planner.config import ParallelConfig  # noqa: E402
 from planner.costs.published import KORTHIKANTI, SEQ, VOCAB  # noqa: E402
-from planner.solve import estimate_plan  # noqa: E402
+from planner.search.solve import estimate_plan  # noqa: E402
 
 from megatron_sc21 import print_errors, schedule_for, spec_for  # noqa: E402
 

@@ -36,12 +36,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from planner.costs import default_costs  # noqa: E402
-from planner.compare import megatron_config  # noqa: E402
-from planner.latency import default_layout  # noqa: E402
+from planner.search.compare import megatron_config  # noqa: E402
+from planner.costs.iteration import default_layout  # noqa: E402
 from planner.profile.snapshots import (drifted_snapshots, mean_loss, structured_snapshots,  # noqa: E402
                                       volatile_snapshots)
-from planner.robust import robust_plan_report, robust_report  # noqa: E402
-from planner.solve import solve  # noqa: E402
+from planner.search.robust import robust_plan_report, robust_report  # noqa: E402
+from planner.search.solve import solve  # noqa: E402
 from planner.spec import load_spec  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")

@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from planner.costs import default_costs  # noqa: E402
-from planner.latency import build_problem  # noqa: E402
+from planner.costs.iteration import build_problem  # noqa: E402
 from planner.mapping import problem as P  # noqa: E402
 from planner.mapping.anneal import anneal  # noqa: E402
 from planner.spec import load_spec  # noqa: E402

@@ -11,7 +11,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from planner.simulate import simulate, simulate_uniform  # noqa: E402
+from planner.simulator import simulate, simulate_uniform  # noqa: E402
 
 
 def best_of(fn, n=3):

@@ -17,10 +17,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from planner.costs import default_costs  # noqa: E402
-from planner.latency import build_problem  # noqa: E402
+from planner.costs.iteration import build_problem  # noqa: E402
 from planner.mapping.anneal import anneal  # noqa: E402
 from planner.mapping.cpsat import solve_exact  # noqa: E402
-from planner.solve import solve  # noqa: E402
+from planner.search.solve import solve  # noqa: E402
 from planner.spec import parse_spec  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")

@@ -23,9 +23,9 @@ from planner.costs import default_costs                       # noqa: E402
 from planner.costs.comm import CommModel                      # noqa: E402
 from planner.costs.compute import ComputeModel                # noqa: E402
 from planner.costs.memory import GiB                          # noqa: E402
-from planner.latency import stage_memory                      # noqa: E402
+from planner.costs.iteration import stage_memory                      # noqa: E402
 from planner.spec import load_cluster                         # noqa: E402
-from planner.validate import kfold_validate, read_vtrain_csv, row_cluster, row_spec, validate   # noqa: E402
+from planner.profile.validate import kfold_validate, read_vtrain_csv, row_cluster, row_spec, validate   # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "planner", "data", "vtrain")

@@ -13,7 +13,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))   # run from a checkout without installing
 
-from planner.synth import regenerate  # noqa: E402
+from planner.profile.synth import regenerate  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

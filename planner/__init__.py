@@ -1,6 +1,6 @@
 """planner: choose how to train an LLM (tp/pp/dp, micro-batch, schedule, recompute, ZeRO) and where.
 
-Public API:
+Public API (each name is imported on first use, so `import planner` and `planner --help` stay fast):
     spec = planner.load_spec(path)
     sol = planner.solve(spec, method="auto", time_limit_s=None, seed=None)
     est = planner.estimate(spec, config, mapping=None)
@@ -8,32 +8,39 @@ Public API:
 """
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
 
-from planner.config import ParallelConfig
-from planner.errors import InfeasibleError, PlannerError, SpecError
-from planner.spec import Spec, load_cluster, load_model, load_spec, parse_spec
+# public name -> (module, attribute); no subpackage shares a name with a function here, so the
+# import system never rebinds one of these names to a module.
+_API = {
+    "ParallelConfig": ("planner.config", "ParallelConfig"),
+    "InfeasibleError": ("planner.errors", "InfeasibleError"),
+    "PlannerError": ("planner.errors", "PlannerError"),
+    "SpecError": ("planner.errors", "SpecError"),
+    "Spec": ("planner.spec", "Spec"),
+    "load_cluster": ("planner.spec", "load_cluster"),
+    "load_model": ("planner.spec", "load_model"),
+    "load_spec": ("planner.spec", "load_spec"),
+    "parse_spec": ("planner.spec", "parse_spec"),
+    "solve": ("planner.search.solve", "solve"),
+    "estimate": ("planner.search.solve", "estimate_plan"),
+    "simulate": ("planner.simulator", "simulate"),
+}
+
+__all__ = [*_API, "__version__"]
 
 
-# The modules planner.solve and planner.simulate are loaded before the functions of the same name
-# are defined: importing a submodule binds its name on the package, so a lazy import inside the
-# wrapper would replace `planner.solve` by the module after the first call.
-from planner.simulate import simulate as _simulate  # noqa: E402
-from planner.solve import estimate_plan as _estimate_plan  # noqa: E402
-from planner.solve import solve as _solve  # noqa: E402
+def __getattr__(name: str):
+    try:
+        module, attr = _API[name]
+    except KeyError:
+        raise AttributeError(f"module 'planner' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
 
 
-def solve(spec, **kwargs):
-    return _solve(spec, **kwargs)
-
-
-def estimate(spec, config, mapping=None, **kwargs):
-    return _estimate_plan(spec, config, mapping, **kwargs)
-
-
-def simulate(spec, config, mapping=None, **kwargs):
-    return _simulate(spec, config, mapping, **kwargs)
-
-
-__all__ = ["ParallelConfig", "InfeasibleError", "PlannerError", "SpecError", "Spec", "load_cluster", "load_model",
-           "load_spec", "parse_spec", "solve", "estimate", "simulate", "__version__"]
+def __dir__():
+    return sorted(__all__)

@@ -39,8 +39,36 @@ class ParallelConfig:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d, file: str | None = None, field: str = "config") -> ParallelConfig:
+        """The one parser of a configuration: a solution's `config:`, a CSV row (strings), a dict.
+
+        Bad input raises SpecError naming `file` and `field.<key>`."""
+        from planner.errors import SpecError
+        if not isinstance(d, dict):
+            raise SpecError(file, field, "must be a mapping")
+        try:
+            cfg = cls(int(d["tp"]), int(d["pp"]), int(d["dp"]), int(d["micro_batch_size"]),
+                      int(d["num_microbatches"]), str(d.get("schedule", "1f1b")), int(d.get("vpp", 1)),
+                      str(d.get("recompute", "none")), int(d.get("zero", 0)),
+                      _flag(d.get("sequence_parallel", False)))
+        except KeyError as e:
+            raise SpecError(file, f"{field}.{e.args[0]}", "is missing") from None
+        except (TypeError, ValueError) as e:
+            raise SpecError(file, field, f"has a bad value ({e})") from None
+        if cfg.schedule not in SCHEDULES:
+            raise SpecError(file, f"{field}.schedule", f"must be one of {list(SCHEDULES)}")
+        if cfg.recompute not in RECOMPUTE:
+            raise SpecError(file, f"{field}.recompute", f"must be one of {list(RECOMPUTE)}")
+        return cfg
+
     def label(self) -> str:
         v = f" v{self.vpp}" if self.vpp > 1 else ""
         sp = " sp" if self.sequence_parallel else ""
         return (f"tp{self.tp} pp{self.pp} dp{self.dp} mbs{self.micro_batch_size} m{self.num_microbatches} "
                 f"{self.schedule}{v} rc={self.recompute} z{self.zero}{sp}")
+
+
+def _flag(v) -> bool:
+    # CSV cells arrive as the strings "True" / "False"; YAML and JSON give real booleans
+    return v == "True" if isinstance(v, str) else bool(v)

@@ -5,11 +5,10 @@ import datetime as _dt
 from dataclasses import dataclass, field
 
 import numpy as np
-import yaml
 
 from planner.config import ParallelConfig
 from planner.errors import SpecError
-from planner.io import plain, write_yaml
+from planner.io import load_yaml, plain, write_yaml
 from planner.mapping.problem import Layout, layouts, worker_table
 
 
@@ -128,30 +127,7 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
 
 
 def load_solution(path: str) -> dict:
-    import os
-    if not os.path.exists(path):
-        raise SpecError(None, None, f"file {path} does not exist")
-    try:
-        with open(path) as fh:
-            d = yaml.safe_load(fh)
-    except yaml.YAMLError as e:
-        raise SpecError(path, None, f"is not valid YAML ({str(e).splitlines()[0]})") from None
+    d = load_yaml(path)
     if not isinstance(d, dict) or "config" not in d:
         raise SpecError(path, "config", "is required (is this a solution file?)")
     return d
-
-
-def config_from_dict(d: dict, file: str | None = None) -> ParallelConfig:
-    from planner.config import RECOMPUTE, SCHEDULES
-    try:
-        cfg = ParallelConfig(int(d["tp"]), int(d["pp"]), int(d["dp"]), int(d["micro_batch_size"]),
-                             int(d["num_microbatches"]), str(d.get("schedule", "1f1b")), int(d.get("vpp", 1)),
-                             str(d.get("recompute", "none")), int(d.get("zero", 0)),
-                             bool(d.get("sequence_parallel", False)))
-    except (KeyError, TypeError, ValueError) as e:
-        raise SpecError(file, "config", f"is incomplete or malformed ({e})") from None
-    if cfg.schedule not in SCHEDULES:
-        raise SpecError(file, "config.schedule", f"must be one of {list(SCHEDULES)}")
-    if cfg.recompute not in RECOMPUTE:
-        raise SpecError(file, "config.recompute", f"must be one of {list(RECOMPUTE)}")
-    return cfg

@@ -48,7 +48,7 @@ def die_on_mid(case, time_limit_s):
     """Run inside a batch worker: the process dies (as on a segfault or an OOM kill) for model m-mid."""
     import os
 
-    from planner.batch import run_case
+    from planner.batch.run import run_case
     if case.model_label == "m-mid":
         os._exit(1)
     return run_case(case, time_limit_s)

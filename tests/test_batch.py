@@ -4,9 +4,9 @@ import json
 import pytest
 from batch_fixtures import write_sweep
 
-from planner.batch import COLUMNS, read_rows, rows_csv, run_batch
-from planner.cli import main
-from planner.sweep import load_sweep
+from planner.batch.run import COLUMNS, read_rows, rows_csv, run_batch
+from planner.cli.main import main
+from planner.batch.sweep import load_sweep
 
 CONFIG = ("tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "recompute", "zero")
 
@@ -76,7 +76,7 @@ def test_workers_agree_with_in_process(solved):
 
 def test_unexpected_error_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     import importlib
-    solve_mod = importlib.import_module("planner.solve")   # the module: `planner.solve` is the API function
+    solve_mod = importlib.import_module("planner.search.solve")   # the module: `planner.search.solve` is the API function
     real = solve_mod.solve
 
     def flaky(spec, **kw):
@@ -135,7 +135,7 @@ def test_cli_bad_sweep_names_field(tmp_path, capsys):
 def test_workers_run_single_threaded():
     from batch_fixtures import worker_threads
 
-    from planner.batch import _local
+    from planner.batch.run import _local
     got = {}
     _local(worker_threads, list(range(4)), 2, None, lambda k, r: got.__setitem__(k, r))
     assert sorted(got) == [0, 1, 2, 3]
@@ -158,7 +158,7 @@ def test_edited_sweep_moves_stale_rows_aside(tmp_path):
 def test_a_dying_worker_fails_only_its_cases(tmp_path, monkeypatch):
     import batch_fixtures
 
-    import planner.batch as batch
+    import planner.batch.run as batch
     monkeypatch.setattr(batch, "run_case", batch_fixtures.die_on_mid)
     sw = load_sweep(write_sweep(tmp_path, __import__("batch_fixtures").sweep_dict(
         clusters=[{"path": "mini-cluster.yaml", "gpus": [8]}])))

@@ -4,8 +4,8 @@ import time
 import pytest
 from batch_fixtures import write_sweep
 
-from planner.batch import run_batch
-from planner.sweep import load_sweep
+from planner.batch.run import run_batch
+from planner.batch.sweep import load_sweep
 
 ray = pytest.importorskip("ray")
 

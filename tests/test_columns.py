@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from planner.config import ParallelConfig
-from planner.latency import build_problem
+from planner.costs.iteration import build_problem
 from planner.mapping import layouts
 from planner.mapping.columns import (
     _cover,

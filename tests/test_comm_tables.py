@@ -100,9 +100,9 @@ def test_vtrain_cluster_uses_the_measured_hdr_bandwidth():
 
 def test_estimate_and_simulator_charge_the_same_data_parallel_all_reduce():
     from planner.costs import default_costs
-    from planner.latency import build_problem, default_layout, evaluate
-    from planner.simulate import simulate
-    from planner.validate import Row, row_cluster, row_spec
+    from planner.costs.iteration import build_problem, default_layout, evaluate
+    from planner.simulator import simulate
+    from planner.profile.validate import Row, row_cluster, row_spec
     cl = load_cluster("clusters/vtrain-a100-64x8-hdr.yaml")
     costs = default_costs(cl)
     for tp, dp in ((8, 32), (2, 128)):      # one GPU per node per communicator; four

@@ -36,7 +36,7 @@ def test_layer_fit_recovers_known_parameters():
 
 
 def test_profile_and_fit_compute_through_the_cli(tmp_path):
-    from planner.cli import main
+    from planner.cli.main import main
     from planner.costs.compute import load_profile
     out = tmp_path / "prof.csv"
     assert main(["profile", "compute", "-o", str(out), "--hidden", "64,128", "--heads", "4", "--seq", "32",

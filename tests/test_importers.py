@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from planner.cli import main
+from planner.cli.main import main
 from planner.errors import SpecError
 from planner.profile import importers as imp
 from planner.spec.cluster import read_matrix

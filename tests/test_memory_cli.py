@@ -2,7 +2,7 @@
 import csv
 import json
 
-from planner.cli import main
+from planner.cli.main import main
 from planner.costs.learned import LearnedMemory
 from planner.profile.memory import COLUMNS
 

@@ -145,7 +145,7 @@ def test_profile_writes_cluster_csv_and_sidecar(four_proc_profile, tmp_path):
 
 
 def test_profile_network_cli_spawn(tmp_path):
-    from planner.cli import main
+    from planner.cli.main import main
     out = tmp_path / "m.csv"
     assert main(["profile", "network", "--spawn", "2", "--sizes", "4K", "--repeats", "2", "--warmup", "0",
                  "-o", str(out), "--gpu-matrix", str(tmp_path / "g.csv"), "--timeout", "60"]) == 0

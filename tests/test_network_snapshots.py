@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from planner.cli import main
+from planner.cli.main import main
 from planner.profile import snapshots as sn
 from planner.profile.network import matrix_csv
 
@@ -178,7 +178,7 @@ def test_robust_mapping_beats_mean_mapping_on_a_flaky_link(make_spec):
     collapses in one snapshot. The mean-optimal mapping pairs 0 with 1; the robust one must not."""
     from planner.config import ParallelConfig
     from planner.mapping import layouts
-    from planner.robust import robust_report
+    from planner.search.robust import robust_report
     spec = make_spec(nodes=4, seed=0)
     cfg = ParallelConfig(8, 2, 2, 1, 32, "1f1b", 1, "selective")
     lay = [L for L in layouts(8, 2, 2, 8) if L.rows == 2 and L.cols == 2][0]
@@ -200,7 +200,7 @@ def test_robust_mapping_beats_mean_mapping_on_a_flaky_link(make_spec):
 def test_shipped_structured_drift_cluster_regenerates():
     import os
     from planner.spec import load_cluster
-    from planner.synth import from_record
+    from planner.profile.synth import from_record
     import yaml
     path = os.path.join(os.path.dirname(__file__), "..", "clusters", "v100-16x8-edr-drift-het.yaml")
     c = load_cluster(path)
@@ -218,8 +218,8 @@ def test_robust_simulation_rerank_judges_every_snapshot(make_spec):
     from types import SimpleNamespace
 
     from planner.costs import default_costs
-    from planner.latency import build_problem
-    from planner.solve import _sim_pair, solve
+    from planner.costs.iteration import build_problem
+    from planner.search.solve import _sim_pair, solve
     spec = make_spec(nodes=4, seed=1)
     costs = default_costs(spec.cluster)
     sol = solve(spec, time_limit_s=5, simulate=False, costs=costs)
@@ -259,8 +259,8 @@ solver: {{time_limit_s: 3}}
     assert rb["mean_optimal"]["mean_s"] <= rb["worst_optimal"]["mean_s"] + 1e-12
     for k in ("mean_optimal", "worst_optimal"):
         assert rp[k]["worst_s"] == pytest.approx(max(rp[k]["per_snapshot_s"])) and rp[k]["config"]
-    import planner.compare
-    monkeypatch.setattr(planner.compare, "compare", lambda *a, **k: d)     # the text view of the same result
+    import planner.search.compare
+    monkeypatch.setattr(planner.search.compare, "compare", lambda *a, **k: d)     # the text view of the same result
     assert main(["compare", str(spec), "--time-limit", "3", "--robust-plan"]) == 0
     out = capsys.readouterr().err
     assert "robust mapping over 3 bandwidth snapshots" in out and "robust plan (config and mapping)" in out

@@ -9,13 +9,13 @@ import pytest
 
 import planner
 from planner.config import ParallelConfig
-from planner.latency import build_problem, evaluate
+from planner.costs.iteration import build_problem, evaluate
 from planner.mapping import layouts
 from planner.mapping.anneal import anneal
 from planner.mapping.bruteforce import brute_force
 from planner.mapping.cpsat import _canonical, _head_bound, _int_objective, _row0_sets, solve_exact
 from planner.mapping.problem import Layout, ring_bottleneck_bound, ring_order_bound
-from planner.simulate import agreement, simulate
+from planner.simulator import agreement, simulate
 
 
 def _slow_pairs_spec(make_spec, nodes, seed, slow):

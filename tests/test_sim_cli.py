@@ -6,9 +6,9 @@ import numpy as np
 import yaml
 
 import planner
-from planner.cli import main
+from planner.cli.main import main
 from planner.config import ParallelConfig as C
-from planner.latency import default_layout
+from planner.costs.iteration import default_layout
 from planner.mapping.problem import worker_table
 
 SPEC = "specs/gpt3-13b-a100-128.yaml"

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from planner.schedules import compute_time, inflight_microbatches, p2p_hops
-from planner.simulate import simulate_uniform
+from planner.costs.pipeline import compute_time, inflight_microbatches, p2p_hops
+from planner.simulator import simulate_uniform
 
 EXACT = ["gpipe", "1f1b", "interleaved", "zb-h1"]
 V = ["v-min", "v-half", "v-zb"]
@@ -154,8 +154,8 @@ STAGE_TOL = {"gpipe": (0.0, 0.0), "1f1b": (0.0, 0.12), "interleaved": (-0.05, 0.
 
 @pytest.mark.parametrize("sched", EXACT + V)
 def test_stage_compute_time_matches_simulation(sched):
-    from planner.schedules import stage_compute_time
-    from planner.simulate import simulate_stage_times
+    from planner.costs.pipeline import stage_compute_time
+    from planner.simulator.replay import simulate_stage_times
     lo, hi = STAGE_TOL[sched]
     w = 0.66 if sched in ("zb-h1", *V) else 0.0
     worst_old = 0.0
@@ -186,8 +186,8 @@ def test_compute_const_matches_simulation_on_real_1f1b_plans():
     1F1B with the compute model's real stage times (logits + loss on the last stage) is exact."""
     from planner.config import ParallelConfig
     from planner.costs import default_costs
-    from planner.latency import compute_const
-    from planner.simulate import simulate_stage_times
+    from planner.costs.iteration import compute_const
+    from planner.simulator.replay import simulate_stage_times
     from planner.spec import load_spec
     spec = load_spec("specs/gpt3-13b-a100-128.yaml")
     costs = default_costs(spec.cluster)

@@ -7,9 +7,9 @@ import pytest
 
 from planner.config import ParallelConfig
 from planner.errors import SpecError
-from planner.schedules import p2p_hops
-from planner.simulate import simulate, simulate_uniform
-from planner.simulate.deepspeed import step_to_microbatch
+from planner.costs.pipeline import p2p_hops
+from planner.simulator import simulate, simulate_uniform
+from planner.simulator.deepspeed import step_to_microbatch
 from planner.spec.plan import parse_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +119,7 @@ def test_export_says_which_engine_the_plan_is_for():
 def test_cli_engine_flag(capsys):
     import json
 
-    from planner.cli import main
+    from planner.cli.main import main
     spec = os.path.join(ROOT, "specs", "gpt3-13b-a100-128.yaml")
     flags = ["--tp", "8", "--pp", "4", "--dp", "4", "--mbs", "1", "--json"]
     out = {}

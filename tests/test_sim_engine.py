@@ -8,9 +8,9 @@ import pytest
 import planner
 from planner.config import ParallelConfig as C
 from planner.costs import default_costs
-from planner.latency import build_problem, default_layout, evaluate
+from planner.costs.iteration import build_problem, default_layout, evaluate
 from planner.mapping.problem import Layout, worker_table
-from planner.simulate import agreement, simulate, simulate_uniform
+from planner.simulator import agreement, simulate, simulate_uniform
 from planner.costs.memory import GiB
 
 
@@ -141,7 +141,7 @@ def test_rendezvous_p2p_holds_sender_and_receiver(p):
     """Separate blocking send and receive: in 1F1B's steady state an interior stage receives the activation,
     runs F, sends it, receives the gradient, runs B, sends it: f + b + 4c per micro-batch (2c on the two
     end stages); the sender-only blocking model charges one hop per exchange, the asynchronous one less."""
-    from planner.simulate import simulate_uniform as su
+    from planner.simulator import simulate_uniform as su
     c = 0.1
 
     def slope(**kw):

@@ -3,9 +3,10 @@ import numpy as np
 import pytest
 
 from planner.config import SCHEDULES, V_SHAPES
-from planner.simulate import DeadlockError, simulate_uniform
-from planner.simulate.engine import build_graph, run
-from planner.simulate.schedules import B, F, R, W, Schedule, build
+from planner.simulator.engine import DeadlockError
+from planner.simulator import simulate_uniform
+from planner.simulator.engine import build_graph, run
+from planner.simulator.orders import B, F, R, W, Schedule, build
 
 
 def _valid(s, p, m, v):

@@ -3,12 +3,12 @@ import json
 import pytest
 from batch_fixtures import CLUSTER
 
-from planner.cli import main
-from planner.sizing import (chinchilla_gpu_days, cheapest_vs_fastest, optimal_from_rows, optimal_size, size_grid,
+from planner.cli.main import main
+from planner.batch.sizing import (chinchilla_gpu_days, cheapest_vs_fastest, optimal_from_rows, optimal_size, size_grid,
                             train_cost)
 from planner.spec.cluster import parse_cluster
 from planner.spec.plan import SearchSpec, SolverSpec, Spec, TrainingSpec
-from planner.sweep import ShapeRule
+from planner.batch.sweep import ShapeRule
 
 
 def test_train_cost_by_hand():
@@ -69,7 +69,7 @@ def test_optimal_size_is_the_largest_within_budget():
     assert b is not None and b.within_budget and b.gpu_days <= budget
     assert b.gpu_days == pytest.approx(chinchilla_gpu_days(b.params, b.tokens_per_s, 16))
     # the next larger sizes of the grid (solved independently here) do not fit the budget
-    from planner.solve import solve
+    from planner.search.solve import solve
     grid = size_grid("gpt", 50257, ShapeRule(), 1024)
     k = [m.num_params() for m in grid].index(b.params)
     for m in grid[k + 1:k + 3]:
@@ -107,8 +107,8 @@ def test_size_cli_bad_input(argv, capsys):
 def test_sizing_within_a_sweep_and_resume(tmp_path, monkeypatch):
     from batch_fixtures import sweep_dict, write_sweep
 
-    import planner.batch as batch
-    from planner.sweep import load_sweep
+    import planner.batch.run as batch
+    from planner.batch.sweep import load_sweep
     d = sweep_dict(clusters=[{"path": "mini-cluster.yaml", "gpus": [16]}], models=[sweep_dict()["models"][0]],
                    search={"schedules": ["1f1b"], "recompute": ["selective"], "zero": [0, 1]},
                    sizing={"budget_gpu_days": [20]})

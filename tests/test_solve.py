@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from planner.errors import InfeasibleError
-from planner.solve import solve
+from planner.search.solve import solve
 
 
 def test_solve_tiny_is_optimal_and_deterministic(make_spec):
@@ -24,9 +24,9 @@ def test_solve_tiny_is_optimal_and_deterministic(make_spec):
 
 def test_solve_beats_or_matches_every_enumerated_rank_order_plan(make_spec):
     """Branch and bound must not prune the true best: compare against exhaustive rank-order evaluation."""
-    from planner.latency import build_problem, memory_limit_GiB, stage_memory
+    from planner.costs.iteration import build_problem, memory_limit_GiB, stage_memory
     from planner.mapping import layouts
-    from planner.space import enumerate_configs
+    from planner.search.space import enumerate_configs
     spec = make_spec(nodes=2, seed=4)
     sol = solve(spec, time_limit_s=20, simulate=False)
     for cfg in enumerate_configs(spec):
@@ -119,16 +119,16 @@ def test_solve_simulates_and_records_agreement(make_spec):
 
 def test_public_api_names_are_functions_after_every_import():
     import planner
-    import planner.solve  # noqa: F401  (imports the simulate subpackage internally)
-    from planner.simulate import SimResult  # noqa: F401
-    assert callable(planner.simulate) and callable(planner.solve) and callable(planner.estimate)
+    import planner.search.solve  # noqa: F401  (imports the simulate subpackage internally)
+    from planner.simulator import SimResult  # noqa: F401
+    assert callable(planner.simulate) and callable(planner.search.solve) and callable(planner.estimate)
 
 
 def test_public_solve_can_be_called_twice(make_spec):
     import planner
     spec = make_spec(nodes=2, seed=3)
-    a = planner.solve(spec, time_limit_s=10, simulate=False)
-    b = planner.solve(spec, time_limit_s=10, simulate=False)
+    a = planner.search.solve(spec, time_limit_s=10, simulate=False)
+    b = planner.search.solve(spec, time_limit_s=10, simulate=False)
     assert a.config == b.config
     est = planner.estimate(spec, a.config)[0]
     assert est.iteration_s > 0

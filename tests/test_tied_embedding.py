@@ -9,11 +9,11 @@ import pytest
 from planner.config import ParallelConfig
 from planner.costs import default_costs
 from planner.costs.comm import ring_allreduce_time
-from planner.latency import build_problem, evaluate
+from planner.costs.iteration import build_problem, evaluate
 from planner.mapping.bruteforce import brute_force
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import Layout
-from planner.simulate import simulate
+from planner.simulator import simulate
 
 
 def _untied(spec):

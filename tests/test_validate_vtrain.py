@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from planner.cli import main
+from planner.cli.main import main
 from planner.costs import default_costs
 from planner.errors import SpecError
 from planner.spec import load_cluster
-from planner.validate import predict, read_vtrain_csv, spearman, validate
+from planner.profile.validate import predict, read_vtrain_csv, spearman, validate
 
 MULTI = "planner/data/vtrain/measured_multi_node.csv"
 SINGLE = "planner/data/vtrain/measured_single_node.csv"
@@ -69,7 +69,7 @@ def test_single_node_cross_validated_within_target():
     cl = load_cluster(CL_SINGLE)
     shipped = default_costs(cl).comm
     base = ComputeModel(comm=CommModel(grad_bytes=shipped.grad_bytes, allreduce_tables=shipped.allreduce_tables))
-    from planner.validate import kfold_validate
+    from planner.profile.validate import kfold_validate
     import numpy as np
     errs, _ = kfold_validate(read_vtrain_csv(SINGLE), cl, base, k=5)
     assert np.mean(np.abs(errs)) <= 10.0

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from planner.config import ParallelConfig
 from planner.costs.comm import CommModel
-from planner.schedules import chunks_per_device
+from planner.costs.pipeline import chunks_per_device
 
 BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 

@@ -220,9 +220,7 @@ def row_case(r: dict):
                       int(r["num_attention_heads"]), int(r["num_kv_heads"]), int(r["ffn_hidden_size"]),
                       int(r["vocab_size"]), r["tied_embeddings"] == "True", int(r["max_position_embeddings"]))
     training = TrainingSpec(int(r["global_batch_size"]), int(r["seq_length"]), r["precision"], r["optimizer"])
-    cfg = ParallelConfig(int(r["tp"]), int(r["pp"]), int(r["dp"]), int(r["micro_batch_size"]),
-                         int(r["num_microbatches"]), r["schedule"], int(r["vpp"]), r["recompute"], int(r["zero"]),
-                         r["sequence_parallel"] == "True")
+    cfg = ParallelConfig.from_dict(r)
     return model, training, cfg, int(r["stage"])
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from planner.config import V_SHAPES, ParallelConfig
-from planner.schedules import chunks_per_device, inflight_microbatches
+from planner.costs.pipeline import chunks_per_device, inflight_microbatches
 
 GiB = 1024 ** 3
 

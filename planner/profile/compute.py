@@ -185,7 +185,7 @@ def fit_layer_profile(samples: list[LayerSample], peak_flops: float, base=None, 
     """Least squares on log(pred/measured) of forward and backward times; returns (model, rel. errors)."""
     from scipy.optimize import least_squares
     from planner.costs.compute import ComputeModel
-    from planner.validate import LOG_PARAMS, _pack, _unpack
+    from planner.profile.validate import LOG_PARAMS, _pack, _unpack
     FIT_BOUNDS = LAYER_BOUNDS
     base = base or ComputeModel(layer_overhead_s=1e-5)
     names = list(names)
@@ -280,7 +280,7 @@ def _run_fit(args) -> int:
         out["comm"]["allreduce_tables"] = os.path.relpath(os.path.abspath(args.nccl),
                                                           os.path.dirname(os.path.abspath(args.output)))
     if args.measured:
-        from planner.validate import fit_compute, kfold_validate, read_vtrain_csv
+        from planner.profile.validate import fit_compute, kfold_validate, read_vtrain_csv
         if not args.cluster:
             raise SpecError(None, "--cluster", "is required with --measured")
         cluster = load_cluster(args.cluster)

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from planner.config import ParallelConfig
 from planner.costs.memory import GiB, chunk_order, held_forwards, output_chunk
-from planner.schedules import chunks_per_device
+from planner.costs.pipeline import chunks_per_device
 
 # ----------------------------------------------------------------------------------------------------------
 # Live-storage tracking (CPU, fake tensors)

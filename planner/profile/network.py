@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.errors import PlannerError, SpecError
+from planner.io import matrix_csv_text
 
 STATISTICS = ("median", "mean", "min", "max")
 DEFAULT_SIZES = (1 << 16, 1 << 20, 1 << 24)          # 64 KiB, 1 MiB, 16 MiB
@@ -500,9 +501,7 @@ def profile_from_env(options: ProfileOptions, environ=None) -> NetworkProfile | 
 # ----------------------------------------------------------------------------- output
 
 def matrix_csv(m: np.ndarray, comments=()) -> str:
-    lines = [f"# {c}" for c in comments]
-    lines += [",".join(f"{float(v):.4f}" for v in row) for row in np.asarray(m)]
-    return "\n".join(lines) + "\n"
+    return matrix_csv_text(m, decimals=4, comments=comments)
 
 
 def csv_node_names(path: str) -> tuple:

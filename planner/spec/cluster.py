@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.errors import SpecError
+from planner.io import read_matrix_csv
 from planner.spec.fields import Fields
 
 
@@ -61,26 +62,7 @@ class ClusterSpec:
 
 
 def read_matrix(path: str, file: str | None, fieldname: str, nodes: int) -> np.ndarray:
-    if not os.path.exists(path):
-        raise SpecError(file, fieldname, f"file {path} does not exist")
-    try:
-        rows = []
-        with open(path) as fh:
-            for line in fh:
-                line = line.strip()
-                if not line or line.startswith("#"):
-                    continue
-                cells = [c for c in line.replace(";", ",").split(",")]
-                try:
-                    rows.append([float(c) for c in cells])
-                except ValueError:
-                    if rows:  # a header line is allowed only first
-                        raise
-                    continue
-        m = np.array(rows, dtype=float)
-    except ValueError as e:
-        raise SpecError(file, fieldname, f"{path} is not a numeric CSV matrix ({e})") from None
-    return check_matrix(m, file, fieldname, nodes)
+    return check_matrix(read_matrix_csv(path, file, fieldname), file, fieldname, nodes)
 
 
 def check_matrix(m, file, fieldname, nodes) -> np.ndarray:

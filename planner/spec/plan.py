@@ -6,10 +6,10 @@ import json
 import os
 from dataclasses import dataclass, field
 
-import yaml
 
 from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ZERO_STAGES
 from planner.errors import SpecError
+from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
 from planner.spec.fields import Fields
 from planner.spec.model import ModelSpec, parse_model
@@ -65,16 +65,6 @@ class Spec:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _load_yaml(path: str, file_for_errors: str | None = None):
-    if not os.path.exists(path):
-        raise SpecError(file_for_errors, None, f"file {path} does not exist")
-    try:
-        with open(path) as fh:
-            return yaml.safe_load(fh)
-    except yaml.YAMLError as e:
-        raise SpecError(path, None, f"is not valid YAML ({str(e).splitlines()[0]})") from None
-
-
 def _part(f: Fields, key: str, base: str):
     """A spec part is a path (relative to the spec) or an inline mapping."""
     v = f.raw(key)
@@ -82,20 +72,20 @@ def _part(f: Fields, key: str, base: str):
         path = os.path.normpath(os.path.join(base, v))
         if not os.path.exists(path):
             raise f.error(key, f"file {path} does not exist")
-        return _load_yaml(path, f.file), path, ""
+        return load_yaml(path, f.file), path, ""
     return v, f.file, key
 
 
 def load_model(path: str) -> ModelSpec:
-    return parse_model(_load_yaml(path), path)
+    return parse_model(load_yaml(path), path)
 
 
 def load_cluster(path: str) -> ClusterSpec:
-    return parse_cluster(_load_yaml(path), path)
+    return parse_cluster(load_yaml(path), path)
 
 
 def load_spec(path: str) -> Spec:
-    data = _load_yaml(path)
+    data = load_yaml(path)
     return parse_spec(data, path)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.config import SCHEDULES, V_SHAPES
-from planner.schedules import chunks_per_device
+from planner.costs.pipeline import chunks_per_device
 
 F, B, W, R = 0, 1, 2, 3
 KIND_NAMES = ("F", "B", "W", "R")
@@ -469,7 +469,7 @@ def _v_choice(name: str, p: int, f: float, b: float, w: float) -> tuple[float, t
     """Pick V-Min's / V-Half's building block: the candidates (uniform-offset blocks under the memory
     target, and the tightly packed block) are each run by the engine on 3p micro-batches with these
     times; the fastest within the target wins, else the one with the least memory."""
-    from planner.simulate.engine import build_graph, memory_deltas, peak_activation, run
+    from planner.simulator.engine import build_graph, memory_deltas, peak_activation, run
     cap = v_memory_cap(name, p)
     cands = _uniform_blocks(p, f, b, w, cap)
     cands.append(_v_block_times(p, f, b, w, 0.0, 0.0))

@@ -17,14 +17,14 @@ from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.memory import GiB
 from planner.errors import InfeasibleError, SpecError
-from planner.latency import (build_problem, compute_const, default_layout, evaluate, memory_limit_GiB,
+from planner.costs.iteration import (build_problem, compute_const, default_layout, evaluate, memory_limit_GiB,
                              stage_memory)
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import layouts
 from planner.mapping.result import MappingResult
 from planner.solution import Solution, SolverRecord, mapping_to_assign
-from planner.space import enumerate_configs
+from planner.search.space import enumerate_configs
 
 EXACT_MAX_NODES = 64          # auto: CP-SAT proves mappings up to this many nodes; beyond, it bounds
 SCREEN_ITERS = 1500           # annealing iterations per candidate while screening
@@ -224,7 +224,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)
     if simulate:
-        from planner.simulate import agreement
+        from planner.simulator import agreement
         sim = _sim(spec, best, costs)
         sol.simulated = {"iteration_s": sim.iteration_s, "bubble_fraction": sim.bubble_fraction,
                          "peak_memory_GiB": sim.peak_memory_max_GiB,
@@ -241,7 +241,7 @@ RERANK_MAX = 5
 
 
 def _sim(spec, c: _Cand, costs: Costs):
-    from planner.simulate import simulate as run_sim
+    from planner.simulator import simulate as run_sim
     return run_sim(spec, c.cfg, costs=costs, layout=c.layout, assign=c.result.assign, nodes=c.probs[0].nodes)
 
 

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from planner.io import atomic_write_text
+from planner.io import atomic_write_text, matrix_csv_text
 
 # Draw order inside bandwidth_matrix is part of the contract (same seed -> same matrix): symmetric
 # spread, directional asymmetry, slow nodes (choice, then factors), slow links (choice, then factors).
@@ -145,11 +145,7 @@ def snapshots(base: np.ndarray, n: int, drift: float = 0.2, seed: int = 0, *,
 
 def format_csv(matrix: np.ndarray, *, decimals: int = 2, header: Sequence[str] = ()) -> str:
     """The CSV text write_csv writes: '# ' comment lines, then one row per node, diagonal as 0."""
-    m = np.asarray(matrix, dtype=float)
-    lines = [f"# {h}" for h in header]
-    for i, row in enumerate(m):
-        lines.append(",".join("0" if i == j else f"{v:.{decimals}f}" for j, v in enumerate(row)))
-    return "\n".join(lines) + "\n"
+    return matrix_csv_text(matrix, decimals=decimals, comments=header, zero_diagonal=True)
 
 
 def write_csv(path: str, matrix: np.ndarray, *, decimals: int = 2, header: Sequence[str] = ()) -> None:
@@ -209,7 +205,7 @@ def regenerate(cluster_yaml: str, out_dir: str | None = None) -> list[str]:
     for k, (name, m) in enumerate(targets):
         what = "matrix" if k == 0 else f"snapshot {k} of {len(snaps)}"
         header = [f"{data['name']} {what}: per-rail p2p GB/s, row i sends to column j (diagonal unused)",
-                  f"synthetic, from planner.synth with network.generator in {os.path.basename(cluster_yaml)}; "
+                  f"synthetic, from planner.profile.synth with network.generator in {os.path.basename(cluster_yaml)}; "
                   "regenerate with: python clusters/generate.py"]
         path = os.path.join(folder, os.path.basename(name) if out_dir else name)
         write_csv(path, m, decimals=int(record.get("decimals", 2)), header=header)

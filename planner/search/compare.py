@@ -6,9 +6,9 @@ import time
 from planner.config import ParallelConfig
 from planner.costs import default_costs
 from planner.costs.memory import GiB
-from planner.latency import build_problem, default_layout, evaluate, memory_limit_GiB, stage_memory
+from planner.costs.iteration import build_problem, default_layout, evaluate, memory_limit_GiB, stage_memory
 from planner.mapping.anneal import anneal
-from planner.solve import solve
+from planner.search.solve import solve
 
 
 def megatron_config(spec, costs, min_pp: int = 1) -> ParallelConfig | None:
@@ -73,12 +73,12 @@ def compare(spec, time_limit_s: float | None = None, seed: int = 0, robust_plan:
         r["vs_best"] = r["iteration_s"] / min(x["iteration_s"] for x in rows) - 1.0
     out = {"spec": spec.name, "bound": bound, "rows": rows}
     if spec.cluster.snapshots:
-        from planner.robust import robust_report
+        from planner.search.robust import robust_report
         out["robust"] = robust_report(spec, ex.config, ex.layout, list(spec.cluster.snapshots),
                                       time_limit_s=min(limit, 30.0), seed=seed, costs=costs)
         if robust_plan:
             # the whole plan (config too) solved for the mean and for the worst case over the snapshots
-            from planner.robust import robust_plan_report
+            from planner.search.robust import robust_plan_report
             out["robust_plan"] = robust_plan_report(spec, list(spec.cluster.snapshots), time_limit_s=limit,
                                                     seed=seed, costs=costs)
     return out

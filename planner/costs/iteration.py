@@ -18,7 +18,7 @@ from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, MemoryBreakdown, stage_params
 from planner.mapping.problem import Layout, MappingProblem, layouts
-from planner.schedules import V_SHAPES, p2p_hops, stage_compute_time
+from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
 
 
 @dataclass

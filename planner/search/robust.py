@@ -3,7 +3,7 @@
 Two levels:
 - robust_report: one (config, layout) fixed; the node mapping solved for the mean and for the worst
   case over the snapshots, both scored on every snapshot (whole iteration time).
-- robust_plan_report: the whole plan (config, layout, mapping) solved by planner.solve with
+- robust_plan_report: the whole plan (config, layout, mapping) solved by planner.search.solve with
   robust='mean' and robust='worst' (the solver's objective is then the max, resp. mean, over snapshots
   of the whole iteration), both scored on every snapshot. Here robustness may also change the config.
 """
@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from planner.costs import default_costs
-from planner.latency import build_problem
+from planner.costs.iteration import build_problem
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import solve_exact
 
@@ -102,7 +102,7 @@ def robust_plan_report(spec, snapshots, *, time_limit_s: float = 30.0, seed: int
     Reported as solved (no swapping): if the robust plan is worse on the worst case, that is a
     solver shortfall within the time limit and shows as a negative saving.
     """
-    from planner.solve import solve  # local: planner.solve imports this module's neighbours
+    from planner.search.solve import solve  # local: planner.search.solve imports this module's neighbours
 
     s = with_snapshots(spec, snapshots)
     costs = costs or default_costs(s.cluster)

@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from planner.replan import replan
+    from planner.search.replan import replan
     from planner.report import show_solution
 
     sol = replan(args.solution, args.exclude_nodes, args.time_limit, args.seed, args.spec)

@@ -17,8 +17,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from rich.table import Table
 
-    from planner.cli import spec_arg
-    from planner.compare import compare
+    from planner.cli.main import spec_arg
+    from planner.search.compare import compare
     from planner.io import print_json
     from planner.report import console
 

@@ -15,12 +15,12 @@ from planner.errors import PlannerError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import planner.commands as pkg
+    import planner.cli as pkg
     parser = argparse.ArgumentParser(prog="planner", description="Plan LLM training: parallel config + GPU mapping.")
     parser.add_argument("--version", action="version", version=f"planner {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"planner.commands.{mod.name}")
+        module = importlib.import_module(f"planner.cli.{mod.name}")
         if hasattr(module, "register"):
             module.register(sub)
     return parser

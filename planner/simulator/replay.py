@@ -22,10 +22,10 @@ from planner.costs import Costs, default_costs
 from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
-from planner.simulate import deepspeed, engine
-from planner.simulate.engine import DeadlockError
-from planner.schedules import chunks_per_device
-from planner.simulate.schedules import B, F, R, Schedule, W, build
+from planner.simulator import deepspeed, engine
+from planner.simulator.engine import DeadlockError
+from planner.costs.pipeline import chunks_per_device
+from planner.simulator.orders import B, F, R, Schedule, W, build
 
 __all__ = ["simulate", "simulate_uniform", "agreement", "SimResult", "DeadlockError", "Schedule", "build"]
 
@@ -287,7 +287,7 @@ def _chunk_times(st: list, p: int, v: int, stage_of: np.ndarray, split: bool, rc
 
 def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign, nodes=None) -> tuple[np.ndarray, np.ndarray]:
     """(node[stage, dp_rank], gpu[stage, dp_rank]) of tensor rank 0 of every pipeline worker."""
-    from planner.latency import default_layout
+    from planner.costs.iteration import default_layout
     from planner.mapping.problem import worker_table
     if mapping is None:
         layout = layout or default_layout(cfg, spec.cluster.gpus_per_node)

@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from planner.io import atomic_write_text
-from planner.sizing import train_cost
+from planner.batch.sizing import train_cost
 
 COLUMNS = ["case_id", "model", "family", "params", "num_layers", "hidden_size", "num_attention_heads",
            "cluster", "gpus", "nodes", "global_batch_size", "seq_length", "tokens",
@@ -54,7 +54,7 @@ def _base_row(case) -> dict:
 def run_case(case, time_limit_s: float | None = None) -> dict:
     """Solve one case into its row; every failure becomes the row's status and error."""
     from planner.errors import InfeasibleError, SpecError
-    from planner.solve import solve
+    from planner.search.solve import solve
 
     row = _base_row(case)
     t0 = time.perf_counter()
@@ -101,7 +101,7 @@ def failed_sizing_row(task, exc: BaseException) -> dict:
 
 
 def run_sizing(task, time_limit_s: float | None = None) -> dict:
-    from planner.sizing import optimal_size
+    from planner.batch.sizing import optimal_size
     row = _sizing_base(task)
     try:
         res = optimal_size(task.cluster, task.gpus, task.budget_gpu_days, task.training, task.search, task.solver,
@@ -142,7 +142,7 @@ def _local(fn, items, workers: int, time_limit_s, on_done, on_error=None):
     import multiprocessing as mp
     # forkserver: workers never inherit a parent's thread pools (torch, ray), and share preloaded imports
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["planner.solve", "planner.batch"])
+    ctx.set_forkserver_preload(["planner.search.solve", "planner.batch.run"])
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=limit_threads) as pool:
         futs = {pool.submit(fn, it, time_limit_s): k for k, it in enumerate(items)}
         pending = set(futs)

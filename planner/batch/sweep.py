@@ -42,7 +42,8 @@ from planner.errors import SpecError
 from planner.spec.cluster import ClusterSpec, parse_cluster
 from planner.spec.fields import Fields
 from planner.spec.model import FAMILIES, ModelSpec, parse_model
-from planner.spec.plan import PRECISIONS, Spec, TrainingSpec, _load_yaml, _parse_search, _parse_solver
+from planner.io import load_yaml
+from planner.spec.plan import PRECISIONS, Spec, TrainingSpec, _parse_search, _parse_solver
 
 CHINCHILLA_TOKENS_PER_PARAM = 20.0     # Hoffmann et al. 2022: compute-optimal tokens ~= 20 x parameters
 
@@ -175,7 +176,7 @@ class Sweep:
 
 
 def load_sweep(path: str) -> Sweep:
-    return parse_sweep(_load_yaml(path), path)
+    return parse_sweep(load_yaml(path), path)
 
 
 def _num_list(f: Fields, key: str, default, *, integer: bool) -> list:
@@ -279,7 +280,7 @@ def _cluster_entries(f: Fields, base: str, default_gpus, default_price) -> list[
             path = os.path.normpath(os.path.join(base, ref))
             if not os.path.exists(path):
                 raise f.error(key, f"file {path} does not exist")
-            cl = parse_cluster(_load_yaml(path, f.file), path)
+            cl = parse_cluster(load_yaml(path, f.file), path)
         elif isinstance(ref, dict):
             cl = parse_cluster(ref, f.file, f.path(key))
         else:
@@ -335,7 +336,7 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
             path = os.path.normpath(os.path.join(base, m))
             if not os.path.exists(path):
                 raise f.error(key, f"file {path} does not exist")
-            models.append((parse_model(_load_yaml(path, f.file), path), path))
+            models.append((parse_model(load_yaml(path, f.file), path), path))
         elif isinstance(m, dict):
             models.append((parse_model(m, f.file, f.path(key)), f.file))
         else:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 from planner.errors import InfeasibleError, SpecError
 from planner.spec.plan import SearchSpec, SolverSpec, Spec, TrainingSpec
-from planner.sweep import CHINCHILLA_TOKENS_PER_PARAM, ShapeRule, shape_for_params
+from planner.batch.sweep import CHINCHILLA_TOKENS_PER_PARAM, ShapeRule, shape_for_params
 
 SECONDS_PER_DAY = 86400.0
 
@@ -142,7 +142,7 @@ def optimal_size(cluster, gpus: int, budget_gpu_days: float, training: TrainingS
                  vocab_size: int = 50257, rule: ShapeRule | None = None, time_limit_s: float | None = None,
                  price_per_gpu_hour_usd: float | None = None, probe_above: int = 2, progress=None) -> SizingResult:
     """Largest Chinchilla-optimal model trainable on `cluster` (already `gpus` GPUs) within the budget."""
-    from planner.solve import solve
+    from planner.search.solve import solve
 
     if budget_gpu_days <= 0:
         raise SpecError(None, "--budget-gpu-days", "must be positive")

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import sys
 
-import yaml
 
-from planner.commands.common import add_config_args, config_from_args, with_engine
+from planner.cli.common import add_config_args, config_from_args, with_engine
 from planner.config import ParallelConfig
 from planner.errors import SpecError
+from planner.io import load_yaml
 
 
 def register(sub) -> None:
@@ -36,32 +36,13 @@ def _config_from_flags(args, spec) -> ParallelConfig:
     return config_from_args(args, spec)
 
 
-def _config_from_solution(d: dict, file: str) -> ParallelConfig:
-    c = d.get("config")
-    if not isinstance(c, dict):
-        raise SpecError(file, "config", "must be a mapping")
-    try:
-        return ParallelConfig(int(c["tp"]), int(c["pp"]), int(c["dp"]), int(c["micro_batch_size"]),
-                              int(c["num_microbatches"]), str(c.get("schedule", "1f1b")), int(c.get("vpp", 1)),
-                              str(c.get("recompute", "none")), int(c.get("zero", 0)),
-                              bool(c.get("sequence_parallel", False)))
-    except KeyError as e:
-        raise SpecError(file, f"config.{e.args[0]}", "is missing") from None
-    except (TypeError, ValueError) as e:
-        raise SpecError(file, "config", f"has a bad value ({e})") from None
-
-
 def load_target(args):
     """(spec, config, mapping or None) from a spec + flags or from a solution file."""
-    from planner.cli import spec_arg
+    from planner.cli.main import spec_arg
     path = args.path
     if not os.path.exists(path):
         raise SpecError(path, None, "file does not exist")
-    try:
-        with open(path) as fh:
-            raw = yaml.safe_load(fh)
-    except yaml.YAMLError as e:
-        raise SpecError(path, None, f"is not valid YAML ({str(e).splitlines()[0]})") from None
+    raw = load_yaml(path)
     flags = any(getattr(args, f) is not None for f in ("tp", "pp", "dp", "mbs"))
     if isinstance(raw, dict) and "config" in raw and "spec" in raw:       # a solution
         sp = raw["spec"]
@@ -80,7 +61,7 @@ def load_target(args):
         mapping = raw.get("mapping")
         if mapping is not None and not (isinstance(mapping, list) and all(isinstance(w, dict) for w in mapping)):
             raise SpecError(path, "mapping", "must be a list of {stage, tp_rank, dp_rank, node, gpu}")
-        return spec, _config_from_solution(raw, path), mapping
+        return spec, ParallelConfig.from_dict(raw.get("config"), path), mapping
     spec = spec_arg(path)
     if not flags:
         raise SpecError(path, None, "a plan spec needs a configuration to simulate: give --tp --pp --dp --mbs "
@@ -90,7 +71,7 @@ def load_target(args):
 
 def run(args) -> int:
     from planner.io import print_json
-    from planner.simulate import agreement, simulate
+    from planner.simulator import agreement, simulate
 
     spec, cfg, mapping = load_target(args)
     spec = with_engine(args, spec, cfg)
@@ -106,11 +87,11 @@ def run(args) -> int:
         out["estimate_iteration_s"] = est
         out["agreement"] = agreement(sim, est)
     if args.plot:
-        from planner.simulate.plot import plot_timeline
+        from planner.simulator.plot import plot_timeline
         plot_timeline(sim, args.plot)
         out["plot"] = args.plot
     if args.trace:
-        from planner.simulate.trace import write_trace
+        from planner.simulator.trace import write_trace
         write_trace(sim, args.trace)
         out["trace"] = args.trace
     if args.json:
@@ -124,9 +105,9 @@ def _estimate(spec, cfg, mapping=None):
     """The closed-form estimate of the same plan (same mapping), for the agreement line (None if unavailable)."""
     try:
         if mapping is not None:
-            from planner.solve import estimate_plan
+            from planner.search.solve import estimate_plan
             return float(estimate_plan(spec, cfg, mapping)[0].iteration_s)
-        from planner.latency import build_problem, default_layout, evaluate
+        from planner.costs.iteration import build_problem, default_layout, evaluate
         layout = default_layout(cfg, spec.cluster.gpus_per_node)
         prob = build_problem(spec, cfg, layout)
         return float(evaluate(spec, cfg, prob, prob.rank_order()).iteration_s)

@@ -24,9 +24,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from planner.batch import OK_STATUSES, run_batch
-    from planner.sizing import cheapest_vs_fastest
-    from planner.sweep import load_sweep
+    from planner.batch.run import OK_STATUSES, run_batch
+    from planner.batch.sizing import cheapest_vs_fastest
+    from planner.batch.sweep import load_sweep
 
     if args.workers is not None and args.workers < 1:
         raise SpecError(None, "--workers", f"must be a positive integer, got {args.workers}")
@@ -40,7 +40,7 @@ def run(args) -> int:
     cvf = cheapest_vs_fastest(res.rows)
     plots = []
     if args.plots:
-        from planner.batch_plots import plot_results
+        from planner.batch.plots import plot_results
         plots = plot_results(res.rows, args.out, sweep.name)
     if args.json:
         print_json({"sweep": sweep.name, "csv": res.csv_path, "cases": len(res.rows), "solved": res.solved,

@@ -122,7 +122,7 @@ def unsupported_reason(row: Row, cluster: ClusterSpec) -> str | None:
 
 def predict(row: Row, cluster: ClusterSpec, costs: Costs, defaults: dict | None = None) -> float:
     """The planner's iteration time for a measured run, at Megatron's rank order on the first nodes."""
-    from planner.latency import build_problem, default_layout
+    from planner.costs.iteration import build_problem, default_layout
     cl = row_cluster(row, cluster)
     spec, cfg = row_spec(row, cl, defaults)
     layout = default_layout(cfg, cl.gpus_per_node)

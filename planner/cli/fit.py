@@ -4,7 +4,7 @@ Each module in planner/costs/ or planner/profile/ that defines `register_fit(sub
 """
 from __future__ import annotations
 
-from planner.commands.profile import _discover, _missing
+from planner.cli.profile import _discover, _missing
 
 
 def register(subparsers) -> None:

@@ -1,7 +1,7 @@
 """planner estimate SPEC --tp --pp --dp --mbs ...: latency and memory of one given plan, no search."""
 from __future__ import annotations
 
-from planner.commands.common import add_config_args, config_from_args, with_engine
+from planner.cli.common import add_config_args, config_from_args, with_engine
 from planner.io import plain, print_json
 
 
@@ -15,10 +15,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from planner.cli import spec_arg
+    from planner.cli.main import spec_arg
     from planner.report import console
     from planner.solution import load_solution
-    from planner.solve import estimate_plan
+    from planner.search.solve import estimate_plan
 
     spec = spec_arg(args.spec)
     cfg = config_from_args(args, spec)

@@ -27,9 +27,9 @@ def solution_dir_for(spec_path: str) -> str:
 
 
 def run(args) -> int:
-    from planner.cli import spec_arg
+    from planner.cli.main import spec_arg
     from planner.report import show_solution
-    from planner.solve import solve
+    from planner.search.solve import solve
 
     spec = spec_arg(args.spec)
     if args.time_limit is not None and args.time_limit <= 0:

@@ -29,10 +29,10 @@ def register(sub) -> None:
 def run(args) -> int:
     from planner.config import SCHEDULES
     from planner.errors import InfeasibleError
-    from planner.sizing import optimal_size
+    from planner.batch.sizing import optimal_size
     from planner.spec import load_cluster
     from planner.spec.plan import SearchSpec, SolverSpec, TrainingSpec
-    from planner.sweep import subset_cluster
+    from planner.batch.sweep import subset_cluster
 
     if not os.path.exists(args.cluster):
         raise SpecError(None, "--cluster", f"file {args.cluster} does not exist")
@@ -64,7 +64,7 @@ def run(args) -> int:
                        args.vocab_size, None, args.time_limit, price, progress=progress)
     d = res.as_dict()
     if args.plot:
-        from planner.batch_plots import plot_sizing
+        from planner.batch.plots import plot_sizing
         d["plot"] = plot_sizing(d, args.plot)
     if args.json:
         print_json(d)
