@@ -1,21 +1,57 @@
-"""Launch arguments that realise a solution: Megatron-LM flags, torchrun per node, and the rank order."""
+"""Launch arguments that realise a solution: Megatron-LM flags, torchrun per node, and the rank order.
+
+What is printed goes into a shell, so nothing from the solution file is printed as it was read: the
+configuration is parsed to integers and known words (ParallelConfig.from_dict), every mapping entry's
+node, GPU and ranks to integers, host names must be RFC 1123 names, and each word is shell-quoted.
+"""
 from __future__ import annotations
 
+import shlex
 
-def rank_layout(solution: dict) -> list[dict]:
-    """Global rank (Megatron order: tp fastest, then dp, then pp) -> node and local GPU."""
-    cfg = solution["config"]
-    tp, dp = int(cfg["tp"]), int(cfg["dp"])
+from planner.config import ParallelConfig
+from planner.errors import SpecError
+from planner.spec.hosts import check_hostname
+
+_WORKER_INTS = ("stage", "tp_rank", "dp_rank", "node", "gpu")
+
+
+def _workers(solution: dict, file: str | None) -> list[dict]:
+    mapping = solution.get("mapping")
+    if not isinstance(mapping, list) or not mapping:
+        raise SpecError(file, "mapping", "is required: a list of {stage, tp_rank, dp_rank, node, gpu}")
     out = []
-    for w in solution["mapping"]:
+    for i, w in enumerate(mapping):
+        if not isinstance(w, dict):
+            raise SpecError(file, f"mapping[{i}]", "must be a mapping {stage, tp_rank, dp_rank, node, gpu}")
+        row = {}
+        for k in _WORKER_INTS:
+            v = w.get(k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecError(file, f"mapping[{i}].{k}", f"must be a non-negative integer, got {v!r}")
+            row[k] = v
+        row["host"] = check_hostname(w.get("host", f"node{row['node']}"), file, f"mapping[{i}].host")
+        out.append(row)
+    return out
+
+
+def _config(solution: dict, file: str | None) -> dict:
+    return ParallelConfig.from_dict(solution.get("config"), file).as_dict()
+
+
+def rank_layout(solution: dict, file: str | None = None) -> list[dict]:
+    """Global rank (Megatron order: tp fastest, then dp, then pp) -> node and local GPU."""
+    cfg = _config(solution, file)
+    tp, dp = cfg["tp"], cfg["dp"]
+    out = []
+    for w in _workers(solution, file):
         rank = w["tp_rank"] + tp * (w["dp_rank"] + dp * w["stage"])
-        out.append({"rank": rank, "node": w["node"], "gpu": w["gpu"], "host": w.get("host", f"node{w['node']}")})
+        out.append({"rank": rank, "node": w["node"], "gpu": w["gpu"], "host": w["host"]})
     out.sort(key=lambda r: r["rank"])
     return out
 
 
-def megatron_args(solution: dict) -> list[str]:
-    c = solution["config"]
+def megatron_args(solution: dict, file: str | None = None) -> list[str]:
+    c = _config(solution, file)
     args = [f"--tensor-model-parallel-size {c['tp']}", f"--pipeline-model-parallel-size {c['pp']}",
             f"--micro-batch-size {c['micro_batch_size']}",
             f"--global-batch-size {c['micro_batch_size'] * c['num_microbatches'] * c['dp']}"]
@@ -46,26 +82,28 @@ def megatron_args(solution: dict) -> list[str]:
 ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
-def torchrun_commands(solution: dict, master_port: int = 29500) -> list[str]:
+def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None) -> list[str]:
     """One torchrun line per node, with CUDA_VISIBLE_DEVICES ordered so local rank k gets the planned GPU."""
-    ranks = rank_layout(solution)
+    ranks = rank_layout(solution, file)
+    q = shlex.quote
     nodes = sorted({r["node"] for r in ranks}, key=lambda n: min(r["rank"] for r in ranks if r["node"] == n))
     per_node = {n: [r for r in ranks if r["node"] == n] for n in nodes}
     master = per_node[nodes[0]][0]["host"]
+    flags = " ".join(" ".join(q(w) for w in a.split()) for a in megatron_args(solution, file) if not a.startswith("#"))
     lines = []
     for idx, n in enumerate(nodes):
         rs = per_node[n]
         gpus = ",".join(str(r["gpu"]) for r in rs)
         lines.append(f"# {rs[0]['host']}: ranks {rs[0]['rank']}..{rs[-1]['rank']}\n"
-                     f"{ALLOC_ENV} CUDA_VISIBLE_DEVICES={gpus} torchrun --nnodes {len(nodes)} --node-rank {idx} "
-                     f"--nproc-per-node {len(rs)} --master-addr {master} --master-port {master_port} "
-                     f"pretrain_gpt.py {' '.join(a for a in megatron_args(solution) if not a.startswith('#'))}")
+                     f"{ALLOC_ENV} CUDA_VISIBLE_DEVICES={q(gpus)} torchrun --nnodes {len(nodes)} "
+                     f"--node-rank {idx} --nproc-per-node {len(rs)} --master-addr {q(master)} "
+                     f"--master-port {int(master_port)} pretrain_gpt.py {flags}")
     return lines
 
 
-def hostfile(solution: dict) -> str:
+def hostfile(solution: dict, file: str | None = None) -> str:
     """Hosts in the order the node ranks must follow (slots = GPUs used per host)."""
-    ranks = rank_layout(solution)
+    ranks = rank_layout(solution, file)
     seen, out = [], []
     for r in ranks:
         if r["node"] not in seen:
