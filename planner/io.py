@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import tempfile
+
+import numpy as np
+import yaml
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -16,8 +20,6 @@ def _publish(tmp: str, path: str) -> None:
     os.chmod(tmp, 0o666 & ~_UMASK)
     os.replace(tmp, path)
 
-import numpy as np
-import yaml
 
 
 def _plain(o):
@@ -83,16 +85,122 @@ def print_json(data, stream=None) -> None:
     (stream or sys.stdout).write(json.dumps(plain(data), indent=2) + "\n")
 
 
+MAX_INPUT_BYTES = 10 * 1024 * 1024      # specs, models, clusters, matrices and profiles are kilobytes
+MAX_YAML_DEPTH = 64
+
+
+def read_text_file(path: str, file: str | None = None, field: str | None = None,
+                   max_bytes: int | None = None) -> str:
+    """The text of a regular UTF-8 file of at most max_bytes; anything else raises SpecError (exit 2).
+
+    Checked before reading, so /dev/zero, a FIFO or a directory cannot make the planner hang or
+    grow without bound."""
+    from planner.errors import SpecError
+    max_bytes = MAX_INPUT_BYTES if max_bytes is None else max_bytes
+    who = file if field else (file or path)
+    if not os.path.exists(path):
+        raise SpecError(file, field, f"file {path} does not exist")
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise SpecError(who, field, f"{path} is {kind}")
+        if st.st_size > max_bytes:
+            raise SpecError(who, field, f"{path} is {st.st_size} bytes, more than the {max_bytes} allowed")
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as e:
+        raise SpecError(who, field, f"{path} cannot be read ({e.strerror or e})") from None
+    if len(data) > max_bytes:
+        raise SpecError(who, field, f"{path} is more than the {max_bytes} bytes allowed")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(who, field, f"{path} is not UTF-8 text (byte {e.start})") from None
+
+
+MAX_YAML_NODES = 200_000                 # after expanding aliases: an alias bomb is refused here
+
+
+class _YamlRefused(yaml.YAMLError):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that stops nesting deeper than MAX_YAML_DEPTH while composing (no RecursionError)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _YamlRefused(f"nesting is deeper than {MAX_YAML_DEPTH} levels (line {mark.line + 1})")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _children(node):
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [x for kv in node.value for x in kv]
+    return []
+
+
+def _check_expanded(root) -> None:
+    """Aliases are allowed, but the tree they expand to (what hashing and printing walk) is bounded in
+    size and depth, and may not contain itself."""
+    memo: dict[int, tuple[int, int]] = {}
+    active: set[int] = set()
+
+    def walk(node) -> tuple[int, int]:
+        key = id(node)
+        if key in memo:
+            return memo[key]
+        if key in active:
+            raise _YamlRefused("an alias refers to a node that contains it")
+        active.add(key)
+        count, depth = 1, 1
+        for child in _children(node):
+            c, d = walk(child)
+            count, depth = count + c, max(depth, d + 1)
+            if count > MAX_YAML_NODES:
+                raise _YamlRefused(f"expands to more than {MAX_YAML_NODES} values (aliases)")
+        if depth > MAX_YAML_DEPTH:
+            raise _YamlRefused(f"nesting is deeper than {MAX_YAML_DEPTH} levels after expanding aliases")
+        active.discard(key)
+        memo[key] = (count, depth)
+        return memo[key]
+
+    walk(root)
+
+
+def parse_yaml(text: str, path: str):
+    """Parse YAML text safely and within bounds; errors raise SpecError naming path."""
+    from planner.errors import SpecError
+    loader = _StrictLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _check_expanded(root)
+        return loader.construct_document(root)
+    except yaml.YAMLError as e:
+        raise SpecError(path, None, f"is not valid YAML ({str(e).splitlines()[0]})") from None
+    finally:
+        loader.dispose()
+
+
 def load_yaml(path: str, file_for_errors: str | None = None):
-    """The parsed YAML of `path`; a missing file or bad YAML raises SpecError (exit 2)."""
+    """The parsed YAML of `path`; a missing, oversized, binary or non-regular file, bad YAML, aliases
+    or too deep nesting raise SpecError (exit 2)."""
     from planner.errors import SpecError
     if not os.path.exists(path):
         raise SpecError(file_for_errors, None, f"file {path} does not exist")
-    try:
-        with open(path) as fh:
-            return yaml.safe_load(fh)
-    except yaml.YAMLError as e:
-        raise SpecError(path, None, f"is not valid YAML ({str(e).splitlines()[0]})") from None
+    return parse_yaml(read_text_file(path), path)
 
 
 # --- bandwidth-matrix CSV: '# ' comment lines, then one comma-separated row per node ----------
@@ -110,22 +218,20 @@ def matrix_csv_text(matrix, *, decimals: int = 4, comments=(), zero_diagonal: bo
 def read_matrix_csv(path: str, file: str | None, fieldname: str) -> np.ndarray:
     """The numbers of a matrix CSV (',' or ';' separated; '#' comments; one header line allowed)."""
     from planner.errors import SpecError
-    if not os.path.exists(path):
-        raise SpecError(file, fieldname, f"file {path} does not exist")
+    text = read_text_file(path, file, fieldname)
     try:
         rows = []
-        with open(path) as fh:
-            for line in fh:
-                line = line.strip()
-                if not line or line.startswith("#"):
-                    continue
-                cells = line.replace(";", ",").split(",")
-                try:
-                    rows.append([float(c) for c in cells])
-                except ValueError:
-                    if rows:  # a header line is allowed only first
-                        raise
-                    continue
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            cells = line.replace(";", ",").split(",")
+            try:
+                rows.append([float(c) for c in cells])
+            except ValueError:
+                if rows:  # a header line is allowed only first
+                    raise
+                continue
         return np.array(rows, dtype=float)
     except ValueError as e:
         raise SpecError(file, fieldname, f"{path} is not a numeric CSV matrix ({e})") from None

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from planner.io import atomic_write_text, matrix_csv_text
+from planner.io import atomic_write_text, load_yaml, matrix_csv_text
 
 # Draw order inside bandwidth_matrix is part of the contract (same seed -> same matrix): symmetric
 # spread, directional asymmetry, slow nodes (choice, then factors), slow links (choice, then factors).
@@ -186,10 +186,7 @@ def from_record(nodes: int, record: dict) -> tuple[np.ndarray, list[np.ndarray]]
 def regenerate(cluster_yaml: str, out_dir: str | None = None) -> list[str]:
     """Rewrite the CSVs a cluster YAML names (bandwidth_matrix, bandwidth_snapshots) from its
     network.generator record; into `out_dir` (same file names) when given. Returns the paths written."""
-    import yaml  # local: only the regeneration path needs it
-
-    with open(cluster_yaml) as fh:
-        data = yaml.safe_load(fh)
+    data = load_yaml(cluster_yaml)
     net = data["network"]
     record = net.get("generator")
     if not record:
