@@ -3,6 +3,7 @@ one error message, the bandwidth-matrix CSV format, and small output helpers."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import sys
@@ -194,13 +195,35 @@ def parse_yaml(text: str, path: str):
         loader.dispose()
 
 
-def load_yaml(path: str, file_for_errors: str | None = None):
-    """The parsed YAML of `path`; a missing, oversized, binary or non-regular file, bad YAML, aliases
-    or too deep nesting raise SpecError (exit 2)."""
+def non_finite_field(data, prefix: str = "") -> str | None:
+    """The dotted path of the first NaN or infinite number in a parsed YAML/JSON tree, or None."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return prefix or "(top level)"
+    if isinstance(data, dict):
+        items = ((f"{prefix}.{k}" if prefix else str(k), v) for k, v in data.items())
+    elif isinstance(data, list):
+        items = ((f"{prefix}[{i}]", v) for i, v in enumerate(data))
+    else:
+        return None
+    for where, v in items:
+        found = non_finite_field(v, where)
+        if found:
+            return found
+    return None
+
+
+def load_yaml(path: str, file_for_errors: str | None = None, *, finite: bool = True):
+    """The parsed YAML of `path`; a missing, oversized, binary or non-regular file, bad YAML, alias
+    bombs or too deep nesting raise SpecError (exit 2), and so does any NaN or infinity (`finite`):
+    no input the user writes has a use for them, wherever they stand."""
     from planner.errors import SpecError
     if not os.path.exists(path):
         raise SpecError(file_for_errors, None, f"file {path} does not exist")
-    return parse_yaml(read_text_file(path), path)
+    data = parse_yaml(read_text_file(path), path)
+    bad = non_finite_field(data) if finite else None
+    if bad:
+        raise SpecError(path, bad, "is not a finite number (NaN and infinity are not accepted)")
+    return data
 
 
 # --- bandwidth-matrix CSV: '# ' comment lines, then one comma-separated row per node ----------
@@ -232,6 +255,10 @@ def read_matrix_csv(path: str, file: str | None, fieldname: str) -> np.ndarray:
                 if rows:  # a header line is allowed only first
                     raise
                 continue
-        return np.array(rows, dtype=float)
+        m = np.array(rows, dtype=float)
     except ValueError as e:
         raise SpecError(file, fieldname, f"{path} is not a numeric CSV matrix ({e})") from None
+    if m.size and not np.all(np.isfinite(m)):
+        i, j = (int(v) for v in np.argwhere(~np.isfinite(m))[0])
+        raise SpecError(file, fieldname, f"{path} entry [{i},{j}] = {m[i, j]} is not a finite number")
+    return m

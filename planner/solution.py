@@ -127,7 +127,7 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
 
 
 def load_solution(path: str) -> dict:
-    d = load_yaml(path)
+    d = load_yaml(path, finite=False)      # a solution records figures; its config is parsed strictly
     if not isinstance(d, dict) or "config" not in d:
         raise SpecError(path, "config", "is required (is this a solution file?)")
     return d

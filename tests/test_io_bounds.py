@@ -64,3 +64,19 @@ def test_cli_exits_2_naming_the_file(tmp_path, capsys, target):
     rc = main(["estimate", arg, "--tp", "1", "--pp", "1", "--dp", "16", "--mbs", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err and arg in err
+
+
+@pytest.mark.parametrize("text,field", [("a: .nan\n", "a"), ("a: {b: [1, .inf]}\n", "a.b[1]"), ("x: -.inf\n", "x")])
+def test_non_finite_numbers_are_refused_with_their_field(tmp_path, text, field):
+    p = tmp_path / "n.yaml"
+    p.write_text(text)
+    with pytest.raises(SpecError, match="not a finite number") as e:
+        load_yaml(str(p))
+    assert e.value.field == field and e.value.file == str(p)
+
+
+def test_non_finite_matrix_cell_is_refused(tmp_path):
+    p = tmp_path / "m.csv"
+    p.write_text("0,1\nnan,0\n")
+    with pytest.raises(SpecError, match=r"\[1,0\] = nan"):
+        read_matrix_csv(str(p), "c.yaml", "network.bandwidth_matrix")

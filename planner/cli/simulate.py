@@ -42,7 +42,7 @@ def load_target(args):
     path = args.path
     if not os.path.exists(path):
         raise SpecError(path, None, "file does not exist")
-    raw = load_yaml(path)
+    raw = load_yaml(path, finite=False)    # a spec is loaded again, strictly, by spec_arg
     flags = any(getattr(args, f) is not None for f in ("tp", "pp", "dp", "mbs"))
     if isinstance(raw, dict) and "config" in raw and "spec" in raw:       # a solution
         sp = raw["spec"]
