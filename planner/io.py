@@ -212,14 +212,15 @@ def non_finite_field(data, prefix: str = "") -> str | None:
     return None
 
 
-def load_yaml(path: str, file_for_errors: str | None = None, *, finite: bool = True):
+def load_yaml(path: str, file_for_errors: str | None = None, *, field: str | None = None, finite: bool = True):
     """The parsed YAML of `path`; a missing, oversized, binary or non-regular file, bad YAML, alias
     bombs or too deep nesting raise SpecError (exit 2), and so does any NaN or infinity (`finite`):
-    no input the user writes has a use for them, wherever they stand."""
+    no input the user writes has a use for them, wherever they stand. `file_for_errors` and `field`
+    name where the path was given (a spec's `model:`), for errors about the file as a whole."""
     from planner.errors import SpecError
     if not os.path.exists(path):
-        raise SpecError(file_for_errors, None, f"file {path} does not exist")
-    data = parse_yaml(read_text_file(path), path)
+        raise SpecError(file_for_errors, field, f"file {path} does not exist")
+    data = parse_yaml(read_text_file(path, file_for_errors if field else None, field), path)
     bad = non_finite_field(data) if finite else None
     if bad:
         raise SpecError(path, bad, "is not a finite number (NaN and infinity are not accepted)")

@@ -62,7 +62,11 @@ class ClusterSpec:
 
 
 def read_matrix(path: str, file: str | None, fieldname: str, nodes: int) -> np.ndarray:
-    return check_matrix(read_matrix_csv(path, file, fieldname), file, fieldname, nodes)
+    m = read_matrix_csv(path, file, fieldname)
+    try:
+        return check_matrix(m, file, fieldname, nodes)
+    except SpecError as e:          # say which CSV, not only which field of the cluster file
+        raise SpecError(file, fieldname, f"{path}: {e.reason}") from None
 
 
 def check_matrix(m, file, fieldname, nodes) -> np.ndarray:

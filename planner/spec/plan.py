@@ -72,7 +72,7 @@ def _part(f: Fields, key: str, base: str):
         path = os.path.normpath(os.path.join(base, v))
         if not os.path.exists(path):
             raise f.error(key, f"file {path} does not exist")
-        return load_yaml(path, f.file), path, ""
+        return load_yaml(path, f.file, field=f.path(key)), path, ""
     return v, f.file, key
 
 

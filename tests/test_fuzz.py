@@ -1,0 +1,56 @@
+"""Mutated specs, models, clusters and matrices: never an internal error or a traceback, never a plan
+from a non-finite number, and a bad-input message names the file. benchmarks/fuzz_inputs.py runs
+thousands of cases through the real command line; this runs a few in process."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+
+import numpy as np
+import pytest
+
+from planner.cli.main import main
+from tests.fuzz_cases import judge, mutations, write_case
+
+ESTIMATE = ["--tp", "1", "--pp", "2", "--dp", "16", "--mbs", "1", "--json"]
+
+
+def _run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, err.getvalue()
+
+
+def test_the_unmutated_case_solves_and_estimates(tmp_path):
+    spec = write_case(str(tmp_path))
+    assert _run(["estimate", spec, *ESTIMATE]) == (0, "")
+    rc, err = _run(["solve", spec, "--time-limit", "2", "--out", str(tmp_path / "s.yaml")])
+    assert rc == 0, err
+    assert os.path.exists(tmp_path / "s.yaml")
+
+
+def _check(tmp_path, m, solve):
+    spec = write_case(str(tmp_path), m)
+    rc, err = _run(["estimate", spec, *ESTIMATE])
+    assert not judge(m, rc, err), f"estimate {m}: rc={rc} {err[-400:]}"
+    if solve:
+        rc, err = _run(["solve", spec, "--time-limit", "2", "--out", str(tmp_path / "s.yaml")])
+        assert not judge(m, rc, err), f"solve {m}: rc={rc} {err[-400:]}"
+
+
+@pytest.mark.parametrize("m", mutations(np.random.default_rng(11), 40), ids=str)
+def test_mutant_estimate(tmp_path, m):
+    _check(tmp_path, m, solve=False)
+
+
+@pytest.mark.parametrize("m", [m for m in mutations(np.random.default_rng(12), 60) if m.non_finite][:6], ids=str)
+def test_non_finite_mutant_never_solves(tmp_path, m):
+    _check(tmp_path, m, solve=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m", mutations(np.random.default_rng(13), 300), ids=str)
+def test_mutant_estimate_and_solve_many(tmp_path, m):
+    _check(tmp_path, m, solve=True)
