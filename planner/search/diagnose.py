@@ -1,0 +1,103 @@
+"""Why a spec has no valid parallel configuration: which divisibility rule binds, and the nearest values
+of the batch, the micro-batch sizes, the layers and the node count that would give one.
+
+enumerate_configs (space.py) yields nothing when every (tp, pp, dp) breaks some rule. Here each rule is
+checked on its own for every (tp, pp, dp) that uses the GPUs, the rules that stop the most promising
+triples are named, and each knob is moved until a configuration exists again.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.errors import PlannerError
+from planner.mapping.problem import layouts
+from planner.search.space import _schedules, divisors, enumerate_configs, micro_batch_options
+
+
+def _rules(spec, tp: int, pp: int, dp: int) -> list[tuple[str, str]]:
+    """The rules (tp, pp, dp) breaks: (kind, the rule in words with the numbers)."""
+    m, cl, B = spec.model, spec.cluster, spec.training.global_batch_size
+    broken = []
+    if cl.gpus_per_node % tp:
+        broken.append(("node", f"tp={tp} must divide gpus_per_node={cl.gpus_per_node}"))
+    if m.num_attention_heads % tp or m.num_kv_heads % tp:
+        broken.append(("heads", f"tp={tp} must divide the {m.num_attention_heads} heads and "
+                                f"{m.num_kv_heads} kv heads"))
+    if m.num_layers % pp:
+        broken.append(("layers", f"pp={pp} must divide the {m.num_layers} layers"))
+    if B % dp:
+        broken.append(("batch", f"dp={dp} must divide the global batch {B}"))
+        return broken
+    lay = layouts(tp, pp, dp, cl.gpus_per_node) if not cl.gpus_per_node % tp else []
+    if not lay or lay[0].blocks > cl.nodes:
+        broken.append(("tiling", f"tp*pp*dp = {tp}x{pp}x{dp} does not tile whole nodes of {cl.gpus_per_node} "
+                                 f"GPUs (each node holds a stages x b replicas, a*b*tp = {cl.gpus_per_node})"))
+    mbs = micro_batch_options(spec, dp)
+    if not mbs:
+        opts = list(spec.search.micro_batch_sizes or (1, 2, 4, 8, 16))
+        broken.append(("micro-batch", f"no micro-batch size in {opts} divides the {B // dp} samples per "
+                                      f"replica (global batch {B} / dp {dp})"))
+    elif pp > 1 and not any(list(_schedules(spec, pp, B // (dp * b))) for b in mbs):
+        broken.append(("schedule", f"no schedule in {list(spec.search.schedules)} applies with pp={pp} "
+                                   "(interleaved needs pp*v | layers and pp | micro-batches; V-shapes 2pp | layers)"))
+    return broken
+
+
+def _has_config(spec, num_gpus: int) -> bool:
+    return next(iter(enumerate_configs(spec, num_gpus)), None) is not None
+
+
+def _has_config_with(spec, num_gpus: int, part: str, **change) -> bool:
+    """Whether the spec with one part's fields changed has a configuration (False if the change is invalid)."""
+    try:
+        changed = replace(spec, **{part: replace(getattr(spec, part), **change)})
+    except (ValueError, TypeError, PlannerError):
+        return False
+    return _has_config(changed, num_gpus)
+
+
+def _nearest(values, works) -> list:
+    """The closest value below and above (by distance) for which works(value) holds."""
+    below = next((v for v in values[0] if works(v)), None)
+    above = next((v for v in values[1] if works(v)), None)
+    return [v for v in (below, above) if v is not None]
+
+
+def why_no_config(spec, num_gpus: int | None = None) -> str:
+    cl, m, t = spec.cluster, spec.model, spec.training
+    G = num_gpus or cl.num_gpus
+    triples = [(tp, pp, G // (tp * pp)) for tp in (spec.search.tensor_parallel or divisors(cl.gpus_per_node))
+               if G % tp == 0 for pp in divisors(G // tp)]
+    broken = {tri: _rules(spec, *tri) for tri in triples}
+    fewest = min((len(b) for b in broken.values()), default=0)
+    closest, kinds = [], set()
+    for tri, b in broken.items():          # the triples nearest to valid, one per set of binding rules
+        key = frozenset(k for k, _ in b)
+        if len(b) == fewest and key not in kinds and len(closest) < 4:
+            kinds.add(key)
+            closest.append((tri, b))
+    lines = [f"no valid parallel configuration for {G} GPUs ({G // cl.gpus_per_node} nodes x "
+             f"{cl.gpus_per_node}), {m.num_layers} layers, {m.num_attention_heads} heads, global batch "
+             f"{t.global_batch_size}: every (tp, pp, dp) breaks a rule. Closest:"]
+    for (tp, pp, dp), b in closest:
+        lines.append(f"  tp={tp} pp={pp} dp={dp}: " + "; ".join(text for _, text in b))
+
+    B, L = t.global_batch_size, m.num_layers
+    fixes = []
+
+    batches = _nearest((range(B - 1, 0, -1), range(B + 1, 2 * B + 65)),
+                       lambda v: _has_config_with(spec, G, "training", global_batch_size=v))
+    if batches:
+        fixes.append("training.global_batch_size " + " or ".join(map(str, batches)))
+    if spec.search.micro_batch_sizes and _has_config_with(spec, G, "search", micro_batch_sizes=None):
+        fixes.append("search.micro_batch_sizes: auto (powers of two that divide)")
+    layers = _nearest((range(L - 1, 0, -1), range(L + 1, 2 * L + 1)),
+                      lambda v: _has_config_with(spec, G, "model", num_layers=v))
+    if layers:
+        fixes.append("model.num_layers " + " or ".join(map(str, layers)))
+    nodes = [k for k in range(cl.nodes, 0, -1) if k * cl.gpus_per_node != G
+             and _has_config(spec, k * cl.gpus_per_node)][:1]
+    if nodes:
+        fixes.append(f"{nodes[0]} of the {cl.nodes} nodes")
+    lines.append("Nearest values that give a configuration: " + ("; ".join(fixes) if fixes else "none found") + ".")
+    return "\n".join(lines)

@@ -1,0 +1,24 @@
+"""An infeasible spec names the divisibility rule that binds and the nearest values that work."""
+from planner.search.diagnose import why_no_config
+from planner.search.space import enumerate_configs
+
+
+def test_batch_seven_with_micro_batches_two_and_four(make_spec):
+    spec = make_spec(nodes=2, gbs=7, micro_batch_sizes=[2, 4], schedules=["1f1b"], recompute=["none"], zero=[0])
+    assert not list(enumerate_configs(spec))
+    msg = why_no_config(spec)
+    assert "must divide the global batch 7" in msg
+    assert "no micro-batch size in [2, 4] divides the 7 samples" in msg
+    assert "training.global_batch_size 6 or 8" in msg and "micro_batch_sizes: auto" in msg
+
+
+def test_seven_gpu_nodes(make_spec):
+    spec = make_spec(nodes=2, gpn=7, layers=24, gbs=64, schedules=["1f1b"], recompute=["none"], zero=[0])
+    msg = why_no_config(spec)
+    assert "2 nodes x 7" in msg
+    assert "pp=7 must divide the 24 layers" in msg and "tp=7 must divide the 16 heads" in msg
+    assert "model.num_layers 21 or 28" in msg
+    # each value it proposes really gives a configuration
+    from dataclasses import replace
+    for layers in (21, 28):
+        assert list(enumerate_configs(replace(spec, model=replace(spec.model, num_layers=layers))))
