@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.simulator.orders import B, F, R, W, Schedule
+from planner.simulator.ops import B, F, R, W, Schedule
 
 
 class DeadlockError(RuntimeError):

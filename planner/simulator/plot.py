@@ -7,7 +7,7 @@ import io
 import numpy as np
 
 from planner.io import atomic_write_bytes
-from planner.simulator.orders import KIND_NAMES
+from planner.simulator.ops import KIND_NAMES
 
 COLOURS = {"F": (0.20, 0.45, 0.80), "B": (0.20, 0.65, 0.30), "W": (0.95, 0.60, 0.10), "R": (0.55, 0.30, 0.70)}
 

@@ -25,7 +25,8 @@ from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, st
 from planner.simulator import deepspeed, engine
 from planner.simulator.engine import DeadlockError
 from planner.costs.pipeline import chunks_per_device
-from planner.simulator.orders import B, F, R, Schedule, W, build
+from planner.simulator.ops import B, F, R, W, Schedule
+from planner.simulator.orders import build
 
 __all__ = ["simulate", "simulate_uniform", "agreement", "SimResult", "DeadlockError", "Schedule", "build"]
 

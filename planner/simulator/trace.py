@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from planner.io import atomic_write_text
-from planner.simulator.orders import KIND_NAMES
+from planner.simulator.ops import KIND_NAMES
 
 KIND_LONG = {"F": "forward", "B": "backward", "W": "weight-grad", "R": "recompute"}
 
