@@ -5,7 +5,7 @@ import pytest
 from planner.config import SCHEDULES, V_SHAPES
 from planner.simulator import simulate_uniform
 from planner.simulator.engine import DeadlockError, build_graph, run
-from planner.simulator.ops import B, F, R, W, Schedule
+from planner.simulator.ops import B, F, R, Schedule, W
 from planner.simulator.orders import build
 
 

@@ -15,8 +15,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from planner.io import atomic_write_text
 from planner.batch.sizing import train_cost
+from planner.io import atomic_write_text
 
 COLUMNS = ["case_id", "model", "family", "params", "num_layers", "hidden_size", "num_attention_heads",
            "cluster", "gpus", "nodes", "global_batch_size", "seq_length", "tokens",

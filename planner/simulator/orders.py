@@ -25,7 +25,7 @@ import numpy as np
 
 from planner.config import SCHEDULES, V_SHAPES
 from planner.costs.pipeline import chunks_per_device
-from planner.simulator.ops import B, F, R, W, Schedule, stage_table
+from planner.simulator.ops import B, F, R, Schedule, W, stage_table
 from planner.simulator.vblocks import v_block_order
 
 SPLIT_SCHEDULES = ("zb-h1",) + V_SHAPES           # backward split into B (input grad) and W (weight grad)
@@ -78,7 +78,7 @@ def _zb_h1(p: int, m: int) -> list:
     B(j + i), so later stages (which hold fewer activations in 1F1B) delay their W into the bubbles
     while every stage holds at most p micro-batches, 1F1B's peak."""
     out = []
-    for d, (kinds, mbs, chs) in enumerate(_1f1b(p, m)):
+    for d, (kinds, mbs, _chs) in enumerate(_1f1b(p, m)):
         isb = kinds == B
         nb = int(isb.sum())
         # after the k-th B comes W(k - d) when k >= d; the last d W's close the list

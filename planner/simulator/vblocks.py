@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from planner.simulator.engine import build_graph, memory_deltas, peak_activation, run
-from planner.simulator.ops import B, F, W, Schedule, stage_table
+from planner.simulator.ops import B, F, Schedule, W, stage_table
 
 
 def _place(res: list, ready: float, dur: float, T: float) -> float | None:
@@ -21,16 +21,16 @@ def _place(res: list, ready: float, dur: float, T: float) -> float | None:
     x = ready
     for _ in range(4 * len(res) + 4):
         clash = None
-        for a, l in res:
-            # circular overlap of [x, x+dur) and [a, a+l) modulo T
+        for a, ln in res:
+            # circular overlap of [x, x+dur) and [a, a+ln) modulo T
             off = (a - x) % T                   # where a starts, seen from x
-            if off < dur - 1e-12 or off + l > T + 1e-12:
-                clash = (a, l)
+            if off < dur - 1e-12 or off + ln > T + 1e-12:
+                clash = (a, ln)
                 break
         if clash is None:
             return x
-        a, l = clash
-        x += (a + l - x) % T if (a + l - x) % T > 1e-12 else T
+        a, ln = clash
+        x += (a + ln - x) % T if (a + ln - x) % T > 1e-12 else T
         if x - ready > T:
             return None
     return None
@@ -148,7 +148,8 @@ def _v_choice(name: str, p: int, f: float, b: float, w: float) -> tuple[float, t
 
 def v_block_order(name: str, p: int, m: int, f: float, b: float, w: float) -> list:
     """V-Min / V-Half by a repeating building block placed with the real chunk times (see _v_choice)."""
-    key = lambda x: float(f"{x:.3g}")      # cache on 3 significant digits of the times
+    def key(x: float) -> float:            # cache on 3 significant digits of the times
+        return float(f"{x:.3g}")
     T, times = _v_choice(name, p, key(f), key(b), key(w))
     return _order(p, m, T, dict(times))
 
