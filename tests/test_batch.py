@@ -5,8 +5,8 @@ import pytest
 from batch_fixtures import write_sweep
 
 from planner.batch.run import COLUMNS, read_rows, rows_csv, run_batch
-from planner.cli.main import main
 from planner.batch.sweep import load_sweep
+from planner.cli.main import main
 
 CONFIG = ("tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "recompute", "zero")
 
@@ -68,7 +68,7 @@ def test_resume_skips_done_cases_and_retries_errors(solved):
 def test_workers_agree_with_in_process(solved):
     tmp, sw, res = solved
     one = run_batch(sw, str(tmp / "one"), workers=1, progress=False)
-    for a, b in zip(one.rows, res.rows):
+    for a, b in zip(one.rows, res.rows, strict=True):
         assert a["status"] == b["status"]
         if a["status"] == "OPTIMAL" and b["status"] == "OPTIMAL":
             assert a["iteration_s"] == pytest.approx(b["iteration_s"], rel=1e-9)
@@ -76,7 +76,7 @@ def test_workers_agree_with_in_process(solved):
 
 def test_unexpected_error_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     import importlib
-    solve_mod = importlib.import_module("planner.search.solve")   # the module: `planner.search.solve` is the API function
+    solve_mod = importlib.import_module("planner.search.solve")   # the module; `planner.solve` is the API function
     real = solve_mod.solve
 
     def flaky(spec, **kw):

@@ -3,8 +3,14 @@ import math
 import numpy as np
 import pytest
 
-from planner.costs.comm import (CommModel, CollectiveTable, read_nccl_dir, read_nccl_tests, ring_allreduce_time,
-                                slowest_link_GBps)
+from planner.costs.comm import (
+    CollectiveTable,
+    CommModel,
+    read_nccl_dir,
+    read_nccl_tests,
+    ring_allreduce_time,
+    slowest_link_GBps,
+)
 from planner.spec import load_cluster
 
 TABLES = "planner/data/vtrain/nccl_allreduce_nvlink"
@@ -101,8 +107,8 @@ def test_vtrain_cluster_uses_the_measured_hdr_bandwidth():
 def test_estimate_and_simulator_charge_the_same_data_parallel_all_reduce():
     from planner.costs import default_costs
     from planner.costs.iteration import build_problem, default_layout, evaluate
-    from planner.simulator import simulate
     from planner.profile.validate import Row, row_cluster, row_spec
+    from planner.simulator import simulate
     cl = load_cluster("clusters/vtrain-a100-64x8-hdr.yaml")
     costs = default_costs(cl)
     for tp, dp in ((8, 32), (2, 128)):      # one GPU per node per communicator; four

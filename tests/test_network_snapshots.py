@@ -219,7 +219,8 @@ def test_robust_simulation_rerank_judges_every_snapshot(make_spec):
 
     from planner.costs import default_costs
     from planner.costs.iteration import build_problem
-    from planner.search.solve import _sim_pair, solve
+    from planner.search.rerank import _sim_pair
+    from planner.search.solve import solve
     spec = make_spec(nodes=4, seed=1)
     costs = default_costs(spec.cluster)
     sol = solve(spec, time_limit_s=5, simulate=False, costs=costs)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from planner.config import ParallelConfig
-from planner.errors import SpecError
 from planner.costs.pipeline import p2p_hops
+from planner.errors import SpecError
 from planner.simulator import simulate, simulate_uniform
 from planner.simulator.deepspeed import step_to_microbatch
 from planner.spec.plan import parse_spec

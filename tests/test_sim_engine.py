@@ -9,9 +9,9 @@ import planner
 from planner.config import ParallelConfig as C
 from planner.costs import default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate
+from planner.costs.memory import GiB
 from planner.mapping.problem import Layout, worker_table
 from planner.simulator import agreement, simulate, simulate_uniform
-from planner.costs.memory import GiB
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +87,15 @@ def test_data_parallel_allreduce_after_last_backward(spec):
     assert one.dp_comm_s > 0
     # each device's optimizer step (StageTimes.step) follows its all-reduce
     st = default_costs(spec.cluster).compute.stage_times(spec.model, spec.cluster, spec.training, cfg)
-    assert one.iteration_s == pytest.approx(max(e + getattr(s, "step", 0.0) for e, s in zip(one.dp_end, st)))
+    assert one.iteration_s == pytest.approx(max(e + getattr(s, "step", 0.0)
+                                                for e, s in zip(one.dp_end, st, strict=True)))
     assert all(s >= 0 for s in one.dp_start)
     solo_cfg = C(8, 8, 1, 1, 512, "1f1b")
     solo = simulate(spec, solo_cfg)
     st = default_costs(spec.cluster).compute.stage_times(spec.model, spec.cluster, spec.training, solo_cfg)
     assert solo.dp_comm_s == 0
-    assert solo.iteration_s == pytest.approx(max(solo.compute_s, max(e + s.step for e, s in zip(solo.dp_end, st))))
+    assert solo.iteration_s == pytest.approx(max(solo.compute_s,
+                                                 max(e + s.step for e, s in zip(solo.dp_end, st, strict=True))))
     ov = simulate(spec, C(8, 4, 4, 1, 128, "interleaved", 2), overlap_dp=True)
     no = simulate(spec, C(8, 4, 4, 1, 128, "interleaved", 2))
     assert ov.iteration_s <= no.iteration_s + 1e-12

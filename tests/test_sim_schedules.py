@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from planner.config import SCHEDULES, V_SHAPES
-from planner.simulator.engine import DeadlockError
 from planner.simulator import simulate_uniform
-from planner.simulator.engine import build_graph, run
-from planner.simulator.orders import B, F, R, W, Schedule, build
+from planner.simulator.engine import DeadlockError, build_graph, run
+from planner.simulator.ops import B, F, R, Schedule, W
+from planner.simulator.orders import build
 
 
 def _valid(s, p, m, v):

@@ -15,8 +15,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from planner.io import atomic_write_text
 from planner.batch.sizing import train_cost
+from planner.io import atomic_write_text
 
 COLUMNS = ["case_id", "model", "family", "params", "num_layers", "hidden_size", "num_attention_heads",
            "cluster", "gpus", "nodes", "global_batch_size", "seq_length", "tokens",
@@ -122,11 +122,7 @@ def run_sizing(task, time_limit_s: float | None = None) -> dict:
 
 
 def _call(fn, item, time_limit_s):
-    limit_threads()
-    return fn(item, time_limit_s)
-
-
-def _ray_call(fn, item, time_limit_s):
+    """One case in a Ray worker, whose BLAS / torch pools are cut to one thread first."""
     limit_threads()
     return fn(item, time_limit_s)
 
@@ -177,7 +173,7 @@ def _ray(fn, items, workers: int | None, address: str | None, time_limit_s, on_d
             ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False, **kw)
         started = True
     try:
-        task = ray.remote(num_cpus=1, max_retries=1)(_ray_call)
+        task = ray.remote(num_cpus=1, max_retries=1)(_call)
         limit = workers or int(ray.cluster_resources().get("CPU", 1))
         queue = list(enumerate(items))
         inflight: dict = {}

@@ -75,16 +75,16 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
             extra = x[-1] - min(x)
             x[0] += extra
             x[-1] -= extra
-    t = [fi + bi for fi, bi in zip(f, b)]
+    t = [fi + bi for fi, bi in zip(f, b, strict=True)]
     k = max(range(pp), key=lambda i: t[i])
     if schedule in ("gpipe", "1f1b"):
         x = t
     elif schedule == "interleaved":
         x = [ti / v for ti in t]
     elif schedule in ("zb-h1", "v-zb"):
-        x = [max(ti - 2 * wi, 0.0) for ti, wi in zip(t, w)]
+        x = [max(ti - 2 * wi, 0.0) for ti, wi in zip(t, w, strict=True)]
     elif schedule in ("v-half", "v-min"):
-        x = [ti - wi for ti, wi in zip(t, w)]
+        x = [ti - wi for ti, wi in zip(t, w, strict=True)]
     else:
         raise ValueError(f"unknown schedule {schedule!r}")
     return m * t[k] + sum(x) - x[k]

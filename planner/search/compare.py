@@ -5,8 +5,8 @@ import time
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
-from planner.costs.memory import GiB
 from planner.costs.iteration import build_problem, default_layout, evaluate, memory_limit_GiB, stage_memory
+from planner.costs.memory import GiB
 from planner.mapping.anneal import anneal
 from planner.search.solve import solve
 

@@ -7,8 +7,8 @@ import time
 import numpy as np
 
 from planner.errors import SpecError
-from planner.solution import load_solution
 from planner.search.solve import solve
+from planner.solution import load_solution
 from planner.spec import load_spec
 
 

@@ -1,7 +1,7 @@
 """Enumerate the valid parallel configurations of a spec (before memory and mapping)."""
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from planner.config import V_SHAPES, ParallelConfig
 from planner.mapping.problem import layouts

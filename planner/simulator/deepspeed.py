@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.simulator.engine import DeadlockError, Graph
-from planner.simulator.orders import B, F, R
+from planner.simulator.ops import B, F, R
 
 _COMP, _SEND, _RECV = 0, 1, 2
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.simulator.orders import B, F, R, W, Schedule
+from planner.simulator.ops import B, F, R, Schedule, W
 
 
 class DeadlockError(RuntimeError):
@@ -33,7 +33,7 @@ class Graph:
     chunk: np.ndarray
     stage: np.ndarray
     pred: np.ndarray        # index of the data predecessor, -1 if none
-    edge: np.ndarray        # which latency applies to the pred edge: 0 none, 1 forward into stage, 2 backward into stage
+    edge: np.ndarray        # latency of the pred edge: 0 none, 1 forward into stage, 2 backward into stage
 
 
 def build_graph(sched: Schedule) -> Graph:

@@ -7,7 +7,7 @@ import io
 import numpy as np
 
 from planner.io import atomic_write_bytes
-from planner.simulator.orders import KIND_NAMES
+from planner.simulator.ops import KIND_NAMES
 
 COLOURS = {"F": (0.20, 0.45, 0.80), "B": (0.20, 0.65, 0.30), "W": (0.95, 0.60, 0.10), "R": (0.55, 0.30, 0.70)}
 
@@ -34,8 +34,8 @@ def plot_timeline(sim, path: str, title: str | None = None) -> None:
             if not s.any():
                 continue
             st, en = sim.op_start[s], sim.op_end[s]
-            ax.broken_barh(list(zip(st, en - st)), (d - 0.4, 0.8), facecolors=_shade(COLOURS[name], sim.op_mb[s]),
-                           edgecolor="none")
+            ax.broken_barh(list(zip(st, en - st, strict=True)), (d - 0.4, 0.8),
+                           facecolors=_shade(COLOURS[name], sim.op_mb[s]), edgecolor="none")
         if sim.dp_end and sim.dp_end[d] > sim.dp_start[d]:
             ax.broken_barh([(sim.dp_start[d], sim.dp_end[d] - sim.dp_start[d])], (d - 0.4, 0.8),
                            facecolors=(0.85, 0.2, 0.2), edgecolor="none")

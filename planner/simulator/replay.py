@@ -6,10 +6,11 @@
     sim.iteration_s, sim.bubble_fraction, sim.peak_memory_GiB, sim.busy_s
 
 Op times come from the compute model's StageTimes (chunks get 1/v of a stage's layer time; the
-embedding / output-layer extra goes to the chunk that holds stage 0 / the last stage), p2p sends use
-the same one-way times as planner.latency.build_problem on the *mapped* links, and the data-parallel
-all-reduce of each device uses the same NCCL ring formula (CommModel.dp_allreduce_time) after its last backward,
-limited by the slowest link of the ring through its replicas' nodes in dp_rank order (NCCL's connectRings).
+embedding / output-layer extra goes to the chunk that holds stage 0 / the last stage). Communication
+terms come from planner.costs.iteration, as build_problem's do, evaluated on the *mapped* links: p2p
+sends take the one-way hop times, the data-parallel all-reduce of each device runs the ring formula after
+its last backward, limited by the slowest link of the ring through its replicas' nodes in dp_rank order
+(NCCL's connectRings), and the tied-embedding all-reduce follows both ends' syncs.
 """
 from __future__ import annotations
 
@@ -19,13 +20,25 @@ import numpy as np
 
 from planner.config import PIPELINE_ENGINES, ParallelConfig
 from planner.costs import Costs, default_costs
-from planner.costs.comm import p2p_time, ring_allreduce_time
-from planner.costs.compute import BYTES
+from planner.costs.iteration import (
+    default_layout,
+    dp_allreduce_s,
+    p2p_inter_s,
+    p2p_intra_s,
+    p2p_message_bytes,
+    p2p_share,
+    ring_slowest_GBps,
+    tied_embedding_inter_s,
+    tied_embedding_intra_s,
+    tied_embedding_reduced,
+)
 from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
+from planner.costs.pipeline import chunks_per_device
+from planner.mapping.problem import worker_table
 from planner.simulator import deepspeed, engine
 from planner.simulator.engine import DeadlockError
-from planner.costs.pipeline import chunks_per_device
-from planner.simulator.orders import B, F, R, Schedule, W, build
+from planner.simulator.ops import B, F, R, Schedule, W
+from planner.simulator.orders import build
 
 __all__ = ["simulate", "simulate_uniform", "agreement", "SimResult", "DeadlockError", "Schedule", "build"]
 
@@ -287,8 +300,6 @@ def _chunk_times(st: list, p: int, v: int, stage_of: np.ndarray, split: bool, rc
 
 def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign, nodes=None) -> tuple[np.ndarray, np.ndarray]:
     """(node[stage, dp_rank], gpu[stage, dp_rank]) of tensor rank 0 of every pipeline worker."""
-    from planner.costs.iteration import default_layout
-    from planner.mapping.problem import worker_table
     if mapping is None:
         layout = layout or default_layout(cfg, spec.cluster.gpus_per_node)
         if assign is None:
@@ -338,18 +349,18 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     stage_of = sched.stage_of()
     dur = _chunk_times(st, p, v, stage_of, sched.split, rc_ops)
 
-    # ---- p2p on the mapped links (one-way times exactly as planner.latency.build_problem)
+    # ---- p2p on the mapped links (the one-way times of planner.costs.iteration, as build_problem's)
     node, _gpu = _node_table(spec, cfg, mapping, layout, assign, nodes)
     b_rep = int(np.sum(node[0] == node[0, 0]))           # replicas of a stage per node
-    msg = tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / cfg.tp
-    eff, share = costs.comm.inter_efficiency, cl.rail_share(b_rep * cfg.tp)
-    intra = p2p_time(msg, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency, cl.intra.latency_us)
+    msg = p2p_message_bytes(spec, cfg)
+    share = p2p_share(spec, cfg, b_rep)
+    intra = p2p_intra_s(spec, msg, costs)
     bw = cl.bandwidth
 
     def one_way(a, b):
         if a == b:
             return intra
-        return cl.inter.latency_us * 1e-6 + msg / (bw[a, b] * 1e9 * eff * share)
+        return p2p_inter_s(spec, msg, bw[a, b], costs, share)
 
     S = p * v
     dev_of = np.empty(S, np.int64)
@@ -363,39 +374,30 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
                 lat_f[r, s] = one_way(node[d0, r], node[d1, r])        # activation s-1 -> s
                 lat_b[r, s - 1] = one_way(node[d1, r], node[d0, r])    # gradient s -> s-1
 
-    # ---- data-parallel all-reduce per device (per chunk for overlap), same formulas as build_problem
+    # ---- data-parallel all-reduce per device (per chunk for overlap), build_problem's ring formula
     params = chunk_params(model, cfg, p, v, stage_of)
     dp_time = np.zeros((p, v))
     if cfg.dp > 1:
-        gbytes = costs.comm.grad_bytes
         for d in range(p):
             nodes_d, counts = np.unique(node[d], return_counts=True)
             bd, K = int(counts.max()), len(nodes_d)
             # NCCL's inter-node ring joins the nodes in the communicator's rank order (dp_rank order):
-            # the distinct nodes by first dp_rank, each linked to the next (and the last to the first)
-            ring = list(dict.fromkeys(int(n) for n in node[d]))
-            pair = np.inf
-            if K > 1:
-                for k in range(K if K > 2 else 1):
-                    x, y = ring[k], ring[(k + 1) % K]
-                    pair = min(pair, bw[x, y], bw[y, x])
+            # the distinct nodes by first dp_rank
+            pair = ring_slowest_GBps(bw, list(dict.fromkeys(int(n) for n in node[d])))
             for c in range(v):
-                nbytes = params[d, c] * gbytes
-                t = costs.comm.dp_allreduce_time(nbytes, bd, K, cfg.tp, cl, pair if K > 1 else None)
-                dp_time[d, c] = t
+                dp_time[d, c] = dp_allreduce_s(spec, cfg, costs, params[d, c], bd, K, pair)
 
     # ---- tied-embedding all-reduce between the devices of the first and the last stage (as build_problem)
     emb = None
     dl = int(dev_of[S - 1])
-    if model.tied_embeddings and p > 1 and dl != 0:
-        ebytes = costs.comm.tied_embedding_bytes(model, cfg.tp)
+    if tied_embedding_reduced(model, cfg):      # then the last stage is not on device 0 (not a V-shape)
         t_emb = 0.0
         for r in range(cfg.dp):
             a_, b_ = int(node[0, r]), int(node[dl, r])
             if a_ == b_:
-                t = costs.comm.intra_allreduce_time(ebytes, 2, cl)
+                t = tied_embedding_intra_s(spec, cfg, costs)
             else:
-                t = ring_allreduce_time(ebytes, 2, min(bw[a_, b_], bw[b_, a_]) * eff * share, cl.inter.latency_us)
+                t = tied_embedding_inter_s(spec, cfg, costs, min(bw[a_, b_], bw[b_, a_]), share)
             t_emb = max(t_emb, t)
         emb = (0, dl, t_emb)
 

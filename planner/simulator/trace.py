@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from planner.io import atomic_write_text
-from planner.simulator.orders import KIND_NAMES
+from planner.simulator.ops import KIND_NAMES
 
 KIND_LONG = {"F": "forward", "B": "backward", "W": "weight-grad", "R": "recompute"}
 
@@ -36,7 +36,7 @@ def trace_events(sim, memory_counters: bool = True) -> list[dict]:
             base = sim.static_memory_GiB[d]
             # one counter sample per change; thin very long timelines to keep the file loadable
             step = max(1, len(t) // 20000)
-            for x, y in zip(t[::step], live[::step]):
+            for x, y in zip(t[::step], live[::step], strict=True):
                 ev.append({"name": f"memory GiB rank {d}", "ph": "C", "pid": 0, "ts": float(x * us),
                            "args": {"GiB": round(float(base + y), 4)}})
     return ev

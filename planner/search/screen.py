@@ -1,0 +1,142 @@
+"""Screening: the configurations that fit in memory, then branch and bound over (config, layout).
+
+A configuration's compute time (bubbles included) is a valid lower bound for every mapping of it, and
+MappingProblem.lower_bound() a tighter one per layout, so whole candidates are pruned without solving
+their mapping; the survivors are mapped by annealing (a fast incumbent for the proof step).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.config import ParallelConfig
+from planner.costs import Costs
+from planner.costs.iteration import build_problem, compute_const, memory_limit_GiB, stage_memory
+from planner.costs.memory import GiB
+from planner.errors import InfeasibleError, SpecError
+from planner.mapping.anneal import anneal
+from planner.mapping.problem import layouts
+from planner.mapping.result import MappingResult
+from planner.search.space import enumerate_configs
+
+SCREEN_ITERS = 1500           # annealing iterations per candidate while screening
+
+
+@dataclass
+class Candidate:
+    """One (config, layout) with its problems (one per bandwidth scenario) and its best mapping so far."""
+    cfg: ParallelConfig
+    layout: object
+    probs: list
+    result: MappingResult
+    proved: bool = False
+
+
+@dataclass
+class Screening:
+    best: Candidate
+    cands: list[Candidate]
+    open_bounds: list[float] = field(default_factory=list)   # bounds of candidates never mapped (time ran out)
+    pruned_bound: int = 0
+    screened_all: bool = True
+
+
+def scenarios(spec, robust: str | None) -> list[np.ndarray]:
+    cl = spec.cluster
+    if robust and robust != "none":
+        if not cl.snapshots:
+            raise SpecError(cl.source, "network.bandwidth_snapshots",
+                            f"robust planning ({robust}) needs measured snapshots in the cluster spec")
+        return list(cl.snapshots)
+    return [cl.bandwidth]
+
+
+def feasible_configs(spec, costs: Costs, num_gpus: int | None = None):
+    """(fitting configs with their compute bound, count enumerated, the closest miss)."""
+    limit = memory_limit_GiB(spec)
+    fits, total, closest = [], 0, None
+    for cfg in enumerate_configs(spec, num_gpus):
+        total += 1
+        mem = stage_memory(spec, cfg, costs)
+        peak = max(m.total for m in mem) / GiB
+        if peak > limit:
+            if closest is None or peak < closest[0]:
+                closest = (peak, cfg, mem)
+            continue
+        fits.append((compute_const(spec, cfg, costs), cfg))
+    fits.sort(key=lambda t: (t[0], t[1]))
+    return fits, total, closest
+
+
+def fitting_configs(spec, costs: Costs, num_gpus: int | None = None):
+    """(fits, configs enumerated) as feasible_configs; raises InfeasibleError naming the closest miss.
+
+    With no valid config on every GPU (e.g. 14 nodes after failures) and no num_gpus given, the most
+    whole nodes that have one are used: the mapping then also chooses which nodes stay idle."""
+    fits, total, closest = feasible_configs(spec, costs, num_gpus)
+    if total == 0 and num_gpus is None:
+        gpn = spec.cluster.gpus_per_node
+        for k in range(spec.cluster.nodes - 1, 0, -1):
+            fits, total, closest = feasible_configs(spec, costs, k * gpn)
+            if total:
+                break
+    if not fits:
+        raise InfeasibleError(_infeasible_message(spec, total, closest))
+    return fits, total
+
+
+def _infeasible_message(spec, total, closest) -> str:
+    limit = memory_limit_GiB(spec)
+    if total == 0:
+        cl, m = spec.cluster, spec.model
+        return (f"no valid parallel configuration: {cl.num_gpus} GPUs ({cl.nodes} x {cl.gpus_per_node}), "
+                f"{m.num_layers} layers, {m.num_attention_heads} heads, global batch "
+                f"{spec.training.global_batch_size}: no (tp, pp, dp, micro-batch) satisfies the divisibility rules "
+                "(tp | gpus_per_node and heads, pp | layers, dp * micro_batch | global batch, whole nodes)")
+    peak, cfg, mem = closest
+    worst = max(mem, key=lambda b: b.total)
+    parts = worst.as_GiB()
+    top = max((k for k in parts if k != "total"), key=lambda k: parts[k])
+    return (f"memory: none of {total} configurations fits in {limit:.1f} GiB per GPU "
+            f"({spec.cluster.gpu.memory_GiB:g} GiB less the {spec.search.memory_margin:.0%} margin). "
+            f"The closest, {cfg.label()}, needs {peak:.1f} GiB, {peak - limit:.1f} GiB over "
+            f"(largest term: {top} {parts[top]:.1f} GiB). Try more GPUs, full recompute, ZeRO, or a smaller batch.")
+
+
+def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, limit: float, deadline: float,
+           progress=None) -> Screening:
+    """Branch and bound over (config, layout), fits sorted by compute bound, with annealed mappings as
+    incumbents. Stops at the first config whose bound cannot beat the incumbent (all later ones are
+    pruned too), or, with an incumbent, when only a tenth of the time limit is left."""
+    best: Candidate | None = None
+    cands: list[Candidate] = []
+    open_bounds: list[float] = []
+    pruned_bound = 0
+    screened_all = True
+    for k, (lb, cfg) in enumerate(fits):
+        if best is not None and lb >= best.result.objective:
+            pruned_bound += sum(len(layouts(c.tp, c.pp, c.dp, spec.cluster.gpus_per_node)) for _, c in fits[k:])
+            break
+        if time.perf_counter() > deadline - 0.1 * limit and best is not None:
+            screened_all = False
+            open_bounds.append(lb)       # the rest are sorted by lb, so this one bounds them all
+            break
+        for lay in layouts(cfg.tp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node):
+            probs = [build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats]
+            plb = max(p.lower_bound() for p in probs)
+            if best is not None and plb >= best.result.objective:
+                pruned_bound += 1
+                continue
+            init = probs[0].rank_order()
+            res = anneal(probs, seed=seed, iterations=SCREEN_ITERS, init=init, robust=robust,
+                         time_limit_s=max(0.05, deadline - time.perf_counter()))
+            c = Candidate(cfg, lay, probs, res)
+            cands.append(c)
+            if best is None or res.objective < best.result.objective:
+                best = c
+        if progress:
+            progress(k + 1, len(fits))
+    assert best is not None
+    return Screening(best, cands, open_bounds, pruned_bound, screened_all)

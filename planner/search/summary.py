@@ -1,0 +1,85 @@
+"""What a search reports: its solver record (bound, status, counts), and the Solution of the chosen plan
+with its alternatives and, when simulated, the simulation's verdict."""
+from __future__ import annotations
+
+import time
+
+from planner.costs import Costs
+from planner.costs.iteration import evaluate, memory_limit_GiB, stage_memory
+from planner.costs.memory import GiB
+from planner.search.prove import Proof
+from planner.search.rerank import simulate_candidate
+from planner.search.screen import Candidate, Screening
+from planner.solution import Solution, SolverRecord
+
+# CP-SAT costs are integers of 0.1 us, so its bounds carry a few units of rounding slack; the tolerance
+# is absolute so that a small mapping gap is never hidden by a long iteration
+BOUND_TOL = 2e-5
+
+
+def solver_record(screening: Screening, proof: Proof, *, method: str, robust: str | None, t0: float,
+                  total: int, pruned_mem: int, solved: int) -> SolverRecord:
+    """The record of the closed-form search: the smallest bound over every candidate not proven worse."""
+    best, cands = proof.best, screening.cands
+    bounds = [min(c.result.bound, c.result.objective) for c in cands] + screening.open_bounds
+    bound = min([best.result.objective] + bounds)
+    if not screening.screened_all:
+        status = "TIME_LIMIT"
+    else:
+        status = "OPTIMAL" if bound >= best.result.objective - BOUND_TOL else "FEASIBLE"
+    wall = time.perf_counter() - t0
+    p0 = best.probs[0]
+    used_method = method if method != "auto" else ("exact" if proof.exact_calls else "anneal")
+    return SolverRecord(used_method, status, best.result.objective, bound, wall, total, pruned_mem,
+                        screening.pruned_bound, solved, proof.proved, best.result.objective - p0.const,
+                        max(0.0, best.result.bound - p0.const), robust=robust or "none")
+
+
+def note_overruled(rec: SolverRecord, est_best: Candidate, best: Candidate) -> None:
+    """When the simulator overruled the closed form, the plan is no longer the model's proven optimum."""
+    if best is not est_best:
+        rec.note = (f"re-ranked by simulation: the estimate's optimum {est_best.cfg.label()} "
+                    f"({est_best.result.objective:.4f} s) simulates slower or over memory")
+        if rec.status == "OPTIMAL":
+            rec.status = "FEASIBLE"
+
+
+def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs) -> list[dict]:
+    """The fastest other configs (one layout each, at most search.top_k), relative to the plan."""
+    alts = []
+    seen = {best.cfg}
+    for c in sorted(cands, key=lambda c: c.result.objective):
+        if c.cfg in seen:
+            continue
+        seen.add(c.cfg)
+        alts.append({"config": c.cfg.as_dict(), "iteration_s": c.result.objective,
+                     "slower_by": c.result.objective / best.result.objective - 1,
+                     "peak_memory_GiB": max(m.total for m in stage_memory(spec, c.cfg, costs)) / GiB})
+        if len(alts) >= spec.search.top_k:
+            break
+    return alts
+
+
+def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
+              simulate: bool, reranked) -> Solution:
+    """The Solution of `best`; the record is updated to describe it (the re-ranked plan, if the simulator
+    overruled)."""
+    p0 = best.probs[0]
+    est = evaluate(spec, best.cfg, p0, best.result.assign, costs)
+    alts = alternatives(spec, cands, best, costs)
+    rec.objective = best.result.objective
+    rec.bound = min(rec.bound, rec.objective)
+    rec.mapping_objective = best.result.objective - p0.const
+    rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
+    sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)
+    if simulate:
+        from planner.simulator import agreement
+        sim = simulate_candidate(spec, best, costs)
+        sol.simulated = {"iteration_s": sim.iteration_s, "bubble_fraction": sim.bubble_fraction,
+                         "peak_memory_GiB": sim.peak_memory_max_GiB,
+                         "peak_memory_per_gpu_GiB": [round(x, 3) for x in sim.peak_memory_GiB],
+                         "estimate_vs_simulation": agreement(sim, est),
+                         "fits": sim.peak_memory_max_GiB <= memory_limit_GiB(spec)}
+        if reranked:
+            sol.simulated["reranked"] = reranked
+    return sol
