@@ -22,3 +22,13 @@ def test_seven_gpu_nodes(make_spec):
     from dataclasses import replace
     for layers in (21, 28):
         assert list(enumerate_configs(replace(spec, model=replace(spec.model, num_layers=layers))))
+
+
+def test_solve_raises_the_diagnosis(make_spec):
+    import pytest
+
+    from planner.errors import InfeasibleError
+    from planner.search.solve import solve
+    spec = make_spec(nodes=2, gbs=7, micro_batch_sizes=[2, 4], schedules=["1f1b"], recompute=["none"], zero=[0])
+    with pytest.raises(InfeasibleError, match="training.global_batch_size 6 or 8"):
+        solve(spec, time_limit_s=2)

@@ -90,11 +90,8 @@ def fitting_configs(spec, costs: Costs, num_gpus: int | None = None):
 def _infeasible_message(spec, total, closest) -> str:
     limit = memory_limit_GiB(spec)
     if total == 0:
-        cl, m = spec.cluster, spec.model
-        return (f"no valid parallel configuration: {cl.num_gpus} GPUs ({cl.nodes} x {cl.gpus_per_node}), "
-                f"{m.num_layers} layers, {m.num_attention_heads} heads, global batch "
-                f"{spec.training.global_batch_size}: no (tp, pp, dp, micro-batch) satisfies the divisibility rules "
-                "(tp | gpus_per_node and heads, pp | layers, dp * micro_batch | global batch, whole nodes)")
+        from planner.search.diagnose import why_no_config
+        return why_no_config(spec)
     peak, cfg, mem = closest
     worst = max(mem, key=lambda b: b.total)
     parts = worst.as_GiB()
