@@ -10,7 +10,9 @@ import dataclasses
 import numpy as np
 
 from planner.costs import Costs
-from planner.costs.iteration import memory_limit_GiB
+from planner.costs.iteration import memory_limit_GiB, stage_memory
+from planner.costs.memory import GiB
+from planner.errors import InfeasibleError
 from planner.search.screen import Candidate
 
 RERANK_WITHIN = 0.03     # candidates this close to the best estimate are re-ranked by simulation
@@ -25,7 +27,10 @@ def simulate_candidate(spec, c: Candidate, costs: Costs):
 
 def rerank_by_simulation(spec, cands, best, costs, scenarios=None, robust="worst"):
     """Candidates within RERANK_WITHIN of the best estimate (distinct configs, at most RERANK_MAX) are
-    simulated; the fastest whose simulated peak memory fits wins. Returns (winner, record or None).
+    simulated; the fastest whose simulated peak memory fits wins. When none fits, the other candidates
+    are simulated in estimate order until one does; when none does, SimulationVeto names the closest
+    with both judges' figures (a plan is returned only if the estimate and the simulation both say it
+    fits; solve() then searches again without them). Returns (winner, record or None).
     Robust planning (scenarios = the bandwidth snapshots): each candidate is simulated on every
     snapshot and judged by the worst (or mean) simulated time, as the closed-form search was; judging
     on the main matrix alone would undo the robust choice.
@@ -42,13 +47,41 @@ def rerank_by_simulation(spec, cands, best, costs, scenarios=None, robust="worst
     rows = [(c, *_sim_pair(spec, c, costs, scenarios, robust)) for c in pool]
     fitting = [r for r in rows if r[2] <= limit]
     if not fitting:
-        return best, None
+        # the simulator rejects every close candidate: the rest, in estimate order, until one fits
+        for c in sorted(cands, key=lambda c: c.result.objective):
+            if c.cfg in seen:
+                continue
+            seen.add(c.cfg)
+            rows.append((c, *_sim_pair(spec, c, costs, scenarios, robust)))
+            if rows[-1][2] <= limit:
+                fitting = [rows[-1]]
+                break
+    if not fitting:
+        raise SimulationVeto(_none_fits_message(spec, rows, limit, costs), {c.cfg for c, *_ in rows})
     win = min(fitting, key=lambda r: (r[1], r[0].result.objective))[0]
     if len(rows) == 1 and win is best:
         return best, None
     record = [{"config": c.cfg.label(), "estimate_s": c.result.objective, "simulated_s": t,
                "simulated_peak_GiB": mem, "fits": mem <= limit} for c, t, mem in rows]
     return win, record
+
+
+class SimulationVeto(InfeasibleError):
+    """The simulator finds every given candidate over memory; `configs` are the ones it rejected."""
+
+    def __init__(self, message: str, configs: set):
+        super().__init__(message)
+        self.configs = configs
+
+
+def _none_fits_message(spec, rows, limit: float, costs: Costs) -> str:
+    shown = []
+    for c, _, sim_peak in sorted(rows, key=lambda r: r[2])[:3]:
+        est_peak = max(m.total for m in stage_memory(spec, c.cfg, costs)) / GiB
+        shown.append(f"{c.cfg.label()}: estimate {est_peak:.1f} GiB, simulated {sim_peak:.1f} GiB")
+    return (f"memory: every plan the search kept fits by the estimate but not by the simulation, which "
+            f"replays each GPU's allocations op by op (limit {limit:.1f} GiB per GPU, {len(rows)} plans simulated). "
+            f"Closest: " + "; ".join(shown) + ". Try a larger memory_margin, more recompute or ZeRO.")
 
 
 def _sim_pair(spec, c, costs, scenarios=None, robust="worst"):

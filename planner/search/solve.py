@@ -15,7 +15,7 @@ from planner.costs.iteration import build_problem, default_layout, evaluate
 from planner.errors import SpecError
 from planner.mapping.problem import layouts
 from planner.search.prove import EXACT_MAX_NODES, prove
-from planner.search.rerank import rerank_by_simulation
+from planner.search.rerank import SimulationVeto, rerank_by_simulation
 from planner.search.screen import fitting_configs, scenarios, screen
 from planner.search.summary import note_overruled, solver_record, summarise
 from planner.solution import Solution, mapping_to_assign
@@ -38,17 +38,32 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     deadline = t0 + limit
 
     fits, total = fitting_configs(spec, costs, num_gpus)
-    screening = screen(spec, fits, mats, costs, seed=seed, robust=rob, limit=limit, deadline=deadline,
-                       progress=progress)
-    solved = len(screening.cands)
-    proof = prove(screening.cands, screening.best, method=method, seed=seed, robust=rob, deadline=deadline)
-    rec = solver_record(screening, proof, method=method, robust=robust, t0=t0, total=total,
-                        pruned_mem=total - len(fits), solved=solved)
-    best, reranked = proof.best, None
-    if simulate:
-        best, reranked = rerank_by_simulation(spec, screening.cands, best, costs,
-                                              mats if robust and robust != "none" else None, rob)
+    vetoed: set = set()
+    while True:
+        kept = [f for f in fits if f[1] not in vetoed]
+        screening = screen(spec, kept, mats, costs, seed=seed, robust=rob, limit=limit, deadline=deadline,
+                           progress=progress)
+        solved = len(screening.cands)
+        proof = prove(screening.cands, screening.best, method=method, seed=seed, robust=rob, deadline=deadline)
+        rec = solver_record(screening, proof, method=method, robust=robust, t0=t0, total=total,
+                            pruned_mem=total - len(kept), solved=solved)
+        best, reranked = proof.best, None
+        if not simulate:
+            break
+        try:
+            best, reranked = rerank_by_simulation(spec, screening.cands, best, costs,
+                                                  mats if robust and robust != "none" else None, rob)
+        except SimulationVeto as veto:
+            # a plan must fit by both judges: search again without what the simulator rejected
+            vetoed |= veto.configs
+            if len(vetoed) >= len(fits):
+                raise
+            continue
         note_overruled(rec, proof.best, best)
+        if vetoed:
+            rec.note = ((rec.note + "; ") if rec.note else "") + (
+                f"{len(vetoed)} configuration(s) the estimate fits were over memory in simulation and excluded")
+        break
     return summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked)
 
 

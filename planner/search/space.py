@@ -13,7 +13,7 @@ def divisors(n: int) -> list[int]:
 
 def micro_batch_options(spec, dp: int) -> list[int]:
     per_replica = spec.training.global_batch_size // dp
-    opts = spec.search.micro_batch_sizes or tuple(2 ** k for k in range(0, 5))
+    opts = spec.search.micro_batch_sizes or tuple(2 ** k for k in range(5))
     return [b for b in opts if b <= per_replica and per_replica % b == 0]
 
 
