@@ -14,16 +14,31 @@ PIPELINE_ENGINES = ("megatron", "deepspeed")
 
 @dataclass(frozen=True, order=True)
 class ParallelConfig:
+    """How one training step is split over the GPUs (the mapping onto nodes is separate).
+
+    Unlike the spec dataclasses it stays positional: the search space and many tests build it compactly, and
+    it sorts in field order (`order=True`). `from_dict` is the one parser of its serialised forms."""
+
     tp: int
+    """Tensor-parallel degree (inside a node)."""
     pp: int
+    """Pipeline stages."""
     dp: int
+    """Data-parallel replicas."""
     micro_batch_size: int
+    """Sequences per micro-batch."""
     num_microbatches: int
+    """Micro-batches per step per replica (global batch = micro_batch_size * num_microbatches * dp)."""
     schedule: str = "1f1b"
-    vpp: int = 1                       # model chunks per device (interleaved: v; V-shape: 2)
+    """Pipeline schedule, one of SCHEDULES."""
+    vpp: int = 1
+    """Model chunks per device (interleaved: v; V-shapes: 2; otherwise 1)."""
     recompute: str = "none"
+    """Activation recomputation, one of RECOMPUTE."""
     zero: int = 0
+    """ZeRO stage (ZERO_STAGES): 1 shards optimizer state, 2 also gradients, over dp."""
     sequence_parallel: bool = False
+    """Megatron sequence parallelism (norms and dropout split over tp)."""
 
     @property
     def num_gpus(self) -> int:

@@ -10,8 +10,9 @@ from planner.spec.model import ModelSpec
 from planner.spec.plan import TrainingSpec
 
 CL = load_cluster("clusters/vtrain-a100-64x8-hdr.yaml")
-GPT = ModelSpec("g", "gpt", 24, 4096, 32, 32, 16384, 50257, True)
-TR = TrainingSpec(512, 2048, "fp16")
+GPT = ModelSpec(name="g", family="gpt", num_layers=24, hidden_size=4096, num_attention_heads=32, num_kv_heads=32,
+                ffn_hidden_size=16384, vocab_size=50257, tied_embeddings=True)
+TR = TrainingSpec(global_batch_size=512, seq_length=2048, precision="fp16")
 
 
 def cfg(**kw):
@@ -54,7 +55,8 @@ def test_head_on_first_and_last_stage():
 def test_fp32_is_slower_than_fp16():
     m = ComputeModel()
     t16 = m.stage_times(GPT, CL, TR, cfg())[0].forward
-    t32 = m.stage_times(GPT, CL, TrainingSpec(512, 2048, "fp32"), cfg())[0].forward
+    fp32 = TrainingSpec(global_batch_size=512, seq_length=2048, precision="fp32")
+    t32 = m.stage_times(GPT, CL, fp32, cfg())[0].forward
     assert t32 > 4 * t16
 
 

@@ -16,8 +16,9 @@ from planner.spec.model import ModelSpec
 from planner.spec.plan import TrainingSpec
 
 SAMPLES = os.path.join(os.path.dirname(DEFAULT_PATH), "memory_samples_fake.csv")
-MODEL = ModelSpec("gpt-13b", "gpt", 40, 5120, 40, 40, 20480, 50257, True)
-TR = TrainingSpec(512, 2048)
+MODEL = ModelSpec(name="gpt-13b", family="gpt", num_layers=40, hidden_size=5120, num_attention_heads=40,
+                  num_kv_heads=40, ffn_hidden_size=20480, vocab_size=50257, tied_embeddings=True)
+TR = TrainingSpec(global_batch_size=512, seq_length=2048)
 
 
 def test_fit_recovers_known_coefficients_and_safety_covers_fit_set():

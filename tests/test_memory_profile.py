@@ -9,12 +9,13 @@ from planner.profile.memory import measure_stage
 from planner.spec.model import ModelSpec
 from planner.spec.plan import TrainingSpec
 
-TR = TrainingSpec(64, 1024)
+TR = TrainingSpec(global_batch_size=64, seq_length=1024)
 
 
 def _model(family, layers, kv=16):
     f = 4 * 2048 if family == "gpt" else 5632
-    return ModelSpec("m", family, layers, 2048, 16, kv, f, 32000, family == "gpt")
+    return ModelSpec(name="m", family=family, num_layers=layers, hidden_size=2048, num_attention_heads=16,
+                     num_kv_heads=kv, ffn_hidden_size=f, vocab_size=32000, tied_embeddings=family == "gpt")
 
 
 def _per_layer_activation(family, cfg, kv=16, stage=1):

@@ -60,7 +60,7 @@ def test_size_grid_is_increasing_and_distinct():
 
 def test_optimal_size_is_the_largest_within_budget():
     cl = parse_cluster(CLUSTER, "mini.yaml").subset([0, 1])
-    training = TrainingSpec(64, 1024)
+    training = TrainingSpec(global_batch_size=64, seq_length=1024)
     search = SearchSpec(schedules=("1f1b",), recompute=("selective",), zero=(0, 1))
     solver = SolverSpec(time_limit_s=1.0)
     budget = 20.0
@@ -73,7 +73,8 @@ def test_optimal_size_is_the_largest_within_budget():
     grid = size_grid("gpt", 50257, ShapeRule(), 1024)
     k = [m.num_params() for m in grid].index(b.params)
     for m in grid[k + 1:k + 3]:
-        sol = solve(Spec("x", m, cl, training, search, solver), time_limit_s=1.0, simulate=False)
+        sol = solve(Spec(name="x", model=m, cluster=cl, training=training, search=search, solver=solver),
+                    time_limit_s=1.0, simulate=False)
         assert chinchilla_gpu_days(m.num_params(), sol.estimate.tokens_per_s, 16) > budget
     # bisection, not a scan: far fewer solves than grid sizes below the answer
     assert len(res.points) < 15 < k

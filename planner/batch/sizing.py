@@ -158,8 +158,8 @@ def optimal_size(cluster, gpus: int, budget_gpu_days: float, training: TrainingS
         if i in cache:
             return cache[i].within_budget
         m = grid[i]
-        spec = Spec(f"size-{m.name}", m, cluster, training, search, solver, None,
-                    {"model": m.__dict__, "cluster": cluster.name})
+        spec = Spec(name=f"size-{m.name}", model=m, cluster=cluster, training=training, search=search, solver=solver,
+                    source=None, raw={"model": m.__dict__, "cluster": cluster.name})
         p = SizingPoint(m.num_params(), m.name, m.num_layers, m.hidden_size, "INFEASIBLE")
         try:
             sol = solve(spec, time_limit_s=time_limit_s, simulate=False)

@@ -120,7 +120,9 @@ def hm_heads(h: int, hm: int) -> int:
 
 def _model(name, family, L, h, a, vocab, seq) -> ModelSpec:
     ffn = 4 * h if family == "gpt" else 256 * ((int(8 * h / 3) + 255) // 256)
-    return ModelSpec(name, family, L, h, a, a, ffn, vocab, family == "gpt", max(2048, seq))
+    return ModelSpec(name=name, family=family, num_layers=L, hidden_size=h, num_attention_heads=a, num_kv_heads=a,
+                     ffn_hidden_size=ffn, vocab_size=vocab, tied_embeddings=family == "gpt",
+                     max_position_embeddings=max(2048, seq))
 
 
 def _fmt_params(n: float) -> str:
@@ -377,7 +379,8 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
             for m, msrc in models:
                 for gbs in gbs_list:
                     for seq in seq_list:
-                        training = TrainingSpec(gbs, seq, precision, optimizer, None)
+                        training = TrainingSpec(global_batch_size=gbs, seq_length=seq, precision=precision,
+                                                optimizer=optimizer, tokens=None)
                         for tk in tokens_list:
                             tokens = CHINCHILLA_TOKENS_PER_PARAM * m.num_params() if tk == "chinchilla" else tk
                             content = {"model": m.__dict__, "cluster": cl.name, "cluster_file": cl.source and
@@ -389,8 +392,10 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
                             raw = {"name": cid, "model": m.__dict__, "cluster": cl.name, "gpus": g,
                                    "training": training.__dict__, "search": search_data,
                                    "solver": solver.__dict__}
-                            spec = Spec(cid, m, sub, TrainingSpec(gbs, seq, precision, optimizer, tokens),
-                                        search, solver, file, raw)
+                            spec = Spec(name=cid, model=m, cluster=sub,
+                                        training=TrainingSpec(global_batch_size=gbs, seq_length=seq,
+                                                              precision=precision, optimizer=optimizer, tokens=tokens),
+                                        search=search, solver=solver, source=file, raw=raw)
                             cases.append(Case(cid, spec, m.name, cl.name, g, tokens, entry.price_per_gpu_hour_usd))
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):
@@ -403,7 +408,8 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
             for gbs in gbs_list:
                 for seq in seq_list:
                     for b in budgets:
-                        training = TrainingSpec(gbs, seq, precision, optimizer, None)
+                        training = TrainingSpec(global_batch_size=gbs, seq_length=seq, precision=precision,
+                                                optimizer=optimizer, tokens=None)
                         content = {"cluster": entry.cluster.name, "gpus": g, "budget": b,
                                    "training": training.__dict__, "search": search.__dict__,
                                    "solver": solver.__dict__, "family": sizing_family, "vocab": sizing_vocab}

@@ -52,7 +52,8 @@ def run(args) -> int:
     if bad or not schedules:
         raise SpecError(None, "--schedules", f"unknown {bad}; choose from {list(SCHEDULES)}")
     price = args.price if args.price is not None else cl.price_per_gpu_hour_usd
-    training = TrainingSpec(args.global_batch_size, args.seq_length, args.precision)
+    training = TrainingSpec(global_batch_size=args.global_batch_size, seq_length=args.seq_length,
+                            precision=args.precision)
 
     def progress(p):
         if not args.json:

@@ -216,10 +216,13 @@ def row_case(r: dict):
     """(model, training, cfg, stage) of one CSV sample (the reduced-layer model that was profiled)."""
     from planner.spec.model import ModelSpec
     from planner.spec.plan import TrainingSpec
-    model = ModelSpec(r.get("model", "sample"), r["family"], int(r["num_layers"]), int(r["hidden_size"]),
-                      int(r["num_attention_heads"]), int(r["num_kv_heads"]), int(r["ffn_hidden_size"]),
-                      int(r["vocab_size"]), r["tied_embeddings"] == "True", int(r["max_position_embeddings"]))
-    training = TrainingSpec(int(r["global_batch_size"]), int(r["seq_length"]), r["precision"], r["optimizer"])
+    model = ModelSpec(name=r.get("model", "sample"), family=r["family"], num_layers=int(r["num_layers"]),
+                      hidden_size=int(r["hidden_size"]), num_attention_heads=int(r["num_attention_heads"]),
+                      num_kv_heads=int(r["num_kv_heads"]), ffn_hidden_size=int(r["ffn_hidden_size"]),
+                      vocab_size=int(r["vocab_size"]), tied_embeddings=r["tied_embeddings"] == "True",
+                      max_position_embeddings=int(r["max_position_embeddings"]))
+    training = TrainingSpec(global_batch_size=int(r["global_batch_size"]), seq_length=int(r["seq_length"]),
+                            precision=r["precision"], optimizer=r["optimizer"])
     cfg = ParallelConfig.from_dict(r)
     return model, training, cfg, int(r["stage"])
 

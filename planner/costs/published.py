@@ -30,8 +30,9 @@ class Published:
     batch: int
 
     def model(self) -> ModelSpec:
-        return ModelSpec(self.name, "gpt", self.layers, self.hidden, self.heads, self.heads, 4 * self.hidden,
-                         VOCAB, True, SEQ)
+        return ModelSpec(name=self.name, family="gpt", num_layers=self.layers, hidden_size=self.hidden,
+                         num_attention_heads=self.heads, num_kv_heads=self.heads, ffn_hidden_size=4 * self.hidden,
+                         vocab_size=VOCAB, tied_embeddings=True, max_position_embeddings=SEQ)
 
 
 # Korthikanti et al. 2022, Table 3

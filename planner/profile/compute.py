@@ -169,14 +169,17 @@ def _layer_pred(m, sample: LayerSample, peak_flops: float):
     from planner.spec.cluster import GPUSpec
     from planner.spec.model import ModelSpec
     from planner.spec.plan import TrainingSpec
-    model = ModelSpec("p", "gpt", 1, sample.hidden, sample.heads, sample.heads, 4 * sample.hidden, 50257, True)
-    tr = TrainingSpec(sample.mbs, sample.seq, sample.precision)
+    model = ModelSpec(name="p", family="gpt", num_layers=1, hidden_size=sample.hidden, num_attention_heads=sample.heads,
+                      num_kv_heads=sample.heads, ffn_hidden_size=4 * sample.hidden, vocab_size=50257,
+                      tied_embeddings=True)
+    tr = TrainingSpec(global_batch_size=sample.mbs, seq_length=sample.seq, precision=sample.precision)
     cfg = ParallelConfig(sample.tp, 1, 1, sample.mbs, 1)
 
     from types import SimpleNamespace
     from planner.spec.cluster import Link
     # a one-GPU stand-in: layer_parts reads the peak and (for its TP term, ignored here) the link
-    cl = SimpleNamespace(gpu=GPUSpec("profiled", 0, {sample.precision: peak_flops / 1e12}), intra=Link(1.0, 0.0))
+    cl = SimpleNamespace(gpu=GPUSpec(type="profiled", memory_GiB=0, peak_tflops={sample.precision: peak_flops / 1e12}),
+                         intra=Link(bandwidth_GBps=1.0, latency_us=0.0))
     parts = m.layer_parts(model, cl, tr, cfg)    # its tp_comm is not used: profiling runs one rank alone
     return m.pass_times(parts)
 

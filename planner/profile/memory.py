@@ -619,11 +619,13 @@ def sample_case(rng: random.Random, max_gpus: int = 512, max_held: int = 48):
         layers = pp * chunks_per_device(sched, vpp) * lpc
         vocab = rng.choice(_VOCAB)
         seq = rng.choice((512, 1024, 2048, 4096))
-        model = ModelSpec(f"{fam}-h{h}", fam, layers, h, heads, kv, f, vocab, fam == "gpt" and rng.random() < 0.7,
-                          max(2048, seq))
+        model = ModelSpec(name=f"{fam}-h{h}", family=fam, num_layers=layers, hidden_size=h, num_attention_heads=heads,
+                          num_kv_heads=kv, ffn_hidden_size=f, vocab_size=vocab,
+                          tied_embeddings=fam == "gpt" and rng.random() < 0.7, max_position_embeddings=max(2048, seq))
         if cfg.sequence_parallel and seq % tp:
             continue
-        training = TrainingSpec(cfg.global_batch_size, seq, rng.choice(("bf16", "bf16", "fp16")), "adam")
+        training = TrainingSpec(global_batch_size=cfg.global_batch_size, seq_length=seq,
+                                precision=rng.choice(("bf16", "bf16", "fp16")), optimizer="adam")
         return model, training, cfg, stage, lpc
 
 

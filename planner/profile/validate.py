@@ -98,10 +98,13 @@ def row_cluster(row: Row, cluster: ClusterSpec) -> ClusterSpec | None:
 
 def row_spec(row: Row, cluster: ClusterSpec, defaults: dict | None = None) -> tuple[Spec, ParallelConfig]:
     d = {**VTRAIN_DEFAULTS, **(defaults or {})}
-    model = ModelSpec(f"gpt-h{row.hidden}-L{row.layers}", "gpt", row.layers, row.hidden, row.heads, row.heads,
-                      4 * row.hidden, d["vocab_size"], True, max(2048, row.seq))
-    training = TrainingSpec(row.gbs, row.seq, d["precision"], "adam", pipeline_engine=d["pipeline_engine"])
-    spec = Spec(model.name, model, cluster, training, SearchSpec())
+    model = ModelSpec(name=f"gpt-h{row.hidden}-L{row.layers}", family="gpt", num_layers=row.layers,
+                      hidden_size=row.hidden, num_attention_heads=row.heads, num_kv_heads=row.heads,
+                      ffn_hidden_size=4 * row.hidden, vocab_size=d["vocab_size"], tied_embeddings=True,
+                      max_position_embeddings=max(2048, row.seq))
+    training = TrainingSpec(global_batch_size=row.gbs, seq_length=row.seq, precision=d["precision"], optimizer="adam",
+                            pipeline_engine=d["pipeline_engine"])
+    spec = Spec(name=model.name, model=model, cluster=cluster, training=training, search=SearchSpec())
     cfg = ParallelConfig(row.tp, row.pp, row.dp, row.mbs, row.gbs // (row.mbs * row.dp), d["schedule"],
                          1, d["recompute"], 0, False)
     return spec, cfg

@@ -8,40 +8,84 @@ import numpy as np
 
 from planner.errors import SpecError
 from planner.io import read_matrix_csv
-from planner.spec.fields import Fields
+from planner.spec.fields import DEFAULT, FieldError, Fields
+
+INTRA_NODE_LATENCY_US = 3.0
+"""Default network.intra_node.latency_us: one NVLink/NVSwitch hop plus the collective's launch."""
+INTER_NODE_LATENCY_US = 5.0
+"""Default network.inter_node.latency_us: one InfiniBand/RoCE hop plus the collective's launch."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GPUSpec:
+    """One GPU model: memory and dense peak throughput per precision."""
+
     type: str
+    """Name, e.g. A100-80GB (informational)."""
     memory_GiB: float
-    peak_tflops: dict           # precision -> dense TFLOP/s
+    """Device memory the plan must fit in, GiB."""
+    peak_tflops: dict
+    """Precision (bf16, fp16, fp32) -> dense peak TFLOP/s; at least one entry."""
+
+    def __post_init__(self):
+        if not self.peak_tflops:
+            raise FieldError("peak_tflops", "needs at least one precision, e.g. {bf16: 312}")
 
     def peak_flops(self, precision: str) -> float:
         return 1e12 * float(self.peak_tflops.get(precision) or max(self.peak_tflops.values()))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Link:
-    bandwidth_GBps: float       # per GPU (intra) or per NIC rail (inter), GB/s = 1e9 B/s
+    """One class of link (inside a node or across nodes), alpha-beta."""
+
+    bandwidth_GBps: float
+    """Per GPU (intra) or per NIC rail (inter), GB/s = 1e9 B/s."""
     latency_us: float
+    """Per message, microseconds."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ClusterSpec:
+    """GPUs, nodes and the measured links between them."""
+
     name: str
+    """Label used in reports, case ids and file names."""
     gpu: GPUSpec
+    """Every GPU in the cluster is of this model."""
     nodes: int
+    """Number of nodes."""
     gpus_per_node: int
+    """GPUs in each node (tensor-parallel groups stay inside one)."""
     intra: Link
-    inter: Link                 # nominal per-rail bandwidth (bandwidth_Gbps / 8)
-    nics_per_node: int
-    bandwidth: np.ndarray       # nodes x nodes, per-rail p2p GB/s, [i, j] = i sends to j; diagonal unused
-    snapshots: tuple = ()       # more measured matrices (time series), for robust planning
+    """Inside a node (NVLink / NVSwitch), per GPU."""
+    inter: Link
+    """Across nodes: nominal per-rail bandwidth (the spec's bandwidth_Gbps / 8)."""
+    nics_per_node: int | None = None
+    """Network rails per node, shared by the node's GPUs sending across nodes. None: gpus_per_node."""
+    bandwidth: np.ndarray | None = None
+    """nodes x nodes per-rail p2p GB/s, [i, j] = i sends to j; diagonal unused (0).
+    None: every pair at inter.bandwidth_GBps."""
+    snapshots: tuple = ()
+    """More measured matrices like `bandwidth` (a time series), for robust planning."""
     node_names: tuple = ()
+    """Host names, one per node when given (reports and re-planning after failures)."""
     profiles: dict = field(default_factory=dict)
+    """Measured profiles, kind (compute, memory, ...) -> path (resolved against the cluster file)."""
     price_per_gpu_hour_usd: float | None = None
-    source: str | None = None   # file it was read from
+    """For cost to train; None: unknown."""
+    source: str | None = None
+    """The file it was read from."""
+
+    def __post_init__(self):
+        if self.nics_per_node is None:
+            object.__setattr__(self, "nics_per_node", self.gpus_per_node)
+        if self.bandwidth is None:
+            bw = np.full((self.nodes, self.nodes), self.inter.bandwidth_GBps)
+            np.fill_diagonal(bw, 0.0)
+            object.__setattr__(self, "bandwidth", bw)
+        if self.node_names and len(self.node_names) != self.nodes:
+            raise FieldError("network.node_names", f"has {len(self.node_names)} names for {self.nodes} nodes")
 
     @property
     def num_gpus(self) -> int:
@@ -51,14 +95,16 @@ class ClusterSpec:
         """Fraction of a rail each of `concurrent_gpus` GPUs sending across nodes gets."""
         return min(1.0, self.nics_per_node / max(1, concurrent_gpus))
 
-    def subset(self, keep: list[int]) -> "ClusterSpec":
+    def subset(self, keep: list[int]) -> ClusterSpec:
         """The same cluster restricted to the given node indices (re-planning after failures)."""
         idx = np.asarray(keep)
         names = tuple(self.node_names[i] for i in keep) if self.node_names else ()
-        return ClusterSpec(self.name, self.gpu, len(keep), self.gpus_per_node, self.intra, self.inter,
-                           self.nics_per_node, self.bandwidth[np.ix_(idx, idx)],
-                           tuple(s[np.ix_(idx, idx)] for s in self.snapshots), names,
-                           dict(self.profiles), self.price_per_gpu_hour_usd, self.source)
+        return ClusterSpec(name=self.name, gpu=self.gpu, nodes=len(keep), gpus_per_node=self.gpus_per_node,
+                           intra=self.intra, inter=self.inter, nics_per_node=self.nics_per_node,
+                           bandwidth=self.bandwidth[np.ix_(idx, idx)],
+                           snapshots=tuple(s[np.ix_(idx, idx)] for s in self.snapshots), node_names=names,
+                           profiles=dict(self.profiles), price_per_gpu_hour_usd=self.price_per_gpu_hour_usd,
+                           source=self.source)
 
 
 def read_matrix(path: str, file: str | None, fieldname: str, nodes: int) -> np.ndarray:
@@ -72,7 +118,8 @@ def read_matrix(path: str, file: str | None, fieldname: str, nodes: int) -> np.n
 def check_matrix(m, file, fieldname, nodes) -> np.ndarray:
     m = np.asarray(m, dtype=float)
     if m.ndim != 2 or m.shape != (nodes, nodes):
-        raise SpecError(file, fieldname, f"bandwidth matrix must be {nodes}x{nodes} (nodes x nodes), got shape {m.shape}")
+        raise SpecError(file, fieldname,
+                        f"bandwidth matrix must be {nodes}x{nodes} (nodes x nodes), got shape {m.shape}")
     off = m[~np.eye(nodes, dtype=bool)]
     if off.size and not np.all(np.isfinite(off)):
         raise SpecError(file, fieldname, "bandwidth matrix has non-finite entries")
@@ -96,43 +143,39 @@ def parse_cluster(data, file: str | None, prefix: str = "") -> ClusterSpec:
     for k in list(pk.data):
         peaks[k] = pk.float(k)
     pk.done()
-    if not peaks:
-        raise g.error("peak_tflops", "needs at least one precision, e.g. {bf16: 312}")
+    gpu = g.build(GPUSpec, type=gtype, memory_GiB=mem, peak_tflops=peaks)
     g.done()
     nodes = f.int("nodes")
     gpn = f.int("gpus_per_node")
     net = f.sub("network")
     intra_f = net.sub("intra_node")
-    intra = Link(intra_f.float("bandwidth_GBps"), intra_f.float("latency_us", 3.0, positive=False, min_value=0))
+    intra = intra_f.build(Link, bandwidth_GBps=intra_f.float("bandwidth_GBps"),
+                          latency_us=intra_f.float("latency_us", INTRA_NODE_LATENCY_US, positive=False, min_value=0))
     intra_f.done()
     inter_f = net.sub("inter_node")
     gbps = inter_f.float("bandwidth_Gbps")
-    nics = inter_f.int("nics_per_node", gpn)
-    inter = Link(gbps / 8.0, inter_f.float("latency_us", 5.0, positive=False, min_value=0))
+    nics = inter_f.int("nics_per_node", DEFAULT)
+    inter = inter_f.build(Link, bandwidth_GBps=gbps / 8.0,
+                          latency_us=inter_f.float("latency_us", INTER_NODE_LATENCY_US, positive=False, min_value=0))
     inter_f.done()
     matrix_ref = net.raw("bandwidth_matrix", None)
     snaps_ref = net.list("bandwidth_snapshots", [])
     names = net.list("node_names", [])
     net.raw("generator", None)       # provenance of synthetic matrices (informational)
     net.done()
-    if matrix_ref is None:
-        bw = np.full((nodes, nodes), inter.bandwidth_GBps)
-        np.fill_diagonal(bw, 0.0)
-    else:
-        bw = _matrix(matrix_ref, base, file, net.path("bandwidth_matrix"), nodes)
+    bw = DEFAULT if matrix_ref is None else _matrix(matrix_ref, base, file, net.path("bandwidth_matrix"), nodes)
     snaps = tuple(_matrix(s, base, file, f"{net.path('bandwidth_snapshots')}[{i}]", nodes)
                   for i, s in enumerate(snaps_ref))
-    if names and len(names) != nodes:
-        raise SpecError(file, net.path("node_names"), f"has {len(names)} names for {nodes} nodes")
     profiles = f.raw("profiles", {}) or {}
     if not isinstance(profiles, dict):
         raise f.error("profiles", "must be a mapping like {compute: path, memory: path}")
     profiles = {k: (os.path.normpath(os.path.join(base, v)) if isinstance(v, str) else v) for k, v in profiles.items()}
-    price = f.float("price_per_gpu_hour_usd", None)
+    price = f.float("price_per_gpu_hour_usd", DEFAULT)
     f.raw("description", None)
     f.done()
-    return ClusterSpec(name, GPUSpec(gtype, mem, peaks), nodes, gpn, intra, inter, nics, bw, snaps,
-                       tuple(str(n) for n in names), profiles, price, file)
+    return f.build(ClusterSpec, name=name, gpu=gpu, nodes=nodes, gpus_per_node=gpn, intra=intra, inter=inter,
+                   nics_per_node=nics, bandwidth=bw, snapshots=snaps, node_names=tuple(str(n) for n in names),
+                   profiles=profiles, price_per_gpu_hour_usd=price, source=file)
 
 
 def _matrix(ref, base, file, fieldname, nodes):

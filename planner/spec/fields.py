@@ -1,11 +1,26 @@
 """Strict reading of YAML mappings: unknown keys, wrong types and bad values name file and field."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from planner.errors import SpecError
 
 _MISSING = object()
+
+DEFAULT: Any = object()
+"""Pass as an accessor's default to mean "the dataclass's own default": `Fields.build` leaves the keyword out,
+so a spec default is written once, on its dataclass field, and never repeated in a parser."""
+
+
+class FieldError(SpecError, ValueError):
+    """A spec object's own rule (its `__post_init__`) failed; `field` is relative to that object.
+
+    Built directly it reads as a SpecError without a file; `Fields.build` re-raises it with the file and the
+    full field path of the mapping the object was read from."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(None, field, reason)
 
 
 class Fields:
@@ -84,6 +99,8 @@ class Fields:
 
     def bool(self, key: str, default: Any = _MISSING) -> bool:
         v = self.raw(key, default)
+        if v is DEFAULT:
+            return v
         if not isinstance(v, bool):
             raise self.error(key, f"must be true or false, got {v!r}")
         return v
@@ -96,9 +113,17 @@ class Fields:
             v = [v]
         return v
 
-    def sub(self, key: str, default: Any = _MISSING) -> "Fields":
+    def sub(self, key: str, default: Any = _MISSING) -> Fields:
         v = self.raw(key, default)
         return Fields(v, self.file, self.path(key))
+
+    def build(self, cls, **kwargs):
+        """`cls(**kwargs)` without the DEFAULT ones; a FieldError from its `__post_init__` names this file
+        and the field's full path."""
+        try:
+            return cls(**{k: v for k, v in kwargs.items() if v is not DEFAULT})
+        except FieldError as e:
+            raise self.error(e.field, e.reason) from None
 
     def done(self) -> None:
         unknown = sorted(set(self.data) - self.seen)

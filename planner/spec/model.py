@@ -4,23 +4,55 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.errors import SpecError
-from planner.spec.fields import Fields
+from planner.spec.fields import DEFAULT, FieldError, Fields
 
 FAMILIES = ("gpt", "llama")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSpec:
+    """A decoder-only transformer; the per-family defaults are resolved in `__post_init__`."""
+
     name: str
-    family: str                  # gpt: learned pos-emb, GeLU MLP, LayerNorm, biases; llama: RoPE, SwiGLU, RMSNorm, GQA
+    """Label used in reports, case ids and file names."""
+    family: str = "gpt"
+    """gpt: learned position embeddings, GeLU MLP, LayerNorm, biases; llama: RoPE, SwiGLU, RMSNorm, GQA
+    (one of FAMILIES)."""
     num_layers: int
+    """Transformer blocks."""
     hidden_size: int
+    """Model width h."""
     num_attention_heads: int
-    num_kv_heads: int
-    ffn_hidden_size: int
+    """Query heads; must divide hidden_size."""
+    num_kv_heads: int | None = None
+    """Key/value heads (grouped-query attention); must divide num_attention_heads.
+    None: num_attention_heads (plain multi-head attention)."""
+    ffn_hidden_size: int | None = None
+    """MLP inner width. None: 4h for gpt; Llama's 2/3 * 4h rounded up to a multiple of 256 for llama."""
     vocab_size: int
-    tied_embeddings: bool
+    """Embedding rows (and output-projection columns)."""
+    tied_embeddings: bool | None = None
+    """The output projection reuses the input embedding. None: true for gpt, false for llama."""
     max_position_embeddings: int = 2048
+    """Rows of gpt's learned position embedding (counted in its parameters; llama's RoPE has none)."""
+
+    def __post_init__(self):
+        # per-family defaults (frozen: set once, here)
+        if self.num_kv_heads is None:
+            object.__setattr__(self, "num_kv_heads", self.num_attention_heads)
+        if self.ffn_hidden_size is None:
+            ffn = 4 * self.hidden_size if self.family == "gpt" else _llama_ffn(self.hidden_size)
+            object.__setattr__(self, "ffn_hidden_size", ffn)
+        if self.tied_embeddings is None:
+            object.__setattr__(self, "tied_embeddings", self.family == "gpt")
+        if self.num_layers < 1:
+            raise FieldError("num_layers", "must be positive")
+        if self.hidden_size % self.num_attention_heads:
+            raise FieldError("num_attention_heads", f"hidden_size {self.hidden_size} is not divisible by "
+                                                    f"{self.num_attention_heads} heads")
+        if self.num_attention_heads % self.num_kv_heads:
+            raise FieldError("num_kv_heads", f"num_attention_heads {self.num_attention_heads} is not divisible by "
+                                             f"{self.num_kv_heads} kv heads")
 
     @property
     def head_dim(self) -> int:
@@ -79,25 +111,23 @@ class ModelSpec:
 
 def parse_model(data, file: str | None, prefix: str = "") -> ModelSpec:
     f = Fields(data, file, prefix)
-    name = f.str("name")
-    family = f.str("family", "gpt", choices=FAMILIES)
-    layers = f.int("num_layers")
-    hidden = f.int("hidden_size")
-    heads = f.int("num_attention_heads")
-    kv = f.int("num_kv_heads", heads)
-    ffn_default = 4 * hidden if family == "gpt" else _llama_ffn(hidden)
-    ffn = f.int("ffn_hidden_size", ffn_default)
-    vocab = f.int("vocab_size")
-    tied = f.bool("tied_embeddings", family == "gpt")
-    maxpos = f.int("max_position_embeddings", 2048)
+    kw = dict(
+        name=f.str("name"),
+        family=f.str("family", DEFAULT, choices=FAMILIES),
+        num_layers=f.int("num_layers"),
+        hidden_size=f.int("hidden_size"),
+        num_attention_heads=f.int("num_attention_heads"),
+        num_kv_heads=f.int("num_kv_heads", DEFAULT),
+        ffn_hidden_size=f.int("ffn_hidden_size", DEFAULT),
+        vocab_size=f.int("vocab_size"),
+        tied_embeddings=f.bool("tied_embeddings", DEFAULT),
+        max_position_embeddings=f.int("max_position_embeddings", DEFAULT),
+    )
     f.raw("parameters_B", None)   # informational (published size), checked below when given
     f.raw("source", None)
     f.done()
-    if hidden % heads:
-        raise f.error("num_attention_heads", f"hidden_size {hidden} is not divisible by {heads} heads")
-    if heads % kv:
-        raise f.error("num_kv_heads", f"num_attention_heads {heads} is not divisible by {kv} kv heads")
-    spec = ModelSpec(name, family, layers, hidden, heads, kv, ffn, vocab, tied, maxpos)
+    spec = f.build(ModelSpec, **kw)
+    # parameters_B is not part of the model, only a check of the file's shapes against the stated size
     published = data.get("parameters_B")
     if published is not None:
         if not isinstance(published, (int, float)) or published <= 0:

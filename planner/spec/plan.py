@@ -6,59 +6,96 @@ import json
 import os
 from dataclasses import dataclass, field
 
-
 from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ZERO_STAGES
 from planner.errors import SpecError
 from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
-from planner.spec.fields import Fields
+from planner.spec.fields import DEFAULT, Fields
 from planner.spec.model import ModelSpec, parse_model
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
+ROBUST = ("none", "worst", "mean")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainingSpec:
+    """The training job: batch, sequence, numerics and budget."""
+
     global_batch_size: int
+    """Sequences per optimizer step (= micro_batch_size * num_microbatches * dp)."""
     seq_length: int
+    """Tokens per sequence."""
     precision: str = "bf16"
+    """Compute precision, one of PRECISIONS; picks the GPU's peak and the bytes per value."""
     optimizer: str = "adam"
-    tokens: float | None = None           # training budget, for time / cost to train
-    pipeline_engine: str = "megatron"     # megatron | deepspeed (config.PIPELINE_ENGINES): how p2p is issued
+    """adam, adamw or sgd: sets the optimizer state per parameter."""
+    tokens: float | None = None
+    """Training budget in tokens, for time and cost to train; None: not reported."""
+    pipeline_engine: str = "megatron"
+    """How pipeline p2p is issued (config.PIPELINE_ENGINES): Megatron-LM's batched send/recv pairs, or
+    DeepSpeed's PipelineEngine (its own 1F1B, separate blocking sends and receives)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SearchSpec:
+    """The configuration space the search enumerates."""
+
     schedules: tuple = ("1f1b",)
+    """Pipeline schedules to try (config.SCHEDULES)."""
     recompute: tuple = ("none", "selective", "full")
+    """Activation recomputation modes to try (config.RECOMPUTE)."""
     zero: tuple = (0, 1)
-    micro_batch_sizes: tuple | None = None  # None = auto (powers of two up to 16 that divide)
-    virtual_stages: tuple = (2,)            # for the interleaved schedule
+    """ZeRO stages to try (config.ZERO_STAGES)."""
+    micro_batch_sizes: tuple | None = None
+    """Micro-batch sizes to try; None: auto (powers of two up to 16 that divide)."""
+    virtual_stages: tuple = (2,)
+    """Model chunks per device to try for the interleaved schedule."""
     sequence_parallel: tuple = (False, True)
-    tensor_parallel: tuple | None = None    # None = divisors of gpus_per_node
-    memory_margin: float = 0.05             # keep this fraction of GPU memory free (soft margin)
+    """Sequence parallelism off / on (only with tp > 1)."""
+    tensor_parallel: tuple | None = None
+    """Tensor-parallel degrees to try, each dividing gpus_per_node; None: every divisor of gpus_per_node."""
+    memory_margin: float = 0.05
+    """Fraction of GPU memory kept free (a soft margin against fragmentation and the unmodelled)."""
     top_k: int = 5
+    """Candidates kept for mapping and simulation after the analytical ranking."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SolverSpec:
+    """How the mapping is solved."""
+
     method: str = "auto"
+    """auto, exact (CP-SAT) or anneal (simulated annealing); auto picks by problem size."""
     time_limit_s: float = 60.0
+    """Wall-clock budget for the solver."""
     seed: int = 0
-    robust: str = "none"                  # none | worst | mean over the cluster's bandwidth snapshots
+    """Random seed (annealing, tie-breaks): the same spec and seed give the same plan."""
+    robust: str = "none"
+    """none, worst or mean over the cluster's bandwidth snapshots."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Spec:
+    """A planning problem: a model, a cluster, a training job, the search space and the solver settings."""
+
     name: str
+    """Label of the plan; a spec file's default is its file name without extension."""
     model: ModelSpec
+    """What is trained."""
     cluster: ClusterSpec
+    """Where it is trained."""
     training: TrainingSpec
+    """The training job."""
     search: SearchSpec = field(default_factory=SearchSpec)
+    """The configuration space."""
     solver: SolverSpec = field(default_factory=SolverSpec)
+    """The mapping solver's settings."""
     source: str | None = None
-    raw: dict | None = None               # the resolved YAML, for hashing and re-writing
+    """The spec file it was read from."""
+    raw: dict | None = None
+    """The resolved YAML (model and cluster inlined), for hashing (`digest`) and re-writing."""
 
     def digest(self) -> str:
         blob = json.dumps(self.raw or {}, sort_keys=True, default=str).encode()
@@ -102,8 +139,8 @@ def parse_spec(data, file: str | None = None) -> Spec:
     solver = _parse_solver(f.sub("solver", {}))
     f.raw("description", None)
     f.done()
-    if model.num_layers < 1:
-        raise SpecError(mfile, "num_layers", "must be positive")
+    # rules on what the file asks the search for, not on a Spec object: the CLI's --pipeline-engine override
+    # builds deepspeed Specs from files whose search lists other schedules, to simulate one 1F1B configuration
     other = [x for x in search.schedules if x != "1f1b"]
     if training.pipeline_engine == "deepspeed" and other:
         raise SpecError(file, "search.schedules", f"has {', '.join(other)}; training.pipeline_engine deepspeed "
@@ -112,24 +149,29 @@ def parse_spec(data, file: str | None = None) -> Spec:
         raise SpecError(file, "search.zero", "has 2; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only")
     raw = {"name": name, "model": mdata, "cluster": cdata, "training": data.get("training"),
            "search": data.get("search"), "solver": data.get("solver")}
-    return Spec(name, model, cluster, training, search, solver, file, raw)
+    return f.build(Spec, name=name, model=model, cluster=cluster, training=training, search=search, solver=solver,
+                   source=file, raw=raw)
 
 
 def _parse_training(f: Fields) -> TrainingSpec:
-    t = TrainingSpec(
+    t = f.build(
+        TrainingSpec,
         global_batch_size=f.int("global_batch_size"),
         seq_length=f.int("seq_length"),
-        precision=f.str("precision", "bf16", choices=PRECISIONS),
-        optimizer=f.str("optimizer", "adam", choices=("adam", "adamw", "sgd")),
-        tokens=f.float("tokens", None),
-        pipeline_engine=f.str("pipeline_engine", "megatron", choices=PIPELINE_ENGINES),
+        precision=f.str("precision", DEFAULT, choices=PRECISIONS),
+        optimizer=f.str("optimizer", DEFAULT, choices=OPTIMIZERS),
+        tokens=f.float("tokens", DEFAULT),
+        pipeline_engine=f.str("pipeline_engine", DEFAULT, choices=PIPELINE_ENGINES),
     )
     f.done()
     return t
 
 
-def _choices(f: Fields, key: str, default, allowed, cast=lambda v: v):
-    vals = f.list(key, list(default))
+def _choices(f: Fields, key: str, allowed, cast=lambda v: v):
+    """A list of allowed values (a scalar reads as a one-item list), deduplicated in order; DEFAULT if absent."""
+    vals = f.list(key, DEFAULT)
+    if vals is DEFAULT:
+        return DEFAULT
     out = []
     for v in vals:
         try:
@@ -144,8 +186,9 @@ def _choices(f: Fields, key: str, default, allowed, cast=lambda v: v):
     return tuple(dict.fromkeys(out))
 
 
-def _pos_ints(f: Fields, key: str, default):
-    v = f.raw(key, default)
+def _pos_ints(f: Fields, key: str):
+    """Sorted distinct positive integers; None for absent or 'auto'."""
+    v = f.raw(key, None)
     if v is None or v == "auto":
         return None
     if not isinstance(v, list):
@@ -157,17 +200,19 @@ def _pos_ints(f: Fields, key: str, default):
 
 
 def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
-    s = SearchSpec(
-        schedules=_choices(f, "schedules", ("1f1b",), SCHEDULES),
-        recompute=_choices(f, "recompute", ("none", "selective", "full"), RECOMPUTE),
-        zero=_choices(f, "zero", (0, 1), ZERO_STAGES, int),
-        micro_batch_sizes=_pos_ints(f, "micro_batch_sizes", None),
-        virtual_stages=_pos_ints(f, "virtual_stages", [2]) or (2,),
-        sequence_parallel=_choices(f, "sequence_parallel", (False, True), (False, True)),
-        tensor_parallel=_pos_ints(f, "tensor_parallel", None),
-        memory_margin=f.float("memory_margin", 0.05, positive=False, min_value=0.0, max_value=0.9),
-        top_k=f.int("top_k", 5),
+    s = f.build(
+        SearchSpec,
+        schedules=_choices(f, "schedules", SCHEDULES),
+        recompute=_choices(f, "recompute", RECOMPUTE),
+        zero=_choices(f, "zero", ZERO_STAGES, int),
+        micro_batch_sizes=_pos_ints(f, "micro_batch_sizes"),
+        virtual_stages=_pos_ints(f, "virtual_stages") or DEFAULT,    # absent, 'auto' or []: the default
+        sequence_parallel=_choices(f, "sequence_parallel", (False, True)),
+        tensor_parallel=_pos_ints(f, "tensor_parallel"),
+        memory_margin=f.float("memory_margin", DEFAULT, positive=False, min_value=0.0, max_value=0.9),
+        top_k=f.int("top_k", DEFAULT),
     )
+    # checked against the cluster here, not in Spec: a sweep validates one search block per cluster it lists
     if s.tensor_parallel:
         for t in s.tensor_parallel:
             if cluster.gpus_per_node % t:
@@ -178,11 +223,12 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
 
 
 def _parse_solver(f: Fields) -> SolverSpec:
-    s = SolverSpec(
-        method=f.str("method", "auto", choices=METHODS),
-        time_limit_s=f.float("time_limit_s", 60.0),
-        seed=f.int("seed", 0, min_value=0),
-        robust=f.str("robust", "none", choices=("none", "worst", "mean")),
+    s = f.build(
+        SolverSpec,
+        method=f.str("method", DEFAULT, choices=METHODS),
+        time_limit_s=f.float("time_limit_s", DEFAULT),
+        seed=f.int("seed", DEFAULT, min_value=0),
+        robust=f.str("robust", DEFAULT, choices=ROBUST),
     )
     f.done()
     return s
