@@ -106,11 +106,26 @@ def test_null_reads_as_absent():
 
 
 def test_search_lists_read_as_before():
-    s = parse_spec(_spec(search={"schedules": "interleaved", "zero": ["1", 0, 1], "virtual_stages": [],
+    s = parse_spec(_spec(search={"schedules": "interleaved", "zero": [1, 0, 1], "virtual_stages": [],
                                  "micro_batch_sizes": [4, 1, 4], "tensor_parallel": 2}), "x.yaml")
     assert s.search.schedules == ("interleaved",) and s.search.zero == (1, 0)
     assert s.search.virtual_stages == SearchSpec().virtual_stages           # an empty list: the default
     assert s.search.micro_batch_sizes == (1, 4) and s.search.tensor_parallel == (2,)
+
+
+@pytest.mark.parametrize("bad", ["1", 1.5, True, float("inf"), 2**70])
+def test_zero_stages_are_integers_only(bad):
+    with pytest.raises(SpecError, match="search.zero"):
+        parse_spec(_spec(search={"zero": [bad]}), "x.yaml")
+
+
+@pytest.mark.parametrize("field,bad", [("num_layers", 4.0), ("num_layers", True), ("vocab_size", 1e308),
+                                       ("vocab_size", 2**70), ("hidden_size", "4096")])
+def test_integer_fields_refuse_floats_bools_and_huge_values(field, bad):
+    d = _spec()
+    d["model"][field] = bad
+    with pytest.raises(SpecError, match=f"model.{field}"):
+        parse_spec(d, "x.yaml")
 
 
 @pytest.mark.parametrize("family,ffn,tied", [("gpt", 4 * 4096, True), ("llama", 11008, False)])

@@ -9,6 +9,12 @@ import numpy as np
 from planner.errors import SpecError
 from planner.io import read_matrix_csv
 from planner.spec.fields import DEFAULT, FieldError, Fields
+from planner.spec.hosts import check_hostname
+
+# A node is one NVLink domain (8 GPUs on DGX / HGX, 72 on an NVL72 rack); a cluster at most a few
+# hundred thousand GPUs. Larger values are typos, refused here, where the field can still be named.
+MAX_GPUS_PER_NODE = 1024
+MAX_NODES = 1_000_000
 
 INTRA_NODE_LATENCY_US = 3.0
 """Default network.intra_node.latency_us: one NVLink/NVSwitch hop plus the collective's launch."""
@@ -145,8 +151,8 @@ def parse_cluster(data, file: str | None, prefix: str = "") -> ClusterSpec:
     pk.done()
     gpu = g.build(GPUSpec, type=gtype, memory_GiB=mem, peak_tflops=peaks)
     g.done()
-    nodes = f.int("nodes")
-    gpn = f.int("gpus_per_node")
+    nodes = f.int("nodes", max_value=MAX_NODES)
+    gpn = f.int("gpus_per_node", max_value=MAX_GPUS_PER_NODE)
     net = f.sub("network")
     intra_f = net.sub("intra_node")
     intra = intra_f.build(Link, bandwidth_GBps=intra_f.float("bandwidth_GBps"),
@@ -160,7 +166,9 @@ def parse_cluster(data, file: str | None, prefix: str = "") -> ClusterSpec:
     inter_f.done()
     matrix_ref = net.raw("bandwidth_matrix", None)
     snaps_ref = net.list("bandwidth_snapshots", [])
-    names = net.list("node_names", [])
+    names = [check_hostname(str(n) if isinstance(n, int) and not isinstance(n, bool) else n, file,
+                            f"{net.path('node_names')}[{i}]")
+             for i, n in enumerate(net.list("node_names", []))]
     net.raw("generator", None)       # provenance of synthetic matrices (informational)
     net.done()
     bw = DEFAULT if matrix_ref is None else _matrix(matrix_ref, base, file, net.path("bandwidth_matrix"), nodes)

@@ -1,12 +1,16 @@
 """Strict reading of YAML mappings: unknown keys, wrong types and bad values name file and field."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
 from planner.errors import SpecError
 
 _MISSING = object()
+# Integers in a spec count layers, heads, GPUs, samples: none comes near 2**31. A bound keeps 2**70
+# from overflowing a float or an int64 later, where the error could no longer name the field.
+MAX_INT = 2**31 - 1
 
 DEFAULT: Any = object()
 """Pass as an accessor's default to mean "the dataclass's own default": `Fields.build` leaves the keyword out,
@@ -53,17 +57,17 @@ class Fields:
             return default
         return self.data[key]
 
-    def int(self, key: str, default: Any = _MISSING, *, min_value: int | None = 1) -> int:
+    def int(self, key: str, default: Any = _MISSING, *, min_value: int | None = 1,
+            max_value: int = MAX_INT) -> int:
         v = self.raw(key, default)
         if v is default and default is not _MISSING:
             return v
-        if isinstance(v, bool) or not isinstance(v, int):
-            if isinstance(v, float) and v.is_integer():
-                v = int(v)
-            else:
-                raise self.error(key, f"must be an integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int):   # 4.0, true, "4": not integers
+            raise self.error(key, f"must be an integer, got {v!r}")
         if min_value is not None and v < min_value:
             raise self.error(key, f"must be >= {min_value}, got {v}")
+        if v > max_value:
+            raise self.error(key, f"must be <= {max_value}, got {v}")
         return v
 
     def float(self, key: str, default: Any = _MISSING, *, positive: bool = True,
@@ -79,6 +83,8 @@ class Fields:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.error(key, f"must be a number, got {v!r}")
         v = float(v)
+        if not math.isfinite(v):
+            raise self.error(key, f"must be a finite number, got {v}")
         if positive and not v > 0:
             raise self.error(key, f"must be positive, got {v}")
         if min_value is not None and v < min_value:

@@ -10,7 +10,7 @@ from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ZERO_STAGES
 from planner.errors import SpecError
 from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
-from planner.spec.fields import DEFAULT, Fields
+from planner.spec.fields import DEFAULT, MAX_INT, Fields
 from planner.spec.model import ModelSpec, parse_model
 
 PRECISIONS = ("bf16", "fp16", "fp32")
@@ -176,7 +176,7 @@ def _choices(f: Fields, key: str, allowed, cast=lambda v: v):
     for v in vals:
         try:
             v = cast(v)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise f.error(key, f"has {v!r}, expected one of {list(allowed)}") from None
         if v not in allowed:
             raise f.error(key, f"has {v!r}, expected one of {list(allowed)}")
@@ -184,6 +184,13 @@ def _choices(f: Fields, key: str, allowed, cast=lambda v: v):
     if not out:
         raise f.error(key, "must not be empty")
     return tuple(dict.fromkeys(out))
+
+
+def _exact_int(v) -> int:
+    """int(v) for integers only: 1.5 or true must not become a ZeRO stage."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(v)
+    return v
 
 
 def _pos_ints(f: Fields, key: str):
@@ -194,7 +201,7 @@ def _pos_ints(f: Fields, key: str):
     if not isinstance(v, list):
         v = [v]
     for x in v:
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_INT:
             raise f.error(key, f"must be 'auto' or a list of positive integers, got {x!r}")
     return tuple(sorted(set(v)))
 
@@ -204,7 +211,7 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
         SearchSpec,
         schedules=_choices(f, "schedules", SCHEDULES),
         recompute=_choices(f, "recompute", RECOMPUTE),
-        zero=_choices(f, "zero", ZERO_STAGES, int),
+        zero=_choices(f, "zero", ZERO_STAGES, _exact_int),
         micro_batch_sizes=_pos_ints(f, "micro_batch_sizes"),
         virtual_stages=_pos_ints(f, "virtual_stages") or DEFAULT,    # absent, 'auto' or []: the default
         sequence_parallel=_choices(f, "sequence_parallel", (False, True)),
