@@ -8,8 +8,15 @@ import pytest
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
-from planner.costs.learned import (DEFAULT_PATH, FEATURES, LearnedMemory, default_memory_estimator, design,
-                                   read_samples, validate)
+from planner.costs.learned import (
+    DEFAULT_PATH,
+    FEATURES,
+    LearnedMemory,
+    default_memory_estimator,
+    design,
+    read_samples,
+    validate,
+)
 from planner.costs.memory import AnalyticalMemory
 from planner.errors import SpecError
 from planner.spec.model import ModelSpec
@@ -32,7 +39,8 @@ def test_fit_recovers_known_coefficients_and_safety_covers_fit_set():
 
 
 def test_save_load_roundtrip_is_plain_json(tmp_path):
-    est = LearnedMemory.from_coefficients((1.0, 1.0, 1.0, 1.2, 1.0, 0.3, 0.9, 1.0, 1e8), 1.05, 0.0, 1.5, {"samples": 3})
+    est = LearnedMemory.from_coefficients((1.0, 1.0, 1.0, 1.2, 1.0, 0.3, 0.9, 1.0, 1e8), 1.05, 0.0, 1.5,
+                                          {"samples": 3})
     p = tmp_path / "est.json"
     est.save(str(p))
     blob = json.loads(p.read_text())

@@ -8,7 +8,6 @@ from planner.errors import SpecError
 from planner.profile import network as net
 from planner.spec.cluster import read_matrix
 
-
 # ------------------------------------------------------------------ rounds (1-factorization)
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 16])

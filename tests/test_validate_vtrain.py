@@ -4,10 +4,10 @@ import pytest
 
 from planner.cli.main import main
 from planner.costs import default_costs
-from planner.errors import SpecError
-from planner.spec import load_cluster
 from planner.costs.metrics import spearman
+from planner.errors import SpecError
 from planner.profile.validate import predict, read_vtrain_csv, validate
+from planner.spec import load_cluster
 
 MULTI = "planner/data/vtrain/measured_multi_node.csv"
 SINGLE = "planner/data/vtrain/measured_single_node.csv"
