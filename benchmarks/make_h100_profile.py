@@ -18,12 +18,16 @@ import json
 import os
 import sys
 
+import numpy as np
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
 from planner.costs.comm import CommModel  # noqa: E402
 from planner.costs.compute import ComputeModel  # noqa: E402
-from planner.profile.compute import fit_layer_profile, read_profile_csv  # noqa: E402
+from planner.costs.compute_fit import LayerTimeFit  # noqa: E402
+from planner.costs.metrics import mape, percent_errors  # noqa: E402
+from planner.profile.compute import read_profile_csv  # noqa: E402
 
 SAMPLES = os.path.join(ROOT, "benchmarks", "data", "h100", "compute.csv")
 A100 = os.path.join(ROOT, "planner", "data", "a100_compute_profile.json")
@@ -36,7 +40,9 @@ MEASURED = ("max_efficiency", "half_size", "layer_overhead_s")
 def build() -> dict:
     samples = read_profile_csv(SAMPLES)
     base = ComputeModel(comm=CommModel(grad_bytes=2))
-    m, rel = fit_layer_profile(samples, PEAK_TFLOPS * 1e12, base)
+    est = LayerTimeFit(PEAK_TFLOPS * 1e12, base).fit(samples)
+    m, pred = est.model_, est.predict(samples)                       # (n, 2) s: forward, backward
+    meas = np.array([[s.forward_ms * 1e-3, s.backward_ms * 1e-3] for s in samples])
     a100 = json.load(open(A100))["compute"]
     compute = dict(a100)
     compute.update({k: getattr(m, k) for k in MEASURED})
@@ -44,9 +50,9 @@ def build() -> dict:
     compute["backward_ratio"] = 2.0
     big = [i for i, s in enumerate(samples) if s.forward_ms > 3.0]
     fit = {"kind": "layer", "source": "benchmarks/data/h100/compute.csv", "samples": len(samples),
-           "peak_tflops": PEAK_TFLOPS, "mape_pct": round(float(100 * abs(rel).mean()), 3),
-           "max_abs_pct_error": round(float(100 * abs(rel).max()), 3),
-           "compute_bound_mape_pct": round(float(100 * abs(rel.reshape(-1, 2)[big]).mean()), 3),
+           "peak_tflops": PEAK_TFLOPS, "mape_pct": round(mape(pred, meas), 3),
+           "max_abs_pct_error": round(float(abs(percent_errors(pred, meas)).max()), 3),
+           "compute_bound_mape_pct": round(mape(pred[big], meas[big]), 3),
            "measured": list(MEASURED),
            "eager_stack_fit": {"attn_efficiency": m.attn_efficiency, "hbm_GBps": m.hbm_GBps},
            "note": ("GEMM curve and host launch floor fitted on `planner profile compute` samples measured on one "

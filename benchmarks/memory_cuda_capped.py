@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     rows = read_samples(args.samples)
     est = LearnedMemory.load(args.estimator)
     X, y, _ = design(rows)
-    pred = est.predict_allocated(X)
+    pred = est.predict(X)
     out, t0 = [], time.perf_counter()
     for r, p, meas in zip(rows, pred, y):
         if args.time_budget and time.perf_counter() - t0 > args.time_budget:

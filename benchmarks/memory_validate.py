@@ -35,13 +35,13 @@ def plot(rows, path: str, small_gpus: int = 32, large_gpus: int = 64) -> None:
     X, y, raw = design(rows)
     gpus = np.array([int(r["tp"]) * int(r["pp"]) * int(r["dp"]) for r in rows])
     small, large = gpus <= small_gpus, gpus >= large_gpus
-    est = LearnedMemory.fit(X[small], y[small], groups={k: v[small] for k, v in LearnedMemory.groups_of(rows).items()})
+    est = LearnedMemory().fit(X[small], y[small], groups={k: v[small] for k, v in LearnedMemory.groups_of(rows).items()})
     mlp = mlp_baseline(raw[small], y[small])
     G = 1024 ** 3
     fig, ax = plt.subplots(figsize=(5.5, 5.5))
     ax.scatter(y[large] / G, X[large, :-1].sum(1) / G, s=10, alpha=0.6, label="analytical terms")
     ax.scatter(y[large] / G, mlp(raw[large]) / G, s=10, alpha=0.6, label="MLP on config integers")
-    ax.scatter(y[large] / G, est.predict_allocated(X[large]) / G, s=10, alpha=0.8, label="learned (with safety)")
+    ax.scatter(y[large] / G, est.predict(X[large]) / G, s=10, alpha=0.8, label="learned (with safety)")
     lim = [min(y[large].min() / G, 0.1), y[large].max() / G * 1.2]
     ax.plot(lim, lim, "k--", lw=1)
     ax.set_xscale("log")

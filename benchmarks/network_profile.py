@@ -30,7 +30,7 @@ def main() -> int:
     ap.add_argument("--target-s", type=float, default=30.0)
     ap.add_argument("--json", default=None, help="write the figures here")
     a = ap.parse_args()
-    opts = net.ProfileOptions(sizes_bytes=net._sizes(a.sizes), repeats=a.repeats, warmup=a.warmup, node_key="rank",
+    opts = net.ProfileOptions(sizes_bytes=net.parse_sizes(a.sizes), repeats=a.repeats, warmup=a.warmup, node_key="rank",
                               max_pairs=a.max_pairs)
     t0 = time.perf_counter()
     prof = net.profile_spawn(a.procs, opts, deadline_s=max(120.0, 4 * a.target_s))

@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -75,3 +76,37 @@ def test_shipped_profiles_load_and_default_costs_pick_by_gpu(tmp_path):
     mine = default_costs(replace(CL, profiles={"compute": str(p)}))
     assert mine.compute.max_efficiency == 0.5 and mine.comm.grad_bytes == 4
     assert costs_with_compute(m).comm is m.comm
+
+
+@pytest.mark.parametrize("blob,key", [({"compute": {}, "extra": 1}, "extra"),
+                                      ({"compute": {"max_eff": 0.5}}, "compute.max_eff"),
+                                      ({"comm": {"bandwidth": 1}}, "comm.bandwidth"),
+                                      ({"compute": {"max_efficiency": "high"}}, "compute.max_efficiency"),
+                                      ({"format": "planner.compute-profile/2"}, "format")])
+def test_profile_loader_rejects_unknown_keys_and_formats(tmp_path, blob, key):
+    from planner.cli.main import main
+    from planner.errors import SpecError
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(blob))
+    with pytest.raises(SpecError) as e:
+        load_profile(str(p))
+    assert e.value.field == key and str(p) in str(e.value)
+    assert main(["validate", "planner/data/vtrain/measured_multi_node.csv", "--cluster",
+                 "clusters/vtrain-a100-64x8-hdr.yaml", "--compute-profile", str(p)]) == 2
+
+
+def test_profile_without_format_is_version_1_and_save_load_keeps_predictions(tmp_path):
+    from planner.costs.compute import PROFILE_FORMAT
+    from planner.costs.compute_fit import IterationTimeFit
+    a100 = shipped_compute_profile("A100-SXM4-40GB")
+    assert "format" not in json.load(open(a100))          # shipped files predate the field
+    est = IterationTimeFit.load(a100, cluster=CL)
+    p = tmp_path / "again.json"
+    import shutil
+    shutil.copytree(os.path.join(os.path.dirname(a100), "vtrain"), tmp_path / "vtrain")
+    out = est.save(str(p), {"kind": "copy"}, allreduce_tables=str(tmp_path / "vtrain" / "nccl_allreduce_nvlink"))
+    assert out["format"] == PROFILE_FORMAT and json.load(open(p))["comm"]["allreduce_tables"] == \
+        os.path.join("vtrain", "nccl_allreduce_nvlink")
+    back = load_profile(str(p))
+    for c in (cfg(), ParallelConfig(2, 2, 2, 2, 8, "interleaved", 2, "selective", 1, True)):
+        assert back.stage_times(GPT, CL, TR, c) == est.model_.stage_times(GPT, CL, TR, c)

@@ -18,7 +18,7 @@ def test_profile_fit_validate_roundtrip(tmp_path, capsys):
     assert all(float(r["peak_allocated"]) >= float(r["static"]) > 0 for r in rows)
     est = tmp_path / "e.json"
     assert main(["fit", "memory", str(samples), "-o", str(est), "--json"]) == 0
-    assert LearnedMemory.load(str(est)).safety >= 1.0
+    assert LearnedMemory.load(str(est)).safety_ >= 1.0
     capsys.readouterr()
     assert main(["validate-memory", str(samples), "--json", "--small-gpus", "16", "--large-gpus", "32"]) == 0
     rep = json.loads(capsys.readouterr().out)

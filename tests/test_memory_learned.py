@@ -8,8 +8,15 @@ import pytest
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
-from planner.costs.learned import (DEFAULT_PATH, FEATURES, LearnedMemory, default_memory_estimator, design,
-                                   read_samples, validate)
+from planner.costs.learned import (
+    DEFAULT_PATH,
+    FEATURES,
+    LearnedMemory,
+    default_memory_estimator,
+    design,
+    read_samples,
+    validate,
+)
 from planner.costs.memory import AnalyticalMemory
 from planner.errors import SpecError
 from planner.spec.model import ModelSpec
@@ -26,20 +33,21 @@ def test_fit_recovers_known_coefficients_and_safety_covers_fit_set():
     X = np.c_[rng.uniform(1e8, 1e10, (200, len(FEATURES))), np.ones(200)]
     true = np.array([1.0, 1.0, 1.0, 1.1, 1.0, 0.5, 0.9, 1.2, 3e8])
     y = X @ true * rng.uniform(0.99, 1.01, 200)
-    est = LearnedMemory.fit(X, y, margin=0.0)
-    assert np.allclose(est.coef[:-1], true[:-1], rtol=0.05)
-    assert np.all(est.predict_allocated(X) >= y * (1 - 1e-9))        # never under the fit set with safety
-    assert est.safety < 1.05
+    est = LearnedMemory(margin=0.0).fit(X, y)
+    assert np.allclose(est.coef_[:-1], true[:-1], rtol=0.05)
+    assert np.all(est.predict(X) >= y * (1 - 1e-9))        # never under the fit set with safety
+    assert est.safety_ < 1.05
 
 
 def test_save_load_roundtrip_is_plain_json(tmp_path):
-    est = LearnedMemory((1.0, 1.0, 1.0, 1.2, 1.0, 0.3, 0.9, 1.0, 1e8), 1.05, 0.0, 1.5, {"samples": 3})
+    est = LearnedMemory.from_coefficients((1.0, 1.0, 1.0, 1.2, 1.0, 0.3, 0.9, 1.0, 1e8), 1.05, 0.0, 1.5,
+                                          {"samples": 3})
     p = tmp_path / "est.json"
     est.save(str(p))
     blob = json.loads(p.read_text())
-    assert blob["format"] == "planner.memory-estimator/1" and blob["coef"] == list(est.coef)
+    assert blob["format"] == "planner.memory-estimator/1" and blob["coef"] == list(est.coef_)
     back = LearnedMemory.load(str(p))
-    assert back.coef == est.coef and back.safety == est.safety and back.overhead_GiB == est.overhead_GiB
+    assert back.coef_ == est.coef_ and back.safety_ == est.safety_ and back.overhead_GiB == est.overhead_GiB
 
 
 @pytest.mark.parametrize("blob,field", [({"format": "pickle"}, "format"),
@@ -56,7 +64,7 @@ def test_load_rejects_bad_files(tmp_path, blob, field):
 
 
 def test_stage_memory_interface_totals_prediction_plus_overhead():
-    est = LearnedMemory((1.0,) * 8 + (0.0,), 1.1, 0.0, 2.0)
+    est = LearnedMemory.from_coefficients((1.0,) * 8 + (0.0,), 1.1, 0.0, 2.0)
     cfg = ParallelConfig(4, 4, 8, 1, 16, recompute="selective", sequence_parallel=True)
     a = AnalyticalMemory().stage_memory(MODEL, None, TR, cfg, 0)
     m = est.stage_memory(MODEL, None, TR, cfg, 0)
@@ -67,7 +75,7 @@ def test_stage_memory_interface_totals_prediction_plus_overhead():
 
 def test_default_costs_use_shipped_estimator_and_cluster_profile(tmp_path):
     assert isinstance(default_costs().memory, LearnedMemory)
-    est = LearnedMemory((1.0,) * 8 + (0.0,), 1.0, 0.0, 0.5)
+    est = LearnedMemory.from_coefficients((1.0,) * 8 + (0.0,), 1.0, 0.0, 0.5)
     p = tmp_path / "mine.json"
     est.save(str(p))
 
@@ -85,9 +93,9 @@ def test_shipped_estimator_fitted_on_shipped_samples():
     rows = read_samples(SAMPLES)
     X, y, _ = design(rows)
     est = LearnedMemory.load(DEFAULT_PATH)
-    pred = est.predict_allocated(X)
+    pred = est.predict(X)
     assert np.all(pred >= y)                                   # safety: no sample under-estimated
-    assert np.mean(np.abs(est.predict_allocated(X, safe=False) - y) / y) < 0.05
+    assert np.mean(np.abs(est.predict(X, safe=False) - y) / y) < 0.05
 
 
 def test_validation_targets_on_shipped_samples():
@@ -120,9 +128,9 @@ def test_grouped_calibration_catches_a_group_the_fit_has_not_seen():
     X = np.c_[rng.uniform(1e8, 1e10, (120, len(FEATURES))), np.ones(120)]
     g = np.repeat(np.arange(4), 30)
     y = X[:, :-1].sum(1) * np.where(g == 3, 1.08, 1.0)
-    est = LearnedMemory.fit(X, y, margin=0.0, groups={"g": g})
-    assert est.meta["safety_from"]["leave_out_g"] > est.meta["safety_from"]["random_folds"]
-    assert est.safety == pytest.approx(max(est.meta["safety_from"].values()))
+    est = LearnedMemory(margin=0.0).fit(X, y, groups={"g": g})
+    assert est.meta_["safety_from"]["leave_out_g"] > est.meta_["safety_from"]["random_folds"]
+    assert est.safety_ == pytest.approx(max(est.meta_["safety_from"].values()))
 
 
 def test_shipped_estimator_on_fresh_samples_it_was_not_built_from():
@@ -134,7 +142,7 @@ def test_shipped_estimator_on_fresh_samples_it_was_not_built_from():
 
 
 def test_fragmentation_term_is_saved_and_added_to_the_total(tmp_path):
-    est = LearnedMemory((1.0,) * 8 + (0.0,), 1.1, 0.0, 2.0, {}, 0.02)
+    est = LearnedMemory.from_coefficients((1.0,) * 8 + (0.0,), 1.1, 0.0, 2.0, {}, 0.02)
     p = tmp_path / "est.json"
     est.save(str(p))
     back = LearnedMemory.load(str(p))
@@ -173,3 +181,25 @@ def test_shipped_estimator_covers_allocator_fragmentation_measured_with_expandab
         p = float(r["predicted_allocated"])
         need = float(r["ran_at_fraction"]) * p
         assert need <= est.fragmentation * p + (est.overhead_GiB - 0.79) * G
+
+
+def test_load_rejects_unknown_keys(tmp_path):
+    est = LearnedMemory.from_coefficients((1.0,) * 8 + (0.0,), 1.1)
+    p = tmp_path / "est.json"
+    est.save(str(p))
+    blob = json.loads(p.read_text())
+    blob["coefs"] = blob["coef"]
+    p.write_text(json.dumps(blob))
+    with pytest.raises(SpecError) as e:
+        LearnedMemory.load(str(p))
+    assert e.value.field == "coefs" and str(p) in str(e.value)
+
+
+def test_fit_follows_the_estimator_contract():
+    rng = np.random.default_rng(2)
+    X = np.c_[rng.uniform(1e8, 1e10, (60, len(FEATURES))), np.ones(60)]
+    y = X[:, :-1].sum(1)
+    est = LearnedMemory(margin=0.02, fragmentation=0.02)
+    assert not hasattr(est, "coef_")
+    assert est.fit(X, y) is est and len(est.coef_) == len(FEATURES) + 1
+    assert est.margin == 0.02 and est.fragmentation == 0.02 and est.safety_ >= 1.02

@@ -8,7 +8,6 @@ from planner.errors import SpecError
 from planner.profile import network as net
 from planner.spec.cluster import read_matrix
 
-
 # ------------------------------------------------------------------ rounds (1-factorization)
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 16])
@@ -76,10 +75,10 @@ def test_dist_env_errors_name_the_variable():
 
 
 def test_options_and_sizes_parsing():
-    assert net._sizes("64K,1M,16m") == (65536, 1 << 20, 16 << 20)
-    assert net._sizes("1MiB,4096") == (4096, 1 << 20)
+    assert net.parse_sizes("64K,1M,16m") == (65536, 1 << 20, 16 << 20)
+    assert net.parse_sizes("1MiB,4096") == (4096, 1 << 20)
     with pytest.raises(SpecError):
-        net._sizes("lots")
+        net.parse_sizes("lots")
     with pytest.raises(SpecError):
         net.ProfileOptions(statistic="mode").check()
     with pytest.raises(SpecError):
@@ -244,3 +243,9 @@ def test_spawn_emulated_two_nodes_of_two_gpus_gpu_matrix():
     assert prof.rounds == 5
     assert prof.bandwidth_GBps[0, 1] == pytest.approx(np.median(g[np.ix_([0, 1], [2, 3])]))
     assert prof.bandwidth_GBps[1, 0] == pytest.approx(np.median(g[np.ix_([2, 3], [0, 1])]))
+
+
+def test_cli_copies_of_the_profiler_text_match_it():
+    # planner/cli/profile.py keeps these so that building the parser imports no profiler
+    from planner.cli import profile as cli
+    assert cli.NETWORK_STATISTICS == net.STATISTICS and cli.NETWORK_DESCRIPTION == net.__doc__

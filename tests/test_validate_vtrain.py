@@ -4,9 +4,10 @@ import pytest
 
 from planner.cli.main import main
 from planner.costs import default_costs
+from planner.costs.metrics import spearman
 from planner.errors import SpecError
+from planner.profile.validate import predict, read_vtrain_csv, validate
 from planner.spec import load_cluster
-from planner.profile.validate import predict, read_vtrain_csv, spearman, validate
 
 MULTI = "planner/data/vtrain/measured_multi_node.csv"
 SINGLE = "planner/data/vtrain/measured_single_node.csv"
@@ -69,7 +70,9 @@ def test_single_node_cross_validated_within_target():
     cl = load_cluster(CL_SINGLE)
     shipped = default_costs(cl).comm
     base = ComputeModel(comm=CommModel(grad_bytes=shipped.grad_bytes, allreduce_tables=shipped.allreduce_tables))
-    from planner.profile.validate import kfold_validate
-    import numpy as np
-    errs, _ = kfold_validate(read_vtrain_csv(SINGLE), cl, base, k=5)
-    assert np.mean(np.abs(errs)) <= 10.0
+    from planner.costs.compute_fit import IterationTimeFit, cross_validate
+    from planner.costs.metrics import mape
+    from planner.profile.validate import supported
+    rows = supported(read_vtrain_csv(SINGLE), cl)
+    pred, _ = cross_validate(IterationTimeFit(cl, base), rows, k=5)
+    assert mape(pred, [r.measured_s for r in rows]) <= 10.0

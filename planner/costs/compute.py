@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from planner.config import ParallelConfig
 from planner.costs.comm import CommModel
@@ -84,7 +84,7 @@ class ComputeModel:
     def params(self) -> dict:
         return {k: getattr(self, k) for k in FITTED}
 
-    def with_params(self, **kw) -> "ComputeModel":
+    def with_params(self, **kw) -> ComputeModel:
         return replace(self, **kw)
 
     def _gemm_time(self, flops: float, peak: float) -> float:
@@ -189,26 +189,69 @@ def smooth_max(a: float, b: float, p: float = 8.0) -> float:
     return (a ** p + b ** p) ** (1.0 / p)
 
 
+PROFILE_FORMAT = "planner.compute-profile/1"     # a profile without "format" is read as this version
+PROFILE_KEYS = ("format", "comm", "compute", "fit")
+COMM_KEYS = ("intra_efficiency", "inter_efficiency", "grad_bytes", "allreduce_tables")
+
+
 def load_profile(path: str) -> ComputeModel:
-    """A compute profile JSON: {"compute": {fitted params}, "comm": {..., "allreduce_tables": dir}}."""
+    """A compute profile JSON: {"format", "compute": {fitted params}, "comm": {..., "allreduce_tables": dir},
+    "fit": {how it was fitted}}. Unknown keys and formats are refused (SpecError naming the file and key)."""
     from planner.costs.comm import read_nccl_dir
-    with open(path) as fh:
-        d = json.load(fh)
+    from planner.errors import SpecError
+    try:
+        with open(path) as fh:
+            d = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise SpecError(path, None, f"cannot read compute profile ({e})") from None
+    if not isinstance(d, dict):
+        raise SpecError(path, None, "expected a JSON object (a compute profile)")
+    for k in d:
+        if k not in PROFILE_KEYS:
+            raise SpecError(path, k, f"unknown key (expected {', '.join(PROFILE_KEYS)})")
+    if d.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
+        raise SpecError(path, "format", f"expected {PROFILE_FORMAT!r}")
+    cd, pd = _section(path, d, "comm", COMM_KEYS), _section(path, d, "compute", FITTED)
+    for k, v in pd.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise SpecError(path, f"compute.{k}", "must be a number")
     base = os.path.dirname(os.path.abspath(path))
-    cd = dict(d.get("comm", {}))
     tables = {}
     tref = cd.pop("allreduce_tables", None)
     if tref:
         tables = read_nccl_dir(os.path.normpath(os.path.join(base, tref)))
-    known = {f.name for f in fields(CommModel)}
-    comm = CommModel(**{k: v for k, v in cd.items() if k in known and k != "allreduce_tables"},
-                     allreduce_tables=tables)
-    params = {k: float(v) for k, v in d.get("compute", {}).items() if k in FITTED}
+    comm = CommModel(**cd, allreduce_tables=tables)
+    params = {k: float(v) for k, v in pd.items()}
     return ComputeModel(**params, comm=comm, source=path)
+
+
+def _section(path: str, d: dict, name: str, known) -> dict:
+    from planner.errors import SpecError
+    sec = d.get(name, {})
+    if not isinstance(sec, dict):
+        raise SpecError(path, name, "expected a mapping")
+    for k in sec:
+        if k not in known:
+            raise SpecError(path, f"{name}.{k}", f"unknown key (expected {', '.join(known)})")
+    return dict(sec)
+
+
+def save_profile(path: str, model: ComputeModel, fit: dict, allreduce_tables: str | None = None) -> dict:
+    """Write `model` as a compute profile JSON (atomically); `allreduce_tables`: the nccl-tests directory,
+    stored relative to the file. Returns what was written."""
+    from planner.io import atomic_write_text
+    out = {"format": PROFILE_FORMAT, "comm": model.comm.to_dict()}
+    if allreduce_tables:
+        out["comm"]["allreduce_tables"] = os.path.relpath(os.path.abspath(allreduce_tables),
+                                                          os.path.dirname(os.path.abspath(path)))
+    out["compute"] = model.params()
+    out["fit"] = fit
+    atomic_write_text(path, json.dumps(out, indent=2) + "\n")
+    return out
 
 
 def chunk_count(cfg: ParallelConfig) -> int:
     return chunks_per_device(cfg.schedule, cfg.vpp)
 
 
-__all__ = ["BYTES", "ComputeModel", "StageTimes", "load_profile", "chunk_count", "asdict"]
+__all__ = ["BYTES", "ComputeModel", "StageTimes", "load_profile", "save_profile", "chunk_count", "asdict"]

@@ -15,17 +15,18 @@ import csv
 import functools
 import json
 import os
-from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from planner.config import ParallelConfig
-from planner.costs.memory import GiB, AnalyticalMemory, MemoryBreakdown, held_forwards
+from planner.costs.memory import AnalyticalMemory, GiB, MemoryBreakdown, held_forwards
+from planner.costs.metrics import mape
 
 FEATURES = ("weights", "gradients", "optimizer", "activations", "logits", "transient_none", "transient_selective",
             "transient_full")
 RECOMPUTE = ("none", "selective", "full")
 FORMAT = "planner.memory-estimator/1"
+SAVED_KEYS = ("format", "features", "coef", "safety", "safety_bytes", "overhead_GiB", "fragmentation", "meta")
 PRIOR_LAMBDAS = (0.0, 1.0, 10.0, 100.0, 1000.0, 10000.0)   # shrinkage towards the analytical model, chosen by CV
 DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "memory_estimator.json")
 
@@ -38,26 +39,38 @@ def features(breakdown: MemoryBreakdown, recompute: str) -> np.ndarray:
                      breakdown.logits] + t + [1.0])
 
 
-@dataclass(frozen=True)
 class LearnedMemory:
-    """Same interface as AnalyticalMemory; total = learned allocated peak * safety + overhead."""
-    coef: tuple = (1.0,) * 8 + (0.0,)                       # per FEATURES, then the constant (bytes)
-    safety: float = 1.0                                     # multiplies the allocated prediction
-    safety_bytes: float = 0.0                               # then added (bytes); 0 from fit, settable by hand
-    overhead_GiB: float = 2.0                               # runtime overhead, see AnalyticalMemory
-    meta: dict = field(default_factory=dict, compare=False)
-    fragmentation: float = 0.0                              # x the safe allocated peak: allocator reserve it cannot
-    #                                                         give back (benchmarks/memory_cuda_capped.py)
+    """Same interface as AnalyticalMemory; total = learned allocated peak * safety + overhead.
+
+    scikit-learn's estimator contract: hyper-parameters in __init__, fit(X, y) returns self, fitted attributes
+    end in `_` (coef_: per FEATURES, then the constant in bytes; safety_: multiplies the allocated prediction;
+    meta_: what it was fitted on and how), predict, save / load (JSON, no code on load)."""
+
+    def __init__(self, margin: float = 0.01, overhead_GiB: float = 2.0, fragmentation: float = 0.0,
+                 safety_bytes: float = 0.0, folds: int = 5, seed: int = 0, lams: tuple = PRIOR_LAMBDAS):
+        self.margin = margin                 # relative safety on top of the worst (out-of-fold) under-estimate
+        self.overhead_GiB = overhead_GiB     # runtime overhead, see AnalyticalMemory
+        self.fragmentation = fragmentation   # x the safe allocated peak: allocator reserve it cannot give back
+        #                                      (benchmarks/memory_cuda_capped.py)
+        self.safety_bytes = safety_bytes     # added (bytes) after the safety multiplier; 0 from fit, set by hand
+        self.folds = folds                   # random k-fold calibration folds
+        self.seed = seed
+        self.lams = lams                     # shrinkage strengths tried, chosen by cross-validated MAPE
+
+    @classmethod
+    def from_coefficients(cls, coef, safety: float = 1.0, safety_bytes: float = 0.0, overhead_GiB: float = 2.0,
+                          meta: dict | None = None, fragmentation: float = 0.0) -> LearnedMemory:
+        """A fitted estimator from known coefficients (a loaded file, or by hand)."""
+        est = cls(overhead_GiB=overhead_GiB, fragmentation=fragmentation, safety_bytes=safety_bytes)
+        est.coef_, est.safety_, est.meta_ = tuple(float(c) for c in coef), float(safety), dict(meta or {})
+        return est
 
     @property
     def analytical(self) -> AnalyticalMemory:
         return AnalyticalMemory(overhead_GiB=self.overhead_GiB)
 
     # -- scikit-learn style -------------------------------------------------------------------------------
-    @staticmethod
-    def fit(X: np.ndarray, y: np.ndarray, margin: float = 0.01, overhead_GiB: float = 2.0,
-            meta: dict | None = None, folds: int = 5, seed: int = 0, groups: dict | None = None,
-            lams: tuple = PRIOR_LAMBDAS) -> "LearnedMemory":
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: dict | None = None, meta: dict | None = None) -> LearnedMemory:
         """Relative least squares, coefficients >= 0, shrunk towards the analytical model (every term's
         coefficient 1) by lam * sum (c - 1)^2; lam is chosen from `lams` by cross-validated MAPE (leave one group
         out for each grouping in `groups`, else random k-fold), so the data decide how far to move from the
@@ -66,42 +79,53 @@ class LearnedMemory:
         Safety multiplier: the largest under-estimate (measured / predicted) over the fit set, over random k-fold
         out-of-fold predictions and over leave-one-group-out predictions for each grouping in `groups` (name ->
         label per sample: model width, GPU-count bucket), times (1 + margin). The grouped folds make the
-        calibration see error on model sizes and scales the fit has not seen, which is what extrapolation asks."""
+        calibration see error on model sizes and scales the fit has not seen, which is what extrapolation asks.
+        `meta`: what the samples are (recorded in meta_ with the fit's own figures)."""
+        from sklearn.model_selection import KFold, LeaveOneGroupOut
         X = np.asarray(X, float)
         y = np.asarray(y, float)
-        splits = {}          # name -> list of held-out masks
-        if folds > 1 and len(y) >= 4 * folds:
-            idx = np.random.default_rng(seed).permutation(len(y))
-            splits["random_folds"] = [np.isin(np.arange(len(y)), part) for part in np.array_split(idx, folds)]
+        n = len(y)
+        splits = {}          # name -> list of held-out index arrays
+        if self.folds > 1 and n >= 4 * self.folds:
+            # KFold's contiguous folds over a seeded permutation: the folds numpy's array_split of it would give
+            order = np.random.default_rng(self.seed).permutation(n)
+            splits["random_folds"] = [np.sort(order[te]) for _, te in KFold(self.folds).split(order)]
         for name, labels in (groups or {}).items():
             labels = np.asarray(labels)
-            splits["leave_out_" + name] = [labels == g for g in np.unique(labels)
-                                           if not (labels == g).all() and (labels != g).sum() >= X.shape[1]]
+            held = ([te for _, te in LeaveOneGroupOut().split(X, y, labels)] if len(np.unique(labels)) > 1
+                    else [])
+            # a group is left out only if what remains can determine every coefficient
+            splits["leave_out_" + name] = [te for te in held if n - len(te) >= X.shape[1]]
         cv_keys = [k for k in splits if k != "random_folds"] or list(splits)
 
         def out_of_fold(lam, keys):
-            ratios, errs = {}, []
+            ratios, pred, meas = {}, [], []
             for k in keys:
                 r = []
-                for part in splits[k]:
-                    c = _nnls_rel(X[~part], y[~part], lam)
-                    p = X[part] @ c
-                    r.append(y[part] / p)
-                    errs.append(np.abs(p - y[part]) / y[part])
+                for te in splits[k]:
+                    train = np.ones(n, bool)
+                    train[te] = False
+                    c = _nnls_rel(X[train], y[train], lam)
+                    p = X[te] @ c
+                    r.append(y[te] / p)
+                    pred.append(p)
+                    meas.append(y[te])
                 ratios[k] = float(np.max(np.concatenate(r))) if r else 1.0
-            return ratios, (float(np.mean(np.concatenate(errs))) if errs else 0.0)
+            return ratios, (mape(np.concatenate(pred), np.concatenate(meas)) if pred else 0.0)
 
-        cv = {float(lam): out_of_fold(lam, cv_keys)[1] for lam in lams} if cv_keys else {0.0: 0.0}
-        lam = min(cv, key=lambda k: (round(cv[k], 12), k))
+        cv = {float(lam): out_of_fold(lam, cv_keys)[1] for lam in self.lams} if cv_keys else {0.0: 0.0}
+        # near-equal CV error (to 1e-10 %): the weaker shrinkage
+        lam = min(cv, key=lambda k: (round(cv[k], 10), k))
         coef = _nnls_rel(X, y, lam)
         worst = {"fit": float(np.max(y / (X @ coef)))}
         worst.update(out_of_fold(lam, list(splits))[0])
-        safety = max(1.0, *worst.values()) * (1.0 + margin)
-        meta = dict(meta or {})
-        meta["prior_lambda"] = lam
-        meta["cv_mape_pct"] = {f"{k:g}": round(100 * v, 4) for k, v in cv.items()}
-        meta["safety_from"] = {k: round(v, 4) for k, v in worst.items()}
-        return LearnedMemory(tuple(float(v) for v in coef), safety, 0.0, overhead_GiB, meta)
+        self.coef_ = tuple(float(v) for v in coef)
+        self.safety_ = max(1.0, *worst.values()) * (1.0 + self.margin)
+        self.meta_ = dict(meta or {})
+        self.meta_["prior_lambda"] = lam
+        self.meta_["cv_mape_pct"] = {f"{k:g}": round(v, 4) for k, v in cv.items()}
+        self.meta_["safety_from"] = {k: round(v, 4) for k, v in worst.items()}
+        return self
 
     @staticmethod
     def groups_of(rows: list[dict]) -> dict:
@@ -110,19 +134,20 @@ class LearnedMemory:
         return {"hidden_size": np.array([int(r["hidden_size"]) for r in rows]),
                 "gpu_count": np.array([int(np.log2(max(g, 1))) for g in gpus])}
 
-    def predict_allocated(self, X: np.ndarray, safe: bool = True) -> np.ndarray:
-        p = np.asarray(X, float) @ np.asarray(self.coef)
-        return p * self.safety + self.safety_bytes if safe else p
+    def predict(self, X: np.ndarray, safe: bool = True) -> np.ndarray:
+        """Allocated peak (bytes) of each feature row; with the safety factor unless safe=False."""
+        p = np.asarray(X, float) @ np.asarray(self.coef_)
+        return p * self.safety_ + self.safety_bytes if safe else p
 
     def save(self, path: str) -> None:
         from planner.io import atomic_write_text
-        blob = {"format": FORMAT, "features": list(FEATURES) + ["const"], "coef": list(self.coef),
-                "safety": self.safety, "safety_bytes": self.safety_bytes, "overhead_GiB": self.overhead_GiB,
-                "fragmentation": self.fragmentation, "meta": self.meta}
+        blob = {"format": FORMAT, "features": list(FEATURES) + ["const"], "coef": list(self.coef_),
+                "safety": self.safety_, "safety_bytes": self.safety_bytes, "overhead_GiB": self.overhead_GiB,
+                "fragmentation": self.fragmentation, "meta": self.meta_}
         atomic_write_text(path, json.dumps(blob, indent=1, sort_keys=True) + "\n")
 
-    @staticmethod
-    def load(path: str) -> "LearnedMemory":
+    @classmethod
+    def load(cls, path: str) -> LearnedMemory:
         from planner.errors import SpecError
         try:
             with open(path) as fh:
@@ -131,6 +156,9 @@ class LearnedMemory:
             raise SpecError(path, None, f"cannot read memory estimator ({e})") from None
         if not isinstance(blob, dict) or blob.get("format") != FORMAT:
             raise SpecError(path, "format", f"expected {FORMAT!r}")
+        for k in blob:
+            if k not in SAVED_KEYS:
+                raise SpecError(path, k, f"unknown key (expected {', '.join(SAVED_KEYS)})")
         coef = blob.get("coef")
         if blob.get("features") != list(FEATURES) + ["const"] or not isinstance(coef, list) \
                 or len(coef) != len(FEATURES) + 1 or not all(isinstance(c, (int, float)) for c in coef):
@@ -145,15 +173,15 @@ class LearnedMemory:
         frag = blob.get("fragmentation", 0.0)
         if not isinstance(frag, (int, float)) or not 0 <= frag < 1:
             raise SpecError(path, "fragmentation", "must be a number in [0, 1)")
-        return LearnedMemory(tuple(float(c) for c in coef), float(safety), float(extra), float(oh),
-                             blob.get("meta") or {}, float(frag))
+        return cls.from_coefficients(coef, float(safety), float(extra), float(oh), blob.get("meta") or {},
+                                     float(frag))
 
     # -- the estimator interface ----------------------------------------------------------------------------
     def stage_memory(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> MemoryBreakdown:
         a = self.analytical.stage_memory(model, cluster, training, cfg, stage)
         x = features(a, cfg.recompute)[None, :]
-        fitted = float(self.predict_allocated(x, safe=False)[0])
-        safe = float(self.predict_allocated(x, safe=True)[0])
+        fitted = float(self.predict(x, safe=False)[0])
+        safe = float(self.predict(x, safe=True)[0])
         known = a.weights + a.gradients + a.optimizer + a.activations + a.logits + a.transient
         return MemoryBreakdown(a.weights, a.gradients, a.optimizer, a.activations, a.logits, a.overhead,
                                a.transient, fitted - known, safe - fitted, self.fragmentation * safe)
@@ -255,17 +283,13 @@ def mlp_baseline(raw_tr, y_tr, seed: int = 0):
     return lambda raw: np.exp(m.predict(np.log2(raw + 1)))
 
 
-def _mape(pred, y) -> float:
-    return float(np.mean(np.abs(pred - y) / y) * 100)
-
-
 def _report(est: LearnedMemory, X, y, raw_te, mlp) -> dict:
-    raw_pred = est.predict_allocated(X, safe=False)
-    safe_pred = est.predict_allocated(X, safe=True)
+    raw_pred = est.predict(X, safe=False)
+    safe_pred = est.predict(X, safe=True)
     analytic = X[:, :-1].sum(axis=1)
     under = (y - safe_pred) / y
-    return {"n": int(len(y)), "mape_learned": _mape(raw_pred, y), "mape_analytical": _mape(analytic, y),
-            "mape_mlp_raw_integers": _mape(mlp(raw_te), y),
+    return {"n": int(len(y)), "mape_learned": mape(raw_pred, y), "mape_analytical": mape(analytic, y),
+            "mape_mlp_raw_integers": mape(mlp(raw_te), y),
             "median_ape_mlp_raw_integers": float(np.median(np.abs(mlp(raw_te) - y) / y) * 100),
             "median_ape_learned": float(np.median(np.abs(raw_pred - y) / y) * 100),
             "worst_underestimate_pct_unsafe": float(np.max((y - raw_pred) / y) * 100),
@@ -276,25 +300,24 @@ def _report(est: LearnedMemory, X, y, raw_te, mlp) -> dict:
             # exceeds the GPU: the cost of the margin, for 2%, 5% and 10% headroom
             "feasible_rejected": {f"{int(h * 100)}pct_headroom": int(np.sum(safe_pred > y * (1 + h)))
                                   for h in (0.02, 0.05, 0.10)},
-            "safety": est.safety, "safety_from": est.meta.get("safety_from", {}),
+            "safety": est.safety_, "safety_from": est.meta_.get("safety_from", {}),
             "mean_overestimate_pct_with_safety": float(np.mean((safe_pred - y) / y) * 100)}
 
 
-def score(rows: list[dict], est: "LearnedMemory") -> dict:
+def score(rows: list[dict], est: LearnedMemory) -> dict:
     """A fitted estimator on samples as they are (no refit): MAPE against the measured allocated peak, the
     analytical terms alone, under-estimates and plans it would wrongly call feasible. For CUDA samples also
     the allocator's reserve (reserved / allocated) and the plans whose measured peak exceeds everything the
     estimator allots (safe prediction + fragmentation + constant overhead)."""
     X, y, _ = design(rows)
-    raw, safe, an = est.predict_allocated(X, safe=False), est.predict_allocated(X), X[:, :-1].sum(axis=1)
-    out = {"n": int(len(y)), "mape_learned": float(np.mean(np.abs(raw - y) / y) * 100),
-           "mape_analytical": float(np.mean(np.abs(an - y) / y) * 100),
+    raw, safe, an = est.predict(X, safe=False), est.predict(X), X[:, :-1].sum(axis=1)
+    out = {"n": int(len(y)), "mape_learned": mape(raw, y), "mape_analytical": mape(an, y),
            "worst_underestimate_pct_analytical": float(np.max((y - an) / y) * 100),
            "worst_underestimate_pct_with_safety": float(np.max((y - safe) / y) * 100),
            "oom_called_feasible": int(np.sum(safe < y)),
            "feasible_rejected": {f"{int(h * 100)}pct_headroom": int(np.sum(safe > y * (1 + h)))
                                  for h in (0.02, 0.05, 0.10)},
-           "safety": est.safety}
+           "safety": est.safety_}
     cuda = np.array([r.get("backend") == "cuda" for r in rows])
     if cuda.any():
         res = np.array([float(r["peak_reserved"]) for r in rows])[cuda]
@@ -321,11 +344,14 @@ def validate(rows: list[dict], seed: int = 0, holdout: float = 0.2, small_gpus: 
     te, tr = perm[:n_te], perm[n_te:]
     out = {"samples": int(len(y)), "small_configs": int(len(small)), "large_configs": int(len(large))}
     G = LearnedMemory.groups_of(rows)
-    sub = lambda ix: {k: v[ix] for k, v in G.items()}
-    est = LearnedMemory.fit(X[tr], y[tr], margin, groups=sub(tr))
+
+    def sub(ix):
+        return {k: v[ix] for k, v in G.items()}
+
+    est = LearnedMemory(margin).fit(X[tr], y[tr], groups=sub(tr))
     out["heldout"] = _report(est, X[te], y[te], raw[te], mlp_baseline(raw[tr], y[tr], seed))
     if len(large):
-        est = LearnedMemory.fit(X[small], y[small], margin, groups=sub(small))
+        est = LearnedMemory(margin).fit(X[small], y[small], groups=sub(small))
         out["extrapolation"] = _report(est, X[large], y[large], raw[large], mlp_baseline(raw[small], y[small], seed))
     return out
 
@@ -334,59 +360,22 @@ def fit_samples(rows: list[dict], margin: float = 0.01, overhead_GiB: float = 2.
                 fragmentation: float = 0.02) -> LearnedMemory:
     X, y, _ = design(rows)
     backends = sorted({r.get("backend", "?") for r in rows})
-    est = LearnedMemory.fit(X, y, margin, overhead_GiB, groups=LearnedMemory.groups_of(rows), meta=
-                            {"samples": len(rows), "source": source, "backends": backends,
-                             "fit": "non-negative relative least squares on analytical terms, shrunk towards them (lambda by grouped CV)",
-                             "overhead_source": OVERHEAD_SOURCE, "fragmentation_source": FRAGMENTATION_SOURCE})
-    return replace(est, fragmentation=fragmentation)
+    meta = {"samples": len(rows), "source": source, "backends": backends,
+            "fit": ("non-negative relative least squares on analytical terms, shrunk towards them "
+                    "(lambda by grouped CV)"),
+            "overhead_source": OVERHEAD_SOURCE, "fragmentation_source": FRAGMENTATION_SOURCE}
+    est = LearnedMemory(margin, overhead_GiB, fragmentation)
+    return est.fit(X, y, groups=LearnedMemory.groups_of(rows), meta=meta)
 
 
 OVERHEAD_SOURCE = ("2 GiB: CUDA context and kernel images 0.73 GiB and two cuBLAS workspaces 0.06 GiB measured on an "
                    "H100 (torch 2.11, CUDA 13; benchmarks/memory_cuda_probe.py), the allocator's reserve beyond the "
                    "2% fragmentation term (<= 0.29 GiB on the seed-8 cases, up to 0.85 GiB on the held-out seed-7 "
                    "cases), NCCL buffers not measured (one GPU): what is left, 0.36-0.9 GiB")
-FRAGMENTATION_SOURCE = ("0.02 x the safe allocated prediction: with expandable segments every CUDA case of >= 10 GiB but one "
-                        "ran with the allocator capped at 1.02 x it, and all 640 fit 0.02 x + the constant overhead; "
-                        "PyTorch's default allocator needed up to 1.20 x (benchmarks/memory_cuda_capped.py, "
+FRAGMENTATION_SOURCE = ("0.02 x the safe allocated prediction: with expandable segments every CUDA case of >= 10 GiB "
+                        "but one ran with the allocator capped at 1.02 x it, and all 640 fit 0.02 x + the constant "
+                        "overhead; PyTorch's default allocator needed up to 1.20 x (benchmarks/memory_cuda_capped.py, "
                         "docs/notes/memory.md)")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# CLI: `planner fit memory SAMPLES.csv -o EST`
-
-
-def register_fit(subparsers) -> None:
-    p = subparsers.add_parser("memory", help="fit the learned memory estimator on profiled samples (CSV)")
-    p.add_argument("samples", help="CSV written by `planner profile memory`")
-    p.add_argument("-o", "--output", required=True, help="estimator JSON to write")
-    p.add_argument("--margin", type=float, default=0.01,
-                   help="extra relative safety on top of the worst (out-of-fold) under-estimate")
-    p.add_argument("--overhead-GiB", type=float, default=2.0, dest="overhead_GiB",
-                   help="runtime overhead (CUDA context, cuBLAS workspaces, NCCL) added to every prediction")
-    p.add_argument("--fragmentation", type=float, default=0.02,
-                   help="allocator reserve it cannot give back, as a fraction of the safe allocated prediction")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_fit_cmd)
-
-
-def _fit_cmd(args) -> int:
-    import sys
-    rows = read_samples(args.samples)
-    if not 0 <= args.fragmentation < 1:
-        from planner.errors import SpecError
-        raise SpecError(None, "--fragmentation", "must be in [0, 1)")
-    est = fit_samples(rows, args.margin, args.overhead_GiB, os.path.basename(args.samples), args.fragmentation)
-    est.save(args.output)
-    info = {"output": args.output, "coef": dict(zip(list(FEATURES) + ["const"], est.coef)), "safety": est.safety,
-            "safety_GiB": est.safety_bytes / GiB, "samples": len(rows)}
-    if args.json:
-        print(json.dumps(info, indent=1))
-    else:
-        print(f"fitted on {len(rows)} samples -> {args.output}; safety x{est.safety:.3f} "
-              f"+ {est.safety_bytes / GiB:.2f} GiB", file=sys.stderr)
-        for k, v in info["coef"].items():
-            print(f"  {k:12s} {v:.4g}", file=sys.stderr)
-    return 0
 
 
 def default_memory_estimator(cluster=None):
@@ -406,4 +395,4 @@ def default_memory_estimator(cluster=None):
 
 
 __all__ = ["LearnedMemory", "FEATURES", "features", "validate", "fit_samples", "read_samples",
-           "default_memory_estimator", "register_fit"]
+           "default_memory_estimator"]

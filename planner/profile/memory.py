@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from planner.config import ParallelConfig
-from planner.costs.memory import GiB, chunk_order, held_forwards, output_chunk
+from planner.costs.memory import chunk_order, held_forwards, output_chunk
 from planner.costs.pipeline import chunks_per_device
 
 # ----------------------------------------------------------------------------------------------------------
@@ -683,100 +683,3 @@ def write_samples(path: str, rows: list[dict]) -> None:
     for r in rows:
         w.writerow(r)
     atomic_write_text(path, buf.getvalue())
-
-
-# ----------------------------------------------------------------------------------------------------------
-# CLI: `planner profile memory`
-
-
-def register_profile(subparsers) -> None:
-    p = subparsers.add_parser("memory", help="measure per-GPU peak memory of pipeline stages (CSV samples)")
-    p.add_argument("-o", "--output", required=True, help="CSV file to write")
-    p.add_argument("-n", "--samples", type=int, default=None,
-                   help="random configurations to profile (default 300; with --replay: all of the file's cases)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", choices=("auto", "fake", "cuda"), default="auto",
-                   help="cuda: CUDA caching allocator; fake: FakeTensorMode on CPU (allocates nothing)")
-    p.add_argument("--max-gpus", type=int, default=512, help="largest tp*pp*dp a sampled configuration may use")
-    p.add_argument("--replay", metavar="SAMPLES.csv",
-                   help="measure the cases of an existing sample file again on this device instead of drawing new ones")
-    p.add_argument("--fill", type=float, default=0.85,
-                   help="cuda: draw again any case whose analytical peak exceeds this fraction of free memory")
-    p.add_argument("--time-budget", type=float, default=None,
-                   help="stop after this many seconds with the samples taken so far")
-    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    p.set_defaults(func=_profile_cmd)
-
-
-def _profile_cmd(args) -> int:
-    import json
-    import sys
-    from planner.errors import SpecError
-    args.samples_given = args.samples is not None
-    if not args.samples_given:
-        args.samples = 300
-    if args.samples < 1:
-        raise SpecError(None, "--samples", "must be at least 1")
-    if not 0 < args.fill <= 1:
-        raise SpecError(None, "--fill", "must be in (0, 1]")
-    if args.time_budget is not None and args.time_budget <= 0:
-        raise SpecError(None, "--time-budget", "must be a positive number of seconds")
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "fake"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SpecError(None, "--device", "cuda requested but no CUDA device is available")
-    rng = random.Random(args.seed)
-    rows = []
-    skipped = {"too_large": 0, "oom": 0}
-    limit = None
-    if device == "cuda":
-        # a real GPU holds only so much: cases whose analytical peak exceeds the device's free memory
-        # (times --fill) are drawn again instead of crashing the run; an OOM that slips through is counted
-        limit = args.fill * torch.cuda.mem_get_info()[0]
-    replay = None
-    if args.replay:
-        from planner.costs.learned import read_samples, row_case
-        rows_in = read_samples(args.replay)
-        if "layers_per_chunk" not in rows_in[0]:
-            raise SpecError(args.replay, "layers_per_chunk", "column missing (a `planner profile memory` CSV expected)")
-        replay = [(*row_case(r), int(r["layers_per_chunk"])) for r in rows_in]
-        args.samples = min(args.samples, len(replay)) if args.samples_given else len(replay)
-    t0 = time.perf_counter()
-    drawn = 0
-    while len(rows) < args.samples:
-        if args.time_budget and rows and time.perf_counter() - t0 > args.time_budget:
-            break
-        if replay is not None:
-            if drawn >= len(replay):
-                break
-            case = replay[drawn]
-            drawn += 1
-        else:
-            case = sample_case(rng, args.max_gpus)
-        if limit is not None and stage_peak_estimate(*case) > limit:
-            skipped["too_large"] += 1
-            continue
-        try:
-            rows.append(sample_row(*case, device=device))
-        except torch.cuda.OutOfMemoryError:
-            skipped["oom"] += 1
-            torch.cuda.empty_cache()
-            continue
-        if not args.json and len(rows) % 25 == 0:
-            print(f"  {len(rows)}/{args.samples} samples, {time.perf_counter() - t0:.0f}s", file=sys.stderr)
-    if not rows:
-        raise SpecError(args.replay, None, f"no case could be measured on this device ({skipped['too_large']} "
-                        f"would not fit in {args.fill:g} x its free memory, {skipped['oom']} ran out of memory)")
-    write_samples(args.output, rows)
-    summary = {"output": args.output, "samples": len(rows), "backend": rows[0]["backend"],
-               "seconds": round(time.perf_counter() - t0, 1), "skipped": skipped}
-    if device == "cuda":
-        summary["device"] = torch.cuda.get_device_name()
-        summary["runtime_overhead_GiB"] = round(runtime_overhead_bytes() / GiB, 3)
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(f"wrote {len(rows)} {summary['backend']} samples to {args.output} in {summary['seconds']}s",
-              file=sys.stderr)
-    return 0

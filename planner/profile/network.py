@@ -538,13 +538,14 @@ def write_profile(profile: NetworkProfile, csv_path: str, sidecar: str | None = 
                                               comments[:2] + ["ranks: " + " ".join(profile.rank_hosts)]))
 
 
-# ----------------------------------------------------------------------------- CLI
-
-def _sizes(text: str) -> tuple:
+def parse_sizes(text: str) -> tuple:
+    """Message sizes from "64K,1M,16M" (bytes; K/M/G suffixes, optionally KiB / KB), sorted, distinct."""
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
     out = []
     for tok in text.split(","):
-        tok = tok.strip().lower().rstrip("ib").rstrip("b") if tok.strip().lower().endswith(("ib", "b")) else tok.strip().lower()
+        tok = tok.strip().lower()
+        if tok.endswith(("ib", "b")):
+            tok = tok.rstrip("ib").rstrip("b")
         try:
             mult = units.get(tok[-1:], 1)
             out.append(int(float(tok[:-1] if tok[-1:] in units else tok) * mult))
@@ -553,63 +554,3 @@ def _sizes(text: str) -> tuple:
     if any(s <= 0 for s in out):
         raise SpecError(None, "--sizes", "sizes must be positive")
     return tuple(sorted(set(out)))
-
-
-def register_profile(subparsers):
-    """`planner profile network`: added to the `planner profile` sub-commands."""
-    p = subparsers.add_parser("network", help="measure the p2p bandwidth/latency matrix with torch.distributed",
-                              description=__doc__)
-    p.add_argument("-o", "--output", default="bandwidth.csv", help="matrix CSV (GB/s); sidecar YAML beside it")
-    p.add_argument("--sidecar", default=None, help="sidecar YAML path (default: output with .yaml)")
-    p.add_argument("--gpu-matrix", default=None, metavar="CSV",
-                   help="also measure every rank pair and write the GPU x GPU matrix here")
-    p.add_argument("--spawn", type=int, default=0, metavar="N",
-                   help="launch N local gloo processes on 127.0.0.1 (testing, one machine)")
-    p.add_argument("--sizes", default="64K,1M,16M", help="message sizes (bytes; K/M/G suffixes)")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--window", type=int, default=1, help="messages in flight per timed repetition")
-    p.add_argument("--statistic", choices=STATISTICS, default="median")
-    p.add_argument("--max-pairs", type=int, default=0,
-                   help="pairs measured at once (default 0: all disjoint pairs of a round; 1: one at a time)")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
-    p.add_argument("--group-by", choices=("host", "rank"), default=None,
-                   help="what a node is: ranks on one host (default) or each rank (default with --spawn)")
-    p.add_argument("--spawn-hosts", default=None, metavar="H0,H0,H1,...",
-                   help="with --spawn: a host name per process, to emulate several GPUs per node")
-    p.add_argument("--shared-nics", action="store_true",
-                   help="with --gpu-matrix: allow several inter-node pairs of one node in a round")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds before giving up")
-    p.add_argument("--json", action="store_true", help="print the sidecar as JSON on stdout")
-    p.set_defaults(func=_cmd_profile_network)
-    return p
-
-
-def options_from_args(args) -> ProfileOptions:
-    return ProfileOptions(sizes_bytes=_sizes(args.sizes), repeats=args.repeats, warmup=args.warmup,
-                          statistic=args.statistic, window=args.window, max_pairs=args.max_pairs,
-                          scope="gpu" if args.gpu_matrix else "node", exclusive_nodes=not args.shared_nics,
-                          node_key=args.group_by or ("rank" if args.spawn and not args.spawn_hosts else "host"),
-                          backend=args.backend, timeout_s=args.timeout).check()
-
-
-def _cmd_profile_network(args) -> int:
-    import sys
-    opts = options_from_args(args)
-    if args.spawn:
-        hosts = [h.strip() for h in args.spawn_hosts.split(",")] if args.spawn_hosts else None
-        prof = profile_spawn(args.spawn, opts, deadline_s=args.timeout, hosts=hosts)
-    else:
-        prof = profile_from_env(opts)
-    if prof is None:             # not rank 0: rank 0 writes
-        return 0
-    write_profile(prof, args.output, args.sidecar, args.gpu_matrix)
-    if args.json:
-        from planner.io import print_json
-        print_json(prof.sidecar())
-    else:
-        print(f"{prof.nodes}x{prof.nodes} bandwidth matrix (GB/s at {prof.sizes_bytes[-1]} B, {prof.backend}, "
-              f"{prof.rounds} rounds, {prof.wall_s:.1f} s) -> {args.output}", file=sys.stderr)
-        for name, row in zip(prof.node_names, prof.bandwidth_GBps):
-            print(f"  {name:>20} " + " ".join(f"{v:8.2f}" for v in row), file=sys.stderr)
-    return 0

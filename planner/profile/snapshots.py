@@ -130,6 +130,7 @@ def spread_report(snaps, node_names=(), top: int = 10) -> SpreadReport:
 
 def rank_correlation(snaps):
     """(mean, min) Spearman correlation of link bandwidths over all snapshot pairs, or (None, None)."""
+    from scipy.stats import spearmanr
     s = stack(snaps)
     k, n = s.shape[0], s.shape[1]
     off = _offdiag(n)
@@ -139,23 +140,10 @@ def rank_correlation(snaps):
             x, y = s[a][off], s[b][off]
             if np.ptp(x) == 0 or np.ptp(y) == 0:
                 continue
-            rx, ry = _ranks(x), _ranks(y)
-            vals.append(float(np.corrcoef(rx, ry)[0, 1]))
+            vals.append(float(spearmanr(x, y).statistic))
     if not vals:
         return None, None
     return float(np.mean(vals)), float(np.min(vals))
-
-
-def _ranks(x):
-    """Average ranks (ties share their mean rank), as Spearman's correlation needs."""
-    order = np.argsort(x, kind="mergesort")
-    r = np.empty(len(x))
-    r[order] = np.arange(len(x), dtype=float)
-    for v in np.unique(x):
-        m = x == v
-        if m.sum() > 1:
-            r[m] = r[m].mean()
-    return r
 
 
 def cluster_snapshots(cluster, include_main: bool = False) -> list:

@@ -1,7 +1,8 @@
-"""Judge the planner's iteration-time model on measured runs (vTrain's CSV format), and fit it.
+"""Judge the planner's iteration-time model on measured runs (vTrain's CSV format).
 
 Every prediction goes through the planner's own model: latency.build_problem(spec, cfg, layout,
-costs) scored at Megatron's rank order, so the figures judge what the planner uses to choose.
+costs) scored at Megatron's rank order, so the figures judge what the planner uses to choose. Fitting the
+compute model on such runs: planner.costs.compute_fit.IterationTimeFit.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from planner.config import ParallelConfig
 from planner.costs import Costs
+from planner.costs.metrics import mape, percent_errors, spearman
 from planner.errors import SpecError
 from planner.spec.cluster import ClusterSpec
 from planner.spec.model import ModelSpec
@@ -123,6 +125,11 @@ def unsupported_reason(row: Row, cluster: ClusterSpec) -> str | None:
     return None
 
 
+def supported(rows: list[Row], cluster: ClusterSpec) -> list[Row]:
+    """The rows the planner can represent on `cluster` (see unsupported_reason)."""
+    return [r for r in rows if unsupported_reason(r, cluster) is None]
+
+
 def predict(row: Row, cluster: ClusterSpec, costs: Costs, defaults: dict | None = None) -> float:
     """The planner's iteration time for a measured run, at Megatron's rank order on the first nodes."""
     from planner.costs.iteration import build_problem, default_layout
@@ -131,13 +138,6 @@ def predict(row: Row, cluster: ClusterSpec, costs: Costs, defaults: dict | None 
     layout = default_layout(cfg, cl.gpus_per_node)
     problem = build_problem(spec, cfg, layout, costs)
     return problem.objective(problem.rank_order())
-
-
-def spearman(a, b) -> float:
-    from scipy.stats import spearmanr
-    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
-        return float("nan")
-    return float(spearmanr(a, b).statistic)
 
 
 @dataclass
@@ -152,7 +152,8 @@ class Report:
 
     @property
     def mape(self) -> float:
-        return float(np.mean(np.abs(self.errors))) if self.rows else float("nan")
+        return mape([r["predicted_s"] for r in self.rows], [r["measured_s"] for r in self.rows]) if self.rows \
+            else float("nan")
 
     @property
     def max_abs_pct_error(self) -> float:
@@ -178,7 +179,7 @@ def validate(rows: list[Row], cluster: ClusterSpec, costs: Costs, defaults: dict
             continue
         p = predict(row, cluster, costs, defaults)
         rep.rows.append({"row": row, "predicted_s": p, "measured_s": row.measured_s,
-                         "error_pct": 100.0 * (p - row.measured_s) / row.measured_s})
+                         "error_pct": float(percent_errors(p, row.measured_s))})
     by: dict = {}
     for r in rep.rows:
         by.setdefault(r["row"].model_key, []).append(r)
@@ -190,71 +191,5 @@ def validate(rows: list[Row], cluster: ClusterSpec, costs: Costs, defaults: dict
         rep.groups.append({"name": name, "n": len(rs), "spearman": spearman(pred, meas),
                            "regret": pick["measured_s"] / best - 1.0, "pick": pick["row"].label(),
                            "best": rs[int(np.argmin(meas))]["row"].label(),
-                           "mape": float(np.mean([abs(r["error_pct"]) for r in rs]))})
+                           "mape": mape(pred, meas)})
     return rep
-
-
-# --- fitting -------------------------------------------------------------------------------------
-
-FIT_BOUNDS = {   # physically plausible ranges (A100-class GPUs)
-    "max_efficiency": (0.2, 0.85), "half_size": (1e6, 1e11), "attn_efficiency": (0.05, 1.0),
-    "hbm_GBps": (100.0, 1555.0), "layer_overhead_s": (0.0, 2e-3), "iteration_overhead_s": (0.0, 0.2),
-    "backward_ratio": (1.5, 3.5), "tp_sync_s": (0.0, 1e-3),
-}
-LOG_PARAMS = ("half_size",)
-
-
-def _pack(model, names):
-    return np.array([math.log(getattr(model, n)) if n in LOG_PARAMS else getattr(model, n) for n in names])
-
-
-def _unpack(model, names, x):
-    return model.with_params(**{n: (math.exp(v) if n in LOG_PARAMS else float(v)) for n, v in zip(names, x)})
-
-
-def fit_compute(rows: list[Row], cluster: ClusterSpec, base, names=None, costs_for=None, defaults=None):
-    """Least squares on log(predicted / measured) over the planner's own iteration model.
-
-    base: ComputeModel to start from (its comm model and any unfitted parameter stay as they are).
-    Returns (fitted ComputeModel, scipy result)."""
-    from scipy.optimize import least_squares
-    from planner.costs import costs_with_compute
-    from planner.costs.compute import DEFAULT_FIT
-    names = list(names or DEFAULT_FIT)
-    use = [r for r in rows if unsupported_reason(r, cluster) is None]
-    lo = [math.log(FIT_BOUNDS[n][0]) if n in LOG_PARAMS else FIT_BOUNDS[n][0] for n in names]
-    hi = [math.log(FIT_BOUNDS[n][1]) if n in LOG_PARAMS else FIT_BOUNDS[n][1] for n in names]
-    x0 = np.clip(_pack(base, names), lo, hi)
-    meas = np.array([r.measured_s for r in use])
-
-    def resid(x):
-        m = _unpack(base, names, x)
-        costs = costs_with_compute(m)
-        pred = np.array([predict(r, cluster, costs, defaults) for r in use])
-        return np.log(pred / meas)
-
-    x_scale = np.array([FIT_BOUNDS[n][1] - FIT_BOUNDS[n][0] if n not in LOG_PARAMS else 1.0 for n in names]) / 10
-    res = least_squares(resid, x0, bounds=(lo, hi), x_scale=x_scale, diff_step=1e-3, max_nfev=200)
-    return _unpack(base, names, res.x), res
-
-
-def kfold_validate(rows: list[Row], cluster: ClusterSpec, base, k: int = 5, seed: int = 0, names=None,
-                   defaults: dict | None = None):
-    """k-fold cross-validation of the fit: every row is predicted by a model fitted without it."""
-    from planner.costs import costs_with_compute
-    rng = np.random.default_rng(seed)
-    use = [r for r in rows if unsupported_reason(r, cluster) is None]
-    idx = rng.permutation(len(use))
-    folds = np.array_split(idx, k)
-    errs = np.zeros(len(use))
-    models = []
-    for f in folds:
-        test = set(f.tolist())
-        train = [use[i] for i in range(len(use)) if i not in test]
-        m, _ = fit_compute(train, cluster, base, names, defaults=defaults)
-        models.append(m)
-        costs = costs_with_compute(m)
-        for i in f:
-            p = predict(use[i], cluster, costs, defaults)
-            errs[i] = 100.0 * (p - use[i].measured_s) / use[i].measured_s
-    return errs, models
