@@ -1,6 +1,9 @@
+import hashlib
+
 import numpy as np
 import pytest
 
+from planner.mapping.bruteforce import brute_force, int_objectives
 from planner.spec import parse_spec
 
 
@@ -57,3 +60,48 @@ def scaled_snapshots(bandwidth, k, lo, hi, rng):
 @pytest.fixture
 def make_snapshots():
     return scaled_snapshots
+
+
+def problem_key(prob) -> str:
+    """A digest of everything a mapping problem's objective depends on (problems are rebuilt per test)."""
+    h = hashlib.sha1(repr((prob.layout, prob.n, float(prob.const))).encode())
+    for arr in (prob.nodes, prob.hop, prob.wrap, prob.dp_base, prob.dp_link, prob.emb):
+        h.update(b"-" if arr is None else np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def _read_only(*arrays):
+    for a in arrays:
+        a.flags.writeable = False
+
+
+@pytest.fixture(scope="session")
+def optimum():
+    """brute_force(problems, robust) computed once per session for each instance (several tests need the
+    same instance's optimum). The placement returned is read-only."""
+    cache = {}
+
+    def get(problems, robust="worst"):
+        probs = problems if isinstance(problems, list) else [problems]
+        key = (tuple(problem_key(p) for p in probs), robust)
+        if key not in cache:
+            best, best_a = brute_force(probs, robust)
+            _read_only(best_a)
+            cache[key] = (best, best_a)
+        return cache[key]
+    return get
+
+
+@pytest.fixture(scope="session")
+def int_values():
+    """Every placement's integer objective and the placements (bruteforce.int_objectives), once per instance."""
+    cache = {}
+
+    def get(prob):
+        key = problem_key(prob)
+        if key not in cache:
+            vals, P = int_objectives(prob)
+            _read_only(vals)
+            cache[key] = (vals, P)
+        return cache[key]
+    return get

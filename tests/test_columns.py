@@ -10,7 +10,10 @@ import pytest
 from planner.config import ParallelConfig
 from planner.costs.iteration import build_problem
 from planner.mapping import layouts
+from planner.mapping.bounds import emb_floor, path_lower_bound_int, row0_sets
+from planner.mapping.bruteforce import column_paths
 from planner.mapping.columns import (
+    _best_with_sets,
     _cover,
     _dfs_cover,
     _reduce,
@@ -18,14 +21,8 @@ from planner.mapping.columns import (
     read_path,
     solve_columns,
 )
-from planner.mapping.cpsat import (
-    _emb_floor,
-    _int,
-    _int_objective,
-    _row0_sets,
-    path_lower_bound_int,
-    solve_exact,
-)
+from planner.mapping.cpsat import solve_exact
+from planner.mapping.units import int_objective, to_units
 
 CASES = [  # nodes, (tp, pp, dp), schedule, vpp
     (6, (4, 2, 4), "1f1b", 1),           # 2 x 2 grid, 2 spare nodes
@@ -46,29 +43,11 @@ def _grids(make_spec, seeds=(0, 1)):
                     yield build_problem(spec, cfg, lay)
 
 
-def _all_int(prob):
-    """Every placement's integer objective (as the CP-SAT model scores it), vectorised."""
-    R, K, N = prob.layout.rows, prob.layout.cols, prob.n
-    P = np.array(list(itertools.permutations(range(N), R * K))).reshape(-1, R, K)
-    hop = _int(prob.hop)
-    path = hop[P[:, :-1], P[:, 1:]].sum(axis=1)
-    if prob.wrap is not None:
-        path = path + _int(prob.wrap)[P[:, -1], P[:, 0]]
-    base = _int(prob.dp_base)
-    ring = np.full(len(P), int(base.max()))
-    for i in range(R):
-        lc = _int(prob.dp_link[i])
-        c = np.maximum(lc, lc.T)
-        ring = np.maximum(ring, base[i] + c[P[:, i], np.roll(P[:, i], -1, axis=1)].max(axis=1))
-    emb = _int(prob.emb)[P[:, 0], P[:, -1]].max(axis=1) if prob.emb is not None else 0
-    return path.max(axis=1) + ring + emb, P
-
-
-def test_vectorised_reference_matches_the_model_objective(make_spec):
+def test_vectorised_reference_matches_the_model_objective(make_spec, int_values):
     prob = next(_grids(make_spec))
-    vals, P = _all_int(prob)
+    vals, P = int_values(prob)
     for k in np.random.default_rng(0).choice(len(P), 25, replace=False):
-        assert vals[k] == _int_objective(prob, P[k])
+        assert vals[k] == int_objective(prob, P[k])
 
 
 def test_path_items_keep_every_path_under_the_limit(make_spec):
@@ -77,16 +56,11 @@ def test_path_items_keep_every_path_under_the_limit(make_spec):
     checked = 0
     for prob in _grids(make_spec, seeds=(0,)):
         R, N = prob.layout.rows, prob.n
-        hop = _int(prob.hop)
-        wrap = _int(prob.wrap) if prob.wrap is not None else None
-        emb = _int(prob.emb) if prob.emb is not None else None
+        hop = to_units(prob.hop)
+        wrap = to_units(prob.wrap) if prob.wrap is not None else None
+        emb = to_units(prob.emb) if prob.emb is not None else None
         head, rest = 0, list(range(1, N))
-        costs = []
-        for path in itertools.permutations(rest, R - 1):
-            nodes = (head,) + path
-            c = int(sum(hop[nodes[i], nodes[i + 1]] for i in range(R - 1)))
-            c += int(wrap[nodes[-1], head]) if wrap is not None else 0
-            costs.append((c, int(emb[head, nodes[-1]]) if emb is not None else 0, frozenset(path)))
+        costs = column_paths(hop, wrap, emb, head, rest, R)
         ef = sorted(e for _, e, _ in costs)[len(costs) // 3]          # a floor that binds for some ends
         lim = int(np.median([c + max(e, ef) for c, e, _ in costs]))
         it = column_items(hop, wrap, emb, head, rest, R, lim, ef)
@@ -114,9 +88,9 @@ def test_covers_found_are_covers_and_reduction_is_sound(make_spec):
     seen_yes = seen_no = 0
     for prob in _grids(make_spec):
         R, K, N = prob.layout.rows, prob.layout.cols, prob.n
-        hop = _int(prob.hop)
-        wrap = _int(prob.wrap) if prob.wrap is not None else None
-        emb = _int(prob.emb) if prob.emb is not None else None
+        hop = to_units(prob.hop)
+        wrap = to_units(prob.wrap) if prob.wrap is not None else None
+        emb = to_units(prob.emb) if prob.emb is not None else None
         H = tuple(range(K))
         rest = [n for n in range(N) if n not in H]
         exact = N == R * K
@@ -128,13 +102,13 @@ def test_covers_found_are_covers_and_reduction_is_sound(make_spec):
             full = (1 << len(rest)) - 1
             ok_any = False
             for combo in itertools.product(*[range(len(it.cost)) for it in its]):
-                ms = [int(it.mask[c]) for it, c in zip(its, combo)]
+                ms = [int(it.mask[c]) for it, c in zip(its, combo, strict=True)]
                 if any(ms[i] & ms[j] for i in range(K) for j in range(i)):
                     continue
                 if exact and sum(ms) != full:
                     continue
-                if max(int(it.cost[c]) for it, c in zip(its, combo)) + \
-                        max(int(it.emb[c]) for it, c in zip(its, combo)) <= lim:
+                if max(int(it.cost[c]) for it, c in zip(its, combo, strict=True)) + \
+                        max(int(it.emb[c]) for it, c in zip(its, combo, strict=True)) <= lim:
                     ok_any = True
                     break
             alive = _reduce(its, [it.cost + it.emb <= lim for it in its], len(rest), exact)
@@ -146,31 +120,31 @@ def test_covers_found_are_covers_and_reduction_is_sound(make_spec):
             for chosen in (quick, ch):
                 if chosen is None:
                     continue
-                ms = [int(it.mask[c]) for it, c in zip(its, chosen)]
+                ms = [int(it.mask[c]) for it, c in zip(its, chosen, strict=True)]
                 assert all(ms[i] & ms[j] == 0 for i in range(K) for j in range(i))
                 assert not exact or sum(ms) == full
-                assert max(int(it.cost[c]) for it, c in zip(its, chosen)) + \
-                    max(int(it.emb[c]) for it, c in zip(its, chosen)) <= lim
+                assert max(int(it.cost[c]) for it, c in zip(its, chosen, strict=True)) + \
+                    max(int(it.emb[c]) for it, c in zip(its, chosen, strict=True)) <= lim
             seen_yes += ok_any
             seen_no += not ok_any
     assert seen_yes >= 5 and seen_no >= 5
 
 
-def test_solve_columns_equals_brute_force(make_spec):
+def test_solve_columns_equals_brute_force(make_spec, int_values):
     """From the rank order (limit: its value) the decomposition proves the optimum; asked for anything strictly
     better than the optimum it finds nothing and says so; its bound never exceeds the optimum."""
     proved = 0
     for prob in _grids(make_spec):
-        vals, _ = _all_int(prob)
+        vals, _ = int_values(prob)
         opt = int(vals.min())
         plb = path_lower_bound_int(prob)
-        for limit in (_int_objective(prob, prob.rank_order()), opt, opt - 1):
-            sets = _row0_sets(prob, limit - plb - _emb_floor(prob), limit=10 ** 6)
-            out = solve_columns(prob, sets, limit, lambda a, p=prob: _int_objective(p, a), 30.0, path_floor=plb)
+        for limit in (int_objective(prob, prob.rank_order()), opt, opt - 1):
+            sets = row0_sets(prob, limit - plb - emb_floor(prob), limit=10 ** 6)
+            out = solve_columns(prob, sets, limit, lambda a, p=prob: int_objective(p, a), 30.0, path_floor=plb)
             assert out is not None
             assert out.bound <= opt
             if out.assign is not None:
-                assert out.value == _int_objective(prob, out.assign) <= limit
+                assert out.value == int_objective(prob, out.assign) <= limit
                 prob.check(out.assign)
             if limit < opt:
                 assert out.assign is None
@@ -183,7 +157,8 @@ def test_solve_columns_equals_brute_force(make_spec):
     assert proved >= 20
 
 
-def test_solve_exact_with_and_without_the_decomposition(make_spec, monkeypatch):
+@pytest.mark.parametrize("on", [True, False])
+def test_solve_exact_with_and_without_the_decomposition(make_spec, monkeypatch, optimum, on):
     """solve_exact gives the brute-force optimum either way, and the decomposition does prove some."""
     import planner.mapping.cpsat as C
     calls = []
@@ -194,46 +169,47 @@ def test_solve_exact_with_and_without_the_decomposition(make_spec, monkeypatch):
         calls.append(out is not None and out.proved)
         return out
     monkeypatch.setattr(C, "solve_columns", spy)
+    monkeypatch.setattr(C, "COLUMNS", on)
     for prob in _grids(make_spec, seeds=(1,)):
-        best = float(min(prob.objective(a) for a in _all_int(prob)[1]))
-        for on in (True, False):
-            monkeypatch.setattr(C, "COLUMNS", on)
-            ex = solve_exact(prob, time_limit_s=20, hint=prob.rank_order())
-            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
-            assert ex.bound <= best + 1e-9
-            pr = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
-            assert pr.status == "PRUNED"
-    assert sum(calls) >= 3
+        best, _ = optimum(prob)
+        ex = solve_exact(prob, time_limit_s=20, hint=prob.rank_order())
+        assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+        assert ex.bound <= best + 1e-9
+        pr = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
+        assert pr.status == "PRUNED"
+    if on:
+        assert sum(calls) >= 3
+    else:
+        assert not calls
 
 
-def test_best_with_given_node_sets_equals_brute_force(make_spec):
+def test_best_with_given_node_sets_equals_brute_force(make_spec, int_values):
     """The exact answer for one cover: row 0 = the heads in any column order, each head's column through
     exactly its node set in any order; brute force over those placements."""
-    from planner.mapping.columns import _best_with_sets
     rng = np.random.default_rng(3)
     checked = 0
     for prob in _grids(make_spec):
         R, K, N = prob.layout.rows, prob.layout.cols, prob.n
-        vals, P = _all_int(prob)
+        vals, P = int_values(prob)
         nodes = rng.permutation(N)
         H = tuple(int(h) for h in nodes[:K])
         sets = {h: [int(n) for n in nodes[K + j * (R - 1): K + (j + 1) * (R - 1)]] for j, h in enumerate(H)}
         want = None
-        for v, a in zip(vals, P):
+        for v, a in zip(vals, P, strict=True):
             if set(a[0].tolist()) != set(H):
                 continue
             if all(set(a[1:, j].tolist()) == set(sets[int(a[0, j])]) for j in range(K)):
                 want = int(v) if want is None else min(want, int(v))
-        wrap = _int(prob.wrap) if prob.wrap is not None else None
-        emb = _int(prob.emb) if prob.emb is not None else None
-        v, a = _best_with_sets(prob, H, sets, _int(prob.hop), wrap, emb, 10.0, 0)
-        assert v == want == _int_objective(prob, a)
+        wrap = to_units(prob.wrap) if prob.wrap is not None else None
+        emb = to_units(prob.emb) if prob.emb is not None else None
+        v, a = _best_with_sets(prob, H, sets, to_units(prob.hop), wrap, emb, 10.0, 0)
+        assert v == want == int_objective(prob, a)
         checked += 1
     assert checked >= 8
 
 
 @pytest.mark.parametrize("steps", [64, 10 ** 6])
-def test_decomposition_is_exact_when_the_other_rows_rings_bind(make_spec, monkeypatch, steps):
+def test_decomposition_is_exact_when_the_other_rows_rings_bind(make_spec, monkeypatch, int_values, steps):
     """Slow links that only rows 1..R-1 can use make the relaxation's cheapest orders wrong; the exact
     answer for those node sets and the no-good keep solve_columns equal to brute force, and it proves. With
     tiny probe steps a cover under the probe's t often has its exact answer above t: the covers must then
@@ -256,12 +232,12 @@ def test_decomposition_is_exact_when_the_other_rows_rings_bind(make_spec, monkey
                 n, q = rng.choice(N, 2, replace=False)
                 link[i, n, q] = link[i, q, n] = 10 * float(np.abs(prob.dp_base).max() + prob.dp_link.max())
         prob.dp_link = link
-        vals, _ = _all_int(prob)
+        vals, _ = int_values(prob)
         opt = int(vals.min())
         plb = path_lower_bound_int(prob)
-        limit = _int_objective(prob, prob.rank_order())
-        sets = _row0_sets(prob, limit - plb - _emb_floor(prob), limit=10 ** 6)
-        out = Co.solve_columns(prob, sets, limit, lambda a, p=prob: _int_objective(p, a), 30.0, path_floor=plb)
+        limit = int_objective(prob, prob.rank_order())
+        sets = row0_sets(prob, limit - plb - emb_floor(prob), limit=10 ** 6)
+        out = Co.solve_columns(prob, sets, limit, lambda a, p=prob: int_objective(p, a), 30.0, path_floor=plb)
         assert out.proved and out.bound <= opt
         assert (out.value if out.assign is not None else limit) == opt
     assert calls

@@ -5,8 +5,12 @@ from planner.config import ParallelConfig
 from planner.costs.iteration import build_problem
 from planner.mapping import layouts
 from planner.mapping.anneal import anneal
-from planner.mapping.bruteforce import brute_force
+from planner.mapping.bounds import head_bound, path_lower_bound_int, ring_cap
+from planner.mapping.bruteforce import all_placements, int_path_costs, set_bottlenecks
 from planner.mapping.cpsat import solve_exact
+from planner.mapping.problem import ring_bottleneck_bound
+from planner.mapping.sat import Debug
+from planner.mapping.units import int_objective
 
 CASES = [  # nodes, (tp, pp, dp), schedule, vpp
     (4, (2, 4, 4), "1f1b", 1),
@@ -18,42 +22,59 @@ CASES = [  # nodes, (tp, pp, dp), schedule, vpp
     (6, (8, 1, 6), "1f1b", 1),
     (6, (4, 6, 2), "v-half", 2),
 ]
+# every (case, layout) of CASES
+INSTANCES = [(k, lay) for k, (_, (tp, pp, dp), _, _) in enumerate(CASES) for lay in layouts(tp, pp, dp, 8)]
+
+# multi-column grids (K > 1), with and without spare nodes, where the ring slice can cut: (nodes, tp, pp, dp, seed,
+# layout)
+GRID_CASES = [(6, (4, 2, 4)), (7, (4, 4, 2)), (8, (4, 4, 4)), (6, (4, 2, 6))]
+GRIDS = [(n, tp, pp, dp, seed, lay) for k, (n, (tp, pp, dp)) in enumerate(GRID_CASES) for seed in (k, 40 + k)
+         for lay in layouts(tp, pp, dp, 8) if lay.cols > 1 and lay.rows > 1]
 
 
-def _instances(make_spec):
-    for k, (n, (tp, pp, dp), sched, v) in enumerate(CASES):
-        spec = make_spec(nodes=n, seed=k, gbs=96 if n == 6 else 64, layers=24)
-        gbs = spec.training.global_batch_size
-        cfg = ParallelConfig(tp, pp, dp, 1, gbs // dp, sched, v, "selective")
-        for lay in layouts(tp, pp, dp, 8):
-            yield build_problem(spec, cfg, lay)
+def _instance(make_spec, k, lay):
+    n, (tp, pp, dp), sched, v = CASES[k]
+    spec = make_spec(nodes=n, seed=k, gbs=96 if n == 6 else 64, layers=24)
+    gbs = spec.training.global_batch_size
+    return build_problem(spec, ParallelConfig(tp, pp, dp, 1, gbs // dp, sched, v, "selective"), lay)
 
 
-def test_exact_equals_brute_force_and_bounds_hold(make_spec):
-    seen = 0
-    for prob in _instances(make_spec):
-        best, _ = brute_force(prob)
-        ex = solve_exact(prob, time_limit_s=20)
-        assert ex.status == "OPTIMAL"
-        assert ex.objective == pytest.approx(best, rel=1e-9)
-        assert ex.bound <= best + 1e-9
-        assert prob.lower_bound() <= best + 1e-12          # the cheap bound is valid
-        sa = anneal(prob, seed=3)
-        assert sa.objective >= ex.objective - 1e-12        # annealing never beats a proved optimum
-        seen += 1
-    assert seen >= 12
+def _grid(make_spec, n, tp, pp, dp, seed, lay):
+    spec = make_spec(nodes=n, seed=seed, gbs=96 if dp in (6,) else 64, layers=24)
+    gbs = spec.training.global_batch_size
+    return build_problem(spec, ParallelConfig(tp, pp, dp, 1, gbs // dp, "1f1b", 1, "selective"), lay)
 
 
-def test_robust_worst_case_equals_brute_force(make_spec, make_snapshots):
+def _label(case):
+    return "-".join(str(c) for c in case[:-1]) + f"-{case[-1].label()}"
+
+
+def test_instance_lists_are_big_enough():
+    assert len(INSTANCES) >= 12
+    assert len(GRIDS) >= 6
+
+
+@pytest.mark.parametrize("k, lay", INSTANCES, ids=[f"{k}-{lay.label()}" for k, lay in INSTANCES])
+def test_exact_equals_brute_force_and_bounds_hold(make_spec, optimum, k, lay):
+    prob = _instance(make_spec, k, lay)
+    best, _ = optimum(prob)
+    ex = solve_exact(prob, time_limit_s=20)
+    assert ex.status == "OPTIMAL"
+    assert ex.objective == pytest.approx(best, rel=1e-9)
+    assert ex.bound <= best + 1e-9
+    assert prob.lower_bound() <= best + 1e-12          # the cheap bound is valid
+    sa = anneal(prob, seed=3)
+    assert sa.objective >= ex.objective - 1e-12        # annealing never beats a proved optimum
+
+
+def test_robust_worst_case_equals_brute_force(make_spec, make_snapshots, optimum):
     spec = make_spec(nodes=4, seed=11)
     cfg = ParallelConfig(2, 4, 4, 1, 16, "1f1b", 1, "selective")
     lay = layouts(2, 4, 4, 8)[0]
     mats = make_snapshots(spec.cluster.bandwidth, 3, 0.7, 1.3, np.random.default_rng(5))
     probs = [build_problem(spec, cfg, lay, bandwidth=m) for m in mats]
     ex = solve_exact(probs, time_limit_s=20, robust="worst")
-    import itertools
-    best = min(max(p.objective(np.array(perm).reshape(lay.rows, lay.cols)) for p in probs)
-               for perm in itertools.permutations(range(4), lay.blocks))
+    best, _ = optimum(probs, "worst")
     assert ex.objective == pytest.approx(best, rel=1e-9)
 
 
@@ -78,24 +99,21 @@ def test_objective_prefers_fast_links(make_spec):
 
 
 def test_ring_bottleneck_bound_is_valid_and_tight_on_small_cases(costs_cases):
-    import itertools
-
-    from planner.mapping.problem import ring_bottleneck_bound
     tight = 0
-    for n, k, c in costs_cases((3, 8), (2, 5)):
-        best = min(max(c[a, b] for a, b in itertools.combinations(s, 2)) for s in itertools.combinations(range(n), k))
+    for _, k, c in costs_cases((3, 8), (2, 5)):
+        best = min(set_bottlenecks(c, k).values())
         bound = ring_bottleneck_bound(c, k)
         assert bound <= best + 1e-12
         tight += bound == best
     assert tight >= 20      # the k-core argument is exact for k <= 3 and usually close beyond
 
 
-def test_cutoff_refutes_and_survives_an_infeasible_hint(make_spec):
+def test_cutoff_refutes_and_survives_an_infeasible_hint(make_spec, optimum):
     """A candidate that cannot beat the incumbent is PRUNED; the (worse) hint must not crash CP-SAT."""
     spec = make_spec(nodes=6, seed=2, gbs=96)
     cfg = ParallelConfig(4, 6, 2, 1, 48, "1f1b", 1, "selective")
     prob = build_problem(spec, cfg, layouts(4, 6, 2, 8)[0])
-    best, _ = brute_force(prob)
+    best, _ = optimum(prob)
     hint = prob.rank_order()
     r = solve_exact(prob, time_limit_s=10, hint=hint, cutoff=best)          # nothing strictly better
     assert r.status == "PRUNED" and r.bound == best
@@ -103,7 +121,7 @@ def test_cutoff_refutes_and_survives_an_infeasible_hint(make_spec):
     assert r.status == "OPTIMAL" and r.objective == pytest.approx(best)
 
 
-def test_single_column_circuit_model_equals_brute_force(make_spec):
+def test_single_column_circuit_model_equals_brute_force(make_spec, optimum):
     """K = 1 grids go to the circuit formulation, spare nodes included (6 nodes, 4 or 5 rows)."""
     for seed, (tp, pp) in enumerate([(8, 4), (8, 5), (4, 4)]):
         spec = make_spec(nodes=6, seed=20 + seed, gbs=64, layers=40)
@@ -113,7 +131,7 @@ def test_single_column_circuit_model_equals_brute_force(make_spec):
             if lay.cols != 1:
                 continue
             prob = build_problem(spec, cfg, lay)
-            best, _ = brute_force(prob)
+            best, _ = optimum(prob)
             ex = solve_exact(prob, time_limit_s=10, hint=prob.rank_order())
             assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
             assert ex.bound <= best + 1e-9
@@ -121,102 +139,86 @@ def test_single_column_circuit_model_equals_brute_force(make_spec):
             assert pr.status == "PRUNED"
 
 
-def _grid_instances(make_spec):
-    """Multi-column grids (K > 1), with and without spare nodes, where the ring slice can cut."""
-    cases = [(6, (4, 2, 4)), (7, (4, 4, 2)), (8, (4, 4, 4)), (6, (4, 2, 6))]
-    for k, (n, (tp, pp, dp)) in enumerate(cases):
-        for seed in (k, 40 + k):
-            spec = make_spec(nodes=n, seed=seed, gbs=96 if dp in (6,) else 64, layers=24)
-            gbs = spec.training.global_batch_size
-            cfg = ParallelConfig(tp, pp, dp, 1, gbs // dp, "1f1b", 1, "selective")
-            for lay in layouts(tp, pp, dp, 8):
-                if lay.cols > 1 and lay.rows > 1:
-                    yield build_problem(spec, cfg, lay)
+@pytest.mark.parametrize("case", GRIDS, ids=[_label(c) for c in GRIDS])
+def test_path_lower_bound_is_valid(make_spec, case):
+    prob = _grid(make_spec, *case)
+    best = int(int_path_costs(prob, all_placements(prob), wrap=False).max(axis=1).min())
+    lb = path_lower_bound_int(prob)
+    assert 0 < lb <= best
 
 
-def test_path_lower_bound_is_valid(make_spec):
-    import itertools
-
-    from planner.mapping.cpsat import UNIT, path_lower_bound_int
-    seen = 0
-    for prob in _grid_instances(make_spec):
-        R, K, N = prob.layout.rows, prob.layout.cols, prob.n
-        hop = np.rint(prob.hop / UNIT).astype(np.int64)
-        best = min(int(hop[a[:-1], a[1:]].sum(axis=0).max())
-                   for a in (np.array(p).reshape(R, K) for p in itertools.permutations(range(N), R * K)))
-        lb = path_lower_bound_int(prob)
-        assert 0 < lb <= best
-        seen += 1
-    assert seen >= 6
-
-
-def test_ring_slice_keeps_the_exact_optimum(make_spec):
+@pytest.mark.parametrize("case", GRIDS, ids=[_label(c) for c in GRIDS])
+def test_ring_slice_keeps_the_exact_optimum(make_spec, optimum, case):
     """With an incumbent the model only searches the slice of placements whose ring leaves room for
-    the path lower bound; on every tiny grid it still returns the brute-force optimum, refutes a
-    cutoff at the optimum, and the slice does cut on some of them (so this test exercises it)."""
-    from planner.mapping.cpsat import _int_objective, _ring_cap
+    the path lower bound; on every tiny grid it still returns the brute-force optimum and refutes a
+    cutoff at the optimum."""
+    prob = _grid(make_spec, *case)
+    best, best_a = optimum(prob)
+    for hint in (prob.rank_order(), best_a):
+        ex = solve_exact(prob, time_limit_s=20, hint=hint)
+        assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+        assert ex.bound <= best + 1e-9
+        plain = solve_exact(prob, time_limit_s=20, hint=hint, ring_cap=False)
+        assert plain.objective == pytest.approx(best, rel=1e-9)
+    pr = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
+    assert pr.status == "PRUNED" and pr.bound == best
+    ok = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best + 1e-6)
+    assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
+    quick = solve_exact(prob, time_limit_s=1e-4, hint=prob.rank_order())    # bound without a solve
+    assert quick.bound <= best + 1e-9 and quick.objective >= best - 1e-9
+
+
+def test_ring_slice_cuts_on_some_grids(make_spec, optimum):
+    """The slice does cut on some of the tiny grids (so test_ring_slice_keeps_the_exact_optimum exercises it)."""
     cut_some = 0
-    for prob in _grid_instances(make_spec):
-        best, best_a = brute_force(prob)
-        for hint in (prob.rank_order(), best_a):
-            ex = solve_exact(prob, time_limit_s=20, hint=hint)
-            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
-            assert ex.bound <= best + 1e-9
-            plain = solve_exact(prob, time_limit_s=20, hint=hint, ring_cap=False)
-            assert plain.objective == pytest.approx(best, rel=1e-9)
-        pr = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
-        assert pr.status == "PRUNED" and pr.bound == best
-        ok = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best + 1e-6)
-        assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
-        quick = solve_exact(prob, time_limit_s=1e-4, hint=prob.rank_order())    # bound without a solve
-        assert quick.bound <= best + 1e-9 and quick.objective >= best - 1e-9
-        cap, allowed, _ = _ring_cap(prob, _int_objective(prob, best_a), 10.0, 0)
+    for case in GRIDS:
+        prob = _grid(make_spec, *case)
+        _, best_a = optimum(prob)
+        cap, allowed, _ = ring_cap(prob, int_objective(prob, best_a), 10.0, 0)
         cut_some += cap is not None
     assert cut_some >= 3
 
 
-def test_hint_in_any_column_order_is_a_solution_of_the_model(make_spec, monkeypatch):
+def test_hint_in_any_column_order_is_a_solution_of_the_model(make_spec, optimum):
     """Columns are ordered by their row-0 node in the model; a hint in another order must still be
     usable: with every variable fixed to the hint, CP-SAT must find it (it was INFEASIBLE before)."""
-    import planner.mapping.cpsat as C
-    orig = C._solver
-
-    def fixed(*a, **k):
-        s = orig(*a, **k)
-        s.parameters.fix_variables_to_their_hinted_value = True
-        return s
-    monkeypatch.setattr(C, "_solver", fixed)
-    for prob in _grid_instances(make_spec):
-        best, best_a = brute_force(prob)
-        order = np.argsort(best_a[0])[::-1]                 # columns by decreasing row-0 node
-        ex = C.solve_exact(prob, time_limit_s=10, hint=best_a[:, order], ring_cap=False)
-        assert ex.status in ("OPTIMAL", "FEASIBLE") and ex.objective == pytest.approx(best, rel=1e-9)
-        break
+    prob = _grid(make_spec, *GRIDS[0])
+    best, best_a = optimum(prob)
+    order = np.argsort(best_a[0])[::-1]                 # columns by decreasing row-0 node
+    ex = solve_exact(prob, time_limit_s=10, hint=best_a[:, order], ring_cap=False,
+                     debug=Debug(params="fix_variables_to_their_hinted_value: true"))
+    assert ex.status in ("OPTIMAL", "FEASIBLE") and ex.objective == pytest.approx(best, rel=1e-9)
 
 
-def test_head_bound_is_valid(make_spec):
+def test_debug_hook_exports_the_model(make_spec, tmp_path, monkeypatch):
+    """PLANNER_CPSAT_EXPORT writes the model solved; PLANNER_CPSAT_PARAMS reaches the solver (an invalid
+    parameter name is an error, so it is not silently dropped)."""
+    prob = _grid(make_spec, *GRIDS[0])
+    out = tmp_path / "model_{n}.pb.txt"
+    monkeypatch.setenv("PLANNER_CPSAT_EXPORT", str(out))
+    monkeypatch.setenv("PLANNER_CPSAT_PARAMS", "num_workers: 1")
+    solve_exact(prob, time_limit_s=5)
+    files = sorted(tmp_path.glob("model_*.pb.txt"))
+    assert len(files) == 1 and "variables" in files[0].read_text()
+    monkeypatch.setenv("PLANNER_CPSAT_PARAMS", "no_such_parameter: 1")
+    with pytest.raises(ValueError):
+        solve_exact(prob, time_limit_s=5)
+
+
+@pytest.mark.parametrize("case", GRIDS, ids=[_label(c) for c in GRIDS])
+def test_head_bound_is_valid(make_spec, int_values, case):
     """The path bound with row 0's nodes as the path starts, and the head bound built from it, never
     exceed what a placement with that row-0 set (or any placement) achieves, by brute force."""
-    import itertools
-
-    from planner.mapping.cpsat import _head_bound, _int_objective, path_lower_bound_int
-    seen = 0
-    for prob in _grid_instances(make_spec):
-        R, K, N = prob.layout.rows, prob.layout.cols, prob.n
-        hop = np.rint(prob.hop / 1e-7).astype(np.int64)
-        best_path, best_obj = {}, None
-        for perm in itertools.permutations(range(N), R * K):
-            a = np.array(perm).reshape(R, K)
-            key = frozenset(a[0].tolist())
-            path = int(hop[a[:-1], a[1:]].sum(axis=0).max())
-            best_path[key] = min(best_path.get(key, path), path)
-            v = _int_objective(prob, a)
-            best_obj = v if best_obj is None else min(best_obj, v)
-        for key, path in best_path.items():
-            assert path_lower_bound_int(prob, heads=set(key)) <= path
-        plb = path_lower_bound_int(prob)
-        for limit in (best_obj, best_obj - 1, best_obj + 10 ** 4):
-            hb = _head_bound(prob, limit, plb, 10.0, 0)
-            assert hb is not None and hb <= min(best_obj, limit + 1)
-        seen += 1
-    assert seen >= 6
+    prob = _grid(make_spec, *case)
+    vals, P = int_values(prob)
+    path = int_path_costs(prob, P, wrap=False).max(axis=1)
+    heads, inv = np.unique(np.sort(P[:, 0], axis=1), axis=0, return_inverse=True)
+    best_path = np.full(len(heads), np.iinfo(np.int64).max)
+    np.minimum.at(best_path, inv.ravel(), path)
+    best_obj = int(vals.min())
+    for key, bp in zip(heads, best_path, strict=True):
+        assert path_lower_bound_int(prob, heads=set(key.tolist())) <= bp
+    plb = path_lower_bound_int(prob)
+    for limit in (best_obj, best_obj - 1, best_obj + 10 ** 4):
+        hb = head_bound(prob, limit, plb, 10.0, 0)
+        assert hb is not None and hb <= min(best_obj, limit + 1)

@@ -2,7 +2,6 @@
 order (NCCL's connectRings), not its slowest pair. Exact = brute force where the order matters, the
 bounds stay valid, the former pair model is an upper bound, and the simulator agrees."""
 import dataclasses
-import itertools
 
 import numpy as np
 import pytest
@@ -10,11 +9,12 @@ import pytest
 import planner
 from planner.config import ParallelConfig
 from planner.costs.iteration import build_problem, evaluate
-from planner.mapping import layouts
 from planner.mapping.anneal import anneal
-from planner.mapping.bruteforce import brute_force
-from planner.mapping.cpsat import _canonical, _head_bound, _int_objective, _row0_sets, solve_exact
+from planner.mapping.bounds import head_bound, path_lower_bound_int, row0_sets
+from planner.mapping.bruteforce import all_placements, dp_costs, dp_costs_pairs, path_costs, set_rings
+from planner.mapping.cpsat import canonical, solve_exact
 from planner.mapping.problem import Layout, ring_bottleneck_bound, ring_order_bound
+from planner.mapping.units import int_objective
 from planner.simulator import agreement, simulate
 
 
@@ -25,49 +25,65 @@ def _slow_pairs_spec(make_spec, nodes, seed, slow):
     return spec
 
 
-def _ring_specs(make_spec):
+def _ring_spec(make_spec, k):
     """(spec, config, layout) with K >= 4 columns and slow pairs that a ring order can keep off its
-    neighbour links."""
-    # 1 row x 4 columns on 4 nodes: the diagonals 0-2 and 1-3 are slow, the ring 0-1-2-3 avoids both
-    spec = _slow_pairs_spec(make_spec, 4, 1, [(0, 2), (1, 3)])
-    yield spec, ParallelConfig(8, 1, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 4)
-    # 2 rows x 4 columns on 8 nodes (and on 9: a spare node), slow pairs scattered
-    for n, seed in ((8, 2), (9, 3)):
+    neighbour links (RING_CASES)."""
+    if k == 0:
+        # 1 row x 4 columns on 4 nodes: the diagonals 0-2 and 1-3 are slow, the ring 0-1-2-3 avoids both
+        spec = _slow_pairs_spec(make_spec, 4, 1, [(0, 2), (1, 3)])
+        return spec, ParallelConfig(8, 1, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 4)
+    if k in (1, 2):
+        # 2 rows x 4 columns on 8 nodes (and on 9: a spare node), slow pairs scattered
+        n, seed = ((8, 2), (9, 3))[k - 1]
         spec = _slow_pairs_spec(make_spec, n, seed, [(0, 2), (1, 3), (4, 6), (5, 7), (0, 5)])
-        yield spec, ParallelConfig(8, 2, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 2, 4)
+        return spec, ParallelConfig(8, 2, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 2, 4)
     # 1 row x 5 columns on 6 nodes, random heterogeneous links
     spec = make_spec(nodes=6, seed=4, gbs=80, layers=24)
-    yield spec, ParallelConfig(8, 1, 5, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 5)
+    return spec, ParallelConfig(8, 1, 5, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 5)
+
+
+RING_CASES = [0, 1, 2, 3]       # 1 x 4 on 4 nodes, 2 x 4 on 8 and on 9 nodes, 1 x 5 on 6 nodes
+
+
+def _ring_case(make_spec, k):
+    spec, cfg, lay = _ring_spec(make_spec, k)
+    return build_problem(spec, cfg, lay)
 
 
 def _ring_cases(make_spec):
-    for spec, cfg, lay in _ring_specs(make_spec):
-        yield build_problem(spec, cfg, lay)
+    for k in RING_CASES:
+        yield _ring_case(make_spec, k)
 
 
-def test_ring_order_matters_and_exact_equals_brute_force(make_spec):
+def test_ring_order_matters(make_spec, optimum):
+    """On some cases the ring order avoids a slow pair: the optimum beats the pair model's optimum."""
     strictly = 0
     for prob in _ring_cases(make_spec):
-        best, best_a = brute_force(prob)
-        pair_best = min(prob.const + prob.path_costs(a).max() + prob.dp_costs_pairs(a).max()
-                        for a in (np.array(p).reshape(prob.layout.rows, prob.layout.cols)
-                                  for p in itertools.permutations(range(prob.n), prob.layout.blocks)))
+        best, _ = optimum(prob)
+        P = all_placements(prob)
+        pair_best = (prob.const + path_costs(prob, P).max(axis=1) + dp_costs_pairs(prob, P).max(axis=1)).min()
         strictly += best < pair_best - 1e-9                 # the order avoids a slow pair here
-        assert prob.lower_bound() <= best + 1e-12
-        for hint in (None, prob.rank_order(), best_a, best_a[:, ::-1]):
-            ex = solve_exact(prob, time_limit_s=20, hint=hint)
-            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
-            assert ex.bound <= best + 1e-9
-        assert solve_exact(prob, time_limit_s=20, hint=best_a, ring_cap=False).objective == pytest.approx(best)
-        assert solve_exact(prob, time_limit_s=20, ring_form="bigm").objective == pytest.approx(best)
-        pr = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
-        assert pr.status == "PRUNED" and pr.bound == best
-        ok = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best + 1e-6)
-        assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
-        quick = solve_exact(prob, time_limit_s=1e-4, hint=prob.rank_order())
-        assert quick.bound <= best + 1e-9
-        assert anneal(prob, seed=1).objective >= best - 1e-12
     assert strictly >= 2
+
+
+@pytest.mark.parametrize("k", RING_CASES)
+def test_exact_equals_brute_force_in_ring_order(make_spec, optimum, k):
+    prob = _ring_case(make_spec, k)
+    best, best_a = optimum(prob)
+    assert prob.lower_bound() <= best + 1e-12
+    for hint in (None, prob.rank_order(), best_a, best_a[:, ::-1]):
+        ex = solve_exact(prob, time_limit_s=20, hint=hint)
+        assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+        assert ex.bound <= best + 1e-9
+    assert solve_exact(prob, time_limit_s=20, hint=best_a, ring_cap=False).objective == pytest.approx(best)
+    assert solve_exact(prob, time_limit_s=20, ring_form="bigm").objective == pytest.approx(best)
+    pr = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
+    assert pr.status == "PRUNED" and pr.bound == best
+    ok = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best + 1e-6)
+    assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
+    quick = solve_exact(prob, time_limit_s=1e-4, hint=prob.rank_order())
+    assert quick.bound <= best + 1e-9
+    assert anneal(prob, seed=1).objective >= best - 1e-12
 
 
 def test_pair_model_is_an_upper_bound_of_the_ring(make_spec):
@@ -79,7 +95,7 @@ def test_pair_model_is_an_upper_bound_of_the_ring(make_spec):
             a = rng.permutation(N)[:R * K].reshape(R, K)
             assert np.all(prob.dp_costs_pairs(a) >= prob.dp_costs(a) - 1e-15)
             # the model's integer objective is the ring's too
-            assert _int_objective(prob, a) * 1e-7 + prob.const == pytest.approx(prob.objective(a), abs=(R + 3) * 1e-7)
+            assert int_objective(prob, a) * 1e-7 + prob.const == pytest.approx(prob.objective(a), abs=(R + 3) * 1e-7)
             seen += 1
     for K in (1, 2, 3):       # with K <= 3 the ring holds every pair: the two models agree
         spec = make_spec(nodes=6, seed=K, gbs=96, layers=24)
@@ -93,11 +109,7 @@ def test_pair_model_is_an_upper_bound_of_the_ring(make_spec):
 def test_ring_order_bound_and_row0_sets_are_valid(costs_cases):
     tight = 0
     for n, k, c in costs_cases((4, 8), (2, 6)):
-        ring = {}                            # every k-set: its best cycle's slowest link
-        for s in itertools.combinations(range(n), k):
-            ring[s] = min(max(c[o[j], o[(j + 1) % k]] for j in range(k))
-                          for o in itertools.permutations(s) if o[0] == s[0])
-        best = min(ring.values())
+        best = min(set_rings(c, k).values())     # every k-set's best cycle's slowest link
         bound = ring_order_bound(c, k)
         assert bound <= best + 1e-12
         if k <= 3:
@@ -110,26 +122,23 @@ def test_ring_order_bound_and_row0_sets_are_valid(costs_cases):
         prob.dp_base = np.zeros(2)
         ci = np.rint(c).astype(np.int64)
         thr = int(np.sort(ci[np.triu_indices(n, 1)])[len(ci) // 2])
-        sets = _row0_sets(prob, thr, limit=10 ** 6)
-        want = sorted((int(min(max(ci[o[j], o[(j + 1) % k]] for j in range(k))
-                               for o in itertools.permutations(s) if o[0] == s[0])), s) for s in ring)
+        sets = row0_sets(prob, thr, limit=10 ** 6)
+        want = sorted((int(r), s) for s, r in set_rings(ci, k).items())
         want = [w for w in want if w[0] <= thr]
         assert sets == want
     assert tight >= 15
 
 
-def test_head_bound_is_valid_in_ring_order(make_spec):
-    for prob in _ring_cases(make_spec):
-        if prob.layout.rows < 2:
-            continue
-        R, K, N = prob.layout.rows, prob.layout.cols, prob.n
-        best = min(_int_objective(prob, np.array(p).reshape(R, K)) for p in itertools.permutations(range(N), R * K))
-        from planner.mapping.cpsat import path_lower_bound_int
-        plb = path_lower_bound_int(prob)
-        for limit in (best, best - 1, best + 10 ** 4):
-            hb = _head_bound(prob, limit, plb, 10.0, 0)
-            # a loose limit may leave too many row-0 sets to bound (None: no bound, which is valid)
-            assert (hb is not None or limit > best) and (hb is None or hb <= min(best, limit + 1))
+@pytest.mark.parametrize("k", [k for k in RING_CASES if k in (1, 2)])     # the cases with 2 rows
+def test_head_bound_is_valid_in_ring_order(make_spec, int_values, k):
+    prob = _ring_case(make_spec, k)
+    assert prob.layout.rows >= 2
+    best = int(int_values(prob)[0].min())
+    plb = path_lower_bound_int(prob)
+    for limit in (best, best - 1, best + 10 ** 4):
+        hb = head_bound(prob, limit, plb, 10.0, 0)
+        # a loose limit may leave too many row-0 sets to bound (None: no bound, which is valid)
+        assert (hb is not None or limit > best) and (hb is None or hb <= min(best, limit + 1))
 
 
 def test_canonical_keeps_the_objective(make_spec):
@@ -138,7 +147,7 @@ def test_canonical_keeps_the_objective(make_spec):
         R, K, N = prob.layout.rows, prob.layout.cols, prob.n
         for _ in range(30):
             a = rng.permutation(N)[:R * K].reshape(R, K)
-            c = _canonical(a)
+            c = canonical(a)
             assert prob.objective(c) == pytest.approx(prob.objective(a), rel=1e-12)
             assert c[0, 0] == c[0].min() and c[0, 1] < c[0, K - 1]
 
@@ -171,48 +180,57 @@ def test_simulator_runs_the_ring_in_dp_order():
     assert d_est > 0 and d_est == pytest.approx(d_sim, rel=0.33)
 
 
-def test_row0_table_keeps_the_exact_optimum(make_spec, monkeypatch):
+@pytest.mark.parametrize("k", RING_CASES)
+def test_row0_table_keeps_the_exact_optimum(make_spec, optimum, monkeypatch, k):
     """The optional cut "row 0 holds one of the row-0 sets under the cap" (off by default) is exact."""
     import planner.mapping.cpsat as C
     monkeypatch.setattr(C, "ROW0_TABLE", True)
-    for prob in _ring_cases(make_spec):
-        best, best_a = brute_force(prob)
-        for hint in (prob.rank_order(), best_a):
-            ex = C.solve_exact(prob, time_limit_s=20, hint=hint)
-            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
-        pr = C.solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
-        assert pr.status == "PRUNED"
+    prob = _ring_case(make_spec, k)
+    best, best_a = optimum(prob)
+    for hint in (prob.rank_order(), best_a):
+        ex = C.solve_exact(prob, time_limit_s=20, hint=hint)
+        assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+    pr = C.solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
+    assert pr.status == "PRUNED"
 
 
-def test_robust_worst_slice_and_cutoff_equal_brute_force(make_spec, make_snapshots):
+# the ring cases of at most 8 nodes (9 nodes x 3 snapshots: kept out, as when brute force was a plain loop)
+ROBUST_CASES = [0, 1, 3]
+
+
+def _robust_case(make_spec, make_snapshots, k):
+    """Case k's three snapshots; one generator draws them for the cases in order, as a loop over them would."""
+    rng = np.random.default_rng(8)
+    for j in ROBUST_CASES:
+        spec, cfg, lay = _ring_spec(make_spec, j)
+        mats = make_snapshots(spec.cluster.bandwidth, 3, 0.6, 1.0, rng)
+        if j == k:
+            return [build_problem(spec, cfg, lay, bandwidth=m) for m in mats]
+
+
+def test_robust_cases_are_enough():
+    assert len(ROBUST_CASES) >= 3
+
+
+@pytest.mark.parametrize("k", ROBUST_CASES)
+def test_robust_worst_slice_and_cutoff_equal_brute_force(make_spec, make_snapshots, optimum, k):
     """With several snapshots and robust='worst', the ring slice, the path cut and the head bound are
     taken per scenario (every better placement keeps each scenario under the limit): exact = brute force
     from any hint, and a cutoff at the optimum is refuted (PRUNED) while one just above finds it."""
-    rng = np.random.default_rng(8)
-    checked = 0
-    for spec, cfg, lay in _ring_specs(make_spec):
-        if spec.cluster.nodes > 8:
-            continue                                     # 9 nodes x 3 snapshots: brute force too slow
-        mats = make_snapshots(spec.cluster.bandwidth, 3, 0.6, 1.0, rng)
-        probs = [build_problem(spec, cfg, lay, bandwidth=m) for m in mats]
-        R, K = lay.rows, lay.cols
-        worst = {perm: max(p.objective(np.array(perm).reshape(R, K)) for p in probs)
-                 for perm in itertools.permutations(range(spec.cluster.nodes), R * K)}
-        best_perm = min(worst, key=worst.get)
-        best, best_a = worst[best_perm], np.array(best_perm).reshape(R, K)
-        for hint in (None, probs[0].rank_order(), best_a):
-            ex = solve_exact(probs, time_limit_s=20, hint=hint, robust="worst")
-            assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
-            assert ex.bound <= best + 1e-9
-        pr = solve_exact(probs, time_limit_s=20, hint=probs[0].rank_order(), cutoff=best, robust="worst")
-        assert pr.status == "PRUNED" and pr.bound == best
-        ok = solve_exact(probs, time_limit_s=20, hint=probs[0].rank_order(), cutoff=best + 1e-6, robust="worst")
-        assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
-        checked += 1
-    assert checked >= 3
+    probs = _robust_case(make_spec, make_snapshots, k)
+    assert probs[0].n <= 8
+    best, best_a = optimum(probs, "worst")
+    for hint in (None, probs[0].rank_order(), best_a):
+        ex = solve_exact(probs, time_limit_s=20, hint=hint, robust="worst")
+        assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+        assert ex.bound <= best + 1e-9
+    pr = solve_exact(probs, time_limit_s=20, hint=probs[0].rank_order(), cutoff=best, robust="worst")
+    assert pr.status == "PRUNED" and pr.bound == best
+    ok = solve_exact(probs, time_limit_s=20, hint=probs[0].rank_order(), cutoff=best + 1e-6, robust="worst")
+    assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
 
 
-def test_node_floors_are_valid_and_see_a_slow_node(make_spec):
+def test_node_floors_are_valid_and_see_a_slow_node(make_spec, optimum):
     """node_ring_floor / node_path_floor: every used node has ring neighbours and a hop, so a slow node
     that no row choice can leave out bounds the slowest ring and column. Valid against brute force on
     grids with and without spare nodes; strictly above the core bounds when one node is slow."""
@@ -230,14 +248,10 @@ def test_node_floors_are_valid_and_see_a_slow_node(make_spec):
             gbs = spec.training.global_batch_size
             prob = build_problem(spec, ParallelConfig(tp, pp, dp, 1, gbs // dp, "1f1b", 1, "selective"), lay)
             R, K = lay.rows, lay.cols
-            rings, paths = [], []
-            for perm in itertools.permutations(range(n), R * K):
-                a = np.array(perm).reshape(R, K)
-                rings.append(prob.dp_costs(a).max())
-                paths.append(prob.path_costs(a).max())
-            assert prob.node_ring_floor() <= min(rings) + 1e-12
-            assert prob.node_path_floor() <= min(paths) + 1e-12
-            best, _ = brute_force(prob)
+            P = all_placements(prob)
+            assert prob.node_ring_floor() <= dp_costs(prob, P).max(axis=1).min() + 1e-12
+            assert prob.node_path_floor() <= path_costs(prob, P).max(axis=1).min() + 1e-12
+            best, _ = optimum(prob)
             assert prob.lower_bound() <= best + 1e-12
             if slow and n == R * K:
                 core_ring = max(prob.dp_base[i] + ring_order_bound(np.maximum(prob.dp_link[i], prob.dp_link[i].T), K)

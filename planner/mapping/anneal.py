@@ -13,13 +13,8 @@ import time
 
 import numpy as np
 
-from planner.mapping.problem import MappingProblem
+from planner.mapping.problem import MappingProblem, robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
-
-
-def _score(probs, a, robust):
-    vals = [p.objective(a) for p in probs]
-    return float(np.mean(vals) if robust == "mean" else max(vals))
 
 
 def default_iterations(problem: MappingProblem) -> int:
@@ -45,11 +40,11 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
         s = np.array(used + [n for n in range(N) if n not in set(used)])
     if nb == 1 and N == 1:
         a = s[:1].reshape(1, 1)
-        v = _score(probs, a, robust)
+        v = robust_objective(probs, a, robust)
         return MappingResult(a, v, p0.lower_bound(), "HEURISTIC", 0.0, "anneal")
 
     def val(state):
-        return _score(probs, state[:nb].reshape(R, K), robust)
+        return robust_objective(probs, state[:nb].reshape(R, K), robust)
 
     cur = val(s)
     best, best_s = cur, s.copy()
@@ -85,8 +80,7 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
         else:
             temp *= cool
     a = best_s[:nb].reshape(R, K)
-    bound = float(max(p.lower_bound() for p in probs)) if robust != "mean" else float(
-        np.mean([p.lower_bound() for p in probs]))
+    bound = robust_lower_bound(probs, robust)
     return MappingResult(a.copy(), best, min(bound, best), "HEURISTIC", time.perf_counter() - t0,
                          "anneal" if style == "planner" else "anneal-pipette")
 

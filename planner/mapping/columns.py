@@ -4,7 +4,7 @@ Why: on grids of K >= 2 columns the slowest data-parallel ring is almost always 
 pipeline slack), so an incumbent leaves room for very few row-0 sets (often one or two). What is left
 is a min-max partition of the other nodes into K paths hanging off those heads, plus the tied-embedding
 pair at each path's end. CP-SAT's assignment model bounds that through an LP that only sees the sum of
-the paths (the column balance is what is hard), and it did not close 32-node instances in 60 s.
+the paths (the column balance is what is hard), and it did not close 32-node instances.
 
 Here, for one row-0 set H with its best ring r0(H):
 1. every path from each head h through R-1 other nodes whose cost fits under the limit is enumerated by
@@ -13,13 +13,14 @@ Here, for one row-0 set H with its best ring r0(H):
 2. a set-partitioning cover (one item per head, every node in at most one item, a ladder for the slowest
    embedding pair) says whether some choice keeps r0 + max path + max embedding under the limit (`_cover`:
    exact propagation, a depth-first search, then CP-SAT). Set partitioning sees balance: its LP is
-   infeasible just below the optimum where the assignment model's LP is ~1.7 ms (7%) short;
+   infeasible just below the optimum where the assignment model's LP falls short;
 3. both drop the rings of rows 1..R-1, so this is a relaxation: a cover found is scored by the real
    objective (every cyclic order of the heads); when the rings spoil its cheapest orders, its node sets are
    solved exactly (`_best_with_sets`) and the combination is excluded (a no-good). Each cover either lowers
    the limit or is excluded, so when none is left nothing with row 0 = H beats the limit.
 The limit of the enumeration is probed upwards from H's floor, since its size grows steeply with the limit.
-Costs are the integer units of cpsat.py (0.1 us), so the answers agree with the CP-SAT model's.
+Costs are the integer units of units.py (0.1 us), so the answers agree with the CP-SAT model's.
+Measurements behind the constants: docs/notes/solver.md ("Solver design measurements").
 """
 from __future__ import annotations
 
@@ -32,14 +33,15 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-STATE_CAP = 6_000_000     # DP states in one layer; more: give up on the row-0 set (measured: 1.9M at most on the
-#                           32-node GPT-3 175B instance, 0.76 GB peak with its 3.9M items)
+from planner.mapping.units import to_units
+
+STATE_CAP = 6_000_000     # DP states in one layer; more: give up on the row-0 set (bounds memory)
 ITEM_CAP = 6_000_000      # items over all heads for one row-0 set; more: give up on it
 CHUNK = 200_000           # states extended at once (memory: CHUNK x nodes)
 MAX_MASK = 62             # nodes outside row 0 that fit an int64 mask
 PROBE_STEPS = 64          # the first upward probe of a row-0 set: floor + (limit - floor) / PROBE_STEPS
 PROBE_GROWTH = 2.0        # each further probe's step (and, once probes are large, its enumeration's size)
-THREADS = 4               # path enumerations run at once (memory grows with them: ~0.4 GB each at 1M paths)
+THREADS = 4               # path enumerations run at once (memory grows with them)
 PROBE_SMALL = 50_000      # items below which a probe is cheap whatever its size
 DFS_NODES = 3000          # the depth-first cover heuristic's budget before CP-SAT takes over
 DFS_BREADTH = 40          # items tried per node of that search
@@ -153,7 +155,7 @@ def _cheapest(S, last, cost, par, M):
     c0 = int(cost.min())
     span = int(cost.max()) - c0 + 1
     if (int(key.max()) + 1) * span < (1 << 62):
-        o = np.argsort(key * span + (cost - c0))      # one int64 sort: 3-4x faster than lexsort here
+        o = np.argsort(key * span + (cost - c0))      # one int64 sort: much faster than lexsort
     else:
         o = np.lexsort((cost, key))
     key = key[o]
@@ -175,8 +177,8 @@ def read_path(items: Items, i: int, rest: list[int]) -> list[int]:
 
 
 def _reduce(items: list[Items], ok: list[np.ndarray], M: int, exact_cover: bool) -> list[np.ndarray] | None:
-    """Propagate the cover's easy consequences before CP-SAT sees it (its presolve does the same but took
-    ~6 s on 600k items; here ~0.1 s): nodes every remaining item of one head holds are that head's, so other
+    """Propagate the cover's easy consequences before CP-SAT sees it (its presolve does the same, far more
+    slowly on large item sets): nodes every remaining item of one head holds are that head's, so other
     heads' items holding them go; with an exact cover, a node only one head can still cover makes that head's
     items without it go. Returns the surviving index arrays, or None when some head or node is left out."""
     alive = [np.flatnonzero(o) for o in ok]
@@ -186,8 +188,8 @@ def _reduce(items: list[Items], ok: list[np.ndarray], M: int, exact_cover: bool)
             return None
         changed = False
         # nodes reserved by a head: held by every one of its items
-        own = [int(np.bitwise_and.reduce(it.mask[a])) for it, a in zip(items, alive)]
-        for h, (it, a) in enumerate(zip(items, alive)):
+        own = [int(np.bitwise_and.reduce(it.mask[a])) for it, a in zip(items, alive, strict=True)]
+        for h, (it, a) in enumerate(zip(items, alive, strict=True)):
             other = 0
             for g, o in enumerate(own):
                 if g != h:
@@ -199,7 +201,7 @@ def _reduce(items: list[Items], ok: list[np.ndarray], M: int, exact_cover: bool)
                     changed = True
         if exact_cover:
             held = np.array([int(np.bitwise_or.reduce(it.mask[a])) if len(a) else 0
-                             for it, a in zip(items, alive)], dtype=np.int64)
+                             for it, a in zip(items, alive, strict=True)], dtype=np.int64)
             by = ((held[:, None] >> nodes[None, :]) & 1).astype(bool)     # K x M: head can still cover node
             cnt = by.sum(axis=0)
             if (cnt == 0).any():
@@ -222,14 +224,14 @@ class _Stop(Exception):
 def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: int, exact_cover: bool,
                max_nodes: int = DFS_NODES, breadth: int = DFS_BREADTH, nogoods=frozenset()):
     """A quick depth-first search for a cover (heuristic: a budget of nodes, cheapest items first); covers
-    are plentiful well above the optimum, where CP-SAT's search was slow (10-15 s on 1.1M items with no
-    conflict). nogoods: node-set combinations (one mask per head) not to return. Returns the chosen item
-    index per head, or None (not found: no conclusion)."""
+    are plentiful well above the optimum, where CP-SAT's search was slow on large item sets. nogoods:
+    node-set combinations (one mask per head) not to return. Returns the chosen item index per head, or None
+    (not found: no conclusion)."""
     full = (1 << M) - 1
     K = len(items)
     # per head, the surviving items sorted by cost
     data = []
-    for it, a in zip(items, alive):
+    for it, a in zip(items, alive, strict=True):
         o = a[np.argsort(it.cost[a], kind="stable")]
         data.append((o, it.mask[o], it.cost[o], it.emb[o]))
     # branch on the node fewest items hold first (slow nodes fit few paths)
@@ -305,11 +307,11 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
     if quick is not None:
         return "FEASIBLE", quick
     m = cp_model.CpModel()
-    pr = m.Proto()
+    pr = m.proto
     sel, per_node = [], [[] for _ in range(M)]
-    embv = sorted({int(v) for it, a in zip(items, alive) for v in np.unique(it.emb[a])})
+    embv = sorted({int(v) for it, a in zip(items, alive, strict=True) for v in np.unique(it.emb[a])})
     off = 0
-    for it, ids in zip(items, alive):
+    for it, ids in zip(items, alive, strict=True):
         var = np.arange(off, off + len(ids))
         for _ in range(len(ids)):
             v = pr.variables.add()
@@ -330,7 +332,8 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
             ct.at_most_one.literals.extend(lits)
     for key in nogoods:
         # not all of these node sets together: sum over heads of their items on that set <= K - 1
-        lits = np.concatenate([var[it.mask[ids] == key[h]] for h, (it, (ids, var)) in enumerate(zip(items, sel))])
+        lits = np.concatenate([var[it.mask[ids] == key[h]]
+                               for h, (it, (ids, var)) in enumerate(zip(items, sel, strict=True))])
         ct = pr.constraints.add()
         ct.linear.vars.extend(lits.tolist())
         ct.linear.coeffs.extend([1] * len(lits))
@@ -349,7 +352,7 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
             ct.linear.coeffs.extend([1, -1])
             ct.linear.domain.extend([-(1 << 40), 0])
         ev = np.asarray(embv)
-        for it, (ids, var) in zip(items, sel):
+        for it, (ids, var) in zip(items, sel, strict=True):
             lev = np.searchsorted(ev, it.emb[ids])                         # its own level
             forb = np.searchsorted(ev, limit_rel - it.cost[ids], side="right")  # first level over the limit
             for k in range(1, len(embv)):
@@ -369,22 +372,21 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
     prm = solver.parameters
     prm.max_time_in_seconds = float(time_limit_s)
     prm.max_deterministic_time = float(time_limit_s)
-    # one worker (deterministic) and no presolve: on these models (~600k items, a few dozen rows) presolve
-    # took ~6 s of ~7 and search ~1 s; infeasibility shows at the root either way (measured, 0.1-0.2 s)
+    # one worker (deterministic) and no presolve: on these models (many items, a few dozen rows) presolve
+    # took most of the time, and infeasibility shows at the root either way
     prm.num_workers = 1
     prm.cp_model_presolve = False
     prm.random_seed = int(seed)
-    st = solver.Solve(m)
+    st = solver.solve(m)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        vals = np.asarray(solver.ResponseProto().solution)
+        vals = np.asarray(solver.response_proto.solution)
         chosen = [int(ids[np.flatnonzero(vals[var])[0]]) for ids, var in sel]
         return "FEASIBLE", chosen
     return ("INFEASIBLE" if st == cp_model.INFEASIBLE else "UNKNOWN"), None
 
 
 def _items_all(hop, wrap, emb, H, rest, R, limit_rel, ef):
-    """column_items for every head, on up to THREADS threads (numpy's sorts and arithmetic release the GIL:
-    measured 12.0 s -> 8.2 s for the 4 heads of the 32-node GPT-3 175B instance on 2 cores)."""
+    """column_items for every head, on up to THREADS threads (numpy's sorts and arithmetic release the GIL)."""
     def one(h):
         return column_items(hop, wrap, emb, h, rest, R, limit_rel, ef)
     workers = min(len(H), THREADS, os.cpu_count() or 1)
@@ -421,10 +423,9 @@ def _best_with_sets(p, H, sets: dict, hop, wrap, emb, time_limit_s: float, seed:
     each head's column through exactly the nodes sets[h], in any order: the exact answer for one cover whose
     cheapest orders the rows' rings spoil. A small CP-SAT model per column order of the heads (up to the
     ring's rotation and reflection, which leave the objective unchanged). None: not proved in the time."""
-    from planner.mapping.cpsat import _int
     R, K = p.layout.rows, p.layout.cols
-    base = _int(p.dp_base)
-    link = [np.maximum(_int(p.dp_link[i]), _int(p.dp_link[i]).T) for i in range(R)]
+    base = to_units(p.dp_base)
+    link = [np.maximum(to_units(p.dp_link[i]), to_units(p.dp_link[i]).T) for i in range(R)]
     t0 = time.perf_counter()
     best = None
     for order in head_orders(H, K):
@@ -435,59 +436,59 @@ def _best_with_sets(p, H, sets: dict, hop, wrap, emb, time_limit_s: float, seed:
             return None
         m = cp_model.CpModel()
         cols = [sets[h] for h in order]
-        z = {(j, i, n): m.NewBoolVar("") for j in range(K) for i in range(1, R) for n in cols[j]}
+        z = {(j, i, n): m.new_bool_var("") for j in range(K) for i in range(1, R) for n in cols[j]}
         for j in range(K):
             for i in range(1, R):
-                m.AddExactlyOne(z[j, i, n] for n in cols[j])
+                m.add_exactly_one(z[j, i, n] for n in cols[j])
             for n in cols[j]:
-                m.AddExactlyOne(z[j, i, n] for i in range(1, R))
+                m.add_exactly_one(z[j, i, n] for i in range(1, R))
         at = {}                                        # (j, i) -> {node: literal}; row 0 holds the head
         for j, h in enumerate(order):
             at[j, 0] = {h: None}
             for i in range(1, R):
                 at[j, i] = {n: z[j, i, n] for n in cols[j]}
         top = int(hop.max()) * R + (int(wrap.max()) if wrap is not None else 0)
-        P = m.NewIntVar(0, top, "P")
+        P = m.new_int_var(0, top, "P")
         for j, h in enumerate(order):
             terms = [sum(int(hop[h, n]) * lit for n, lit in at[j, 1].items())]
             for i in range(1, R - 1):
                 for n, a_ in at[j, i].items():
                     for q, b_ in at[j, i + 1].items():
                         if q != n and hop[n, q]:
-                            w = m.NewBoolVar("")
-                            m.AddBoolOr([a_.Not(), b_.Not(), w])
+                            w = m.new_bool_var("")
+                            m.add_bool_or([~a_, ~b_, w])
                             terms.append(int(hop[n, q]) * w)
             if wrap is not None:
                 terms.append(sum(int(wrap[n, h]) * lit for n, lit in at[j, R - 1].items()))
-            m.Add(P >= sum(terms))
+            m.add(P >= sum(terms))
         r0 = max(int(base[0]) + int(link[0][order[j], order[(j + 1) % K]]) for j in range(K))
-        D = m.NewIntVar(int(base.max()), 1 << 40, "D")
-        m.Add(D >= r0)
+        D = m.new_int_var(int(base.max()), 1 << 40, "D")
+        m.add(D >= r0)
         for i in range(1, R):
             for j in range(K):
                 for n, a_ in at[j, i].items():
                     for q, b_ in at[(j + 1) % K, i].items():
-                        m.Add(D >= int(base[i]) + int(link[i][n, q])).OnlyEnforceIf([a_, b_])
+                        m.add(D >= int(base[i]) + int(link[i][n, q])).only_enforce_if([a_, b_])
         E = 0
         if emb is not None:
-            E = m.NewIntVar(0, int(emb.max()), "E")
+            E = m.new_int_var(0, int(emb.max()), "E")
             for j, h in enumerate(order):
                 for n, lit in at[j, R - 1].items():
-                    m.Add(E >= int(emb[h, n])).OnlyEnforceIf(lit)
-        m.Minimize(P + D + E)
+                    m.add(E >= int(emb[h, n])).only_enforce_if(lit)
+        m.minimize(P + D + E)
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
         solver.parameters.random_seed = int(seed)
         solver.parameters.max_time_in_seconds = float(left)
-        st = solver.Solve(m)
+        st = solver.solve(m)
         if st != cp_model.OPTIMAL:
             return None
         a = np.zeros((R, K), dtype=int)
         for j, h in enumerate(order):
             a[0, j] = h
             for i in range(1, R):
-                a[i, j] = next(n for n, lit in at[j, i].items() if solver.BooleanValue(lit))
-        v = round(solver.ObjectiveValue())
+                a[i, j] = next(n for n, lit in at[j, i].items() if solver.boolean_value(lit))
+        v = round(solver.objective_value)
         if best is None or v < best[0]:
             best = (v, a)
     return best
@@ -509,8 +510,8 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
 
     objective_int(assign) scores a placement as the CP-SAT model does; path_floor is a valid lower bound on
     the slowest column's path. Per set H the limit t of the path enumeration is probed upwards from H's floor
-    (ring + path_floor + embedding floor) in steps sized by the enumeration's growth (measured on a 32-node
-    instance: 0.6M paths at the optimum, 3.1M 0.5% above it); at each t, covers under t are either better
+    (ring + path_floor + embedding floor) in steps sized by the enumeration's growth (it grows steeply with
+    t); at each t, covers under t are either better
     placements (the limit falls) or solved exactly on their node sets and excluded, until none is left and t
     rises. A set whose enumeration is too large, or that the time does not reach, keeps the floor its probes
     proved (every placement with that row 0 scores at least it). Returns None when the decomposition
@@ -520,10 +521,9 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
     R, K = L.rows, L.cols
     if R < 2 or K < 2 or N - K > MAX_MASK:
         return None
-    from planner.mapping.cpsat import _int
-    hop = _int(p.hop)
-    wrap = _int(p.wrap) if p.wrap is not None else None
-    emb = _int(p.emb) if p.emb is not None else None
+    hop = to_units(p.hop)
+    wrap = to_units(p.wrap) if p.wrap is not None else None
+    emb = to_units(p.emb) if p.emb is not None else None
     exact_cover = N == R * K
     best_a, best_v = None, None
     limit = limit_int
@@ -590,9 +590,9 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
             if st != "FEASIBLE":
                 keep_open(lo)
                 break
-            relaxed = ring + max(int(it.cost[c]) for it, c in zip(its, chosen)) \
-                + max(int(it.emb[c]) for it, c in zip(its, chosen))
-            cols = {h: [h] + read_path(it, c, rest) for h, it, c in zip(H, its, chosen)}
+            relaxed = ring + max(int(it.cost[c]) for it, c in zip(its, chosen, strict=True)) \
+                + max(int(it.emb[c]) for it, c in zip(its, chosen, strict=True))
+            cols = {h: [h] + read_path(it, c, rest) for h, it, c in zip(H, its, chosen, strict=True)}
             v_best, a_best = None, None
             for order in head_orders(H, K):
                 a = np.array([cols[h] for h in order]).T
@@ -606,7 +606,7 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
                     keep_open(lo)
                     break
                 v_best, a_best = exact
-                nogoods.add(tuple(int(it.mask[c]) for it, c in zip(its, chosen)))
+                nogoods.add(tuple(int(it.mask[c]) for it, c in zip(its, chosen, strict=True)))
             if v_best <= limit:
                 best_a, best_v, limit = a_best, v_best, v_best - 1
                 t = min(t, limit)

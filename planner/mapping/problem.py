@@ -172,6 +172,32 @@ class MappingProblem:
         return float(pair[:L.rows - 2].sum() + max(mn, pair[L.rows - 2]))
 
 
+def robust_objective(probs: list[MappingProblem], assign: np.ndarray, robust: str) -> float:
+    """One plan scored over several scenarios (bandwidth snapshots): the mean (robust="mean") or the worst."""
+    vals = [p.objective(assign) for p in probs]
+    return float(np.mean(vals) if robust == "mean" else max(vals))
+
+
+def robust_const(probs: list[MappingProblem], robust: str) -> float:
+    """What no mapping changes, over the scenarios: the mean, else the least (valid under the worst case)."""
+    vals = [p.const for p in probs]
+    return float(np.mean(vals) if robust == "mean" else min(vals))
+
+
+def robust_lower_bound(probs: list[MappingProblem], robust: str) -> float:
+    """The cheap bound (MappingProblem.lower_bound) over the scenarios: the mean, else the greatest."""
+    vals = [p.lower_bound() for p in probs]
+    return float(np.mean(vals) if robust == "mean" else max(vals))
+
+
+def scenario_summary(probs: list[MappingProblem], assign: np.ndarray) -> dict:
+    """One plan on every scenario: mean, worst, each, and the mapping's part of the mean and the worst."""
+    v = np.array([p.objective(assign) for p in probs])
+    const = float(np.mean([p.const for p in probs]))
+    return {"mean_s": float(v.mean()), "worst_s": float(v.max()), "per_snapshot_s": v.tolist(),
+            "mapping_mean_s": float(v.mean() - const), "mapping_worst_s": float(v.max() - const)}
+
+
 def node_ring_floor(dp_base: np.ndarray, dp_link: np.ndarray, k: int, spare: int):
     """A valid lower bound on the slowest ring (in the arrays' units; integers stay integers).
 

@@ -16,22 +16,14 @@ import numpy as np
 from planner.costs import default_costs
 from planner.costs.iteration import build_problem
 from planner.mapping.anneal import anneal
-from planner.mapping.cpsat import solve_exact
-
-EXACT_MAX_NODES = 64
+from planner.mapping.cpsat import EXACT_MAX_NODES, solve_exact
+from planner.mapping.problem import scenario_summary as _score
 
 
 def _solve(probs, robust, limit, seed, hint=None):
     if probs[0].n <= EXACT_MAX_NODES:
         return solve_exact(probs, robust=robust, time_limit_s=limit, seed=seed, hint=hint)
     return anneal(probs, robust=robust, seed=seed, init=hint, time_limit_s=limit)
-
-
-def _score(probs, a) -> dict:
-    v = np.array([p.objective(a) for p in probs])
-    const = float(np.mean([p.const for p in probs]))
-    return {"mean_s": float(v.mean()), "worst_s": float(v.max()), "per_snapshot_s": v.tolist(),
-            "mapping_mean_s": float(v.mean() - const), "mapping_worst_s": float(v.max() - const)}
 
 
 def _summary(m: dict, w: dict) -> dict:

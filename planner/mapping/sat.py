@@ -1,0 +1,56 @@
+"""CP-SAT solver settings shared by the exact model (cpsat.py) and the pre-solve bounds (bounds.py), and a
+debug hook to look at a model without editing code.
+
+Debug hook: solve_exact(..., debug=Debug(export="m.pb", params="log_search_progress:true")), or the
+environment variables PLANNER_CPSAT_EXPORT (where to write the model before solving; a name ending in "txt"
+gives the text format, "{n}" in it numbers the models of one process) and PLANNER_CPSAT_PARAMS (extra
+SatParameters in text format, applied after the planner's own, so they override them).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+EXPORT_ENV = "PLANNER_CPSAT_EXPORT"
+PARAMS_ENV = "PLANNER_CPSAT_PARAMS"
+
+_exported = itertools.count()
+
+
+@dataclass(frozen=True)
+class Debug:
+    export: str | None = None   # write the model here before solving (model.export_to_file)
+    params: str = ""            # extra SatParameters, text format ("num_workers:8 log_search_progress:true")
+
+    @classmethod
+    def from_env(cls) -> Debug | None:
+        export = os.environ.get(EXPORT_ENV) or None
+        params = os.environ.get(PARAMS_ENV, "")
+        return cls(export, params) if (export or params) else None
+
+
+def new_solver(time_limit_s: float, workers: int, seed: int) -> cp_model.CpSolver:
+    """The planner's settings: a deterministic portfolio (interleave_search), so the same seed and the same
+    deterministic-time limit give the same answer on any load; the wall clock is a safety stop."""
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.max_time_in_seconds = float(time_limit_s)
+    prm.num_workers = max(1, workers)
+    prm.random_seed = int(seed)
+    prm.interleave_search = True
+    prm.max_deterministic_time = float(time_limit_s)
+    return solver
+
+
+def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, debug: Debug | None = None) -> int:
+    """solver.solve(model), after the debug hook (the argument, else the environment) if any."""
+    debug = debug or Debug.from_env()
+    if debug is not None:
+        if debug.params and not solver.parameters.merge_text_format(debug.params):
+            raise ValueError(f"not CP-SAT parameters in text format: {debug.params!r}")
+        if debug.export:
+            model.export_to_file(debug.export.replace("{n}", str(next(_exported))))
+    return solver.solve(model)
