@@ -10,11 +10,9 @@ import time
 from dataclasses import dataclass
 
 from planner.mapping.anneal import anneal
-from planner.mapping.cpsat import solve_exact
+from planner.mapping.cpsat import EXACT_MAX_NODES, solve_exact
 from planner.mapping.result import MappingResult
 from planner.search.screen import Candidate
-
-EXACT_MAX_NODES = 64          # auto: CP-SAT proves mappings up to this many nodes; beyond, it bounds
 
 
 @dataclass
