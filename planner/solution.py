@@ -15,7 +15,7 @@ from planner.mapping.problem import Layout, layouts, worker_table
 @dataclass
 class SolverRecord:
     method: str
-    status: str               # OPTIMAL | FEASIBLE | TIME_LIMIT
+    status: str               # OPTIMAL | FEASIBLE | TIME_LIMIT | INTERRUPTED (Ctrl-C: the best plan so far)
     objective: float          # seconds per iteration (estimate of the chosen plan)
     bound: float              # proven lower bound over the whole search space (seconds)
     wall_s: float

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from planner import interrupt
 from planner.mapping.problem import MappingProblem, robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
 
@@ -62,7 +63,7 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
     temp = t_start
     it = 0
     for it in range(iterations):
-        if (it & 255) == 0 and time.perf_counter() - t0 > time_limit_s:
+        if (it & 255) == 0 and (time.perf_counter() - t0 > time_limit_s or interrupt.requested()):
             break
         if style == "planner" and rng.random() < 0.3:
             cand = _targeted_move(s, rng, probs[0], R, K, N)

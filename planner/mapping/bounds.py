@@ -12,7 +12,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.mapping.problem import MappingProblem, core, node_ring_floor, ring_degree, ring_order_bound
-from planner.mapping.sat import new_solver
+from planner.mapping.sat import new_solver, run
 from planner.mapping.units import UNIT, to_units
 
 HEAD_SETS_MAX = 64        # row-0 sets worth a path bound of their own; more: no head bound
@@ -85,7 +85,7 @@ def path_lower_bound_int(p: MappingProblem, time_limit_s: float = 1.0, seed: int
     solver = new_solver(time_limit_s, 1, seed)
     # deterministic time decides (same bound, same slice on any load); the wall clock is only a safety stop
     solver.parameters.max_time_in_seconds = 4 * float(time_limit_s) + 1.0
-    st = solver.solve(m)
+    st = run(solver, m)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         total = int(np.floor(solver.best_objective_bound))
         return max(cheap, -(-total // K))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner.mapping.sat import run
 from planner.mapping.units import to_units
 
 STATE_CAP = 6_000_000     # DP states in one layer; more: give up on the row-0 set (bounds memory)
@@ -377,7 +378,7 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
     prm.num_workers = 1
     prm.cp_model_presolve = False
     prm.random_seed = int(seed)
-    st = solver.solve(m)
+    st = run(solver, m)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         vals = np.asarray(solver.response_proto.solution)
         chosen = [int(ids[np.flatnonzero(vals[var])[0]]) for ids, var in sel]
@@ -480,7 +481,7 @@ def _best_with_sets(p, H, sets: dict, hop, wrap, emb, time_limit_s: float, seed:
         solver.parameters.num_workers = 1
         solver.parameters.random_seed = int(seed)
         solver.parameters.max_time_in_seconds = float(left)
-        st = solver.solve(m)
+        st = run(solver, m)
         if st != cp_model.OPTIMAL:
             return None
         a = np.zeros((R, K), dtype=int)

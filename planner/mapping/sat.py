@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from planner import interrupt
+
 EXPORT_ENV = "PLANNER_CPSAT_EXPORT"
 PARAMS_ENV = "PLANNER_CPSAT_PARAMS"
 
@@ -42,7 +44,18 @@ def new_solver(time_limit_s: float, workers: int, seed: int) -> cp_model.CpSolve
     prm.random_seed = int(seed)
     prm.interleave_search = True
     prm.max_deterministic_time = float(time_limit_s)
+    prm.catch_sigint_signal = False     # Ctrl-C belongs to the command line (planner.interrupt)
     return solver
+
+
+def run(solver: cp_model.CpSolver, model: cp_model.CpModel) -> int:
+    """solver.solve(model), stoppable by planner.interrupt.request(); once a stop is requested, no new
+    solve starts (UNKNOWN, as a time limit with no solution)."""
+    solver.parameters.catch_sigint_signal = False
+    with interrupt.running(solver):
+        if interrupt.requested():
+            return cp_model.UNKNOWN
+        return solver.solve(model)
 
 
 def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, debug: Debug | None = None) -> int:
@@ -53,4 +66,4 @@ def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, debug: Debug | Non
             raise ValueError(f"not CP-SAT parameters in text format: {debug.params!r}")
         if debug.export:
             model.export_to_file(debug.export.replace("{n}", str(next(_exported))))
-    return solver.solve(model)
+    return run(solver, model)

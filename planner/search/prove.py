@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from planner import interrupt
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import EXACT_MAX_NODES, solve_exact
 from planner.mapping.result import MappingResult
@@ -31,7 +32,8 @@ def prove(cands: list[Candidate], best: Candidate, *, method: str, seed: int, ro
     proved = 0
     exact_calls = 0
     for c in cands:
-        if c.result.bound >= best.result.objective or deadline - time.perf_counter() <= 0.05:
+        if (c.result.bound >= best.result.objective or deadline - time.perf_counter() <= 0.05
+                or interrupt.requested()):
             continue
         n = c.probs[0].n
         if not run_exact or (method == "auto" and n > EXACT_MAX_NODES):

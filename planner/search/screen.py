@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner import interrupt
 from planner.config import ParallelConfig
 from planner.costs import Costs
 from planner.costs.iteration import build_problem, compute_const, memory_limit_GiB, stage_memory
@@ -116,7 +117,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, limit: flo
         if best is not None and lb >= best.result.objective:
             pruned_bound += sum(len(layouts(c.tp, c.pp, c.dp, spec.cluster.gpus_per_node)) for _, c in fits[k:])
             break
-        if time.perf_counter() > deadline - 0.1 * limit and best is not None:
+        if best is not None and (time.perf_counter() > deadline - 0.1 * limit or interrupt.requested()):
             screened_all = False
             open_bounds.append(lb)       # the rest are sorted by lb, so this one bounds them all
             break

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from planner import interrupt
 from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate
@@ -56,7 +57,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
         except SimulationVeto as veto:
             # a plan must fit by both judges: search again without what the simulator rejected
             vetoed |= veto.configs
-            if len(vetoed) >= len(fits):
+            if len(vetoed) >= len(fits) or interrupt.requested():
                 raise
             continue
         note_overruled(rec, proof.best, best)
@@ -64,6 +65,8 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
             rec.note = ((rec.note + "; ") if rec.note else "") + (
                 f"{len(vetoed)} configuration(s) the estimate fits were over memory in simulation and excluded")
         break
+    if interrupt.requested():
+        rec.status = "INTERRUPTED"     # the best plan so far; its bound and gap still hold
     return summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked)
 
 
