@@ -77,6 +77,7 @@ def test_cuda_profiling_draws_again_what_does_not_fit_and_survives_out_of_memory
     # no GPU here: the CUDA calls are stood in for, to check the loop's bookkeeping (on a GPU, the same loop
     # measured 400 + 317 real samples: benchmarks/data/h100)
     import torch
+
     import planner.profile.memory as pm
     GiB = 1024 ** 3
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

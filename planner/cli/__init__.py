@@ -1,1 +1,1 @@
-"""CLI commands, one module each; planner.cli.main discovers every module with a `register(subparsers)`."""
+"""CLI commands, one module each with `register(subparsers)`; planner.cli.main lists them in COMMANDS."""

@@ -1,10 +1,16 @@
-"""Arguments shared by several commands."""
+"""Helpers shared by several commands: loading a spec, the configuration flags."""
 from __future__ import annotations
 
 import dataclasses
 
 from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ParallelConfig
 from planner.errors import SpecError
+
+
+def spec_arg(path: str):
+    """Load a spec for a command; SpecError propagates to main()."""
+    from planner.spec import load_spec
+    return load_spec(path)
 
 
 def add_config_args(p, required: bool = True) -> None:
@@ -41,7 +47,8 @@ def config_from_args(args, spec) -> ParallelConfig:
     if gbs % (args.dp * args.mbs):
         raise SpecError(None, "--mbs", f"dp*mbs = {args.dp * args.mbs} does not divide the global batch {gbs}")
     m = gbs // (args.dp * args.mbs)
-    vpp = args.vpp or (2 if args.schedule in ("v-min", "v-half", "v-zb") else (2 if args.schedule == "interleaved" else 1))
+    vpp = args.vpp or (2 if args.schedule in ("v-min", "v-half", "v-zb")
+                       else (2 if args.schedule == "interleaved" else 1))
     if args.schedule not in ("interleaved", "v-min", "v-half", "v-zb"):
         vpp = 1
     return ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, args.schedule, vpp, args.recompute, args.zero,

@@ -1,6 +1,8 @@
 """planner compare SPEC: exact vs anneal vs baselines, side by side."""
 from __future__ import annotations
 
+from planner.cli.common import spec_arg
+
 
 def register(sub) -> None:
     p = sub.add_parser("compare", help="exact vs annealing vs Megatron / rank-order / Pipette-style baselines")
@@ -17,10 +19,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from rich.table import Table
 
-    from planner.cli.main import spec_arg
-    from planner.search.compare import compare
     from planner.io import print_json
     from planner.report import console
+    from planner.search.compare import compare
 
     spec = spec_arg(args.spec)
     res = compare(spec, args.time_limit, args.seed, robust_plan=args.robust_plan)

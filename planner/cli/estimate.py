@@ -1,7 +1,7 @@
 """planner estimate SPEC --tp --pp --dp --mbs ...: latency and memory of one given plan, no search."""
 from __future__ import annotations
 
-from planner.cli.common import add_config_args, config_from_args, with_engine
+from planner.cli.common import add_config_args, config_from_args, spec_arg, with_engine
 from planner.io import plain, print_json
 
 
@@ -15,18 +15,17 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from planner.cli.main import spec_arg
     from planner.report import console
-    from planner.solution import load_solution
     from planner.search.solve import estimate_plan
+    from planner.solution import load_solution
 
     spec = spec_arg(args.spec)
     cfg = config_from_args(args, spec)
     spec = with_engine(args, spec, cfg)
     mapping = load_solution(args.mapping).get("mapping") if args.mapping else None
     est, lay, assign, prob = estimate_plan(spec, cfg, mapping, file=args.mapping)
-    d = {"config": cfg.as_dict(), "pipeline_engine": spec.training.pipeline_engine, "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b,
-                                             "node_grid": assign.tolist()},
+    d = {"config": cfg.as_dict(), "pipeline_engine": spec.training.pipeline_engine,
+         "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b, "node_grid": assign.tolist()},
          "estimate": est.as_dict(), "fits": est.fits}
     if args.json:
         print_json(plain(d))

@@ -6,7 +6,6 @@ import os
 import sys
 
 from planner.profile import importers as imp
-from planner.profile.network import matrix_csv, sidecar_path
 
 
 def register(subparsers):
@@ -36,13 +35,15 @@ def register(subparsers):
 
 def _mpigraph(args) -> int:
     from planner.io import atomic_write_text, print_json, write_yaml
+    from planner.profile.network import matrix_csv, sidecar_path
     log = imp.parse_mpigraph(imp.read_text(args.log), args.log)
     nm = imp.mpigraph_node_matrix(log, args.combine, args.aggregate)
     comments = [f"imported from mpiGraph log {os.path.basename(args.log)} "
                 f"({log.msg_size_bytes} B messages, {args.combine} of send/recv views, {args.aggregate} per host pair)",
                 "GB/s (1e9 B/s) per rail, [i, j] = node i sends to node j; diagonal unused",
                 "nodes: " + " ".join(nm.node_names)]
-    side = {"kind": "planner network import", "imported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    side = {"kind": "planner network import",
+            "imported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "source_file": os.path.abspath(args.log), **nm.source, "node_names": list(nm.node_names),
             "rank_labels": list(nm.rank_labels), "bandwidth_GBps": nm.bandwidth_GBps,
             "send_MiBps": log.send_MBps, "recv_MiBps": log.recv_MBps}
@@ -65,7 +66,8 @@ def _mpigraph(args) -> int:
 def _nccl(args) -> int:
     from planner.io import atomic_write_text, print_json
     table = imp.parse_nccl_tests(imp.read_text(args.out), args.out, args.placement)
-    comments = [f"imported from nccl-tests output {os.path.basename(args.out)} ({table.placement}, {table.layout} layout"
+    comments = [f"imported from nccl-tests output {os.path.basename(args.out)} "
+                f"({table.placement}, {table.layout} layout"
                 + (f", {table.collective}" if table.collective else "")
                 + (f", {table.nranks} ranks" if table.nranks else "") + ")"]
     text = imp.nccl_table_csv(table, comments)

@@ -1,29 +1,65 @@
 """Thin command line: parse, call the API, print. Exit codes: 0 ok, 1 infeasible, 2 bad input, 3 internal.
 
-Commands live in planner/commands/<name>.py, each with `register(subparsers)` that sets `func`;
-they are discovered here so that adding a command touches one file.
+The commands are listed in COMMANDS (name, one-line help, module). The top-level parser is built from that
+table alone, so `planner --help` and `planner --version` import no command module (and so no torch, OR-Tools,
+scikit-learn, ...); once the command word is known, only that command's module is imported and its
+`register(subparsers)` builds the full sub-parser and sets `func`.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
-import pkgutil
 import sys
+from dataclasses import dataclass
 
 from planner.errors import PlannerError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    import planner.cli as pkg
+@dataclass(frozen=True)
+class Command:
+    name: str       # the command word
+    help: str       # one line for `planner --help`; the module's add_parser must use the same text
+    module: str     # the module whose register(subparsers) adds this command
+
+
+# In the order `planner --help` lists them (alphabetical by module, as before the table existed).
+COMMANDS: tuple[Command, ...] = (
+    Command("batch", "plan many models / clusters / GPU counts from a sweep spec into a CSV", "planner.cli.batch"),
+    Command("compare", "exact vs annealing vs Megatron / rank-order / Pipette-style baselines", "planner.cli.compare"),
+    Command("estimate", "estimate one given plan (iteration time, memory), no search", "planner.cli.estimate"),
+    Command("export", "launch arguments and rank order that realise a solution", "planner.cli.export"),
+    Command("fit", "fit an estimator (memory, compute, ...) on profiled samples", "planner.cli.fit"),
+    Command("import", "import mpiGraph matrices or nccl-tests tables", "planner.cli.importers"),
+    Command("network", "inspect measured networks (bandwidth snapshots)", "planner.cli.network"),
+    Command("profile", "measure costs (memory, compute, network) into sample files", "planner.cli.profile"),
+    Command("replan", "re-plan a solution without some nodes (failed or slow)", "planner.cli.replan"),
+    Command("simulate", "simulate one plan op by op (iteration time, bubbles, memory per GPU)", "planner.cli.simulate"),
+    Command("size", "largest compute-optimal (Chinchilla) model for a GPU-day budget on a cluster",
+            "planner.cli.size"),
+    Command("solve", "find the fastest plan that fits (config + GPU mapping)", "planner.cli.solve"),
+    Command("validate", "compare predicted and measured iteration times (vTrain CSV format)", "planner.cli.validate"),
+    Command("validate-memory", "MAPE of the memory estimator: held-out and extrapolation",
+            "planner.cli.validate_memory"),
+)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The planner parser; only `command` (if it is one) gets its full sub-parser, the others a name and help."""
     parser = argparse.ArgumentParser(prog="planner", description="Plan LLM training: parallel config + GPU mapping.")
     parser.add_argument("--version", action="version", version=f"planner {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"planner.cli.{mod.name}")
-        if hasattr(module, "register"):
-            module.register(sub)
+    for c in COMMANDS:
+        if c.name == command:
+            importlib.import_module(c.module).register(sub)
+        else:
+            sub.add_parser(c.name, help=c.help)
     return parser
+
+
+def command_word(argv: list[str]) -> str | None:
+    """The command the arguments name: the first word that is not an option (the top level's take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _version() -> str:
@@ -32,17 +68,9 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:          # argparse: usage errors are bad input
-        return 2 if e.code not in (0, None) else 0
-    if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return 2
-    try:
-        rc = args.func(args)
-        return int(rc or 0)
+        return _run(argv)
     except PlannerError as e:
         kind = {2: "error", 1: "infeasible"}.get(e.exit_code, "error")
         print(f"planner: {kind}: {e}", file=sys.stderr)
@@ -58,10 +86,16 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
-def spec_arg(path: str):
-    """Load a spec for a command; SpecError propagates to main()."""
-    from planner.spec import load_spec
-    return load_spec(path)
+def _run(argv: list[str]) -> int:
+    parser = build_parser(command_word(argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:          # argparse: usage errors are bad input
+        return 2 if e.code not in (0, None) else 0
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from planner.search.replan import replan
     from planner.report import show_solution
+    from planner.search.replan import replan
 
     sol = replan(args.solution, args.exclude_nodes, args.time_limit, args.seed, args.spec)
     out = args.out or os.path.splitext(args.solution)[0] + "-replan.yaml"

@@ -8,8 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-
-from planner.cli.common import add_config_args, config_from_args, with_engine
+from planner.cli.common import add_config_args, config_from_args, spec_arg, with_engine
 from planner.config import ParallelConfig
 from planner.errors import SpecError
 from planner.io import load_yaml
@@ -21,11 +20,13 @@ def register(sub) -> None:
     add_config_args(p, required=False)
     p.add_argument("--recompute-in-bubbles", action="store_true",
                    help="run recomputation early, in pipeline bubbles (Mario), instead of when the gradient arrives")
-    p.add_argument("--overlap-dp", action="store_true", help="all-reduce each chunk's gradients as soon as they are done")
+    p.add_argument("--overlap-dp", action="store_true",
+                   help="all-reduce each chunk's gradients as soon as they are done")
     p.add_argument("--blocking-p2p", action="store_true",
                    help="hold the sending GPU for each p2p transfer, as Megatron's synchronised batch_isend_irecv does")
     p.add_argument("--rendezvous-p2p", action="store_true",
-                   help="hold both the sending and the receiving GPU for each p2p transfer (separate blocking send/recv)")
+                   help="hold both the sending and the receiving GPU for each p2p transfer "
+                        "(separate blocking send/recv)")
     p.add_argument("--plot", metavar="PNG", default=None, help="write the timeline + memory picture")
     p.add_argument("--trace", metavar="JSON", default=None, help="write a Chrome / Perfetto trace")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
@@ -38,7 +39,6 @@ def _config_from_flags(args, spec) -> ParallelConfig:
 
 def load_target(args):
     """(spec, config, mapping or None) from a spec + flags or from a solution file."""
-    from planner.cli.main import spec_arg
     path = args.path
     if not os.path.exists(path):
         raise SpecError(path, None, "file does not exist")
@@ -122,7 +122,8 @@ def _print_human(sim, cfg, est) -> None:
       f"DP all-reduce {sim.dp_comm_s * 1e3:.2f} ms)\n")
     w(f"  bubble       {sim.bubble_fraction:10.1%}\n")
     if est is not None:
-        w(f"  estimate     {est * 1e3:10.2f} ms  (closed form, {100 * (est - sim.iteration_s) / sim.iteration_s:+.1f}%)\n")
+        rel = 100 * (est - sim.iteration_s) / sim.iteration_s
+        w(f"  estimate     {est * 1e3:10.2f} ms  (closed form, {rel:+.1f}%)\n")
     w(f"  ops          {sim.num_ops:10d}  over {sim.pipelines} distinct pipeline(s)\n")
     w("  rank  peak GiB  static  activations  in-flight  busy %\n")
     for d in range(sim.schedule.p):

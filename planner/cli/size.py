@@ -27,12 +27,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from planner.batch.sizing import optimal_size
+    from planner.batch.sweep import subset_cluster
     from planner.config import SCHEDULES
     from planner.errors import InfeasibleError
-    from planner.batch.sizing import optimal_size
     from planner.spec import load_cluster
     from planner.spec.plan import SearchSpec, SolverSpec, TrainingSpec
-    from planner.batch.sweep import subset_cluster
 
     if not os.path.exists(args.cluster):
         raise SpecError(None, "--cluster", f"file {args.cluster} does not exist")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 
+from planner.cli.common import spec_arg
+
 
 def register(sub) -> None:
     p = sub.add_parser("solve", help="find the fastest plan that fits (config + GPU mapping)")
@@ -27,7 +29,6 @@ def solution_dir_for(spec_path: str) -> str:
 
 
 def run(args) -> int:
-    from planner.cli.main import spec_arg
     from planner.report import show_solution
     from planner.search.solve import solve
 
