@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ParallelConfig
+from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, V_SHAPES, ParallelConfig
 from planner.errors import SpecError
 
 
@@ -19,8 +19,10 @@ def add_config_args(p, required: bool = True) -> None:
     g.add_argument("--pp", type=int, required=required, help="pipeline parallel degree")
     g.add_argument("--dp", type=int, required=required, help="data parallel degree")
     g.add_argument("--mbs", type=int, required=required, help="micro-batch size")
-    g.add_argument("--schedule", default="1f1b", choices=SCHEDULES)
-    g.add_argument("--vpp", type=int, default=None, help="virtual stages per device (interleaved); V-shapes use 2")
+    g.add_argument("--schedule", default=None, choices=SCHEDULES,
+                   help="pipeline schedule (default: 1f1b, or interleaved when --vpp > 1 is given)")
+    g.add_argument("--vpp", type=int, default=None,
+                   help="virtual stages per device: > 1 means interleaved (default 2 there); V-shapes use 2")
     g.add_argument("--recompute", default="none", choices=RECOMPUTE)
     g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2))
     g.add_argument("--sp", action="store_true", help="sequence parallel")
@@ -47,9 +49,29 @@ def config_from_args(args, spec) -> ParallelConfig:
     if gbs % (args.dp * args.mbs):
         raise SpecError(None, "--mbs", f"dp*mbs = {args.dp * args.mbs} does not divide the global batch {gbs}")
     m = gbs // (args.dp * args.mbs)
-    vpp = args.vpp or (2 if args.schedule in ("v-min", "v-half", "v-zb")
-                       else (2 if args.schedule == "interleaved" else 1))
-    if args.schedule not in ("interleaved", "v-min", "v-half", "v-zb"):
-        vpp = 1
-    return ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, args.schedule, vpp, args.recompute, args.zero,
-                          bool(args.sp) and args.tp > 1)
+    schedule, vpp = schedule_and_vpp(args.schedule, args.vpp)
+    if args.sp and args.tp == 1:
+        raise SpecError(None, "--sp", "sequence parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
+    return ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, schedule, vpp, args.recompute, args.zero,
+                          bool(args.sp))
+
+
+def schedule_and_vpp(schedule: str | None, vpp: int | None) -> tuple[str, int]:
+    """--schedule and --vpp together: a flag is implied or refused, never dropped. --vpp N > 1 alone means
+    interleaved; interleaved alone means v = 2; V-shapes run exactly 2 chunks; the others one."""
+    if vpp is not None and vpp < 1:
+        raise SpecError(None, "--vpp", f"must be a positive integer, got {vpp}")
+    if schedule is None:
+        schedule = "interleaved" if vpp is not None and vpp > 1 else "1f1b"
+    if schedule == "interleaved":
+        if vpp == 1:
+            raise SpecError(None, "--vpp", "interleaved needs at least 2 virtual stages (--vpp 1 is --schedule 1f1b)")
+        return schedule, vpp or 2
+    if schedule in V_SHAPES:
+        if vpp not in (None, 2):
+            raise SpecError(None, "--vpp", f"{schedule} runs exactly 2 chunks per device, got --vpp {vpp}")
+        return schedule, 2
+    if vpp not in (None, 1):
+        raise SpecError(None, "--vpp", f"--vpp {vpp} needs --schedule interleaved ({schedule} runs one chunk "
+                                       "per device)")
+    return schedule, 1

@@ -11,21 +11,19 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from planner.errors import SpecError
     from planner.export import hostfile, megatron_args, rank_layout, torchrun_commands
     from planner.io import print_json
     from planner.solution import load_solution
 
-    sol = load_solution(args.solution)
-    if not isinstance(sol.get("mapping"), list) or not sol["mapping"]:
-        raise SpecError(args.solution, "mapping", "is required: a list of {stage, tp_rank, dp_rank, node, gpu}")
+    file = args.solution
+    sol = load_solution(file)
     if args.json:
-        print_json({"megatron_args": megatron_args(sol), "torchrun": torchrun_commands(sol),
-                    "ranks": rank_layout(sol)})
+        print_json({"megatron_args": megatron_args(sol, file), "torchrun": torchrun_commands(sol, file=file),
+                    "ranks": rank_layout(sol, file)})
     elif args.format == "megatron":
-        print(" \\\n  ".join(megatron_args(sol)))
+        print(" \\\n  ".join(megatron_args(sol, file)))
     elif args.format == "hostfile":
-        print(hostfile(sol), end="")
+        print(hostfile(sol, file), end="")
     else:
-        print("\n".join(torchrun_commands(sol)))
+        print("\n".join(torchrun_commands(sol, file=file)))
     return 0

@@ -28,15 +28,80 @@ def solution_dir_for(spec_path: str) -> str:
     return os.path.join(os.getcwd(), "solutions")
 
 
+def check_out(path: str, given: bool) -> str:
+    """Refuse an output path that cannot be written before spending the solve on it: a directory, a
+    parent that is missing (when the user named the path), not a directory or not writable."""
+    from planner.errors import SpecError
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        raise SpecError(None, "--out", f"{path} is a directory; give a file path")
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent) and not given:     # the default solutions/ folder is created
+        parent = os.path.dirname(parent)
+    if not os.path.exists(parent):
+        raise SpecError(None, "--out", f"the folder {parent} does not exist")
+    if not os.path.isdir(parent):
+        raise SpecError(None, "--out", f"{parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise SpecError(None, "--out", f"{path} cannot be written (permission denied)")
+    return path
+
+
 def run(args) -> int:
+    import math
+
+    from planner.errors import SpecError
     from planner.report import show_solution
     from planner.search.solve import solve
 
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
+        raise SpecError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     spec = spec_arg(args.spec)
-    if args.time_limit is not None and args.time_limit <= 0:
-        from planner.errors import SpecError
-        raise SpecError(None, "--time-limit", "must be positive")
-    sol = solve(spec, method=args.method, time_limit_s=args.time_limit, seed=args.seed, robust=args.robust,
-                simulate=not args.no_simulate)
-    show_solution(sol, args.out or os.path.join(solution_dir_for(args.spec), f"{spec.name}.yaml"), args.json)
+    out = args.out or os.path.join(solution_dir_for(args.spec), f"{spec.name}.yaml")
+    check_out(out, given=args.out is not None)
+    sol = run_interruptible(lambda: solve(spec, method=args.method, time_limit_s=args.time_limit, seed=args.seed,
+                                          robust=args.robust, simulate=not args.no_simulate))
+    show_solution(sol, out, args.json)
+    if sol.solver.status == "INTERRUPTED":
+        import sys
+        print(f"planner: interrupted: wrote the best plan so far (status INTERRUPTED, gap {sol.solver.gap:.2%}) "
+              f"to {out}", file=sys.stderr)
+        return 130
     return 0
+
+
+def run_interruptible(work):
+    """work() in a worker thread, so that Ctrl-C reaches this (main) thread at once. The first Ctrl-C asks
+    the search to stop and return its best plan so far (planner.interrupt); the second aborts: the
+    KeyboardInterrupt goes up, nothing is written and any earlier file stays as it was."""
+    import sys
+    import threading
+
+    from planner import interrupt
+
+    box: dict = {}
+    done = threading.Event()     # not Thread.join: a KeyboardInterrupt inside join can leave the thread's
+    #                              state inconsistent (is_alive() False while it runs) on Python 3.11
+
+    def target():
+        try:
+            box["value"] = work()
+        except BaseException as e:      # re-raised in the main thread, with its own exit code
+            box["error"] = e
+        finally:
+            done.set()
+
+    interrupt.reset()
+    threading.Thread(target=target, name="planner-solve", daemon=True).start()
+    while not done.is_set():
+        try:
+            done.wait(0.1)
+        except KeyboardInterrupt:
+            if interrupt.requested():
+                raise
+            interrupt.request()
+            print("planner: stopping the search; the best plan so far will be written (Ctrl-C again to "
+                  "abort)", file=sys.stderr)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -20,8 +20,8 @@ def register(subparsers):
 def run(args) -> int:
     from planner.costs import costs_with_compute, default_costs
     from planner.costs.compute import load_profile
-    from planner.spec import load_cluster
     from planner.profile.validate import read_vtrain_csv, validate
+    from planner.spec import load_cluster
     cluster = load_cluster(args.cluster)
     costs = costs_with_compute(load_profile(args.compute_profile)) if args.compute_profile else default_costs(cluster)
     rows = read_vtrain_csv(args.measured)

@@ -1,0 +1,102 @@
+"""The command line never drops a flag, checks --out and --time-limit before solving, and Ctrl-C
+ends cleanly: the first with the best plan so far (INTERRUPTED), the second at once."""
+from __future__ import annotations
+
+import _thread
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+from planner.cli.main import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEC = os.path.join(ROOT, "specs", "gpt3-13b-a100-128.yaml")
+LONG_SPEC = os.path.join(ROOT, "specs", "llama2-7b-v100-het-drift-128.yaml")   # hits its 60 s limit
+EST = ["estimate", SPEC, "--tp", "2", "--pp", "4", "--dp", "16", "--mbs", "1", "--json"]
+
+
+def _run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_vpp_alone_implies_interleaved():
+    rc, out, err = _run([*EST, "--vpp", "5"])
+    assert rc == 0, err
+    cfg = json.loads(out)["config"]
+    assert (cfg["schedule"], cfg["vpp"]) == ("interleaved", 5)
+
+
+@pytest.mark.parametrize("flags,field", [
+    (["--schedule", "1f1b", "--vpp", "3"], "--vpp"),
+    (["--schedule", "interleaved", "--vpp", "1"], "--vpp"),
+    (["--schedule", "v-min", "--vpp", "4"], "--vpp"),
+    (["--vpp", "0"], "--vpp"),
+])
+def test_contradictory_flags_are_refused(flags, field):
+    rc, _, err = _run([*EST, *flags])
+    assert rc == 2 and field in err and "Traceback" not in err
+
+
+def test_sequence_parallel_without_tensor_parallel_is_refused():
+    rc, _, err = _run(["estimate", SPEC, "--tp", "1", "--pp", "8", "--dp", "16", "--mbs", "1", "--sp"])
+    assert rc == 2 and "--sp" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_time_limit_must_be_a_positive_finite_number(value):
+    rc, _, err = _run(["solve", SPEC, "--time-limit", value, "--out", os.devnull + ".x"])
+    assert rc == 2 and "--time-limit" in err
+
+
+def test_unwritable_out_is_refused_before_solving(tmp_path):
+    afile = tmp_path / "plain"
+    afile.write_text("x")
+    for out, why in ((tmp_path, "is a directory"), (tmp_path / "missing" / "s.yaml", "does not exist"),
+                     (afile / "s.yaml", "is not a folder")):
+        t0 = time.process_time()
+        rc, _, err = _run(["solve", SPEC, "--out", str(out)])
+        assert rc == 2 and "--out" in err and why in err, err
+        assert time.process_time() - t0 < 5          # refused up front, not after a 60 s solve
+
+
+def test_first_ctrl_c_writes_the_best_plan_so_far(tmp_path):
+    out = tmp_path / "s.yaml"
+    timer = threading.Timer(3.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        rc, _, err = _run(["solve", LONG_SPEC, "--out", str(out)])
+    finally:
+        timer.cancel()
+    assert rc == 130 and "Traceback" not in err and str(out) in err
+    sol = yaml.safe_load(out.read_text())
+    assert sol["solver"]["status"] == "INTERRUPTED"
+    assert sol["solver"]["bound"] <= sol["solver"]["objective"] and sol["simulated"]["fits"]
+
+
+def test_second_ctrl_c_aborts_and_keeps_the_old_file(tmp_path):
+    out = tmp_path / "s.yaml"
+    shutil.copy(os.path.join(ROOT, "solutions", "llama2-7b-v100-het-drift-128.yaml"), out)
+    before = out.read_bytes()
+    p = subprocess.Popen([sys.executable, "-m", "planner", "solve", LONG_SPEC, "--out", str(out)],
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    time.sleep(4)
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert out.read_bytes() == before
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
