@@ -227,6 +227,25 @@ def load_yaml(path: str, file_for_errors: str | None = None, *, field: str | Non
     return data
 
 
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def load_json(path: str, what: str = "JSON file"):
+    """The parsed JSON of a bounded regular file (read_text_file); NaN, Infinity and numbers that
+    overflow to infinity are refused with the key's path. Errors are SpecError naming path."""
+    from planner.errors import SpecError
+    text = read_text_file(path)
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as e:
+        raise SpecError(path, None, f"cannot read {what} ({str(e)[:200]})") from None
+    bad = non_finite_field(data)
+    if bad:
+        raise SpecError(path, bad, "is not a finite number (NaN and infinity are not accepted)")
+    return data
+
+
 # --- bandwidth-matrix CSV: '# ' comment lines, then one comma-separated row per node ----------
 
 def matrix_csv_text(matrix, *, decimals: int = 4, comments=(), zero_diagonal: bool = False) -> str:

@@ -80,3 +80,22 @@ def test_non_finite_matrix_cell_is_refused(tmp_path):
     p.write_text("0,1\nnan,0\n")
     with pytest.raises(SpecError, match=r"\[1,0\] = nan"):
         read_matrix_csv(str(p), "c.yaml", "network.bandwidth_matrix")
+
+
+@pytest.mark.parametrize("text,field", [('{"compute": {"max_efficiency": NaN}}', None),
+                                        ('{"compute": {"max_efficiency": 1e999}}', "compute.max_efficiency")])
+def test_profiles_refuse_non_finite_numbers(tmp_path, text, field):
+    from planner.costs.compute import load_profile
+    p = tmp_path / "p.json"
+    p.write_text(text)
+    with pytest.raises(SpecError) as e:
+        load_profile(str(p))
+    assert e.value.file == str(p) and e.value.field == field
+
+
+def test_profile_at_dev_zero_is_refused_at_once():
+    from planner.costs.compute import load_profile
+    from planner.costs.learned import LearnedMemory
+    for load in (load_profile, LearnedMemory.load):
+        with pytest.raises(SpecError, match="not a regular file"):
+            load("/dev/zero")

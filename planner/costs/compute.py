@@ -199,11 +199,8 @@ def load_profile(path: str) -> ComputeModel:
     "fit": {how it was fitted}}. Unknown keys and formats are refused (SpecError naming the file and key)."""
     from planner.costs.comm import read_nccl_dir
     from planner.errors import SpecError
-    try:
-        with open(path) as fh:
-            d = json.load(fh)
-    except (OSError, ValueError) as e:
-        raise SpecError(path, None, f"cannot read compute profile ({e})") from None
+    from planner.io import load_json
+    d = load_json(path, "compute profile")
     if not isinstance(d, dict):
         raise SpecError(path, None, "expected a JSON object (a compute profile)")
     for k in d:

@@ -149,11 +149,8 @@ class LearnedMemory:
     @classmethod
     def load(cls, path: str) -> LearnedMemory:
         from planner.errors import SpecError
-        try:
-            with open(path) as fh:
-                blob = json.load(fh)
-        except (OSError, ValueError) as e:
-            raise SpecError(path, None, f"cannot read memory estimator ({e})") from None
+        from planner.io import load_json
+        blob = load_json(path, "memory estimator")
         if not isinstance(blob, dict) or blob.get("format") != FORMAT:
             raise SpecError(path, "format", f"expected {FORMAT!r}")
         for k in blob:
