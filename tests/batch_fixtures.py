@@ -40,7 +40,7 @@ def worker_threads(_item, _limit):
     """Run inside a batch worker: what thread limits does it see?"""
     import os
 
-    import torch          # a cost model that profiles with torch would import it like this
+    import torch  # a cost model that profiles with torch would import it like this
     return {"omp": os.environ.get("OMP_NUM_THREADS"), "torch": torch.get_num_threads(), "pid": os.getpid()}
 
 

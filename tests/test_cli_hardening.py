@@ -61,15 +61,19 @@ def test_time_limit_must_be_a_positive_finite_number(value):
     assert rc == 2 and "--time-limit" in err
 
 
-def test_unwritable_out_is_refused_before_solving(tmp_path):
+def test_unwritable_out_is_refused_before_solving(tmp_path, monkeypatch):
+    import planner.search.solve as search
+
+    def never(*a, **k):
+        raise AssertionError("solve ran before --out was checked")
+
+    monkeypatch.setattr(search, "solve", never)
     afile = tmp_path / "plain"
     afile.write_text("x")
     for out, why in ((tmp_path, "is a directory"), (tmp_path / "missing" / "s.yaml", "does not exist"),
                      (afile / "s.yaml", "is not a folder")):
-        t0 = time.process_time()
         rc, _, err = _run(["solve", SPEC, "--out", str(out)])
         assert rc == 2 and "--out" in err and why in err, err
-        assert time.process_time() - t0 < 5          # refused up front, not after a 60 s solve
 
 
 def test_first_ctrl_c_writes_the_best_plan_so_far(tmp_path):

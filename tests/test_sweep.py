@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from batch_fixtures import CLUSTER, SWEEP, sweep_dict, write_sweep
 
-from planner.errors import SpecError
 from planner.batch.sweep import ShapeRule, load_sweep, shape_for_params
+from planner.errors import SpecError
 
 
 @pytest.mark.parametrize("target,layers,hidden", [(6.7e9, 32, 4096), (13e9, 40, 5120), (175e9, 96, 12288)])

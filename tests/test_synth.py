@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.spec.cluster import read_matrix
 from planner.profile.synth import bandwidth_matrix, format_csv, regenerate, snapshots, write_csv
+from planner.spec.cluster import read_matrix
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OFF16 = ~np.eye(16, dtype=bool)

@@ -93,15 +93,19 @@ def run_interruptible(work):
 
     interrupt.reset()
     threading.Thread(target=target, name="planner-solve", daemon=True).start()
-    while not done.is_set():
-        try:
-            done.wait(0.1)
-        except KeyboardInterrupt:
-            if interrupt.requested():
-                raise
-            interrupt.request()
-            print("planner: stopping the search; the best plan so far will be written (Ctrl-C again to "
-                  "abort)", file=sys.stderr)
+    try:
+        while not done.is_set():
+            try:
+                done.wait(0.1)
+            except KeyboardInterrupt:
+                if interrupt.requested():
+                    raise
+                interrupt.request()
+                print("planner: stopping the search; the best plan so far will be written (Ctrl-C again to "
+                      "abort)", file=sys.stderr)
+    finally:
+        if done.is_set():
+            interrupt.reset()       # the request was for this solve only
     if "error" in box:
         raise box["error"]
     return box["value"]
