@@ -18,8 +18,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from planner.batch.run import run_batch  # noqa: E402
-from planner.batch.sweep import load_sweep  # noqa: E402
+from planner.batch.run import run_batch
+from planner.batch.sweep import load_sweep
 
 
 def _spin(_=None) -> float:

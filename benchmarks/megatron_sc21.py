@@ -20,10 +20,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from planner.config import ParallelConfig  # noqa: E402
-from planner.costs.published import SC21, SEQ, VOCAB  # noqa: E402
-from planner.search.solve import estimate_plan  # noqa: E402
-from planner.spec import parse_spec  # noqa: E402
+from planner.config import ParallelConfig
+from planner.costs.published import SC21, SEQ, VOCAB
+from planner.search.solve import estimate_plan
+from planner.spec import parse_spec
 
 TFLOPS = (137, 138, 142, 135, 138, 140, 148, 155, 163, 163)   # SC21 Table 1, per GPU
 

@@ -27,11 +27,11 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from planner.config import ParallelConfig  # noqa: E402
-from planner.costs.published import KORTHIKANTI, SEQ, VOCAB  # noqa: E402
-from planner.search.solve import estimate_plan  # noqa: E402
+from megatron_sc21 import print_errors, schedule_for, spec_for
 
-from megatron_sc21 import print_errors, schedule_for, spec_for  # noqa: E402
+from planner.config import ParallelConfig
+from planner.costs.published import KORTHIKANTI, SEQ, VOCAB
+from planner.search.solve import estimate_plan
 
 # (full recompute, sequence parallel + selective recompute), seconds per iteration: Table 5
 MEASURED = {"22B": (1.42, 1.10), "175B": (18.13, 13.75), "530B": (49.05, 37.83), "1T": (94.42, 71.49)}

@@ -17,10 +17,19 @@ import sys
 
 from planner.config import ParallelConfig
 from planner.costs.learned import load_default
-from planner.costs.memory import GiB, AnalyticalMemory, layer_activation_bytes, stage_params
-from planner.costs.published import (BYTES_PER_PARAM_BF16_FP32, KORTHIKANTI, MEGATRON_BYTES_PER_PARAM, PUBLISHED_FIGURES,
-                                     PUBLISHED_PARAMS, SC21, SEQ, SOURCES, bytes_per_param_distributed,
-                                     korthikanti_layer_bytes)
+from planner.costs.memory import AnalyticalMemory, GiB, layer_activation_bytes, stage_params
+from planner.costs.published import (
+    BYTES_PER_PARAM_BF16_FP32,
+    KORTHIKANTI,
+    MEGATRON_BYTES_PER_PARAM,
+    PUBLISHED_FIGURES,
+    PUBLISHED_PARAMS,
+    SC21,
+    SEQ,
+    SOURCES,
+    bytes_per_param_distributed,
+    korthikanti_layer_bytes,
+)
 from planner.spec.plan import TrainingSpec
 
 TECHNIQUES = {"none": ("none", False), "sp": ("none", True), "selective": ("selective", False),

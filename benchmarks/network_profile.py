@@ -15,9 +15,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from planner.profile import network as net  # noqa: E402
+from planner.profile import network as net
 
 
 def main() -> int:

@@ -35,14 +35,13 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from planner.costs import default_costs  # noqa: E402
-from planner.search.compare import megatron_config  # noqa: E402
-from planner.costs.iteration import default_layout  # noqa: E402
-from planner.profile.snapshots import (drifted_snapshots, mean_loss, structured_snapshots,  # noqa: E402
-                                      volatile_snapshots)
-from planner.search.robust import robust_plan_report, robust_report  # noqa: E402
-from planner.search.solve import solve  # noqa: E402
-from planner.spec import load_spec  # noqa: E402
+from planner.costs import default_costs
+from planner.costs.iteration import default_layout
+from planner.profile.snapshots import drifted_snapshots, mean_loss, structured_snapshots, volatile_snapshots
+from planner.search.compare import megatron_config
+from planner.search.robust import robust_plan_report, robust_report
+from planner.search.solve import solve
+from planner.spec import load_spec
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SPECS = ["specs/llama2-7b-v100-het-128.yaml", "specs/gpt3-13b-a100-het-128.yaml",

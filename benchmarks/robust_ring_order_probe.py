@@ -19,13 +19,13 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import robust_mapping as RM  # noqa: E402
+
 from planner.costs import default_costs  # noqa: E402
 from planner.costs.iteration import build_problem  # noqa: E402
 from planner.mapping import problem as P  # noqa: E402
 from planner.mapping.anneal import anneal  # noqa: E402
 from planner.spec import load_spec  # noqa: E402
-import robust_mapping as RM  # noqa: E402
-
 
 dp_ring = P.MappingProblem.dp_costs           # ring order (the planner's model)
 dp_pair = P.MappingProblem.dp_costs_pairs     # the former pair model

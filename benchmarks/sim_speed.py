@@ -11,7 +11,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from planner.simulator import simulate, simulate_uniform  # noqa: E402
+from planner.simulator import simulate, simulate_uniform
 
 
 def best_of(fn, n=3):
@@ -27,7 +27,7 @@ def main() -> None:
     rows = []
     for sched, v in [("1f1b", 1), ("gpipe", 1), ("interleaved", 2), ("zb-h1", 1), ("v-zb", 2), ("v-min", 2),
                      ("v-half", 2)]:
-        dt, r = best_of(lambda: simulate_uniform(sched, 64, 1024, v, f=1.0, b=2.0, w=0.7, comm=0.01))
+        dt, r = best_of(lambda s=sched, v=v: simulate_uniform(s, 64, 1024, v, f=1.0, b=2.0, w=0.7, comm=0.01))
         rows.append((f"{sched} pp64 m1024", r.num_ops, dt))
     import planner
     from planner.config import ParallelConfig

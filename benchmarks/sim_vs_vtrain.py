@@ -25,9 +25,9 @@ sys.path.insert(0, ROOT)
 
 from planner.costs import default_costs  # noqa: E402
 from planner.costs.iteration import build_problem, default_layout, evaluate  # noqa: E402
+from planner.profile.validate import read_vtrain_csv, row_cluster, row_spec, unsupported_reason  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
 from planner.spec import load_cluster  # noqa: E402
-from planner.profile.validate import read_vtrain_csv, row_cluster, row_spec, unsupported_reason  # noqa: E402
 
 DATA = os.path.join(ROOT, "..", "shared", "data", "vtrain-a100", "measured_multi_node.csv")
 if not os.path.exists(DATA):

@@ -16,12 +16,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from planner.costs import default_costs  # noqa: E402
-from planner.costs.iteration import build_problem  # noqa: E402
-from planner.mapping.anneal import anneal  # noqa: E402
-from planner.mapping.cpsat import solve_exact  # noqa: E402
-from planner.search.solve import solve  # noqa: E402
-from planner.spec import parse_spec  # noqa: E402
+from planner.costs import default_costs
+from planner.costs.iteration import build_problem
+from planner.mapping.anneal import anneal
+from planner.mapping.cpsat import solve_exact
+from planner.search.solve import solve
+from planner.spec import parse_spec
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 CLUSTERS = {16: "a100-16x8-hdr-het", 32: "a100-32x8-het", 64: "a100-64x8-het", 128: "a100-128x8-het",

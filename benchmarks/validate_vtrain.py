@@ -19,15 +19,15 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from planner.costs import default_costs                       # noqa: E402
-from planner.costs.comm import CommModel                      # noqa: E402
-from planner.costs.compute import ComputeModel                # noqa: E402
-from planner.costs.memory import GiB                          # noqa: E402
-from planner.costs.iteration import stage_memory                      # noqa: E402
-from planner.spec import load_cluster                         # noqa: E402
-from planner.costs.compute_fit import IterationTimeFit, cross_validate   # noqa: E402
-from planner.costs.metrics import mape, percent_errors          # noqa: E402
-from planner.profile.validate import read_vtrain_csv, row_cluster, row_spec, supported, validate   # noqa: E402
+from planner.costs import default_costs
+from planner.costs.comm import CommModel
+from planner.costs.compute import ComputeModel
+from planner.costs.compute_fit import IterationTimeFit, cross_validate
+from planner.costs.iteration import stage_memory
+from planner.costs.memory import GiB
+from planner.costs.metrics import mape, percent_errors
+from planner.profile.validate import read_vtrain_csv, row_cluster, row_spec, supported, validate
+from planner.spec import load_cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "planner", "data", "vtrain")
@@ -85,10 +85,14 @@ def plot(path, reps, mem_multi):
     x = 0
     for d in dims:
         for k, v in residuals_by(multi, d).items():
-            pos.append(x); labels.append(f"{d}{k}"); vals.append(v["mean_pct"]); x += 1
+            pos.append(x)
+            labels.append(f"{d}{k}")
+            vals.append(v["mean_pct"])
+            x += 1
         x += 1
     ax[1].bar(pos, vals, color="tab:blue")
-    ax[1].set_xticks(pos); ax[1].set_xticklabels(labels, rotation=90, fontsize=7)
+    ax[1].set_xticks(pos)
+    ax[1].set_xticklabels(labels, rotation=90, fontsize=7)
     ax[1].axhline(0, color="k", lw=0.8)
     ax[1].set(ylabel="mean signed error (%)", title="multi-node residuals by parallel dimension")
     ax[2].scatter(mem_multi, multi.errors, s=10)

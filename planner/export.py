@@ -68,7 +68,8 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
         args.append("--use-distributed-optimizer")
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
     if solution.get("pipeline_engine") == "deepspeed":
-        args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's pipeline "
+        args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's "
+                    "pipeline "
                     "engine; add --deepspeed and a ds_config (the flags above are the ones it shares with Megatron-LM"
                     + ("; ZeRO 1 there is zero_optimization.stage 1, not --use-distributed-optimizer)"
                        if int(c.get("zero", 0)) >= 1 else ")"))

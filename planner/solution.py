@@ -113,7 +113,7 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
     for lay in layouts(cfg.tp, cfg.pp, cfg.dp, gpus_per_node):
         grid = np.full((lay.rows, lay.cols), -1)
         ok = True
-        for (s, d, t), n in where.items():
+        for (s, d, _t), n in where.items():
             i, j = s // lay.a, d // lay.b
             if grid[i, j] == -1:
                 grid[i, j] = n

@@ -17,7 +17,7 @@ TR = TrainingSpec(global_batch_size=512, seq_length=2048, precision="fp16")
 
 
 def cfg(**kw):
-    d = dict(tp=1, pp=1, dp=1, micro_batch_size=4, num_microbatches=8, recompute="none")
+    d = {"tp": 1, "pp": 1, "dp": 1, "micro_batch_size": 4, "num_microbatches": 8, "recompute": "none"}
     d.update(kw)
     return ParallelConfig(**d)
 

@@ -51,7 +51,8 @@ def test_save_load_roundtrip_is_plain_json(tmp_path):
 
 
 @pytest.mark.parametrize("blob,field", [({"format": "pickle"}, "format"),
-                                        ({"format": "planner.memory-estimator/1", "features": ["x"], "coef": [1]}, "coef"),
+                                        ({"format": "planner.memory-estimator/1", "features": ["x"], "coef": [1]},
+                                         "coef"),
                                         ({"format": "planner.memory-estimator/1",
                                           "features": list(FEATURES) + ["const"], "coef": [1] * 9, "safety": 0.5},
                                          "safety")])

@@ -53,7 +53,8 @@ def test_schedule_node_scope_uses_one_leader_per_host():
 
 def test_dist_env_launchers():
     e = net.dist_env({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "n0", "MASTER_PORT": "1234"})
-    assert (e.rank, e.world_size, e.local_rank, e.master_addr, e.master_port, e.launcher) == (3, 8, 1, "n0", 1234, "torchrun")
+    got = (e.rank, e.world_size, e.local_rank, e.master_addr, e.master_port, e.launcher)
+    assert got == (3, 8, 1, "n0", 1234, "torchrun")
     e = net.dist_env({"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1", "MASTER_ADDR": "n0"})
     assert (e.rank, e.world_size, e.local_rank, e.master_port, e.launcher) == (5, 6, 1, 29500, "srun")
     e = net.dist_env({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",

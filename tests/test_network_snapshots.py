@@ -11,8 +11,11 @@ from planner.profile.network import matrix_csv
 
 def _three():
     a = np.array([[0, 10, 20], [10, 0, 30], [20, 30, 0]], dtype=float)
-    b = a.copy(); b[0, 1] = 6
-    c = a.copy(); c[0, 1] = 8; c[2, 1] = 33
+    b = a.copy()
+    b[0, 1] = 6
+    c = a.copy()
+    c[0, 1] = 8
+    c[2, 1] = 33
     return [a, b, c]
 
 
@@ -248,7 +251,8 @@ def test_compare_reports_robust_mapping_and_robust_plan(tmp_path, capsys, monkey
     snaps = sn.structured_snapshots(base, 3, loss=0.2, seed=2, flaky_nodes=1)
     y = _cluster(tmp_path, snaps, names=("a", "b", "c", "d"))
     spec = tmp_path / "s.yaml"
-    spec.write_text(f"""model: {{name: m, num_layers: 24, hidden_size: 2048, num_attention_heads: 16, vocab_size: 50257}}
+    spec.write_text(f"""model: {{name: m, num_layers: 24, hidden_size: 2048, num_attention_heads: 16,
+         vocab_size: 50257}}
 cluster: {y}
 training: {{global_batch_size: 64, seq_length: 2048}}
 search: {{schedules: [1f1b], recompute: [selective], zero: [0]}}

@@ -64,7 +64,7 @@ def plot_results(rows: list[dict], out_dir: str, name: str) -> list[str]:
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharex=True)
-    for (cl, g, b, s), rs in series:
+    for (cl, g, _b, _s), rs in series:
         x = [r["params"] / 1e9 for r in rs]
         for a, k in zip(axes, ("tp", "pp", "dp")):
             a.plot(x, [r[k] for r in rs], "o-", ms=3, drawstyle="steps-mid", label=f"{cl} {g} GPUs")

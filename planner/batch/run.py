@@ -66,7 +66,7 @@ def run_case(case, time_limit_s: float | None = None) -> dict:
     except SpecError as e:
         row.update(status="BAD_INPUT", error=str(e), solver_wall_s=time.perf_counter() - t0)
         return row
-    except Exception as e:  # noqa: BLE001 - one broken case must not stop the sweep
+    except Exception as e:
         row.update(status="ERROR", error=f"{type(e).__name__}: {e}", solver_wall_s=time.perf_counter() - t0)
         return row
     c, e, s = sol.config, sol.estimate, sol.solver
@@ -106,7 +106,7 @@ def run_sizing(task, time_limit_s: float | None = None) -> dict:
     try:
         res = optimal_size(task.cluster, task.gpus, task.budget_gpu_days, task.training, task.search, task.solver,
                            task.family, task.vocab_size, task.rule, time_limit_s, task.price_per_gpu_hour_usd)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         row.update(status="ERROR", error=f"{type(e).__name__}: {e}")
         return row
     d = res.as_dict()
@@ -147,7 +147,7 @@ def _local(fn, items, workers: int, time_limit_s, on_done, on_error=None):
             for f in sorted(done, key=lambda f: futs[f]):
                 try:
                     r = f.result()
-                except Exception as e:  # noqa: BLE001 - a worker that died (crash, OOM kill) fails its case only
+                except Exception as e:
                     if on_error is None:
                         raise
                     on_error(futs[f], e)
@@ -166,7 +166,7 @@ def _ray(fn, items, workers: int | None, address: str | None, time_limit_s, on_d
            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
     started = False
     if not ray.is_initialized():
-        kw = dict(runtime_env={"env_vars": env}, log_to_driver=False, configure_logging=False)
+        kw = {"runtime_env": {"env_vars": env}, "log_to_driver": False, "configure_logging": False}
         if address:
             ray.init(address=address, **kw)
         else:
@@ -186,7 +186,7 @@ def _ray(fn, items, workers: int | None, address: str | None, time_limit_s, on_d
                 k = inflight.pop(ref)
                 try:
                     r = ray.get(ref)
-                except Exception as e:  # noqa: BLE001 - worker crash / lost node: that case's row says so
+                except Exception as e:
                     if on_error is None:
                         raise
                     on_error(k, e)

@@ -17,9 +17,9 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 
+from planner.batch.sweep import CHINCHILLA_TOKENS_PER_PARAM, ShapeRule, shape_for_params
 from planner.errors import InfeasibleError, SpecError
 from planner.spec.plan import SearchSpec, SolverSpec, Spec, TrainingSpec
-from planner.batch.sweep import CHINCHILLA_TOKENS_PER_PARAM, ShapeRule, shape_for_params
 
 SECONDS_PER_DAY = 86400.0
 

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 import yaml
 
 from planner.errors import SpecError
+from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
 from planner.spec.fields import Fields
 from planner.spec.model import FAMILIES, ModelSpec, parse_model
-from planner.io import load_yaml
 from planner.spec.plan import PRECISIONS, Spec, TrainingSpec, _parse_search, _parse_solver
 
 CHINCHILLA_TOKENS_PER_PARAM = 20.0     # Hoffmann et al. 2022: compute-optimal tokens ~= 20 x parameters
@@ -376,7 +376,7 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
         search = search_cache[key]
         for g in entry.gpus:
             sub = subset_cluster(cl, g)
-            for m, msrc in models:
+            for m, _msrc in models:
                 for gbs in gbs_list:
                     for seq in seq_list:
                         training = TrainingSpec(global_batch_size=gbs, seq_length=seq, precision=precision,

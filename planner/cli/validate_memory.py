@@ -15,7 +15,8 @@ def register(subparsers) -> None:
     p.add_argument("--large-gpus", type=int, default=64, help="extrapolation: test on configs with >= this many GPUs")
     p.add_argument("--margin", type=float, default=0.01)
     p.add_argument("--estimator", metavar="JSON|shipped", default=None,
-                   help="instead of refitting: score this fitted estimator ('shipped': the one the planner uses) on the "
+                   help="instead of refitting: score this fitted estimator ('shipped': the one the planner uses) "
+                        "on the "
                         "samples as they are, e.g. CUDA samples from `planner profile memory --device cuda`")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
@@ -56,14 +57,16 @@ def _score(args) -> int:
         print(json.dumps(rep, indent=1))
         return 0
     print(f"{rep['n']} samples, estimator {path}: MAPE {rep['mape_learned']:.2f}% (analytical "
-          f"{rep['mape_analytical']:.2f}%), worst under-estimate with safety {rep['worst_underestimate_pct_with_safety']:.2f}%, "
+          f"{rep['mape_analytical']:.2f}%), worst under-estimate with safety "
+          f"{rep['worst_underestimate_pct_with_safety']:.2f}%, "
           f"measured above the safe prediction {rep['oom_called_feasible']}, rejected at 5% headroom "
           f"{rep['feasible_rejected']['5pct_headroom']}", file=sys.stderr)
     if "cuda" in rep:
         c = rep["cuda"]
         r = c["reserved_over_allocated"]
         print(f"CUDA samples {c['n']}: reserved/allocated median {r['median']:.3f} p95 {r['p95']:.3f} max "
-              f"{r['max']:.3f}; measured peak above all the estimator allots: allocated {c['allocated_above_all_allotted']}, "
+              f"{r['max']:.3f}; measured peak above all the estimator allots: allocated "
+              f"{c['allocated_above_all_allotted']}, "
               f"reserved {c['reserved_above_all_allotted']}", file=sys.stderr)
         print("  (CUDA peaks include the cuBLAS workspaces, which the estimator counts in its constant overhead; the "
               "reserved peak overstates the need, since the allocator frees its cache before it fails: "

@@ -42,7 +42,7 @@ def _load(path: str) -> ComputeModel:
 
 def default_costs(cluster=None) -> Costs:
     """The cost models for a cluster: its own fitted profiles where it names them, shipped ones otherwise."""
-    from planner.costs.learned import default_memory_estimator   # late: learned imports this package's modules
+    from planner.costs.learned import default_memory_estimator  # late: learned imports this package's modules
     memory = default_memory_estimator(cluster)
     if cluster is None:
         return Costs(memory=memory)

@@ -91,7 +91,8 @@ def has_dropout(model) -> bool:
 def _qkv_saved_per_token(model, t: int) -> float:
     """Bytes per token of Q, K, V saved for the attention GEMMs (one TP shard).
 
-    GPT: q, k, v are views of the QKV output, saved whole: 2(h + 2kv) (GQA: 6h, copies). Llama: RoPE makes new q, k (2h, 2kv);
+    GPT: q, k, v are views of the QKV output, saved whole: 2(h + 2kv) (GQA: 6h, copies). Llama: RoPE makes new
+    q, k (2h, 2kv);
     with MHA v stays a view of the QKV output, so that is kept whole; with GQA k and v are expanded to all
     heads (new 2h each) and the QKV output is freed."""
     h, kv = model.hidden_size, model.kv_channels
@@ -180,7 +181,8 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     mlp_work = s * b * (2 * 1 * f if model.family == "gpt" else 2 * 4 * f) / t
     wgrad = 2 * max(h * (h + 2 * kv), h * f * (2 if model.gated_mlp else 1)) / t
     # the MLP half runs first: with full recompute on top of the whole rebuilt layer
-    mlp = max(mlp_work, wgrad) + 2 * 2 * s * b * h + (P["attn_pre"] + P["attn_post"] + P["mlp"] + core if rc == "full" else 0.0)
+    recomputed = P["attn_pre"] + P["attn_post"] + P["mlp"] + core if rc == "full" else 0.0
+    mlp = max(mlp_work, wgrad) + 2 * 2 * s * b * h + recomputed
     return max(attn, mlp)
 
 
@@ -294,6 +296,7 @@ class AnalyticalMemory:
         if emb:      # with the gradient of the embedding's output, [s, b, h] (gathered over SP), live beside it
             emb += 2.0 * training.seq_length * cfg.micro_batch_size * model.hidden_size
         work = max(layer_transient_bytes(model, training, cfg), emb)
-        freed = 6.0 * training.seq_length * cfg.micro_batch_size * padded_vocab(model, cfg.tp) / cfg.tp if logits else 0.0
+        freed = (6.0 * training.seq_length * cfg.micro_batch_size * padded_vocab(model, cfg.tp) / cfg.tp
+                 if logits else 0.0)
         transient = max(0.0, work - freed, output_backward_bytes(model, training, cfg, stage))
         return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient)

@@ -96,7 +96,8 @@ def _mpigraph_block(lines, name, word, file):
         cells = lines[k].split()
         if len(cells) != n + 2 or cells[1] != word or cells[0] != labels[len(rows)]:
             raise SpecError(file, f"{name} row {len(rows)}",
-                            f"expected '{labels[len(rows)]} {word}' followed by {n} values, got {lines[k].strip()[:80]!r}")
+                            f"expected '{labels[len(rows)]} {word}' followed by {n} values, "
+                            f"got {lines[k].strip()[:80]!r}")
         try:
             rows.append([float(c) for c in cells[2:]])
         except ValueError:

@@ -66,7 +66,7 @@ class LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
         if self.live > self.peak:
             self.peak = self.live
 
-        def freed(_, n=n, self_ref=weakref.ref(self)):
+        def freed(_, n=n, self_ref=weakref.ref(self)):  # noqa: B008 (bound now: the tracker, weakly)
             s = self_ref()
             if s is not None:
                 s.live -= n
@@ -312,8 +312,8 @@ def stage_shape(cfg: ParallelConfig, stage: int, layers_per_chunk: int) -> Stage
 def _dims(model, cfg):
     t = cfg.tp
     vocab = 128 * t * math.ceil(model.vocab_size / (128 * t))     # Megatron pads the vocab to 128*tp
-    return dict(t=t, h=model.hidden_size, a=model.num_attention_heads // t, g=model.num_kv_heads // t,
-                d=model.head_dim, f=model.ffn_hidden_size // t, v=vocab // t)
+    return {"t": t, "h": model.hidden_size, "a": model.num_attention_heads // t, "g": model.num_kv_heads // t,
+                "d": model.head_dim, "f": model.ffn_hidden_size // t, "v": vocab // t}
 
 
 class Stage:
@@ -640,7 +640,7 @@ def sample_row(model, training, cfg: ParallelConfig, stage: int, lpc: int, devic
            "max_position_embeddings": model.max_position_embeddings,
            "global_batch_size": training.global_batch_size, "seq_length": training.seq_length,
            "precision": training.precision, "optimizer": training.optimizer}
-    row.update({k: v for k, v in asdict(cfg).items()})
+    row.update(dict(asdict(cfg).items()))
     row.update({"stage": stage, "layers_per_chunk": lpc, "num_gpus": cfg.num_gpus, "held_forwards": r.held_forwards,
                 "weights": a.weights, "gradients": a.gradients, "optimizer_state": a.optimizer,
                 "activations": a.activations, "logits": a.logits, "transient": a.transient,
@@ -676,6 +676,7 @@ def profile_samples(n: int, seed: int = 0, device: str = "fake", progress=None) 
 
 def write_samples(path: str, rows: list[dict]) -> None:
     import io
+
     from planner.io import atomic_write_text
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS)

@@ -42,7 +42,7 @@ class ProfileOptions:
     backend: str | None = None      # None: nccl when CUDA is available, else gloo
     timeout_s: float = 120.0
 
-    def check(self) -> "ProfileOptions":
+    def check(self) -> ProfileOptions:
         if not self.sizes_bytes or any(int(s) <= 0 for s in self.sizes_bytes):
             raise SpecError(None, "sizes", "message sizes must be positive byte counts")
         if self.repeats < 1 or self.warmup < 0 or self.window < 1 or self.max_pairs < 0:
@@ -111,7 +111,8 @@ class NetworkProfile:
             "sizes_bytes": [int(s) for s in self.sizes_bytes],
             "matrix_size_bytes": int(self.sizes_bytes[-1]),
             "bandwidth_GBps": _round(self.bandwidth_GBps),
-            "bandwidth_by_size_GBps": {int(s): _round(m) for s, m in zip(self.sizes_bytes, self.bandwidth_by_size_GBps)},
+            "bandwidth_by_size_GBps": {int(s): _round(m)
+                                       for s, m in zip(self.sizes_bytes, self.bandwidth_by_size_GBps)},
             "latency_us": _round(self.latency_us),
         }
         if len(self.sizes_bytes) >= 2:
@@ -160,7 +161,7 @@ def _round(m, nd=4):
 def dist_env(environ=None) -> DistEnv:
     """Rank, world size and rendezvous address as torchrun, srun or mpirun set them."""
     e = os.environ if environ is None else environ
-    for launcher, rk, ws, lr in (("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    for _launcher, rk, ws, lr in (("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
                                  ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                   "OMPI_COMM_WORLD_LOCAL_RANK"),
                                  ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
@@ -357,6 +358,7 @@ def run_rank(rank: int, world: int, options: ProfileOptions, master_addr: str, m
     """Run the profile on one rank (inside an initialised job or after joining one). Rank 0 returns the
     NetworkProfile; other ranks return None."""
     import datetime
+
     import torch
     import torch.distributed as dist
 
@@ -458,6 +460,7 @@ def profile_spawn(nprocs: int, options: ProfileOptions | None = None, deadline_s
     """Profile `nprocs` local gloo processes on 127.0.0.1; each process stands for one node, or, with
     `hosts` (a name per process), processes with one name stand for the GPUs of one node."""
     import pickle
+
     import torch.multiprocessing as mp
     from torch.multiprocessing.spawn import ProcessException
 
@@ -473,7 +476,8 @@ def profile_spawn(nprocs: int, options: ProfileOptions | None = None, deadline_s
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="planner-netprof-") as tmp:
         result = os.path.join(tmp, "profile.pkl")
-        ctx = mp.start_processes(_spawn_entry, args=(nprocs, options, port, result, tuple(hosts) if hosts else None), nprocs=nprocs,
+        spawn_args = (nprocs, options, port, result, tuple(hosts) if hosts else None)
+        ctx = mp.start_processes(_spawn_entry, args=spawn_args, nprocs=nprocs,
                                  join=False, start_method="spawn")
         end = time.monotonic() + deadline_s
         try:

@@ -111,18 +111,18 @@ class ModelSpec:
 
 def parse_model(data, file: str | None, prefix: str = "") -> ModelSpec:
     f = Fields(data, file, prefix)
-    kw = dict(
-        name=f.str("name"),
-        family=f.str("family", DEFAULT, choices=FAMILIES),
-        num_layers=f.int("num_layers"),
-        hidden_size=f.int("hidden_size"),
-        num_attention_heads=f.int("num_attention_heads"),
-        num_kv_heads=f.int("num_kv_heads", DEFAULT),
-        ffn_hidden_size=f.int("ffn_hidden_size", DEFAULT),
-        vocab_size=f.int("vocab_size"),
-        tied_embeddings=f.bool("tied_embeddings", DEFAULT),
-        max_position_embeddings=f.int("max_position_embeddings", DEFAULT),
-    )
+    kw = {
+        "name": f.str("name"),
+        "family": f.str("family", DEFAULT, choices=FAMILIES),
+        "num_layers": f.int("num_layers"),
+        "hidden_size": f.int("hidden_size"),
+        "num_attention_heads": f.int("num_attention_heads"),
+        "num_kv_heads": f.int("num_kv_heads", DEFAULT),
+        "ffn_hidden_size": f.int("ffn_hidden_size", DEFAULT),
+        "vocab_size": f.int("vocab_size"),
+        "tied_embeddings": f.bool("tied_embeddings", DEFAULT),
+        "max_position_embeddings": f.int("max_position_embeddings", DEFAULT),
+    }
     f.raw("parameters_B", None)   # informational (published size), checked below when given
     f.raw("source", None)
     f.done()
