@@ -28,5 +28,7 @@ def test_simulator_veto_on_the_best_moves_to_a_plan_that_fits(make_spec, monkeyp
 
 def test_simulator_veto_on_every_plan_is_infeasible(make_spec, monkeypatch):
     monkeypatch.setattr(rerank, "_sim_pair", lambda *a, **k: (1.0, 1e9))
+    spec = make_spec(nodes=2, schedules=["1f1b"], recompute=["full"], zero=[0], micro_batch_sizes=[1],
+                     tensor_parallel=[8])
     with pytest.raises(InfeasibleError, match=r"estimate .* GiB, simulated 1000000000.0 GiB"):
-        solve(_spec(make_spec), time_limit_s=5)
+        solve(spec, time_limit_s=5)

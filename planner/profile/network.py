@@ -161,11 +161,11 @@ def _round(m, nd=4):
 def dist_env(environ=None) -> DistEnv:
     """Rank, world size and rendezvous address as torchrun, srun or mpirun set them."""
     e = os.environ if environ is None else environ
-    for _launcher, rk, ws, lr in (("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-                                 ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                  "OMPI_COMM_WORLD_LOCAL_RANK"),
-                                 ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-                                 ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")):
+    for launcher, rk, ws, lr in (("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),  # noqa: B007 (used after break)
+                                ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                 "OMPI_COMM_WORLD_LOCAL_RANK"),
+                                ("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+                                ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")):
         if rk in e and ws in e:
             try:
                 rank, world = int(e[rk]), int(e[ws])
