@@ -46,7 +46,8 @@ def one(m):
                           ("solve", ["solve", spec, "--time-limit", "2", "--out", os.path.join(root, "s.yaml")])):
             t0 = time.perf_counter()
             rc, err = _run(argv)
-            rows.append((str(m), cmd, rc, time.perf_counter() - t0, judge(m, rc, err), err.strip()[-300:]))
+            last = err.strip().splitlines()[-1][-300:] if err.strip() else ""
+            rows.append((str(m), cmd, rc, time.perf_counter() - t0, judge(m, rc, err), last))
     return rows
 
 
@@ -64,7 +65,7 @@ def main() -> int:
     problems = collections.Counter(p for r in rows for p in r[4])
     over = [r for r in rows if r[3] > 30]
     print(f"{len(cases)} mutated inputs (seed {args.seed}), {len(rows)} runs, {wall:.0f} s")
-    for key in ("exit 3", "traceback", "exit 0 from a non-finite input"):
+    for key in ("exit 3", "traceback", "exit 0 from a non-finite input", "exit 0 from an out-of-range input"):
         print(f"  {key}: {sum(v for k, v in problems.items() if k.startswith(key))}")
     print(f"  bad-input messages not naming the file: "
           f"{sum(v for k, v in problems.items() if k.startswith('message does not'))}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,16 @@ class Mutation:
         if self.target == "matrix":
             return str(self.value).strip().lower() in ("nan", "inf", "-inf", "1e400")
         return isinstance(self.value, float) and not math.isfinite(self.value)
+
+    @property
+    def out_of_range(self) -> bool:
+        """A number no field accepts (the provenance record network.generator is not read; a host name
+        may be all digits)."""
+        if self.target == "matrix" or "generator" in self.where or "node_names" in self.where:
+            return False
+        v = self.value
+        return (isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**31) or (
+            isinstance(v, float) and math.isfinite(v) and abs(v) > 1e15)
 
     @property
     def file(self) -> str:
@@ -149,6 +160,10 @@ def judge(mutation: Mutation | None, rc: int, err: str) -> list[str]:
         bad.append("traceback")
     if mutation is not None and mutation.non_finite and rc == 0:
         bad.append("exit 0 from a non-finite input")
-    if rc == 2 and mutation is not None and os.path.basename(mutation.file) not in err and "usage:" not in err:
-        bad.append(f"message does not name {os.path.basename(mutation.file)}")
+    if mutation is not None and mutation.out_of_range and rc == 0:
+        bad.append("exit 0 from an out-of-range input")
+    names_flag = re.search(r"error: --[a-z-]+(/--[a-z-]+)*:", err)     # a command-line flag it contradicts
+    if (rc == 2 and mutation is not None and os.path.basename(mutation.file) not in err and "usage:" not in err
+            and not names_flag):
+        bad.append(f"message does not name {os.path.basename(mutation.file)} or a flag")
     return bad

@@ -11,6 +11,9 @@ _MISSING = object()
 # Integers in a spec count layers, heads, GPUs, samples: none comes near 2**31. A bound keeps 2**70
 # from overflowing a float or an int64 later, where the error could no longer name the field.
 MAX_INT = 2**31 - 1
+# Floats in a spec are seconds, GB/s, GiB, TFLOP/s, tokens (Llama 3: 1.5e13) or dollars: 1e15 bounds them
+# all, and keeps 1e308 or 2**70 from overflowing a product later.
+MAX_FLOAT = 1e15
 
 DEFAULT: Any = object()
 """Pass as an accessor's default to mean "the dataclass's own default": `Fields.build` leaves the keyword out,
@@ -71,7 +74,7 @@ class Fields:
         return v
 
     def float(self, key: str, default: Any = _MISSING, *, positive: bool = True,
-              min_value: float | None = None, max_value: float | None = None) -> float:
+              min_value: float | None = None, max_value: float = MAX_FLOAT) -> float:
         v = self.raw(key, default)
         if v is default and default is not _MISSING:
             return v
@@ -89,7 +92,7 @@ class Fields:
             raise self.error(key, f"must be positive, got {v}")
         if min_value is not None and v < min_value:
             raise self.error(key, f"must be >= {min_value}, got {v}")
-        if max_value is not None and v > max_value:
+        if v > max_value:
             raise self.error(key, f"must be <= {max_value}, got {v}")
         return v
 
