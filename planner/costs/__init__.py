@@ -12,7 +12,8 @@ from planner.costs.memory import AnalyticalMemory, MemoryBreakdown
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 # shipped compute profiles by GPU generation (A100: fitted on measurements; others: documented defaults)
 SHIPPED_COMPUTE = {"A100": "a100_compute_profile.json", "H100": "h100_compute_profile.json",
-                   "V100": "v100_compute_profile.json"}
+                   "V100": "v100_compute_profile.json",
+                   "H200": "h200_compute_profile.json"}     # H200: derived from H100 by datasheet ratios
 
 
 @dataclass(frozen=True)

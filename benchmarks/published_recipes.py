@@ -1,0 +1,277 @@
+"""Issue #8 validation: published, measured H100 training runs, estimated with the planner.
+
+Each row of benchmarks/data/published_recipes.yaml (sources and what each states: see that file and
+docs/notes/published_recipes.md) becomes a spec (model + an H100 cluster of the row's size + the training job)
+and a ParallelConfig; `planner.estimate` (search.solve.estimate_plan, Megatron rank order) gives the iteration
+time and the peak memory per GPU. Printed per row: predicted vs published step time (error = predicted /
+published - 1), peak memory vs the GPU's memory, and the knobs the planner could not take (`missing`). Summary:
+rows judged to fit (peak <= GPU memory), median and max |error| over the full-knob rows (no unstated knob).
+
+Published step time: sources that give tokens/s/GPU -> gbs * seq / (tokens/s/GPU * GPUs) (no FLOP formula
+needed). Sources that give TFLOP/s/GPU only -> FLOPs / (GPUs * TFLOP/s), FLOPs by Megatron's
+num_floating_point_operations (NVIDIA/Megatron-LM core_r0.8.0, megatron/training/training.py), the formula the
+Megatron-LM README's table is counted with; the Llama 3 paper gives no formula, so its rows use the same one.
+
+Knobs the planner lacks map to the nearest thing it has (`nearest` below) and are listed in `missing`; knobs
+that are spec keys are tried on the spec parser first, so a key another branch adds (training.attention,
+training.precision: fp8, overlap keys) is used as soon as the parser accepts it.
+
+Run:  python benchmarks/published_recipes.py [--rows ID,ID] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+
+from planner.config import ParallelConfig  # noqa: E402
+from planner.errors import SpecError  # noqa: E402
+from planner.io import load_yaml  # noqa: E402
+
+DATA = os.path.join(ROOT, "benchmarks", "data", "published_recipes.yaml")
+CLUSTER = os.path.join(ROOT, "clusters", "dgx-h100.yaml")
+
+KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", "sequence_parallel",
+         "distributed_optimizer", "attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
+         "tp_comm_overlap", "uneven_stages")
+ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
+METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
+
+# knob -> the `training:` key it becomes (same name unless given). The parser decides whether the key exists:
+# an unknown key or a refused value (today: all of these, and precision fp8) makes the knob `missing` and the
+# row falls back to the value in FALLBACK (None: the key is left out, the planner's own default applies).
+TRAINING_KEYS = {"precision": "precision", "attention": "attention", "overlap_grad_reduce": "overlap_grad_reduce",
+                 "overlap_param_gather": "overlap_param_gather", "overlap_p2p_comm": "overlap_p2p_comm",
+                 "tp_comm_overlap": "tp_comm_overlap"}
+FALLBACK = {"precision": "bf16"}
+# a knob whose value is the planner's behaviour today needs no key: not missing
+IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
+            "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16"}
+
+
+# ---- the data file ---------------------------------------------------------------------------------------------
+
+def load_rows(path: str = DATA) -> tuple[dict, list[dict]]:
+    """The sources and the rows, schema-checked (ValueError naming the row and the field)."""
+    data = load_yaml(path)
+    sources, rows = data.get("sources") or {}, data.get("rows") or []
+    for name, src in sources.items():
+        if not src.get("what") or not src.get("metric"):
+            raise ValueError(f"{path}: sources.{name}: needs `what` and `metric`")
+        if "paper" not in src and not all(src.get(k) for k in ("repo", "path", "commit")):
+            raise ValueError(f"{path}: sources.{name}: needs repo + path + commit, or paper")
+        if "commit" in src and (len(str(src["commit"])) != 40 or set(str(src["commit"])) - set("0123456789abcdef")):
+            raise ValueError(f"{path}: sources.{name}.commit: must be a 40-hex commit")
+    seen = set()
+    for r in rows:
+        rid = r.get("id", "?")
+        if set(r) - ROW_KEYS:
+            raise ValueError(f"{path}: row {rid}: unknown keys {sorted(set(r) - ROW_KEYS)}")
+        for k in ("id", "source", "row", "model", "gpus", "knobs", "measured"):
+            if k not in r:
+                raise ValueError(f"{path}: row {rid}: `{k}` is missing")
+        if rid in seen:
+            raise ValueError(f"{path}: row {rid}: duplicate id")
+        seen.add(rid)
+        if r["source"] not in sources:
+            raise ValueError(f"{path}: row {rid}.source: {r['source']!r} is not in `sources`")
+        unknown = (set(r["knobs"]) | set(r.get("assumed") or {}) | set(r.get("unstated") or [])) - set(KNOBS)
+        if unknown:
+            raise ValueError(f"{path}: row {rid}: unknown knobs {sorted(unknown)}")
+        unstated, assumed = set(r.get("unstated") or []), set(r.get("assumed") or {})
+        if unstated & set(r["knobs"]):
+            raise ValueError(f"{path}: row {rid}: {sorted(unstated & set(r['knobs']))} both stated and unstated")
+        if unstated - assumed:
+            raise ValueError(f"{path}: row {rid}: unstated {sorted(unstated - assumed)} need an `assumed` value")
+        if not set(r["measured"]) & set(METRICS) or set(r["measured"]) - set(METRICS):
+            raise ValueError(f"{path}: row {rid}.measured: one or more of {list(METRICS)}")
+        for k in ("tp", "pp", "gbs", "seq"):
+            if k not in r["knobs"]:
+                raise ValueError(f"{path}: row {rid}.knobs.{k}: is missing")
+        kn = knobs_of(r)
+        if r["gpus"] % (kn["tp"] * kn["pp"] * kn.get("cp", 1)):
+            raise ValueError(f"{path}: row {rid}: gpus {r['gpus']} not divisible by tp*pp*cp")
+    return sources, rows
+
+
+def knobs_of(row: dict) -> dict:
+    """Stated knobs, then the assumed values of the unstated ones."""
+    return {**(row.get("assumed") or {}), **row["knobs"]}
+
+
+def is_partial(row: dict) -> bool:
+    return bool(row.get("unstated"))
+
+
+# ---- published step time -------------------------------------------------------------------------------------
+
+def megatron_flops(m, batch: int, seq: int) -> float:
+    """Megatron-LM's num_floating_point_operations (core_r0.8.0, megatron/training/training.py): forward +
+    backward, no recompute, attention counted non-causal (s/h), logits included."""
+    a, g, h, L = m.num_attention_heads, m.num_kv_heads, m.hidden_size, m.num_layers
+    q_ratio = m.head_dim * a / h
+    gated = 1.5 if m.family == "llama" else 1.0
+    return 12 * batch * seq * L * h * h * ((1 + g / a + seq / h) * q_ratio + (m.ffn_hidden_size / h) * gated
+                                          + m.vocab_size / (2 * L * h))
+
+
+def published_step_s(row: dict, model) -> tuple[float, str]:
+    kn, meas, n = knobs_of(row), row["measured"], row["gpus"]
+    if "tokens_per_s_per_gpu" in meas:
+        return kn["gbs"] * kn["seq"] / (meas["tokens_per_s_per_gpu"] * n), "tokens/s"
+    return megatron_flops(model, kn["gbs"], kn["seq"]) / (n * meas["model_tflops_per_gpu"] * 1e12), "TFLOP/s"
+
+
+# ---- row -> spec + config (the one place knobs become planner inputs) -----------------------------------------
+
+def model_dict(row: dict) -> dict:
+    m = row["model"]
+    if isinstance(m, str):
+        m = load_yaml(os.path.join(ROOT, "models", f"{m}.yaml"))
+    return dict(m)
+
+
+def cluster_dict(gpus: int) -> dict:
+    c = dict(load_yaml(CLUSTER))
+    per = c["gpus_per_node"]
+    if gpus % per:
+        raise ValueError(f"{gpus} GPUs is not a whole number of {per}-GPU nodes")
+    c["nodes"] = gpus // per
+    c["name"] = f"{c['name']}-{gpus}"
+    return c
+
+
+def build(row: dict):
+    """(spec, config, missing, notes) for one row: knobs -> spec keys and ParallelConfig fields.
+
+    `missing`: knobs the planner could not take as stated; `notes`: what was done instead."""
+    from planner.spec import parse_spec
+    kn = knobs_of(row)
+    missing, notes = [], []
+    model = model_dict(row)
+    tp, pp, cp, vp = kn["tp"], kn["pp"], kn.get("cp", 1), kn.get("vp", 1) or 1
+    mbs, gbs = kn.get("mbs", 1), kn["gbs"]
+    # context parallelism: no such dimension; its ranks become data-parallel replicas (same GPUs, same tokens
+    # per GPU per step, but each GPU holds whole sequences: activation memory per micro-batch is cp times)
+    dp = row["gpus"] // (tp * pp * cp)
+    if cp > 1 and not hasattr(ParallelConfig, "cp"):
+        missing.append("cp")
+        notes.append(f"cp{cp} folded into dp ({dp} -> {dp * cp})")
+        dp *= cp
+    # uneven stages (Megatron's account_for_embedding/loss_in_pipeline_split, or fewer layers on the ends):
+    # the planner splits layers evenly; where pp*vp does not divide the layers, the model is padded to the
+    # next multiple (126 -> 128 for Llama 3 405B on pp 8 x vp 8: the two slots Megatron gives the embedding
+    # and the loss become transformer layers, +1.6% compute)
+    if kn.get("uneven_stages"):
+        missing.append("uneven_stages")
+        chunks = pp * vp
+        if model["num_layers"] % chunks:
+            padded = -(-model["num_layers"] // chunks) * chunks
+            notes.append(f"layers {model['num_layers']} -> {padded} (pp*vp={chunks})")
+            model["num_layers"] = padded
+            model.pop("parameters_B", None)
+    m = gbs // (mbs * dp)
+    if m * mbs * dp != gbs:
+        raise ValueError(f"row {row['id']}: gbs {gbs} is not a multiple of mbs*dp = {mbs * dp}")
+    training = {"global_batch_size": gbs, "seq_length": kn["seq"]}
+    spec = None
+    wanted = {TRAINING_KEYS[k]: kn[k] for k in TRAINING_KEYS if k in kn}
+    while True:
+        d = {"name": row["id"], "model": model, "cluster": cluster_dict(row["gpus"]),
+             "training": {**training, **wanted}}
+        try:
+            spec = parse_spec(d, os.path.join(ROOT, "benchmarks", "data", "_published_recipes.yaml"))
+            break
+        except SpecError as e:
+            key = (e.field or "").split(".")[-1]
+            knob = next((k for k, v in TRAINING_KEYS.items() if v == key and v in wanted), None)
+            if knob is None:
+                raise
+            value = wanted.pop(key)
+            if IMPLICIT.get(knob) != value:
+                missing.append(knob)
+            if FALLBACK.get(knob) is not None:
+                wanted[key] = FALLBACK[knob]
+                notes.append(f"{knob} {value} -> {FALLBACK[knob]}")
+    # knobs that are no spec key but the planner's behaviour: overlap (none is modelled) and fused attention
+    sched = "interleaved" if vp > 1 else "1f1b"
+    if vp > 1 and m % pp:
+        notes.append(f"m={m} not a multiple of pp={pp}")
+    cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, vp, kn.get("recompute", "none"),
+                         1 if kn.get("distributed_optimizer") else 0, bool(kn.get("sequence_parallel")) and tp > 1)
+    return spec, cfg, sorted(set(missing)), notes
+
+
+# ---- run -------------------------------------------------------------------------------------------------------
+
+def evaluate_row(row: dict) -> dict:
+    from planner.search.solve import estimate_plan
+    spec, cfg, missing, notes = build(row)
+    est = estimate_plan(spec, cfg)[0]
+    published, via = published_step_s(row, spec.model)
+    gpu_GiB = spec.cluster.gpu.memory_GiB
+    return {"id": row["id"], "source": row["source"], "gpus": row["gpus"], "config": cfg.label(),
+            "partial": is_partial(row), "unstated": list(row.get("unstated") or []), "missing": missing,
+            "notes": notes, "published_s": published, "published_via": via, "predicted_s": est.iteration_s,
+            "error": est.iteration_s / published - 1, "peak_GiB": est.peak_memory_GiB, "gpu_GiB": gpu_GiB,
+            "usable_GiB": est.memory_limit_GiB, "fits": est.peak_memory_GiB <= gpu_GiB}
+
+
+def summary(results: list[dict]) -> dict:
+    full = [r for r in results if not r["partial"]]
+    errs = [abs(r["error"]) for r in full]
+    return {"rows": len(results), "fit": sum(r["fits"] for r in results), "full_knob_rows": len(full),
+            "full_knob_fit": sum(r["fits"] for r in full),
+            "median_abs_error": statistics.median(errs) if errs else None, "max_abs_error": max(errs) if errs else None,
+            "partial_median_abs_error": (statistics.median(abs(r["error"]) for r in results if r["partial"])
+                                         if any(r["partial"] for r in results) else None)}
+
+
+def print_table(results: list[dict], s: dict) -> None:
+    print(f"{'row':<30} {'GPUs':>5} {'config':<48} {'pub s':>7} {'pred s':>7} {'error':>7} "
+          f"{'peak GiB':>8} {'fits':>4}  kind     missing / notes")
+    for r in results:
+        kind = "partial" if r["partial"] else "full"
+        extra = ",".join(r["missing"]) or "-"
+        if r["notes"]:
+            extra += "  (" + "; ".join(r["notes"]) + ")"
+        print(f"{r['id']:<30} {r['gpus']:>5} {r['config']:<48} {r['published_s']:>7.3f} {r['predicted_s']:>7.3f} "
+              f"{r['error']:>+7.1%} {r['peak_GiB']:>8.1f} {'yes' if r['fits'] else 'NO':>4}  {kind:<8} {extra}")
+    med, mx = s["median_abs_error"], s["max_abs_error"]
+    print(f"\nfit (peak <= GPU memory, 80 GiB): {s['fit']} of {s['rows']} rows; full-knob rows: {s['full_knob_fit']} "
+          f"of {s['full_knob_rows']}")
+    if med is not None:
+        print(f"full-knob rows: median |error| {med:.1%}, max |error| {mx:.1%} (target: <= 8%, <= 15%)")
+    if s["partial_median_abs_error"] is not None:
+        print(f"partial rows (not in the target): median |error| {s['partial_median_abs_error']:.1%}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=DATA)
+    ap.add_argument("--rows", default=None, help="comma-separated row ids (default: all)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    _, rows = load_rows(args.data)
+    if args.rows:
+        want = args.rows.split(",")
+        unknown = set(want) - {r["id"] for r in rows}
+        if unknown:
+            ap.error(f"unknown rows {sorted(unknown)}")
+        rows = [r for r in rows if r["id"] in want]
+    results = [evaluate_row(r) for r in rows]
+    s = summary(results)
+    if args.json:
+        print(json.dumps({"rows": results, "summary": s}, indent=1))
+    else:
+        print_table(results, s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
