@@ -11,6 +11,7 @@ import shlex
 from planner.config import ParallelConfig
 from planner.errors import SpecError
 from planner.spec.hosts import check_hostname
+from planner.spec.plan import PRECISIONS
 
 _WORKER_INTS = ("stage", "tp_rank", "dp_rank", "node", "gpu")
 
@@ -66,6 +67,11 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if int(c.get("zero", 0)) >= 1:
         args.append("--use-distributed-optimizer")
+    precision = solution.get("precision", "bf16")
+    if precision not in PRECISIONS:
+        raise SpecError(file, "precision", f"has {precision!r}, expected one of {list(PRECISIONS)}")
+    if precision == "fp8":
+        args += fp8_args()
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
     if solution.get("pipeline_engine") == "deepspeed":
         args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's "
@@ -76,6 +82,21 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     if c.get("schedule") in ("zb-h1", "v-min", "v-half", "v-zb"):
         args.append(f"# schedule {c['schedule']}: needs a zero-bubble-capable Megatron fork (e.g. sail-sg zero-bubble)")
     return args
+
+
+def fp8_args() -> list[str]:
+    """Transformer Engine FP8 as planned (docs/notes/compute.md, "FP8"): bf16 weights and activations, the layers'
+    GEMMs in fp8, E4M3 forward / E5M2 gradients ('hybrid'), delayed scaling over a 1024-step amax history. Flag
+    names: Megatron-LM @ d98e8a6, megatron/core/transformer/transformer_config.py (fp8 -> --fp8-format, fp8_recipe,
+    fp8_amax_history_len, fp8_amax_compute_algo; megatron/training/argument_utils.py turns fields into flags);
+    values: NeMo's bf16_with_fp8_mixed (NVIDIA/NeMo @ 0a07447, nemo/collections/llm/recipes/precision/
+    mixed_precision.py), which also turns on fp8_param_gather: the plan does not (its memory keeps the bf16 weights
+    beside TE's cached fp8 copies), so the NeMo line turns it off."""
+    return ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
+            "--fp8-amax-compute-algo max",
+            "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_mixed(); "
+            "recipe.trainer.plugins.fp8_param_gather = False (fp8_param_gather would store fp8 weights: 2 bytes per "
+            "parameter less than planned)"]
 
 
 # The memory estimate's fragmentation term was measured with expandable segments (2% of the allocated peak);

@@ -83,6 +83,8 @@ class Solution:
             "name": self.spec.name,
             "config": self.config.as_dict(),
             "pipeline_engine": self.spec.training.pipeline_engine,
+            # fp8 plans say so (export emits Transformer Engine's flags); 16-bit solutions stay as they were
+            **({"precision": "fp8"} if self.spec.training.precision == "fp8" else {}),
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
                        "node_grid": [[int(self._node_id(k)) for k in row] for row in self.assign]},
             "mapping": self.mapping,

@@ -222,7 +222,7 @@ def test_node_names_one_per_node():
       "search": {"zero": [0, 2]}}, "search.zero",
      "has 2; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only"),
     ({"training": {"global_batch_size": 16, "seq_length": 128, "precision": "int4"}}, "training.precision",
-     "must be one of ['bf16', 'fp16', 'fp32'], got 'int4'"),
+     "must be one of ['bf16', 'fp16', 'fp32', 'fp8'], got 'int4'"),
     ({"solver": {"robust": "best"}}, "solver.robust", "must be one of ['mean', 'none', 'worst'], got 'best'"),
     ({"search": {"zero": [3]}}, "search.zero", "has 3, expected one of [0, 1, 2]"),
     ({"search": {"memory_margin": 0.95}}, "search.memory_margin", "must be <= 0.9, got 0.95"),

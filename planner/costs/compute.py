@@ -16,6 +16,9 @@ Physically grounded, with a handful of fitted parameters (planner fit compute):
   optimizer step = parameter bytes touched by mixed-precision Adam at hbm_GBps, once per iteration
 Backward = backward_ratio x forward FLOPs (input + weight gradients); full recompute adds one more
 forward, selective recompute adds the attention core.
+fp8 (Transformer Engine): the four GEMMs of each transformer layer run at the fp8 peak (fp8_gemm_time), plus TE's
+casts to fp8 (bytes at hbm_GBps, forward and backward) and the weights' cast once per iteration; attention, the
+output layer and every element-wise kernel stay bf16 (docs/notes/compute.md, "FP8").
 """
 from __future__ import annotations
 
@@ -27,7 +30,27 @@ from planner.config import ParallelConfig
 from planner.costs.comm import CommModel
 from planner.costs.pipeline import chunks_per_device
 
-BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+# Bytes per activation value (element-wise kernels, TP collectives, pipeline messages). fp8 training keeps its
+# activations, residual stream and communication in bf16: only GEMM operands are fp8.
+BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
+
+
+def activation_precision(precision: str) -> str:
+    """Precision of everything but the transformer layers' fp8 GEMMs: attention (TE runs DotProductAttention in bf16
+    unless --fp8-dot-product-attention), the output layer (Megatron's ColumnParallelLinear, not a TE module) and the
+    element-wise kernels."""
+    return "bf16" if precision == "fp8" else precision
+
+
+# FP8 GEMMs reach a smaller fraction of their (2x) peak than bf16 GEMMs of the same shape: NVIDIA's cuBLAS 12.9 post
+# ("Boosting Matrix Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9", developer.nvidia.com, 2025)
+# measures Hopper FP8 matmuls at 1.75x the BF16 baseline for large shapes, i.e. 1.75 / 2 = 0.875 of bf16's fraction
+# of peak. (torchao's roofline, torchao/testing/training/roofline_utils.py @ 0598012, assumes 0.78 of peak for
+# both, i.e. 1.0: the upper end.) Not measured here: no GPU was lent to this change.
+FP8_GEMM_RELATIVE_EFFICIENCY = 0.875
+# TE's cast of a GEMM operand to fp8 with delayed scaling (amax taken in the same kernel, the scale from the history):
+# read bf16 (2 bytes), write the fp8 row-wise and column-wise (transposed, Hopper's FP8 GEMMs need TN) copies (2).
+FP8_CAST_BYTES = 4.0
 
 # Bytes moved per token per hidden unit by the element-wise kernels of one GPT layer forward
 # (16-bit activations): two LayerNorms (read+write, 8) and two bias-dropout-adds (two reads, a
@@ -93,16 +116,29 @@ class ComputeModel:
         eff = self.max_efficiency * flops / (flops + self.half_size)
         return flops / (peak * eff)
 
+    def fp8_gemm_time(self, flops: float, peak: float, peak_fp8: float) -> float:
+        """One fp8 GEMM. The bf16 curve reads t = (flops + half_size) / (peak * max_efficiency): a throughput part
+        and a fixed part (launch, fill, tail) worth half_size FLOPs. In fp8 the throughput part runs at peak_fp8 *
+        FP8_GEMM_RELATIVE_EFFICIENCY; the fixed part keeps its bf16 time (the GEMM's latency does not halve)."""
+        if flops <= 0:
+            return 0.0
+        return (flops / (peak_fp8 * FP8_GEMM_RELATIVE_EFFICIENCY) + self.half_size / peak) / self.max_efficiency
+
     def layer_parts(self, model, cluster, training, cfg: ParallelConfig) -> dict:
         """Forward of one layer, one micro-batch, split into physical parts (seconds)."""
         s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
-        peak = cluster.gpu.peak_flops(training.precision)
+        peak = cluster.gpu.peak_flops(activation_precision(training.precision))
         by = BYTES[training.precision]
         tokens = s * b
         kv, f = model.kv_channels, model.ffn_hidden_size
         gemms = [2 * tokens * h * (h + 2 * kv) / t, 2 * tokens * h * h / t,
                  2 * tokens * h * f * (2 if model.gated_mlp else 1) / t, 2 * tokens * f * h / t]
-        mm = sum(self._gemm_time(g, peak) for g in gemms)
+        fp8 = training.precision == "fp8"
+        if fp8:
+            peak8 = cluster.gpu.peak_flops("fp8")
+            mm = sum(self.fp8_gemm_time(g, peak, peak8) for g in gemms)
+        else:
+            mm = sum(self._gemm_time(g, peak) for g in gemms)
         # QK^T and AV: 2 GEMMs of 2*b*s*s*h/t FLOPs, batched over the local heads
         attn = 2 * self._gemm_time(2 * b * s * s * h / t, peak) / self.attn_efficiency
         heads_local = model.num_attention_heads / t
@@ -112,7 +148,13 @@ class ComputeModel:
         # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
         # all-gather pairs of the same volume with sequence parallelism)
         comm = 2 * self._tp_allreduce(tokens * h * by, t, cluster)
-        return {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm}
+        parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm}
+        if fp8:
+            fwd_cast, bwd_cast = fp8_cast_elements(model, training, cfg)
+            hbm = self.hbm_GBps * 1e9
+            parts["fp8_cast"] = FP8_CAST_BYTES * fwd_cast / hbm
+            parts["fp8_cast_bwd"] = FP8_CAST_BYTES * bwd_cast / hbm
+        return parts
 
     def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
         # waiting for the slowest of t ranks' launches: skew grows with the number of other ranks
@@ -122,6 +164,9 @@ class ComputeModel:
         """(forward, backward) compute of one layer pass: GPU work or the host's launch time."""
         gpu_f = parts["gemm"] + parts["attn"] + parts["elem"]
         gpu_b = self.backward_ratio * (parts["gemm"] + parts["attn"]) + ELEM_BACKWARD * parts["elem"]
+        if "fp8_cast" in parts:          # fp8 only: bf16 / fp16 / fp32 sums stay bit for bit as they were
+            gpu_f += parts["fp8_cast"]
+            gpu_b += parts["fp8_cast_bwd"]
         return smooth_max(gpu_f, parts["overhead"]), smooth_max(gpu_b, 2 * parts["overhead"])
 
     def layer_forward(self, model, cluster, training, cfg: ParallelConfig) -> tuple[float, float, float]:
@@ -135,7 +180,7 @@ class ComputeModel:
         embedding lookup (+ its dense gradient), output projection and the vocab-parallel loss."""
         s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
         V = model.vocab_size
-        peak = cluster.gpu.peak_flops(training.precision)
+        peak = cluster.gpu.peak_flops(activation_precision(training.precision))   # not a TE module: no fp8
         by = BYTES[training.precision]
         hbm = self.hbm_GBps * 1e9
         emb = (s * b * h * by * 2 + V * h / t * by) / hbm        # gather, and zeroing its dense grad
@@ -149,6 +194,9 @@ class ComputeModel:
         opt = stage_params(model, cfg, stage) * OPT_BYTES_PER_PARAM / (self.hbm_GBps * 1e9)
         if cfg.zero >= 1:
             opt /= cfg.dp
+        if training.precision == "fp8":     # TE casts each weight (and its transpose) once, on the first micro-batch
+            from planner.costs.memory import fp8_gemm_weights
+            opt += FP8_CAST_BYTES * fp8_gemm_weights(model, cfg) / (self.hbm_GBps * 1e9)
         return opt + self.iteration_overhead_s
 
     def stage_times(self, model, cluster, training, cfg: ParallelConfig) -> list[StageTimes]:
@@ -180,6 +228,19 @@ class ComputeModel:
     # --- profiles ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"compute": self.params(), "comm": self.comm.to_dict()}
+
+
+def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, float]:
+    """(forward, backward) elements TE casts to fp8 in one layer, one micro-batch, one TP rank: the inputs of the
+    four GEMMs in forward (QKV and fc1 inputs cast on the sequence-parallel shard before TE's fp8 all-gather), the
+    output gradients in backward (dgrad and wgrad both read them)."""
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    kv, f = model.kv_channels, model.ffn_hidden_size
+    sp = t if cfg.sequence_parallel else 1
+    tokens = s * b
+    fwd = tokens * (2 * h / sp + h / t + f / t)
+    bwd = tokens * ((h + 2 * kv) / t + 2 * h / sp + f * (2 if model.gated_mlp else 1) / t)
+    return fwd, bwd
 
 
 def smooth_max(a: float, b: float, p: float = 8.0) -> float:
@@ -251,4 +312,5 @@ def chunk_count(cfg: ParallelConfig) -> int:
     return chunks_per_device(cfg.schedule, cfg.vpp)
 
 
-__all__ = ["BYTES", "ComputeModel", "StageTimes", "load_profile", "save_profile", "chunk_count", "asdict"]
+__all__ = ["BYTES", "activation_precision", "fp8_cast_elements", "ComputeModel", "StageTimes",
+           "load_profile", "save_profile", "chunk_count", "asdict"]

@@ -260,6 +260,53 @@ def output_backward_bytes(model, training, cfg: ParallelConfig, stage: int) -> f
     return max(0.0, 2 * v * h + 2 * 2 * s * b * h - 4 * s * b * v)
 
 
+# --- FP8 training (Transformer Engine, Hopper; docs/notes/memory.md "FP8") -----------------------------------------
+# TE source read: NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b
+# (transformer_engine/pytorch/module/linear.py, layernorm_linear.py, module/base.py, quantization.py);
+# Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553 (megatron/core/extensions/transformer_engine.py).
+FP8_AMAX_HISTORY_LEN = 1024      # what `planner export` asks for (NeMo's bf16_with_fp8_mixed recipe)
+FP8_TENSORS_PER_GEMM = 5         # TE module/base.py: 3 forward (input, weight, output), 2 backward (dY, dX)
+
+
+def fp8_gemm_weights(model, cfg: ParallelConfig) -> float:
+    """Weights of the fp8 GEMMs one GPU of a stage holds: the transformer layers' QKV, projection, fc1 and fc2 (the
+    TP shard; embedding and output layer are not TE modules and stay bf16)."""
+    h, kv, f = model.hidden_size, model.kv_channels, model.ffn_hidden_size
+    per_layer = h * (h + 2 * kv) + h * h + h * f * (2 if model.gated_mlp else 1) + f * h
+    return (model.num_layers // cfg.pp) * per_layer / cfg.tp
+
+
+def fp8_weight_copy_bytes(model, training, cfg: ParallelConfig) -> float:
+    """What fp8 training keeps beyond bf16's weights, per GPU of a stage (0 for other precisions):
+    - the fp8 cast of every TE GEMM weight, row-wise (forward) and column-wise (the transpose the dgrad GEMM reads on
+      Hopper), 1 byte each: linear.py quantizes the weight with columnwise usage while training and keeps it in
+      `_fp8_workspaces["weight"]` across micro-batches when is_first_microbatch is not None, which Megatron-Core's
+      TE wrappers pass unless --disable-parameter-transpose-cache. Kept per model replica: ZeRO does not shard it.
+    - the delayed-scaling state: per GEMM 5 fp8 tensors x (amax history + scale) fp32 (quantization.py).
+    Not modelled: --fp8-param-gather (fp8 primary weights: the bf16 copy goes, 2 bytes/param less)."""
+    if training.precision != "fp8":
+        return 0.0
+    gemms = (model.num_layers // cfg.pp) * 4
+    return 2.0 * fp8_gemm_weights(model, cfg) + gemms * FP8_TENSORS_PER_GEMM * (FP8_AMAX_HISTORY_LEN + 1) * 4.0
+
+
+def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
+    """Change in one layer's stored activations, one micro-batch (bytes), when TE saves fp8 GEMM inputs (0 for other
+    precisions and for full recompute, which stores only the bf16 layer input). TE saves the fp8 input of each GEMM
+    for its wgrad (linear.py: column-wise data only, or row-wise when sequence parallel re-gathers it; 1 byte):
+    - QKV and fc1 inputs (TE LayerNormLinear's norm output, made in fp8 by the fused norm): 2 -> 1 byte, h/sp wide;
+    - fc2 input (the activation's output; the activation keeps its own bf16 input): 2 -> 1 byte, f/t wide;
+    - projection input: unfused attention, only the projection held it: 2 -> 1 byte; fused attention keeps its bf16
+      output for its own backward anyway, so TE's fp8 copy is one more byte, h/t wide.
+    The norms' inputs (residual stream), Q, K, V and the activation's input stay bf16."""
+    if training.precision != "fp8" or cfg.recompute == "full":
+        return 0.0
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    sp = t if cfg.sequence_parallel else 1
+    proj = 1.0 if getattr(training, "attention", "unfused") == "fused" else -1.0
+    return s * b * (-2 * h / sp - model.ffn_hidden_size / t + proj * h / t)
+
+
 @dataclass(frozen=True)
 class AnalyticalMemory:
     """The memory estimator interface: stage_memory(model, cluster, training, cfg, stage) -> MemoryBreakdown.
@@ -275,7 +322,7 @@ class AnalyticalMemory:
 
     def stage_memory(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> MemoryBreakdown:
         P = stage_params(model, cfg, stage) + replicated_params(model, cfg, stage)
-        half = training.precision in ("bf16", "fp16")
+        half = training.precision in ("bf16", "fp16", "fp8")     # fp8 (TE): bf16 weights, fp32 master as for bf16
         w_bytes = 2 if half else 4
         g_bytes = 4                                    # fp32 gradient accumulation (main_grad buffer)
         if training.optimizer == "sgd":                # momentum (+ fp32 master with 16-bit weights)
@@ -283,11 +330,12 @@ class AnalyticalMemory:
         else:                                          # Adam: m, v (+ fp32 master)
             o_bytes = 8 + (4 if half and self.master_weights else 0)
         dp = cfg.dp
-        weights = P * w_bytes
+        weights = P * w_bytes + fp8_weight_copy_bytes(model, training, cfg)
         grads = P * g_bytes / (dp if cfg.zero >= 2 else 1)
         optim = P * o_bytes / (dp if cfg.zero >= 1 else 1)
         L = model.num_layers // cfg.pp
         acts = L * layer_activation_bytes(model, training, cfg) * stage_inflight(cfg, stage)
+        acts += L * fp8_saved_input_delta(model, training, cfg) * stage_inflight(cfg, stage)
         acts += edge_activation_bytes(model, training, cfg, stage)
         logits = logits_bytes(model, training, cfg, stage)
         # the backward working set (one layer's, or the embedding's dense gradient) and the logits of the

@@ -31,14 +31,35 @@ class GPUSpec:
     memory_GiB: float
     """Device memory the plan must fit in, GiB."""
     peak_tflops: dict
-    """Precision (bf16, fp16, fp32) -> dense peak TFLOP/s; at least one entry."""
+    """Precision (bf16, fp16, fp32, fp8) -> dense peak TFLOP/s (without 2:4 sparsity); at least one entry. An `fp8`
+    entry is what lets a plan ask for `training.precision: fp8` (H100 SXM: 1979, twice its bf16 989)."""
 
     def __post_init__(self):
         if not self.peak_tflops:
             raise FieldError("peak_tflops", "needs at least one precision, e.g. {bf16: 312}")
 
     def peak_flops(self, precision: str) -> float:
+        if precision == "fp8" and "fp8" not in self.peak_tflops:     # never a bf16 peak standing in for fp8
+            raise FieldError("peak_tflops", fp8_refusal(self))
         return 1e12 * float(self.peak_tflops.get(precision) or max(self.peak_tflops.values()))
+
+
+# GPU generations without FP8 tensor cores (FP8 came with Hopper and Ada): a cluster file naming one of these and an
+# fp8 peak is a mistake, not an FP8 GPU.
+NO_FP8_TYPES = ("V100", "P100", "A100", "A800", "A30", "A40", "A10", "T4")
+
+
+def fp8_refusal(gpu: GPUSpec) -> str | None:
+    """Why `gpu` cannot train in fp8 (None: it can): no fp8 peak in the cluster file, or a pre-Hopper type."""
+    kind = gpu.type.upper()
+    old = next((t for t in NO_FP8_TYPES if t in kind), None)
+    if old:
+        return (f"fp8 needs FP8 tensor cores (Hopper, Ada or newer); the cluster's GPU {gpu.type} ({old} class) has "
+                "none: use bf16 or fp16")
+    if "fp8" not in gpu.peak_tflops:
+        return (f"fp8 needs the GPU's fp8 peak: the cluster's GPU {gpu.type} has no gpu.peak_tflops.fp8 (dense, "
+                "without sparsity); add it if the GPU has FP8 tensor cores, or use bf16")
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,10 +10,10 @@ from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ZERO_STAGES
 from planner.errors import SpecError
 from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
-from planner.spec.fields import DEFAULT, MAX_INT, Fields
+from planner.spec.fields import DEFAULT, MAX_INT, FieldError, Fields
 from planner.spec.model import ModelSpec, parse_model
 
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
@@ -28,7 +28,9 @@ class TrainingSpec:
     seq_length: int
     """Tokens per sequence."""
     precision: str = "bf16"
-    """Compute precision, one of PRECISIONS; picks the GPU's peak and the bytes per value."""
+    """Compute precision, one of PRECISIONS; picks the GPU's peak and the bytes per value. fp8: Transformer Engine's
+    FP8 training (bf16 weights and activations, fp32 master weights and Adam state, the transformer layers' GEMMs
+    in fp8 with delayed scaling, attention in bf16); needs a GPU with FP8 tensor cores and a `gpu.peak_tflops.fp8`."""
     optimizer: str = "adam"
     """adam, adamw or sgd: sets the optimizer state per parameter."""
     tokens: float | None = None
@@ -96,6 +98,13 @@ class Spec:
     """The spec file it was read from."""
     raw: dict | None = None
     """The resolved YAML (model and cluster inlined), for hashing (`digest`) and re-writing."""
+
+    def __post_init__(self):
+        from planner.spec.cluster import fp8_refusal
+        if self.training.precision == "fp8":
+            why = fp8_refusal(self.cluster.gpu)
+            if why:
+                raise FieldError("training.precision", why)
 
     def digest(self) -> str:
         blob = json.dumps(self.raw or {}, sort_keys=True, default=str).encode()

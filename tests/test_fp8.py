@@ -1,0 +1,146 @@
+"""FP8 training (training.precision: fp8, Transformer Engine style): time, memory, validation, export."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from planner.config import ParallelConfig
+from planner.costs.compute import FP8_GEMM_RELATIVE_EFFICIENCY, ComputeModel
+from planner.costs.memory import AnalyticalMemory, stage_inflight
+from planner.errors import SpecError
+from planner.export import megatron_args
+from planner.io import load_yaml
+from planner.spec import load_cluster
+from planner.spec.model import ModelSpec
+from planner.spec.plan import TrainingSpec, parse_spec
+
+H100 = load_cluster("clusters/dgx-h100.yaml")
+LLAMA = ModelSpec(name="l", family="llama", num_layers=16, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
+                  ffn_hidden_size=28672, vocab_size=128256)
+BF16 = TrainingSpec(global_batch_size=64, seq_length=4096, precision="bf16")
+FP8 = dataclasses.replace(BF16, precision="fp8")
+
+
+def cfg(**kw):
+    d = {"tp": 4, "pp": 2, "dp": 2, "micro_batch_size": 1, "num_microbatches": 32, "recompute": "none",
+         "sequence_parallel": True, "zero": 1}
+    d.update(kw)
+    return ParallelConfig(**d)
+
+
+def test_h100_cluster_has_the_dense_fp8_peak():
+    # NVIDIA H100 SXM datasheet: FP8 3,958 TFLOPS with sparsity = 1,979 dense, twice the dense bf16 989
+    assert H100.gpu.peak_flops("fp8") == pytest.approx(2 * H100.gpu.peak_flops("bf16"), rel=1e-3)
+
+
+def test_fp8_gemm_faster_than_bf16_for_large_gemms_not_below_the_fixed_cost():
+    m = ComputeModel(max_efficiency=0.8, half_size=1.4e10)
+    p16, p8 = H100.gpu.peak_flops("bf16"), H100.gpu.peak_flops("fp8")
+    big = 2 * 16384 * 8192 * 28672
+    t16, t8 = m._gemm_time(big, p16), m.fp8_gemm_time(big, p16, p8)
+    assert t8 < t16
+    # a large GEMM approaches the throughput ratio 2 * 0.875 = 1.75 (never the full 2x)
+    assert 1.5 < t16 / t8 < 2 * FP8_GEMM_RELATIVE_EFFICIENCY
+    # a tiny GEMM is latency-bound: fp8 saves almost nothing
+    tiny = 2 * 64 * 64 * 64
+    assert m.fp8_gemm_time(tiny, p16, p8) == pytest.approx(m._gemm_time(tiny, p16), rel=0.01)
+
+
+def test_fp8_layer_keeps_attention_and_elementwise_in_bf16_and_adds_casts():
+    m = ComputeModel(max_efficiency=0.8, half_size=1.4e10)
+    a = m.layer_parts(LLAMA, H100, BF16, cfg())
+    b = m.layer_parts(LLAMA, H100, FP8, cfg())
+    assert b["gemm"] < a["gemm"]
+    assert b["attn"] == a["attn"] and b["elem"] == a["elem"] and b["tp_comm"] == a["tp_comm"]
+    assert "fp8_cast" not in a and b["fp8_cast"] > 0 and b["fp8_cast_bwd"] > 0
+    # the output layer and loss are not TE modules: same time
+    assert m.head_times(LLAMA, H100, FP8, cfg()) == m.head_times(LLAMA, H100, BF16, cfg())
+    sa = m.stage_times(LLAMA, H100, BF16, cfg())[0]
+    sb = m.stage_times(LLAMA, H100, FP8, cfg())[0]
+    assert sb.forward < sa.forward and sb.backward < sa.backward
+    assert sb.step > sa.step          # the once-per-iteration weight cast
+
+
+def _linear_params_per_layer(m: ModelSpec) -> int:
+    h, kv, f = m.hidden_size, m.num_kv_heads * m.hidden_size // m.num_attention_heads, m.ffn_hidden_size
+    return h * (h + 2 * kv) + h * h + 2 * h * f + f * h     # QKV, proj, SwiGLU fc1 (gate + up), fc2
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_fp8_memory_is_bf16_memory_plus_the_fp8_copies(recompute):
+    c = cfg(recompute=recompute)
+    est = AnalyticalMemory()
+    for stage in (0, 1):
+        a = est.stage_memory(LLAMA, H100, BF16, c, stage)
+        b = est.stage_memory(LLAMA, H100, FP8, c, stage)
+        L = LLAMA.num_layers // c.pp
+        # fp8 weight + its transpose, 1 byte each per TE GEMM weight (TP shard), and the delayed-scaling state:
+        # 4 GEMMs x 5 tensors x (1024 amax history + 1 scale) fp32 per layer
+        copies = 2 * L * _linear_params_per_layer(LLAMA) / c.tp + L * 4 * 5 * 1025 * 4
+        assert b.weights - a.weights == pytest.approx(copies, rel=1e-12)
+        assert (b.gradients, b.optimizer, b.logits, b.overhead, b.transient) == \
+               (a.gradients, a.optimizer, a.logits, a.overhead, a.transient)
+        s, h, t, f = BF16.seq_length, LLAMA.hidden_size, c.tp, LLAMA.ffn_hidden_size
+        # fp8 saved GEMM inputs: QKV and fc1 inputs (h/t with SP) and fc2 input (f/t) 2 -> 1 byte; unfused attention:
+        # the projection input too (h/t). Full recompute stores only the bf16 layer input.
+        per_layer = 0 if recompute == "full" else -s * (2 * h / t + f / t + h / t)
+        assert b.activations - a.activations == pytest.approx(L * per_layer * stage_inflight(c, stage), rel=1e-9)
+
+
+def test_fp8_saves_memory_on_a_large_model_despite_the_weight_copies():
+    a = AnalyticalMemory().stage_memory(LLAMA, H100, BF16, cfg(), 0)
+    b = AnalyticalMemory().stage_memory(LLAMA, H100, FP8, cfg(), 0)
+    assert b.weights > a.weights and b.activations < a.activations
+
+
+def _spec(cluster: str, precision: str):
+    return {"name": "x", "model": load_yaml("models/llama3-70b.yaml"), "cluster": load_yaml(cluster),
+            "training": {"global_batch_size": 64, "seq_length": 4096, "precision": precision}}
+
+
+@pytest.mark.parametrize("cluster", ["clusters/dgx-a100-superpod.yaml", "clusters/v100-16x8-edr.yaml"])
+def test_fp8_on_a_gpu_without_fp8_is_refused_naming_the_field(cluster):
+    with pytest.raises(SpecError) as e:
+        parse_spec(_spec(cluster, "fp8"), "plan.yaml")
+    assert e.value.field == "training.precision"
+    assert load_cluster(cluster).gpu.type in str(e.value)
+
+
+def test_fp8_peak_written_for_an_a100_is_still_refused():
+    d = _spec("clusters/dgx-a100-superpod.yaml", "fp8")
+    d["cluster"]["gpu"]["peak_tflops"]["fp8"] = 624
+    with pytest.raises(SpecError, match="training.precision"):
+        parse_spec(d, "plan.yaml")
+
+
+def test_fp8_needs_the_peak_on_an_unknown_gpu():
+    d = _spec("clusters/dgx-h100.yaml", "fp8")
+    del d["cluster"]["gpu"]["peak_tflops"]["fp8"]
+    with pytest.raises(SpecError, match="peak_tflops.fp8"):
+        parse_spec(d, "plan.yaml")
+
+
+def test_fp8_on_h100_is_accepted():
+    assert parse_spec(_spec("clusters/dgx-h100.yaml", "fp8"), "plan.yaml").training.precision == "fp8"
+
+
+def _solution(**extra):
+    c = {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 1, "num_microbatches": 4, "schedule": "1f1b", "vpp": 1,
+         "recompute": "none", "zero": 0, "sequence_parallel": False}
+    mapping = [{"stage": 0, "tp_rank": t, "dp_rank": 0, "node": 0, "gpu": t} for t in range(2)]
+    return {"config": c, "mapping": mapping, **extra}
+
+
+def test_export_emits_the_te_fp8_flags_for_fp8_plans_only():
+    args = megatron_args(_solution(precision="fp8"))
+    for flag in ("--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
+                 "--fp8-amax-compute-algo max", "--bf16"):
+        assert flag in args
+    assert any("bf16_with_fp8_mixed()" in a and "fp8_param_gather = False" in a for a in args)
+    assert not any("fp8" in a for a in megatron_args(_solution()))
+
+
+def test_export_refuses_an_unknown_precision():
+    with pytest.raises(SpecError, match="precision"):
+        megatron_args(_solution(precision="fp4"))
