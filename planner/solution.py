@@ -83,6 +83,7 @@ class Solution:
             "name": self.spec.name,
             "config": self.config.as_dict(),
             "pipeline_engine": self.spec.training.pipeline_engine,
+            "overlap": dict(vars(self.spec.training.overlap)),        # training.overlap, for export's flags
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
                        "node_grid": [[int(self._node_id(k)) for k in row] for row in self.assign]},
             "mapping": self.mapping,
