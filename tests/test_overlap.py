@@ -127,6 +127,8 @@ def _spec(overlap, engine="megatron"):
                      "network": {"intra_node": {"bandwidth_GBps": 300}, "inter_node": {"bandwidth_Gbps": 200}}},
          "training": {"global_batch_size": 8, "seq_length": 128, "pipeline_engine": engine, "overlap": overlap},
          "search": {"schedules": ["1f1b"]}}
+    if overlap is None:
+        del d["training"]["overlap"]
     return parse_spec(d, "ov.yaml")
 
 
@@ -146,7 +148,8 @@ def test_bad_values_name_the_field(overlap, field):
 
 
 def test_parsing_defaults_and_deepspeed():
-    assert _spec({}).training.overlap == OverlapSpec()
+    assert _spec({}).training.overlap == OverlapSpec() == _spec(None).training.overlap
+    assert _spec(None, "deepspeed").training.overlap == OverlapSpec.none()   # kept if the engine is switched later
     o = _spec({"grad_reduce": False, "param_gather": False, "bucket_size": 1000}).training.overlap
     assert (o.grad_reduce, o.param_gather, o.p2p, o.tp_comm, o.bucket_size) == (False, False, True, True, 1000)
     assert _spec({"grad_reduce": False, "param_gather": False, "p2p": False, "tp_comm": False},

@@ -207,7 +207,9 @@ def _parse_training(f: Fields) -> TrainingSpec:
         optimizer=f.str("optimizer", DEFAULT, choices=OPTIMIZERS),
         tokens=f.float("tokens", DEFAULT),
         pipeline_engine=f.str("pipeline_engine", DEFAULT, choices=PIPELINE_ENGINES),
-        overlap=_parse_overlap(f.sub("overlap")) if f.has("overlap") else DEFAULT,
+        # DeepSpeed's engine overlaps none of them: its specs record that, also for a later switch of engine
+        overlap=(_parse_overlap(f.sub("overlap")) if f.has("overlap")
+                 else OverlapSpec.none() if f.raw("pipeline_engine", None) == "deepspeed" else DEFAULT),
     )
     f.done()
     # DeepSpeed's engine overlaps none of them (the cost model ignores `overlap` there: iteration.overlap_of);
