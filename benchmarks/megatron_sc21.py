@@ -8,7 +8,9 @@ the paper's Table 1 (137, 138, 142, 135, 138, 140, 148, 155, 163, 163 TFLOP/s); 
 
 Assumptions where the table is silent (stated, not fitted): full activation recompute (as the paper),
 fp16, micro-batch 1, the 1F1B schedule except where interleaving applies (layers divisible by 2p),
-no ZeRO, no sequence parallel (2021), Megatron rank order, a uniform 200 Gb/s x 8 network.
+no ZeRO, no sequence parallel (2021), Megatron rank order, a uniform 200 Gb/s x 8 network, no communication
+overlap (training.overlap all off: Megatron-LM 2021 waited on every p2p batch and reduced gradients after the
+backward).
 Run:  python benchmarks/megatron_sc21.py
 """
 from __future__ import annotations
@@ -39,7 +41,9 @@ def spec_for(run):
                      "nodes": nodes, "gpus_per_node": 8,
                      "network": {"intra_node": {"bandwidth_GBps": 300, "latency_us": 3},
                                  "inter_node": {"bandwidth_Gbps": 200, "nics_per_node": 8, "latency_us": 5}}},
-         "training": {"global_batch_size": run.batch, "seq_length": SEQ, "precision": "fp16"}}
+         # 2021 Megatron-LM: gradients all-reduced after the backward, blocking p2p, no TP overlap
+         "training": {"global_batch_size": run.batch, "seq_length": SEQ, "precision": "fp16",
+                      "overlap": {"grad_reduce": False, "param_gather": False, "p2p": False, "tp_comm": False}}}
     return parse_spec(d, os.path.join(os.path.dirname(__file__), "_sc21.yaml"))
 
 

@@ -72,6 +72,7 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
         raise SpecError(file, "precision", f"has {precision!r}, expected one of {list(PRECISIONS)}")
     if precision == "fp8":
         args += fp8_args()
+    args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
     if solution.get("pipeline_engine") == "deepspeed":
         args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's "
@@ -97,6 +98,28 @@ def fp8_args() -> list[str]:
             "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_mixed(); "
             "recipe.trainer.plugins.fp8_param_gather = False (fp8_param_gather would store fp8 weights: 2 bytes per "
             "parameter less than planned)"]
+
+
+def overlap_args(overlap: dict | None, c: dict, engine: str) -> list[str]:
+    """Megatron-LM flags for the plan's training.overlap (Megatron-LM@d98e8a64, megatron/training/arguments.py and
+    README.md: --overlap-grad-reduce, --overlap-param-gather (distributed optimizer only), --ddp-bucket-size,
+    --tp-comm-overlap (needs --sequence-parallel), and p2p overlap on by default with the interleaved schedule,
+    --no-overlap-p2p-communication to turn it off). Only flags that take effect for this config; none for the
+    deepspeed engine or a solution written before the key existed (no `overlap`)."""
+    if not overlap or engine == "deepspeed":
+        return []
+    out = []
+    if overlap.get("grad_reduce"):
+        out.append("--overlap-grad-reduce")
+        if overlap.get("bucket_size"):
+            out.append(f"--ddp-bucket-size {int(overlap['bucket_size'])}")
+    if overlap.get("param_gather") and overlap.get("grad_reduce") and int(c.get("zero", 0)) >= 1:
+        out.append("--overlap-param-gather")
+    if overlap.get("tp_comm") and c.get("sequence_parallel") and c["tp"] > 1:
+        out.append("--tp-comm-overlap")
+    if c.get("schedule") == "interleaved" and c["pp"] > 1 and not overlap.get("p2p", True):
+        out.append("--no-overlap-p2p-communication")
+    return out
 
 
 # The memory estimate's fragmentation term was measured with expandable segments (2% of the allocated peak);

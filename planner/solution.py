@@ -85,6 +85,7 @@ class Solution:
             "pipeline_engine": self.spec.training.pipeline_engine,
             # fp8 plans say so (export emits Transformer Engine's flags); 16-bit solutions stay as they were
             **({"precision": "fp8"} if self.spec.training.precision == "fp8" else {}),
+            "overlap": dict(vars(self.spec.training.overlap)),        # training.overlap, for export's flags
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
                        "node_grid": [[int(self._node_id(k)) for k in row] for row in self.assign]},
             "mapping": self.mapping,

@@ -10,7 +10,8 @@ simulator (planner.simulator.replay) calls on the mapped links too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -65,11 +66,96 @@ def stage_memory(spec, cfg: ParallelConfig, costs: Costs) -> list[MemoryBreakdow
     return [costs.memory.stage_memory(spec.model, spec.cluster, spec.training, cfg, s) for s in range(cfg.pp)]
 
 
+# ---- communication overlapped with compute (training.overlap): only the exposed part is charged. One home for
+# the estimate, the mapping objective (folded into dp_link / dp_base, see build_problem) and the simulator.
+
+def overlap_of(spec):
+    """The overlaps in force: the spec's training.overlap, none for DeepSpeed's engine (it overlaps none of them)."""
+    ov = spec.training.overlap
+    return type(ov).none() if spec.training.pipeline_engine == "deepspeed" else ov
+
+
+def exposed_s(comm, hide, pieces: int = 1):
+    """Exposed part of a transfer of `comm` seconds split into `pieces` equal pieces, each issued when its share
+    of `hide` seconds of compute is done (piece k at k*hide/n) and run one after another on one stream.
+    Piece k ends at k*hide/n + (n-k+1)*comm/n, linear in k, so the end is at k = n or k = 1 and the part after
+    the compute is max(comm/n, comm - hide*(1 - 1/n)): the last piece, or everything past what the compute hides.
+    Never more than comm; pieces -> inf gives max(0, comm - hide). Scalars or arrays (monotone in comm)."""
+    n = max(int(pieces), 1)
+    return np.maximum(comm / n, comm - hide * (1.0 - 1.0 / n))
+
+
+def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, float]:
+    """Seconds of one layer's tensor-parallel collectives hidden by --tp-comm-overlap, (forward, backward).
+
+    Transformer Engine's userbuffers split each all-gather / reduce-scatter of sequence parallelism into tp
+    pieces pipelined with the adjacent GEMM (ring exchange): exposed_s(comm, GEMM time, tp). Megatron asserts
+    sequence parallelism for it (arguments.py: 'Tensor parallel communication/GEMM overlap can happen only
+    when sequence parallelism is enabled'); the attention core and the element-wise work hide nothing."""
+    parts_of = getattr(costs.compute, "layer_parts", None)
+    if not (overlap_of(spec).tp_comm and cfg.tp > 1 and cfg.sequence_parallel) or parts_of is None:
+        return 0.0, 0.0
+    p = parts_of(spec.model, spec.cluster, spec.training, cfg)
+    comm, gemm = p["tp_comm"], p["gemm"]
+    r = getattr(costs.compute, "backward_ratio", 2.0)
+    return (float(comm - exposed_s(comm, gemm, cfg.tp)), float(comm - exposed_s(comm, r * gemm, cfg.tp)))
+
+
+def stage_times(spec, cfg: ParallelConfig, costs: Costs) -> list:
+    """The compute model's StageTimes less the tensor-parallel communication --tp-comm-overlap hides: what the
+    estimate (compute_const, build_problem) and the simulator (simulator.replay) both use."""
+    st = costs.compute.stage_times(spec.model, spec.cluster, spec.training, cfg)
+    sf, sb = tp_overlap_saving(spec, cfg, costs)
+    if sf == 0.0 and sb == 0.0:
+        return st
+    L = spec.model.num_layers // cfg.pp
+    rf = L * sf if cfg.recompute == "full" else 0.0          # full recompute re-runs the forward, overlap too
+    return [replace(s, forward=s.forward - L * sf, backward=s.backward - L * sb - rf, recompute=s.recompute - rf,
+                    tp_comm=s.tp_comm - L * (sf + sb) - rf) for s in st]
+
+
+def dp_bucket_count(spec, cfg: ParallelConfig, params: float, first_chunk_of_stage0: bool) -> int:
+    """Gradient buckets of one model chunk's data-parallel buffer (`params` per GPU). Megatron-Core buckets only
+    the first chunk of pipeline rank 0 (Megatron-LM@d98e8a64 training.py: bucketing 'disabled for non-first
+    chunks ... or for non-zero pipeline-parallel ranks'; distributed_data_parallel.py: 'not on the critical
+    path'), at bucket_size = max(40M, 1M x dp) parameters unless --ddp-bucket-size; every other chunk is one."""
+    if not (overlap_of(spec).grad_reduce and first_chunk_of_stage0):
+        return 1
+    size = overlap_of(spec).bucket_size or max(40_000_000, 1_000_000 * cfg.dp)
+    return max(1, math.ceil(params / size))
+
+
+def dp_exposed_s(spec, cfg: ParallelConfig, allreduce, hide_b: float, hide_f: float, pieces: int = 1):
+    """Exposed data-parallel time of one device, from its gradient all-reduce time `allreduce` (a scalar or an
+    array of candidate links: monotone in it, so build_problem can fold it into dp_link).
+
+    Without the distributed optimizer (ZeRO 0): the all-reduce, hidden behind hide_b (the last micro-batch's
+    backward) with --overlap-grad-reduce. With it (ZeRO >= 1): a reduce-scatter and an all-gather of half the
+    all-reduce each (a ring all-reduce is exactly the two); the reduce-scatter hides behind hide_b
+    (--overlap-grad-reduce), the all-gather behind hide_f, the next iteration's first forward
+    (--overlap-param-gather). Everything off: the all-reduce itself, unchanged."""
+    ov = overlap_of(spec)
+    if not ov.grad_reduce:
+        return allreduce
+    if cfg.zero < 1:
+        return exposed_s(allreduce, hide_b, pieces)
+    half = allreduce / 2
+    ag = exposed_s(half, hide_f, pieces) if ov.param_gather else half
+    return exposed_s(half, hide_b, pieces) + ag
+
+
+def dp_hide_s(st, cfg: ParallelConfig, split: bool) -> tuple[float, float]:
+    """(backward, forward) one micro-batch of a device computes while its gradients (its parameters) are
+    reduced (gathered): the B op's time less recompute (W when the schedule splits it), and the F op's."""
+    b = st.weight_grad if split else st.backward - (st.recompute if cfg.recompute != "none" else 0.0)
+    return max(b, 0.0), st.forward
+
+
 def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
     """Compute part of the iteration (bubbles included): mapping-independent, so with the same value in
     every MappingProblem of the config it is a valid lower bound for any of its mappings.
     Steady state at the slowest stage, fill and drain at each stage's own time (stage_compute_time)."""
-    st = st or costs.compute.stage_times(spec.model, spec.cluster, spec.training, cfg)
+    st = st or stage_times(spec, cfg, costs)
     comp = stage_compute_time(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st],
                               [s.backward for s in st], [s.weight_grad for s in st])
     # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
@@ -145,22 +231,74 @@ def tied_embedding_inter_s(spec, cfg: ParallelConfig, costs: Costs, pair_GBps, s
                                spec.cluster.inter.latency_us)
 
 
+def p2p_blocking(spec, cfg: ParallelConfig) -> bool:
+    """Megatron's interleaved schedule without overlap_p2p_comm: every send / receive batch is waited on before
+    the next chunk computes, so the sender is held for the transfer (the simulator's blocking p2p). Megatron-Core
+    ignores overlap_p2p_comm for the other schedules (arguments.py forces it off), so they keep the async model."""
+    return (cfg.schedule == "interleaved" and cfg.pp > 1 and spec.training.pipeline_engine == "megatron"
+            and not overlap_of(spec).p2p)
+
+
+def p2p_exposed_hops(spec, cfg: ParallelConfig) -> tuple[float, float]:
+    """(traversals, wrap-around hops) per micro-batch whose time the schedule exposes, charged (m/pp) times on the
+    path (schedules.p2p_hops); interleaved with blocking p2p (p2p_blocking): each device holds about 2v - 1 one-way
+    transfers per micro-batch (the last device sends v - 1 forward, the first v - 1 backward) plus a ramp of about
+    2(pp - 1), i.e. v - 1/2 + (pp - 1)/m traversals and wraps: against the simulator within -14% .. +4% of the
+    exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py)."""
+    m = cfg.num_microbatches
+    if p2p_blocking(spec, cfg):
+        x = cfg.vpp - 0.5 + (cfg.pp - 1) / m
+        return x, x
+    return p2p_hops(cfg.schedule, cfg.pp, cfg.vpp, m, spec.training.pipeline_engine)
+
+
+def first_chunk_params(model, cfg: ParallelConfig) -> float:
+    """Parameters per GPU of pipeline rank 0's first model chunk (its layers and the embedding): the one
+    Megatron-Core buckets."""
+    v = cfg.vpp if cfg.schedule == "interleaved" else 1
+    return (model.num_layers // cfg.pp) / v * model.layer_params() / cfg.tp + model.embedding_params() / cfg.tp
+
+
+def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int, pair_GBps=None):
+    """Data-parallel time of one row of blocks (its `stages`), per candidate link when pair_GBps is a matrix.
+
+    No overlap: the all-reduce of the row's largest stage (dp_allreduce_s). With --overlap-grad-reduce: each stage's
+    exposed part (dp_exposed_s), behind that stage's own backward / forward of one micro-batch (dp_hide_s), with its
+    gradient buckets: the device's chunks count as equal pieces over the whole backward (v chunks; rank 0's first
+    chunk in its buckets), which the simulator, replaying each chunk's own last backward, can only beat.
+    The worst stage of the row counts. Monotone in the link time, so the mapping models keep their structure."""
+    model = spec.model
+    if not overlap_of(spec).grad_reduce:
+        params = max(stage_params(model, cfg, s) for s in stages)
+        return dp_allreduce_s(spec, cfg, costs, params, b, K, pair_GBps)
+    v = cfg.vpp if cfg.schedule == "interleaved" else (2 if cfg.schedule in V_SHAPES else 1)
+    split = cfg.schedule in ("zb-h1",) + V_SHAPES and cfg.pp > 1     # simulator.orders.SPLIT_SCHEDULES
+    out = None
+    for s in stages:
+        T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
+        hb, hf = dp_hide_s(st[s], cfg, split)
+        pieces = (v - 1) + dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True) if s == 0 else v
+        e = dp_exposed_s(spec, cfg, T, hb, hf, pieces)
+        out = e if out is None else np.maximum(out, e)
+    return out
+
+
 def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None = None,
                   bandwidth: np.ndarray | None = None, nodes: np.ndarray | None = None) -> MappingProblem:
     costs = costs or default_costs(spec.cluster)
-    cl, tr, model = spec.cluster, spec.training, spec.model
+    cl, model = spec.cluster, spec.model
     bw = cl.bandwidth if bandwidth is None else bandwidth
     nodes = np.arange(cl.nodes) if nodes is None else np.asarray(nodes)
     B = bw[np.ix_(nodes, nodes)]
     N = len(nodes)
     pp, m = cfg.pp, cfg.num_microbatches
-    st = costs.compute.stage_times(model, cl, tr, cfg)
+    st = stage_times(spec, cfg, costs)
     const = compute_const(spec, cfg, costs, st)
 
     # pipeline p2p: activations of one micro-batch, scattered over the tensor group
     share = p2p_share(spec, cfg, layout.b)
     msg = p2p_message_bytes(spec, cfg)
-    trav, wraps = p2p_hops(cfg.schedule, pp, cfg.vpp, m, tr.pipeline_engine)
+    trav, wraps = p2p_exposed_hops(spec, cfg)
     coef = m / pp
     with np.errstate(divide="ignore"):
         one_way = p2p_inter_s(spec, msg, np.where(B > 0, B, np.inf), costs, share)
@@ -189,15 +327,15 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
         slack_unit = min(s.backward for s in st) / max(1, cfg.vpp if cfg.schedule == "interleaved" else 1)
         for i in range(R):
             stages = range(i * layout.a, (i + 1) * layout.a)
-            params = max(stage_params(model, cfg, s) for s in stages)
             slack = i * layout.a * slack_unit
+            with np.errstate(divide="ignore"):
+                ring = dp_row_s(spec, cfg, costs, st, stages, b, K, pair_bw if K > 1 else None)
             if K > 1:
                 dp_base[i] = -slack
-                with np.errstate(divide="ignore"):
-                    dp_link[i] = dp_allreduce_s(spec, cfg, costs, params, b, K, pair_bw)
+                dp_link[i] = ring
                 np.fill_diagonal(dp_link[i], 0.0)
             else:
-                dp_base[i] = dp_allreduce_s(spec, cfg, costs, params, b, 1) - slack
+                dp_base[i] = ring - slack
     # tied embeddings: per column, between its first- and last-stage GPUs (tied_embedding_reduced)
     emb = None
     if tied_embedding_reduced(model, cfg):

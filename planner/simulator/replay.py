@@ -23,6 +23,11 @@ from planner.costs import Costs, default_costs
 from planner.costs.iteration import (
     default_layout,
     dp_allreduce_s,
+    dp_bucket_count,
+    exposed_s,
+    first_chunk_params,
+    overlap_of,
+    p2p_blocking,
     p2p_inter_s,
     p2p_intra_s,
     p2p_message_bytes,
@@ -31,6 +36,9 @@ from planner.costs.iteration import (
     tied_embedding_inter_s,
     tied_embedding_intra_s,
     tied_embedding_reduced,
+)
+from planner.costs.iteration import (
+    stage_times as overlapped_stage_times,
 )
 from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
 from planner.costs.pipeline import chunks_per_device
@@ -118,10 +126,12 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
                    dp_time: np.ndarray, act: np.ndarray, transient: np.ndarray, static: np.ndarray,
                    overlap_dp: bool = False, config=None, step: np.ndarray | None = None,
                    blocking_p2p: bool = False, rendezvous_p2p: bool = False,
-                   pipeline_engine: str = "megatron", emb: tuple | None = None) -> SimResult:
+                   pipeline_engine: str = "megatron", emb: tuple | None = None,
+                   dp_overlap: tuple | None = None) -> SimResult:
     """dur: (p, v, 4) seconds per op kind; lat_f/lat_b: (pipelines, S) latency of the edge into stage s
     going forward / backward; dp_time: (p, v) all-reduce seconds per chunk; act/transient: (p, v) bytes;
-    emb: (first device, last device, seconds) of the tied-embedding all-reduce after both DP syncs, or None."""
+    emb: (first device, last device, seconds) of the tied-embedding all-reduce after both DP syncs, or None;
+    dp_overlap: (pieces (p, v), zero >= 1, param_gather) for --overlap-grad-reduce (_overlapped_dp), or None."""
     g = engine.build_graph(sched)
     p, v = sched.p, sched.v
     durs = dur[g.dev, g.chunk, g.kind]
@@ -167,8 +177,14 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     compute_s, start, end = best
     # data-parallel all-reduce: per device after its last backward (or per chunk, in order, if overlapped)
     dp_start, dp_end = [], []
+    gkind = W if sched.split else B
     for d in range(p):
-        if overlap_dp:
+        if dp_overlap is not None:
+            s0, e0 = _overlapped_dp(grad_last[d], dur[d, :, gkind], dur[d, :, F].sum(), dp_time[d], *dp_overlap[1:],
+                                    dp_overlap[0][d])
+            dp_start.append(s0)
+            dp_end.append(e0)
+        elif overlap_dp:
             t = 0.0
             first = None
             for c in np.argsort(grad_last[d]):
@@ -198,6 +214,31 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
                      busy.tolist(), ((static + act_peak) / GiB).tolist(), (static / GiB).tolist(),
                      (act_peak / GiB).tolist(), inflight.tolist(), len(uniq),
                      g.dev, g.kind, g.mb, g.chunk, start, end, alloc, free, dp_start, dp_end)
+
+
+def _overlapped_dp(grad_last, b_last, f_first: float, allreduce, distributed: bool, param_gather: bool,
+                   pieces) -> tuple[float, float]:
+    """One device's data-parallel sync under --overlap-grad-reduce: (start, end).
+
+    Each chunk's reduction (the all-reduce, or its reduce-scatter half with the distributed optimizer) is issued
+    in `pieces[c]` equal buckets evenly over the chunk's last backward op (ending at grad_last[c], lasting
+    b_last[c]); all buckets of the device share one stream, in order. The all-gather half (distributed optimizer)
+    follows: with --overlap-param-gather only its exposed part behind the next iteration's first forward of the
+    device (exposed_s over f_first, as the estimate), else all of it."""
+    t, first = 0.0, None
+    for c in np.argsort(grad_last):
+        n = int(pieces[c])
+        red = allreduce[c] / 2 if distributed else allreduce[c]
+        s_c = grad_last[c] - b_last[c]
+        for k in range(1, n + 1):
+            ready = s_c + k * b_last[c] / n
+            first = ready if first is None else first
+            t = max(t, ready) + red / n
+    end = max(t, float(grad_last.max()))
+    if distributed:
+        ag = float(np.sum(allreduce)) / 2
+        end += float(exposed_s(ag, f_first, int(np.sum(pieces)))) if param_gather else ag
+    return float(first), float(end)
 
 
 def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 1.0, b: float = 2.0,
@@ -337,11 +378,13 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     model, cl, tr = spec.model, spec.cluster, spec.training
     pipeline_engine = pipeline_engine or tr.pipeline_engine
     _check_engine(pipeline_engine, cfg.schedule, blocking_p2p or rendezvous_p2p)
+    # interleaved without overlap_p2p_comm (training.overlap.p2p false): Megatron waits on every p2p batch
+    blocking_p2p = blocking_p2p or (pipeline_engine == "megatron" and p2p_blocking(spec, cfg))
     p, m = cfg.pp, cfg.num_microbatches
     v = chunks_per_device(cfg.schedule, cfg.vpp)
     if model.num_layers % p or (model.num_layers // p) % v:
         raise ValueError(f"{model.num_layers} layers do not split into {p} stages x {v} chunks")
-    st = costs.compute.stage_times(model, cl, tr, cfg)
+    st = overlapped_stage_times(spec, cfg, costs)      # less the TP communication --tp-comm-overlap hides
     rc_ops = cfg.recompute != "none" and any(s.recompute > 0 for s in st)
     mean = np.mean([[s.forward, s.backward, s.weight_grad] for s in st], axis=0) / v
     sched = build(cfg.schedule, p, m, cfg.vpp, recompute=rc_ops, early_recompute=recompute_in_bubbles,
@@ -387,6 +430,15 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
             for c in range(v):
                 dp_time[d, c] = dp_allreduce_s(spec, cfg, costs, params[d, c], bd, K, pair)
 
+    # ---- --overlap-grad-reduce: buckets per chunk (rank 0's first chunk only, as Megatron-Core; dp_bucket_count)
+    ov = overlap_of(spec)
+    dp_overlap = None
+    if ov.grad_reduce and cfg.dp > 1:
+        pieces = np.ones((p, v), np.int64)
+        d0, c0 = np.argwhere(stage_of == 0)[0]
+        pieces[d0, c0] = dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True)
+        dp_overlap = (pieces, cfg.zero >= 1, ov.param_gather)
+
     # ---- tied-embedding all-reduce between the devices of the first and the last stage (as build_problem)
     emb = None
     dl = int(dev_of[S - 1])
@@ -425,7 +477,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         transient[:] = (full_layer - layer_act) * (L / v if recompute_in_bubbles else 1.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
     return _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
-                          blocking_p2p, rendezvous_p2p, pipeline_engine, emb)
+                          blocking_p2p, rendezvous_p2p, pipeline_engine, emb, dp_overlap)
 
 
 def _no_recompute(cfg: ParallelConfig) -> ParallelConfig:
