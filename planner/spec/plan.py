@@ -17,6 +17,7 @@ PRECISIONS = ("bf16", "fp16", "fp32")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
+ATTENTION = ("fused", "unfused")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,10 @@ class TrainingSpec:
     pipeline_engine: str = "megatron"
     """How pipeline p2p is issued (config.PIPELINE_ENGINES): Megatron-LM's batched send/recv pairs, or
     DeepSpeed's PipelineEngine (its own 1F1B, separate blocking sends and receives)."""
+    attention: str = "fused"
+    """fused (FlashAttention-2/3, cuDNN fused attention through Transformer Engine: no s x s tensors kept, causal
+    FLOPs at the fused kernels' efficiency) or unfused (Megatron's local softmax path that Korthikanti et al. 2022
+    count: scores, softmax and dropout mask stored); one of ATTENTION."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +167,7 @@ def _parse_training(f: Fields) -> TrainingSpec:
         optimizer=f.str("optimizer", DEFAULT, choices=OPTIMIZERS),
         tokens=f.float("tokens", DEFAULT),
         pipeline_engine=f.str("pipeline_engine", DEFAULT, choices=PIPELINE_ENGINES),
+        attention=f.str("attention", DEFAULT, choices=ATTENTION),
     )
     f.done()
     return t
