@@ -578,10 +578,11 @@ def _run(model, training, cfg, stage, layers_per_chunk, device, reset_peak, live
 
 COLUMNS = ("model", "family", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
            "vocab_size", "tied_embeddings", "max_position_embeddings", "global_batch_size", "seq_length",
-           "precision", "optimizer", "attention", "tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp",
+           "precision", "optimizer", "tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp",
            "recompute", "zero", "sequence_parallel", "stage", "layers_per_chunk", "num_gpus", "held_forwards",
            "weights", "gradients", "optimizer_state", "activations", "logits", "transient",
-           "peak_allocated", "peak_reserved", "static", "after_forward", "backend", "seconds", "peak_requested")
+           "peak_allocated", "peak_reserved", "static", "after_forward", "backend", "seconds", "peak_requested",
+           "attention")
 
 _HIDDEN = (1024, 2048, 4096, 5120, 6144, 8192, 12288)
 _VOCAB = (32000, 50257, 51200, 128256)
