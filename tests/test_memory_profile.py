@@ -9,7 +9,7 @@ from planner.profile.memory import measure_stage
 from planner.spec.model import ModelSpec
 from planner.spec.plan import TrainingSpec
 
-TR = TrainingSpec(global_batch_size=64, seq_length=1024)
+TR = TrainingSpec(global_batch_size=64, seq_length=1024, attention="unfused")   # the profiler builds the unfused layer
 
 
 def _model(family, layers, kv=16):

@@ -3,8 +3,11 @@
 Physically grounded, with a handful of fitted parameters (planner fit compute):
   GEMM time      = FLOPs / (peak * eff(FLOPs)),  eff(f) = max_efficiency * f / (f + half_size)
                    (small GEMMs cannot fill the GPU; tensor parallelism makes GEMMs smaller)
-  attention core = batched QK^T and AV GEMMs at attn_efficiency of the GEMM curve (head_dim-wide
-                   batched GEMMs run below plain GEMMs), plus softmax/mask/dropout over s^2 elements
+  attention core = unfused (training.attention): batched QK^T and AV GEMMs at attn_efficiency of the GEMM
+                   curve (head_dim-wide batched GEMMs run below plain GEMMs), plus softmax/mask/dropout over
+                   s^2 elements. Fused (the default): the causal FLOPs (half of QK^T and AV) at the fused
+                   kernel's published efficiency on the GPU type (FUSED_ATTENTION_EFFICIENCY), backward 2.5x
+                   the forward FLOPs (it recomputes QK^T), no element-wise bytes over s^2
   element-wise   = bytes moved by norms, bias/GeLU/dropout/residual kernels at hbm_GBps
   host floor     = layer_overhead_s: the host's time to launch one layer forward (2x for backward).
                    The GPU runs ahead of the host, so a pass takes max(GPU work, host time) (a smooth
@@ -70,6 +73,48 @@ LOSS_BYTES = 24.0
 # Backward of element-wise kernels moves ~1.5x their forward bytes (gradient in, gradient out and
 # the saved input; softmax backward reads probabilities and gradient), unlike GEMMs whose FLOPs double.
 ELEM_BACKWARD = 1.5
+
+
+# Fused causal attention, forward + backward, head dim 128, as a fraction of the GPU's dense 16-bit peak, by
+# sequence length: FlashAttention-2's published fwd+bwd benchmark, causal mask, head dim 128 (panel d), FLOPs
+# counted as 4 b s^2 heads d / 2 forward and 2.5x that backward (benchmarks/benchmark_flash_attention.py), in
+# Dao-AILab/flash-attention at commit 0251105a2fb19d2957484b7f023cd8c115286ced:
+#   A100 80GB SXM4 (assets/flash2_a100_fwd_bwd_benchmark.png): 99, 133, 155, 173, 182, 189 TFLOP/s of 312;
+#   H100 80GB SXM5 (assets/flash2_h100_fwd_bwd_benchmark.png): 163, 221, 265, 294, 308, 328 TFLOP/s of 989.
+# H200 has H100's SMs and clocks (attention is compute-bound): H100's row. On H100 Transformer Engine can run
+# cuDNN's fused attention or FlashAttention-3, whose forward is 1.6-1.8x FlashAttention-2's at s >= 2k (FA3's
+# assets/flash3_fp16_fwd.png, causal, head dim 128: cuDNN 484 / FA3 521 vs FA2 298 TFLOP/s at 2k); no
+# fwd+bwd figure for them is published there, so the FlashAttention-2 row stays (a lower bound; docs/notes/compute.md).
+# Other GPU types (V100, B200, unknown): A100's fractions, an assumption written down, not a measurement.
+# Fused attention stays 16-bit under fp8 training (Transformer Engine's default keeps DPA in bf16).
+FUSED_ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+FUSED_ATTENTION_EFFICIENCY = {
+    "A100": tuple(x / 312 for x in (99, 133, 155, 173, 182, 189)),
+    "H100": tuple(x / 989 for x in (163, 221, 265, 294, 308, 328)),
+    "H200": tuple(x / 989 for x in (163, 221, 265, 294, 308, 328)),
+}
+FUSED_ATTENTION_DEFAULT = "A100"
+FUSED_BACKWARD_FLOPS = 2.5     # backward / forward FLOPs of a fused kernel (recomputes QK^T): 5 GEMMs against 2
+
+
+def fused_attention_efficiency(gpu_type: str, seq: int) -> float:
+    """Fraction of the dense 16-bit peak a fused causal attention kernel reaches (forward + backward), linear in
+    log2(s) between the published sequence lengths, flat beyond them."""
+    import math
+    key = next((k for k in FUSED_ATTENTION_EFFICIENCY if k in (gpu_type or "").upper()), FUSED_ATTENTION_DEFAULT)
+    ys, xs = FUSED_ATTENTION_EFFICIENCY[key], [math.log2(x) for x in FUSED_ATTENTION_SEQ]
+    x = min(max(math.log2(max(seq, 1)), xs[0]), xs[-1])
+    for i in range(len(xs) - 1):
+        if x <= xs[i + 1]:
+            return ys[i] + (ys[i + 1] - ys[i]) * (x - xs[i]) / (xs[i + 1] - xs[i])
+    return ys[-1]
+
+
+def causal_attention_flops(b: int, s: int, h: int, t: int, causal: bool = True) -> float:
+    """Forward FLOPs of QK^T and AV for one layer on one TP rank: 2 GEMMs of 2 b s^2 h / t, halved by the causal
+    mask when the kernel skips the masked blocks (fused kernels do; the unfused path computes them)."""
+    f = 2 * 2 * b * s * s * h / t
+    return f / 2 if causal else f
 
 
 @dataclass(frozen=True)
@@ -139,16 +184,25 @@ class ComputeModel:
             mm = sum(self.fp8_gemm_time(g, peak, peak8) for g in gemms)
         else:
             mm = sum(self._gemm_time(g, peak) for g in gemms)
-        # QK^T and AV: 2 GEMMs of 2*b*s*s*h/t FLOPs, batched over the local heads
-        attn = 2 * self._gemm_time(2 * b * s * s * h / t, peak) / self.attn_efficiency
+        fused = getattr(training, "attention", "fused") == "fused"
         heads_local = model.num_attention_heads / t
         elem = tokens * h * (ELEM_REPLICATED / (t if cfg.sequence_parallel else 1) + ELEM_SHARDED / t) * by / 2
-        elem += b * heads_local * s * s * ELEM_SCORES * by / 2
+        if fused:
+            # the kernel's softmax, mask and dropout run in registers: no s^2 bytes; 16-bit peak (fp32: its own)
+            apeak = cluster.gpu.peak_flops(training.precision if training.precision in ("fp32", "fp16") else "bf16")
+            eff = fused_attention_efficiency(cluster.gpu.type, s)
+            attn = causal_attention_flops(b, s, h, t) / (apeak * eff)
+        else:
+            # QK^T and AV: 2 GEMMs of 2*b*s*s*h/t FLOPs, batched over the local heads
+            attn = 2 * self._gemm_time(2 * b * s * s * h / t, peak) / self.attn_efficiency
+            elem += b * heads_local * s * s * ELEM_SCORES * by / 2
         elem_t = elem / (self.hbm_GBps * 1e9)
         # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
         # all-gather pairs of the same volume with sequence parallelism)
         comm = 2 * self._tp_allreduce(tokens * h * by, t, cluster)
         parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm}
+        if fused:
+            parts["attn_backward"] = FUSED_BACKWARD_FLOPS * attn
         if fp8:
             fwd_cast, bwd_cast = fp8_cast_elements(model, training, cfg)
             hbm = self.hbm_GBps * 1e9
@@ -163,7 +217,10 @@ class ComputeModel:
     def pass_times(self, parts: dict) -> tuple[float, float]:
         """(forward, backward) compute of one layer pass: GPU work or the host's launch time."""
         gpu_f = parts["gemm"] + parts["attn"] + parts["elem"]
-        gpu_b = self.backward_ratio * (parts["gemm"] + parts["attn"]) + ELEM_BACKWARD * parts["elem"]
+        if "attn_backward" in parts:      # fused kernel: its own backward FLOPs at the kernel's efficiency
+            gpu_b = self.backward_ratio * parts["gemm"] + parts["attn_backward"] + ELEM_BACKWARD * parts["elem"]
+        else:
+            gpu_b = self.backward_ratio * (parts["gemm"] + parts["attn"]) + ELEM_BACKWARD * parts["elem"]
         if "fp8_cast" in parts:          # fp8 only: bf16 / fp16 / fp32 sums stay bit for bit as they were
             gpu_f += parts["fp8_cast"]
             gpu_b += parts["fp8_cast_bwd"]

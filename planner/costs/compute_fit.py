@@ -117,7 +117,9 @@ def layer_times(model: ComputeModel, sample, peak_flops: float) -> tuple[float, 
     m = ModelSpec(name="p", family="gpt", num_layers=1, hidden_size=sample.hidden, num_attention_heads=sample.heads,
                   num_kv_heads=sample.heads, ffn_hidden_size=4 * sample.hidden, vocab_size=50257,
                   tied_embeddings=True)
-    tr = TrainingSpec(global_batch_size=sample.mbs, seq_length=sample.seq, precision=sample.precision)
+    # the layer profiler (planner.profile.compute) runs the explicit softmax path
+    tr = TrainingSpec(global_batch_size=sample.mbs, seq_length=sample.seq, precision=sample.precision,
+                      attention="unfused")
     cfg = ParallelConfig(sample.tp, 1, 1, sample.mbs, 1)
     # a one-GPU stand-in: layer_parts reads the peak and (for its TP term, ignored here) the link
     cl = SimpleNamespace(gpu=GPUSpec(type="profiled", memory_GiB=0, peak_tflops={sample.precision: peak_flops / 1e12}),

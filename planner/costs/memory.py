@@ -4,6 +4,13 @@ Activations follow the tensor-by-tensor count of Korthikanti et al. (sbh(34 + 5a
 tensor / sequence parallel and recompute), generalised to the Llama family (no dropout, RMSNorm, RoPE,
 SwiGLU, grouped-query attention) by counting what each op of a Megatron-style layer saves for backward.
 planner/profile/memory.py runs that layer in PyTorch and measures these counts exactly (tests check it).
+
+That count is `training.attention: unfused`. With `fused` (the default: FlashAttention-2/3, cuDNN fused attention
+through Transformer Engine) the kernel keeps Q, K, V, its output and an fp32 log-sum-exp per row and head, and no
+s x s tensor: no scores, probabilities, dropout mask (the kernel regenerates it from the RNG state) or causal mask.
+Its backward working set is FlashAttention-2's mha_bwd (Dao-AILab/flash-attention csrc/flash_attn/flash_api.cpp,
+commit 0251105a2fb19d2957484b7f023cd8c115286ced): dQ, dK, dV, an fp32 dQ accumulator [b, s, heads, d], an fp32
+softmax_d [b, heads, s], and with GQA dK and dV expanded to all heads before they are summed per group.
 """
 from __future__ import annotations
 
@@ -104,8 +111,46 @@ def _qkv_saved_per_token(model, t: int) -> float:
     return b / t
 
 
+def fused_attention(training) -> bool:
+    """The spec runs a fused attention kernel (training.attention, default fused)."""
+    return getattr(training, "attention", "fused") == "fused"
+
+
+def _qkv_saved_fused(model, t: int) -> float:
+    """Bytes per token of Q, K, V a fused attention kernel keeps (one TP shard). The kernels take GQA's K and V
+    as they are (no expansion). GPT: q, k, v are views of the QKV output, kept whole: 2(h + 2kv). Llama: RoPE
+    makes new q and k (2h + 2kv) while v stays a view that keeps the QKV output alive (2(h + 2kv))."""
+    h, kv = model.hidden_size, model.kv_channels
+    b = 2 * (h + 2 * kv) if model.family == "gpt" else 2 * (h + 2 * kv) + 2 * (h + kv)
+    return b / t
+
+
+def lse_bytes(model, training, cfg: ParallelConfig) -> float:
+    """The fp32 log-sum-exp a fused kernel keeps per query row and local head, one layer, one micro-batch."""
+    return 4.0 * training.seq_length * cfg.micro_batch_size * model.num_attention_heads / cfg.tp
+
+
+def _fused_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float, float]:
+    """layer_activation_parts with a fused kernel. Selective recompute is Megatron-Core's default module,
+    `--recompute-modules core_attn`: the checkpoint keeps the core's inputs Q, K, V, and its output stays saved
+    as the projection's input, so only the log-sum-exp is dropped (Megatron-Core warns that with fused attention
+    core_attn recompute is not needed; transformer_config.py, NVIDIA/Megatron-LM d98e8a64)."""
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    f = model.ffn_hidden_size
+    sp = t if cfg.sequence_parallel else 1
+    if cfg.recompute == "full":
+        return 2 * s * b * h / sp, 0.0
+    replicated = (8 * h + (2 * h if has_dropout(model) else 0)) / sp
+    mlp = (4 * f if model.family == "gpt" else 6 * f) / t
+    sharded = _qkv_saved_fused(model, t) + 2 * h / t + mlp      # 2h/t: the kernel's output = the projection input
+    core = 0.0 if cfg.recompute == "selective" else lse_bytes(model, training, cfg)
+    return s * b * (replicated + sharded), core
+
+
 def layer_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float, float]:
     """(linear-in-s part, attention-core part) of one layer's stored activations, one micro-batch, bytes."""
+    if fused_attention(training):
+        return _fused_activation_parts(model, training, cfg)
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     a, f = model.num_attention_heads, model.ffn_hidden_size
     sp = t if cfg.sequence_parallel else 1
@@ -132,12 +177,18 @@ def layer_saved_pieces(model, training, cfg: ParallelConfig) -> dict:
     `attn_pre` (norm1 and QKV inputs, Q/K/V), `probs` (the softmax), `drop` (GPT: attention-dropout mask and the
     dropped probabilities), `attn_post` (projection input, hidden-dropout mask), `mlp` (norm2 and fc1 inputs, the
     activation's input(s), fc2 input, hidden-dropout mask). attn_pre + attn_post + mlp = the linear part and
-    probs + drop = the attention core of layer_activation_parts."""
+    probs + drop = the attention core of layer_activation_parts. Fused attention: `probs` is the log-sum-exp,
+    `drop` and `score` are 0 (no s x s tensor exists)."""
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     a, f = model.num_attention_heads, model.ffn_hidden_size
     sp = t if cfg.sequence_parallel else 1
     drop = has_dropout(model)
     sb = s * b
+    if fused_attention(training):
+        return {"attn_pre": sb * (4 * h / sp + _qkv_saved_fused(model, t)),
+                "attn_post": sb * (2 * h / t + (h / sp if drop else 0)),
+                "mlp": sb * ((4 * h + (h if drop else 0)) / sp + (4 * f if model.family == "gpt" else 6 * f) / t),
+                "probs": lse_bytes(model, training, cfg), "drop": 0.0, "score": 0.0}
     score = 2 * sb * a * s / t
     return {"attn_pre": sb * (4 * h / sp + _qkv_saved_per_token(model, t)),
             "attn_post": sb * (2 * h / t + (h / sp if drop else 0)),
@@ -164,6 +215,8 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     f, kv = model.ffn_hidden_size, model.kv_channels
     P = layer_saved_pieces(model, training, cfg)
     rc = cfg.recompute
+    if fused_attention(training):
+        return _fused_transient_bytes(model, training, cfg, P)
     core = P["probs"] + P["drop"]
     rebuilt_core = core if rc in ("selective", "full") else 0.0
     if rc == "full":     # the layer is rebuilt; by the attention core its MLP half is freed again
@@ -182,6 +235,49 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     wgrad = 2 * max(h * (h + 2 * kv), h * f * (2 if model.gated_mlp else 1)) / t
     # the MLP half runs first: with full recompute on top of the whole rebuilt layer
     recomputed = P["attn_pre"] + P["attn_post"] + P["mlp"] + core if rc == "full" else 0.0
+    mlp = max(mlp_work, wgrad) + 2 * 2 * s * b * h + recomputed
+    return max(attn, mlp)
+
+
+def fused_backward_bytes(model, training, cfg: ParallelConfig) -> float:
+    """What FlashAttention-2's backward allocates for one layer, one micro-batch (flash_api.cpp mha_bwd, commit
+    0251105a): dQ, dK, dV (16-bit, K and V at their kv width), the fp32 dq_accum [b, s, heads, d] and softmax_d
+    [b, heads, s], and with GQA dk_expanded and dv_expanded [b, s, heads, d] (16-bit). The 128-row and 32-column
+    roundings of the fp32 buffers are left out (exact for s a multiple of 128 and head_dim 128)."""
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    kv = model.kv_channels
+    sb = s * b
+    out = sb * 2 * (h + 2 * kv) / t + sb * 4 * h / t + lse_bytes(model, training, cfg)
+    if model.num_kv_heads != model.num_attention_heads:
+        out += sb * 2 * 2 * h / t
+    return out
+
+
+def _fused_transient_bytes(model, training, cfg: ParallelConfig, P: dict) -> float:
+    """layer_transient_bytes with a fused attention kernel: the attention phase is the kernel's backward on top of
+    what is live then; the MLP and weight-gradient phases are the unfused ones.
+
+    - no recompute / selective: this layer's MLP half and its hidden-dropout mask are freed by then, but not the
+      kernel's output (the projection input, which the kernel's backward reads); the gradient of that output is
+      live (h/t), and with selective the rebuilt output and log-sum-exp too (core_attn recompute);
+    - full: the attention half of the layer is rebuilt (its inputs, Q/K/V, the output and the log-sum-exp)."""
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    f, kv = model.ffn_hidden_size, model.kv_channels
+    rc = cfg.recompute
+    sp = t if cfg.sequence_parallel else 1
+    hb_sp, hb_tp = 2 * s * b * h / sp, 2 * s * b * h / t
+    resid = 2 * (hb_sp - hb_tp)
+    out_bytes = hb_tp                                        # the kernel's output [s, b, h/t], 16-bit
+    if rc == "full":
+        attn_base = P["attn_pre"] + out_bytes + P["probs"]
+    elif rc == "selective":
+        attn_base = out_bytes + P["probs"] - P["mlp"] - (P["attn_post"] - out_bytes)
+    else:
+        attn_base = -P["mlp"] - (P["attn_post"] - out_bytes)
+    attn = attn_base + resid + hb_tp + fused_backward_bytes(model, training, cfg)     # + dO
+    mlp_work = s * b * (2 * 1 * f if model.family == "gpt" else 2 * 4 * f) / t
+    wgrad = 2 * max(h * (h + 2 * kv), h * f * (2 if model.gated_mlp else 1)) / t
+    recomputed = P["attn_pre"] + P["attn_post"] + P["mlp"] + P["probs"] if rc == "full" else 0.0
     mlp = max(mlp_work, wgrad) + 2 * 2 * s * b * h + recomputed
     return max(attn, mlp)
 
@@ -233,13 +329,14 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
 def edge_activation_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     """Activations outside the transformer layers (Korthikanti et al. Sec. 4.3): the embedding dropout mask
     (GPT) per held micro-batch on the first stage, and the final norm's and output layer's inputs (4sbh, /t with
-    SP) per micro-batch held at the output layer; and the s x s causal mask every stage keeps."""
+    SP) per micro-batch held at the output layer; and the s x s causal mask every stage keeps (unfused only)."""
     s, b, h = training.seq_length, cfg.micro_batch_size, model.hidden_size
     sp = cfg.tp if cfg.sequence_parallel else 1
     out = 0.0
     if stage == 0 and has_dropout(model):
         out += s * b * h / sp * stage_inflight(cfg, stage)
-    out += s * s     # the causal attention mask, an s x s bool tensor (Megatron's local attention path)
+    if not fused_attention(training):   # fused kernels apply the causal mask by index
+        out += s * s     # the causal attention mask, an s x s bool tensor (Megatron's local attention path)
     return out + 4 * s * b * h / sp * held_at_output(cfg, stage)
 
 

@@ -319,6 +319,9 @@ def _dims(model, cfg):
 class Stage:
     def __init__(self, model, training, cfg: ParallelConfig, stage: int, shape: StageShape, device):
         self.model, self.training, self.cfg, self.shape, self.device = model, training, cfg, shape, device
+        if getattr(training, "attention", "unfused") != "unfused":
+            # only the explicit softmax path is built; a fused case measured here would be labelled wrongly
+            raise ValueError("the memory profiler runs unfused attention only (training.attention: unfused)")
         half = training.precision in ("bf16", "fp16")
         self.dtype = torch.bfloat16 if training.precision == "bf16" else (torch.float16 if half else torch.float32)
         self.gpt = model.family == "gpt"
@@ -578,7 +581,8 @@ COLUMNS = ("model", "family", "num_layers", "hidden_size", "num_attention_heads"
            "precision", "optimizer", "tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp",
            "recompute", "zero", "sequence_parallel", "stage", "layers_per_chunk", "num_gpus", "held_forwards",
            "weights", "gradients", "optimizer_state", "activations", "logits", "transient",
-           "peak_allocated", "peak_reserved", "static", "after_forward", "backend", "seconds", "peak_requested")
+           "peak_allocated", "peak_reserved", "static", "after_forward", "backend", "seconds", "peak_requested",
+           "attention")
 
 _HIDDEN = (1024, 2048, 4096, 5120, 6144, 8192, 12288)
 _VOCAB = (32000, 50257, 51200, 128256)
@@ -624,8 +628,9 @@ def sample_case(rng: random.Random, max_gpus: int = 512, max_held: int = 48):
                           tied_embeddings=fam == "gpt" and rng.random() < 0.7, max_position_embeddings=max(2048, seq))
         if cfg.sequence_parallel and seq % tp:
             continue
+        # the profiled layer runs Megatron's explicit softmax path (Stage._core_attention)
         training = TrainingSpec(global_batch_size=cfg.global_batch_size, seq_length=seq,
-                                precision=rng.choice(("bf16", "bf16", "fp16")), optimizer="adam")
+                                precision=rng.choice(("bf16", "bf16", "fp16")), optimizer="adam", attention="unfused")
         return model, training, cfg, stage, lpc
 
 
@@ -639,7 +644,7 @@ def sample_row(model, training, cfg: ParallelConfig, stage: int, lpc: int, devic
            "vocab_size": model.vocab_size, "tied_embeddings": model.tied_embeddings,
            "max_position_embeddings": model.max_position_embeddings,
            "global_batch_size": training.global_batch_size, "seq_length": training.seq_length,
-           "precision": training.precision, "optimizer": training.optimizer}
+           "precision": training.precision, "optimizer": training.optimizer, "attention": training.attention}
     row.update(dict(asdict(cfg).items()))
     row.update({"stage": stage, "layers_per_chunk": lpc, "num_gpus": cfg.num_gpus, "held_forwards": r.held_forwards,
                 "weights": a.weights, "gradients": a.gradients, "optimizer_state": a.optimizer,

@@ -17,6 +17,7 @@ PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
+ATTENTION = ("fused", "unfused")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +84,10 @@ class TrainingSpec:
     DeepSpeed's PipelineEngine (its own 1F1B, separate blocking sends and receives)."""
     overlap: OverlapSpec = field(default_factory=OverlapSpec)
     """Communication overlapped with compute (OverlapSpec); the deepspeed engine overlaps none of it."""
+    attention: str = "fused"
+    """fused (FlashAttention-2/3, cuDNN fused attention through Transformer Engine: no s x s tensors kept, causal
+    FLOPs at the fused kernels' efficiency) or unfused (Megatron's local softmax path that Korthikanti et al. 2022
+    count: scores, softmax and dropout mask stored); one of ATTENTION."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,6 +224,7 @@ def _parse_training(f: Fields) -> TrainingSpec:
         # DeepSpeed's engine overlaps none of them: its specs record that, also for a later switch of engine
         overlap=(_parse_overlap(f.sub("overlap")) if f.has("overlap")
                  else OverlapSpec.none() if f.raw("pipeline_engine", None) == "deepspeed" else DEFAULT),
+        attention=f.str("attention", DEFAULT, choices=ATTENTION),
     )
     f.done()
     # DeepSpeed's engine overlaps none of them (the cost model ignores `overlap` there: iteration.overlap_of);
