@@ -68,12 +68,15 @@ def _linear_params_per_layer(m: ModelSpec) -> int:
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
-def test_fp8_memory_is_bf16_memory_plus_the_fp8_copies(recompute):
+@pytest.mark.parametrize("attention", ["unfused", "fused"])
+def test_fp8_memory_is_bf16_memory_plus_the_fp8_copies(recompute, attention):
     c = cfg(recompute=recompute)
     est = AnalyticalMemory()
+    bf16 = dataclasses.replace(BF16, attention=attention)
+    fp8 = dataclasses.replace(FP8, attention=attention)
     for stage in (0, 1):
-        a = est.stage_memory(LLAMA, H100, BF16, c, stage)
-        b = est.stage_memory(LLAMA, H100, FP8, c, stage)
+        a = est.stage_memory(LLAMA, H100, bf16, c, stage)
+        b = est.stage_memory(LLAMA, H100, fp8, c, stage)
         L = LLAMA.num_layers // c.pp
         # fp8 weight + its transpose, 1 byte each per TE GEMM weight (TP shard), and the delayed-scaling state:
         # 4 GEMMs x 5 tensors x (1024 amax history + 1 scale) fp32 per layer
@@ -83,8 +86,10 @@ def test_fp8_memory_is_bf16_memory_plus_the_fp8_copies(recompute):
                (a.gradients, a.optimizer, a.logits, a.overhead, a.transient)
         s, h, t, f = BF16.seq_length, LLAMA.hidden_size, c.tp, LLAMA.ffn_hidden_size
         # fp8 saved GEMM inputs: QKV and fc1 inputs (h/t with SP) and fc2 input (f/t) 2 -> 1 byte; unfused attention:
-        # the projection input too (h/t). Full recompute stores only the bf16 layer input.
-        per_layer = 0 if recompute == "full" else -s * (2 * h / t + f / t + h / t)
+        # the projection input too (h/t); fused: the kernel keeps its bf16 output, so the fp8 copy of the
+        # projection input is 1 byte more. Full recompute stores only the bf16 layer input.
+        proj = -s * h / t if attention == "unfused" else s * h / t
+        per_layer = 0 if recompute == "full" else -s * (2 * h / t + f / t) + proj
         assert b.activations - a.activations == pytest.approx(L * per_layer * stage_inflight(c, stage), rel=1e-9)
 
 
