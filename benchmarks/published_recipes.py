@@ -45,9 +45,10 @@ METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 # knob -> the `training:` key it becomes (same name unless given). The parser decides whether the key exists:
 # an unknown key or a refused value (today: all of these, and precision fp8) makes the knob `missing` and the
 # row falls back to the value in FALLBACK (None: the key is left out, the planner's own default applies).
-TRAINING_KEYS = {"precision": "precision", "attention": "attention", "overlap_grad_reduce": "overlap_grad_reduce",
-                 "overlap_param_gather": "overlap_param_gather", "overlap_p2p_comm": "overlap_p2p_comm",
-                 "tp_comm_overlap": "tp_comm_overlap"}
+TRAINING_KEYS = {"precision": "precision", "attention": "attention"}
+# recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
+OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
+                "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm"}
 FALLBACK = {"precision": "bf16"}
 # a knob whose value is the planner's behaviour today needs no key: not missing
 IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
@@ -181,6 +182,11 @@ def build(row: dict):
     training = {"global_batch_size": gbs, "seq_length": kn["seq"]}
     spec = None
     wanted = {TRAINING_KEYS[k]: kn[k] for k in TRAINING_KEYS if k in kn}
+    overlap = {OVERLAP_KEYS[k]: bool(kn[k]) for k in OVERLAP_KEYS if k in kn}
+    if overlap.get("param_gather") and not overlap.get("grad_reduce", True):
+        overlap["param_gather"] = False          # Megatron refuses it without grad_reduce
+    if overlap:
+        training = {**training, "overlap": overlap}
     while True:
         d = {"name": row["id"], "model": model, "cluster": cluster_dict(row["gpus"]),
              "training": {**training, **wanted}}
