@@ -1,7 +1,7 @@
 """One parallel configuration: what the search chooses (the mapping is separate)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb")
 RECOMPUTE = ("none", "selective", "full")
@@ -12,12 +12,13 @@ V_SHAPES = ("v-min", "v-half", "v-zb")
 PIPELINE_ENGINES = ("megatron", "deepspeed")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class ParallelConfig:
     """How one training step is split over the GPUs (the mapping onto nodes is separate).
 
     Unlike the spec dataclasses it stays positional: the search space and many tests build it compactly, and
-    it sorts in field order (`order=True`). `from_dict` is the one parser of its serialised forms."""
+    it sorts in field order (an even split, None, before any explicit count). `from_dict` is the one parser of its
+    serialised forms."""
 
     tp: int
     """Tensor-parallel degree (inside a node)."""
@@ -39,6 +40,38 @@ class ParallelConfig:
     """ZeRO stage (ZERO_STAGES): 1 shards optimizer state, 2 also gradients, over dp."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism (norms and dropout split over tp)."""
+    first_stage_layers: int | None = None
+    """Transformer layers on pipeline rank 0 (Megatron-Core --decoder-first-pipeline-num-layers); None: the even
+    split. The middle ranks share the rest evenly (stage_layers)."""
+    last_stage_layers: int | None = None
+    """Transformer layers on the last pipeline rank (--decoder-last-pipeline-num-layers); None: the even split."""
+    account_embedding: bool = False
+    """The embedding counts as one layer in the even split (--account-for-embedding-in-pipeline-split): the first
+    chunk of rank 0 builds one transformer layer fewer. Exclusive with the explicit counts (Megatron-Core)."""
+    account_loss: bool = False
+    """The loss (output layer) counts as one layer (--account-for-loss-in-pipeline-split): the last chunk of the
+    last rank builds one layer fewer."""
+
+    def _key(self) -> tuple:
+        # None (even) sorts before any count, so configs of even splits keep their old order
+        return tuple(-1 if x is None else x for x in astuple(self))
+
+    def __lt__(self, other):
+        return self._key() < other._key()
+
+    def __le__(self, other):
+        return self._key() <= other._key()
+
+    def __gt__(self, other):
+        return self._key() > other._key()
+
+    def __ge__(self, other):
+        return self._key() >= other._key()
+
+    @property
+    def uneven(self) -> bool:
+        return (self.first_stage_layers is not None or self.last_stage_layers is not None or self.account_embedding
+                or self.account_loss)
 
     @property
     def num_gpus(self) -> int:
@@ -49,10 +82,34 @@ class ParallelConfig:
         return self.micro_batch_size * self.num_microbatches * self.dp
 
     def layers_per_stage(self, num_layers: int) -> int:
-        return num_layers // self.pp
+        """Layers of a middle stage (every stage on an even split)."""
+        return max(self.stage_layers(num_layers))
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Transformer layers of each pipeline rank (all its model chunks), Megatron-Core's rule (split_layers)."""
+        return split_layers(num_layers, self.pp, self.chunks, self.first_stage_layers, self.last_stage_layers,
+                            self.account_embedding, self.account_loss)
+
+    def chunk_layers(self, num_layers: int) -> tuple[tuple[int, ...], ...]:
+        """Layers of each model chunk of each pipeline rank: a rank's layers split evenly over its chunks, except
+        that an accounted embedding (loss) takes one layer's place in rank 0's first (the last rank's last) chunk
+        (get_num_layers_to_build)."""
+        v = self.chunks
+        per = self.stage_layers(num_layers)
+        out = [[(n + int(self.account_embedding and i == 0) + int(self.account_loss and i == self.pp - 1)) // v] * v
+               for i, n in enumerate(per)]
+        if self.account_embedding:
+            out[0][0] -= 1
+        if self.account_loss:
+            out[-1][-1] -= 1
+        return tuple(tuple(c) for c in out)
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks per device (interleaved: v; V-shapes: 2; otherwise 1)."""
+        if self.schedule == "interleaved":
+            return self.vpp
+        return 2 if self.schedule in V_SHAPES else 1
 
     @classmethod
     def from_dict(cls, d, file: str | None = None, field: str = "config") -> ParallelConfig:
@@ -66,7 +123,9 @@ class ParallelConfig:
             cfg = cls(int(d["tp"]), int(d["pp"]), int(d["dp"]), int(d["micro_batch_size"]),
                       int(d["num_microbatches"]), str(d.get("schedule", "1f1b")), int(d.get("vpp", 1)),
                       str(d.get("recompute", "none")), int(d.get("zero", 0)),
-                      _flag(d.get("sequence_parallel", False)))
+                      _flag(d.get("sequence_parallel", False)),
+                      _layers(d.get("first_stage_layers")), _layers(d.get("last_stage_layers")),
+                      _flag(d.get("account_embedding", False)), _flag(d.get("account_loss", False)))
         except KeyError as e:
             raise SpecError(file, f"{field}.{e.args[0]}", "is missing") from None
         except (TypeError, ValueError) as e:
@@ -75,15 +134,119 @@ class ParallelConfig:
             raise SpecError(file, f"{field}.schedule", f"must be one of {list(SCHEDULES)}")
         if cfg.recompute not in RECOMPUTE:
             raise SpecError(file, f"{field}.recompute", f"must be one of {list(RECOMPUTE)}")
+        for k in ("first_stage_layers", "last_stage_layers"):
+            n = getattr(cfg, k)
+            if n is None:
+                continue
+            if n <= 0:
+                raise SpecError(file, f"{field}.{k}", f"must be a positive layer count (Megatron-Core), got {n}")
+            if cfg.schedule in V_SHAPES:
+                raise SpecError(file, f"{field}.{k}", f"uneven stages are Megatron-Core's; {cfg.schedule} is not")
+            if n % cfg.chunks:
+                raise SpecError(file, f"{field}.{k}", f"{n} layers must be divisible by the {cfg.chunks} virtual "
+                                                      "stages (Megatron-Core)")
+            if cfg.account_embedding or cfg.account_loss:
+                raise SpecError(file, f"{field}.{k}", "cannot be set with account_embedding / account_loss "
+                                                      "(Megatron-Core refuses both)")
+        if (cfg.account_embedding or cfg.account_loss) and cfg.schedule in V_SHAPES:
+            raise SpecError(file, f"{field}.account_embedding", f"uneven stages are Megatron-Core's; {cfg.schedule} "
+                                                                "is not")
         return cfg
+
+    def as_dict(self) -> dict:
+        """The fields, without the uneven-split ones when the split is even (old files and tools see no change)."""
+        d = asdict(self)
+        for k in ("first_stage_layers", "last_stage_layers", "account_embedding", "account_loss"):
+            if d[k] is None or d[k] is False:
+                del d[k]
+        return d
 
     def label(self) -> str:
         v = f" v{self.vpp}" if self.vpp > 1 else ""
         sp = " sp" if self.sequence_parallel else ""
+        split = ""
+        if self.first_stage_layers is not None or self.last_stage_layers is not None:
+            # only when set: labels of even splits stay as they were
+            split = f" L{_show(self.first_stage_layers)}/{_show(self.last_stage_layers)}"
+        elif self.uneven:
+            split = f" L{'E' if self.account_embedding else '-'}/{'L' if self.account_loss else '-'}"
         return (f"tp{self.tp} pp{self.pp} dp{self.dp} mbs{self.micro_batch_size} m{self.num_microbatches} "
-                f"{self.schedule}{v} rc={self.recompute} z{self.zero}{sp}")
+                f"{self.schedule}{v} rc={self.recompute} z{self.zero}{sp}{split}")
 
 
 def _flag(v) -> bool:
     # CSV cells arrive as the strings "True" / "False"; YAML and JSON give real booleans
     return v == "True" if isinstance(v, str) else bool(v)
+
+
+def _layers(v) -> int | None:
+    # None, absent or an empty CSV cell: the even split
+    if v is None or v == "" or v == "None":
+        return None
+    if isinstance(v, bool):
+        raise ValueError(f"a layer count, not {v!r}")
+    return int(v)
+
+
+def _show(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
+def split_layers(num_layers: int, pp: int, chunks: int = 1, first: int | None = None, last: int | None = None,
+                 account_embedding: bool = False, account_loss: bool = False) -> tuple[int, ...]:
+    """Transformer layers of each pipeline rank, as Megatron-Core builds them; ValueError when it would refuse.
+
+    Mirrors NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553: TransformerConfig.__post_init__ ("Uneven
+    PP", megatron/core/transformer/transformer_config.py) and get_num_layers_to_build
+    (megatron/core/transformer/transformer_block.py):
+    - even (first = last = None): pp * chunks divides the layers;
+    - --decoder-first/last-pipeline-num-layers: each given count > 0 and divisible by the virtual pipeline size;
+      the middle ranks share the rest evenly ("must be divisible by the middle pipeline model parallel size"), a
+      multiple of the virtual pipeline size each; middle layers exist iff middle ranks do (pp <= 2 has none);
+      every chunk of a rank holds rank_layers / chunks;
+    - --account-for-embedding/loss-in-pipeline-split (exclusive with the counts): the embedding and the loss count
+      as one layer each; layers + those divide evenly over pp (and chunks); the first (last) rank builds one
+      layer fewer, in its first (last) chunk.
+    `chunks` is Megatron's virtual pipeline size (1 without interleaving)."""
+    if pp < 1 or chunks < 1:
+        raise ValueError(f"pp={pp} and chunks={chunks} must be positive")
+    if (first is not None or last is not None) and (account_embedding or account_loss):
+        raise ValueError("first/last stage layer counts cannot be set with the embedding or loss accounted in the "
+                         "pipeline split (Megatron-Core refuses both)")
+    if first is None and last is None:
+        n = num_layers + int(account_embedding) + int(account_loss)
+        if n % pp:
+            raise ValueError(f"{n} layers do not split evenly over pp={pp}")
+        if (n // pp) % chunks:
+            raise ValueError(f"{n // pp} layers per stage do not split into {chunks} chunks")
+        out = [n // pp] * pp
+        out[0] -= int(account_embedding)
+        out[-1] -= int(account_loss)
+        if min(out) < 0 or (pp == 1 and out[0] < 0):
+            raise ValueError("not enough layers in the first or last stage")
+        return tuple(out)
+    rest, middle = num_layers, pp
+    for name, k in (("first", first), ("last", last)):
+        if k is None:
+            continue
+        if k <= 0:
+            raise ValueError(f"the {name} stage's layer count must be larger than 0, got {k}")
+        if k % chunks:
+            raise ValueError(f"the {name} stage's {k} layers must be divisible by the {chunks} virtual stages")
+        rest -= k
+        middle -= 1
+    if middle < 0:
+        raise ValueError(f"pp={pp} has no separate first and last stage")
+    if rest < 0 or bool(rest) != bool(middle):
+        raise ValueError(f"{rest} middle layers remain for {middle} middle stages")
+    per = rest // middle if middle else 0
+    if middle and rest % middle:
+        raise ValueError(f"the {rest} middle layers must split evenly over the {middle} middle stages")
+    if middle and per % chunks:
+        raise ValueError(f"the {per} layers of each middle stage must be divisible by the {chunks} virtual stages")
+    out = [per] * pp
+    if first is not None:
+        out[0] = first
+    if last is not None:
+        out[-1] = last
+    return tuple(out)

@@ -56,8 +56,14 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     args = [f"--tensor-model-parallel-size {c['tp']}", f"--pipeline-model-parallel-size {c['pp']}",
             f"--micro-batch-size {c['micro_batch_size']}",
             f"--global-batch-size {c['micro_batch_size'] * c['num_microbatches'] * c['dp']}"]
+    uneven = any(c.get(k) not in (None, False) for k in ("first_stage_layers", "last_stage_layers",
+                                                         "account_embedding", "account_loss"))
     if c.get("schedule") == "interleaved" and c.get("vpp", 1) > 1:
-        args.append(f"--virtual-pipeline-model-parallel-size {c['vpp']}")
+        if uneven:    # Megatron-LM asserts this flag (not layers per virtual stage) with an uneven split
+            args.append(f"--num-virtual-stages-per-pipeline-rank {c['vpp']}")
+        else:
+            args.append(f"--virtual-pipeline-model-parallel-size {c['vpp']}")
+    args += uneven_stage_args(c)
     if c.get("sequence_parallel"):
         args.append("--sequence-parallel")
     rc = c.get("recompute", "none")
@@ -83,6 +89,26 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     if c.get("schedule") in ("zb-h1", "v-min", "v-half", "v-zb"):
         args.append(f"# schedule {c['schedule']}: needs a zero-bubble-capable Megatron fork (e.g. sail-sg zero-bubble)")
     return args
+
+
+def uneven_stage_args(c: dict) -> list[str]:
+    """Megatron-Core's uneven pipeline split (Megatron-LM @ d98e8a64, megatron/training/arguments.py:
+    --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers; the middle ranks share the rest;
+    --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split). Nothing for an even split."""
+    out = []
+    if c.get("first_stage_layers") is not None:
+        out.append(f"--decoder-first-pipeline-num-layers {int(c['first_stage_layers'])}")
+    if c.get("last_stage_layers") is not None:
+        out.append(f"--decoder-last-pipeline-num-layers {int(c['last_stage_layers'])}")
+    if c.get("account_embedding"):
+        out.append("--account-for-embedding-in-pipeline-split")
+    if c.get("account_loss"):
+        out.append("--account-for-loss-in-pipeline-split")
+    if out:    # NVIDIA/NeMo @ 8cfedd72, nemo/collections/llm/recipes/deepseek_v3.py and llama31_405b.py
+        out.append("# NeMo 2.0 recipe: recipe.trainer.strategy.num_layers_in_first_pipeline_stage / "
+                   "num_layers_in_last_pipeline_stage / account_for_embedding_in_pipeline_split / "
+                   "account_for_loss_in_pipeline_split, as above")
+    return out
 
 
 def fp8_args() -> list[str]:

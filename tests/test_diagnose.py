@@ -13,7 +13,9 @@ def test_batch_seven_with_micro_batches_two_and_four(make_spec):
 
 
 def test_seven_gpu_nodes(make_spec):
-    spec = make_spec(nodes=2, gpn=7, layers=24, gbs=64, schedules=["1f1b"], recompute=["none"], zero=[0])
+    # even splits only: with uneven first / last stages 24 layers split over pp 7 (2 + 5 x 4 + 2)
+    spec = make_spec(nodes=2, gpn=7, layers=24, gbs=64, schedules=["1f1b"], recompute=["none"], zero=[0],
+                     uneven_stages="none")
     msg = why_no_config(spec)
     assert "2 nodes x 7" in msg
     assert "pp=7 must divide the 24 layers" in msg and "tp=7 must divide the 16 heads" in msg
@@ -22,6 +24,12 @@ def test_seven_gpu_nodes(make_spec):
     from dataclasses import replace
     for layers in (21, 28):
         assert list(enumerate_configs(replace(spec, model=replace(spec.model, num_layers=layers))))
+
+
+def test_seven_gpu_nodes_uneven_split_is_a_configuration(make_spec):
+    spec = make_spec(nodes=2, gpn=7, layers=24, gbs=64, schedules=["1f1b"], recompute=["none"], zero=[0])
+    cfgs = [c for c in enumerate_configs(spec) if c.pp == 7]
+    assert cfgs and all(c.stage_layers(24) == (2, 4, 4, 4, 4, 4, 2) for c in cfgs)
 
 
 def test_solve_raises_the_diagnosis(make_spec):

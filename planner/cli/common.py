@@ -26,6 +26,15 @@ def add_config_args(p, required: bool = True) -> None:
     g.add_argument("--recompute", default="none", choices=RECOMPUTE)
     g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2))
     g.add_argument("--sp", action="store_true", help="sequence parallel")
+    g.add_argument("--first-stage-layers", type=int, default=None,
+                   help="transformer layers on the first pipeline stage (Megatron-Core "
+                        "--decoder-first-pipeline-num-layers; default: the even split)")
+    g.add_argument("--last-stage-layers", type=int, default=None,
+                   help="transformer layers on the last pipeline stage (--decoder-last-pipeline-num-layers)")
+    g.add_argument("--account-embedding", action="store_true",
+                   help="count the embedding as a layer in the split (--account-for-embedding-in-pipeline-split)")
+    g.add_argument("--account-loss", action="store_true",
+                   help="count the loss as a layer in the split (--account-for-loss-in-pipeline-split)")
     g.add_argument("--pipeline-engine", default=None, choices=PIPELINE_ENGINES,
                    help="override the spec's training.pipeline_engine (how pipeline p2p is issued)")
 
@@ -53,7 +62,9 @@ def config_from_args(args, spec) -> ParallelConfig:
     if args.sp and args.tp == 1:
         raise SpecError(None, "--sp", "sequence parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
     return ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, schedule, vpp, args.recompute, args.zero,
-                          bool(args.sp))
+                          bool(args.sp), getattr(args, "first_stage_layers", None),
+                          getattr(args, "last_stage_layers", None), bool(getattr(args, "account_embedding", False)),
+                          bool(getattr(args, "account_loss", False)))
 
 
 def schedule_and_vpp(schedule: str | None, vpp: int | None) -> tuple[str, int]:

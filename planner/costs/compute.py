@@ -253,7 +253,7 @@ class ComputeModel:
             opt /= cfg.dp
         if training.precision == "fp8":     # TE casts each weight (and its transpose) once, on the first micro-batch
             from planner.costs.memory import fp8_gemm_weights
-            opt += FP8_CAST_BYTES * fp8_gemm_weights(model, cfg) / (self.hbm_GBps * 1e9)
+            opt += FP8_CAST_BYTES * fp8_gemm_weights(model, cfg, stage) / (self.hbm_GBps * 1e9)
         return opt + self.iteration_overhead_s
 
     def stage_times(self, model, cluster, training, cfg: ParallelConfig) -> list[StageTimes]:
@@ -266,9 +266,10 @@ class ComputeModel:
         w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
         rc = {"none": 0.0, "selective": attn, "full": fwd}[cfg.recompute]
         first, last, head_comm = self.head_times(model, cluster, training, cfg)
-        L = model.num_layers // cfg.pp
+        from planner.costs.memory import stage_layer_count
         out = []
         for st in range(cfg.pp):
+            L = stage_layer_count(model, cfg, st)      # uneven first / last stages (Megatron-Core) change it
             f_, b_, w_, c_ = L * fwd, L * (bwd + rc), L * w, L * 2 * comm + (L * comm if cfg.recompute == "full" else 0)
             if st == 0:
                 f_ += first

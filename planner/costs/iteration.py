@@ -19,7 +19,7 @@ from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES
-from planner.costs.memory import GiB, MemoryBreakdown, stage_params
+from planner.costs.memory import GiB, MemoryBreakdown, stage_layer_count, stage_params
 from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
@@ -108,10 +108,13 @@ def stage_times(spec, cfg: ParallelConfig, costs: Costs) -> list:
     sf, sb = tp_overlap_saving(spec, cfg, costs)
     if sf == 0.0 and sb == 0.0:
         return st
-    L = spec.model.num_layers // cfg.pp
-    rf = L * sf if cfg.recompute == "full" else 0.0          # full recompute re-runs the forward, overlap too
-    return [replace(s, forward=s.forward - L * sf, backward=s.backward - L * sb - rf, recompute=s.recompute - rf,
-                    tp_comm=s.tp_comm - L * (sf + sb) - rf) for s in st]
+    out = []
+    for i, s in enumerate(st):
+        L = stage_layer_count(spec.model, cfg, i)              # per stage: uneven first / last stages
+        rf = L * sf if cfg.recompute == "full" else 0.0          # full recompute re-runs the forward, overlap too
+        out.append(replace(s, forward=s.forward - L * sf, backward=s.backward - L * sb - rf,
+                           recompute=s.recompute - rf, tp_comm=s.tp_comm - L * (sf + sb) - rf))
+    return out
 
 
 def dp_bucket_count(spec, cfg: ParallelConfig, params: float, first_chunk_of_stage0: bool) -> int:
@@ -256,7 +259,8 @@ def first_chunk_params(model, cfg: ParallelConfig) -> float:
     """Parameters per GPU of pipeline rank 0's first model chunk (its layers and the embedding): the one
     Megatron-Core buckets."""
     v = cfg.vpp if cfg.schedule == "interleaved" else 1
-    return (model.num_layers // cfg.pp) / v * model.layer_params() / cfg.tp + model.embedding_params() / cfg.tp
+    first = cfg.chunk_layers(model.num_layers)[0][0] if cfg.uneven else (model.num_layers // cfg.pp) / v
+    return first * model.layer_params() / cfg.tp + model.embedding_params() / cfg.tp
 
 
 def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int, pair_GBps=None):

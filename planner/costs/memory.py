@@ -54,7 +54,7 @@ def holds_output(cfg: ParallelConfig, stage: int) -> bool:
 
 def stage_params(model, cfg: ParallelConfig, stage: int) -> float:
     """Parameters held by one GPU of `stage` (tensor-parallel shard)."""
-    L = model.num_layers // cfg.pp
+    L = stage_layer_count(model, cfg, stage)
     p = L * model.layer_params() / cfg.tp
     if stage == 0:
         p += model.embedding_params() / cfg.tp
@@ -63,6 +63,14 @@ def stage_params(model, cfg: ParallelConfig, stage: int) -> float:
         if model.tied_embeddings and stage != 0:   # Megatron keeps a copy of the word embedding on the last stage
             p += model.vocab_size * model.hidden_size / cfg.tp
     return p
+
+
+def stage_layer_count(model, cfg: ParallelConfig, stage: int) -> int:
+    """Transformer layers on pipeline rank `stage`: the even split, or Megatron-Core's uneven first / last stage
+    (ParallelConfig.stage_layers)."""
+    if not cfg.uneven:
+        return model.num_layers // cfg.pp
+    return cfg.stage_layers(model.num_layers)[stage]
 
 
 def padded_vocab(model, tp: int) -> int:
@@ -77,7 +85,7 @@ def replicated_params(model, cfg: ParallelConfig, stage: int) -> float:
     as 1/tp, and the vocabulary padding of the embedding and output layer."""
     h, t = model.hidden_size, cfg.tp
     per_layer = 6 * h if model.family == "gpt" else 2 * h          # norms (w, b) + proj and fc2 biases | norms
-    extra = (model.num_layers // cfg.pp) * per_layer * (1 - 1 / t)
+    extra = stage_layer_count(model, cfg, stage) * per_layer * (1 - 1 / t)
     pad = (padded_vocab(model, t) - model.vocab_size) * h / t
     if stage == 0:
         extra += pad
@@ -365,15 +373,15 @@ FP8_AMAX_HISTORY_LEN = 1024      # what `planner export` asks for (NeMo's bf16_w
 FP8_TENSORS_PER_GEMM = 5         # TE module/base.py: 3 forward (input, weight, output), 2 backward (dY, dX)
 
 
-def fp8_gemm_weights(model, cfg: ParallelConfig) -> float:
+def fp8_gemm_weights(model, cfg: ParallelConfig, stage: int = 0) -> float:
     """Weights of the fp8 GEMMs one GPU of a stage holds: the transformer layers' QKV, projection, fc1 and fc2 (the
     TP shard; embedding and output layer are not TE modules and stay bf16)."""
     h, kv, f = model.hidden_size, model.kv_channels, model.ffn_hidden_size
     per_layer = h * (h + 2 * kv) + h * h + h * f * (2 if model.gated_mlp else 1) + f * h
-    return (model.num_layers // cfg.pp) * per_layer / cfg.tp
+    return stage_layer_count(model, cfg, stage) * per_layer / cfg.tp
 
 
-def fp8_weight_copy_bytes(model, training, cfg: ParallelConfig) -> float:
+def fp8_weight_copy_bytes(model, training, cfg: ParallelConfig, stage: int = 0) -> float:
     """What fp8 training keeps beyond bf16's weights, per GPU of a stage (0 for other precisions):
     - the fp8 cast of every TE GEMM weight, row-wise (forward) and column-wise (the transpose the dgrad GEMM reads on
       Hopper), 1 byte each: linear.py quantizes the weight with columnwise usage while training and keeps it in
@@ -383,8 +391,8 @@ def fp8_weight_copy_bytes(model, training, cfg: ParallelConfig) -> float:
     Not modelled: --fp8-param-gather (fp8 primary weights: the bf16 copy goes, 2 bytes/param less)."""
     if training.precision != "fp8":
         return 0.0
-    gemms = (model.num_layers // cfg.pp) * 4
-    return 2.0 * fp8_gemm_weights(model, cfg) + gemms * FP8_TENSORS_PER_GEMM * (FP8_AMAX_HISTORY_LEN + 1) * 4.0
+    gemms = stage_layer_count(model, cfg, stage) * 4
+    return 2.0 * fp8_gemm_weights(model, cfg, stage) + gemms * FP8_TENSORS_PER_GEMM * (FP8_AMAX_HISTORY_LEN + 1) * 4.0
 
 
 def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
@@ -427,10 +435,10 @@ class AnalyticalMemory:
         else:                                          # Adam: m, v (+ fp32 master)
             o_bytes = 8 + (4 if half and self.master_weights else 0)
         dp = cfg.dp
-        weights = P * w_bytes + fp8_weight_copy_bytes(model, training, cfg)
+        weights = P * w_bytes + fp8_weight_copy_bytes(model, training, cfg, stage)
         grads = P * g_bytes / (dp if cfg.zero >= 2 else 1)
         optim = P * o_bytes / (dp if cfg.zero >= 1 else 1)
-        L = model.num_layers // cfg.pp
+        L = stage_layer_count(model, cfg, stage)
         acts = L * layer_activation_bytes(model, training, cfg) * stage_inflight(cfg, stage)
         acts += L * fp8_saved_input_delta(model, training, cfg) * stage_inflight(cfg, stage)
         acts += edge_activation_bytes(model, training, cfg, stage)

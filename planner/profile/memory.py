@@ -32,7 +32,7 @@ import math
 import random
 import time
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -645,7 +645,7 @@ def sample_row(model, training, cfg: ParallelConfig, stage: int, lpc: int, devic
            "max_position_embeddings": model.max_position_embeddings,
            "global_batch_size": training.global_batch_size, "seq_length": training.seq_length,
            "precision": training.precision, "optimizer": training.optimizer, "attention": training.attention}
-    row.update(dict(asdict(cfg).items()))
+    row.update(cfg.as_dict())
     row.update({"stage": stage, "layers_per_chunk": lpc, "num_gpus": cfg.num_gpus, "held_forwards": r.held_forwards,
                 "weights": a.weights, "gradients": a.gradients, "optimizer_state": a.optimizer,
                 "activations": a.activations, "logits": a.logits, "transient": a.transient,

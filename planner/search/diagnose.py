@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from planner.errors import PlannerError
 from planner.mapping.problem import layouts
-from planner.search.space import _schedules, divisors, enumerate_configs, micro_batch_options
+from planner.search.space import _schedules, divisors, enumerate_configs, micro_batch_options, uneven_splits
 
 
 def _rules(spec, tp: int, pp: int, dp: int) -> list[tuple[str, str]]:
@@ -23,8 +23,10 @@ def _rules(spec, tp: int, pp: int, dp: int) -> list[tuple[str, str]]:
     if m.num_attention_heads % tp or m.num_kv_heads % tp:
         broken.append(("heads", f"tp={tp} must divide the {m.num_attention_heads} heads and "
                                 f"{m.num_kv_heads} kv heads"))
-    if m.num_layers % pp:
-        broken.append(("layers", f"pp={pp} must divide the {m.num_layers} layers"))
+    if m.num_layers % pp and not (pp > 1 and uneven_splits(m.num_layers, pp, 1, spec.search.uneven_stages)):
+        broken.append(("layers", f"pp={pp} must divide the {m.num_layers} layers" + (
+            " (or give an uneven first / last stage search.uneven_stages allows)" if spec.search.uneven_stages
+            else "")))
     if B % dp:
         broken.append(("batch", f"dp={dp} must divide the global batch {B}"))
         return broken
@@ -37,7 +39,8 @@ def _rules(spec, tp: int, pp: int, dp: int) -> list[tuple[str, str]]:
         opts = list(spec.search.micro_batch_sizes or (1, 2, 4, 8, 16))
         broken.append(("micro-batch", f"no micro-batch size in {opts} divides the {B // dp} samples per "
                                       f"replica (global batch {B} / dp {dp})"))
-    elif pp > 1 and not any(list(_schedules(spec, pp, B // (dp * b))) for b in mbs):
+    elif pp > 1 and not any(k == "layers" for k, _ in broken) and not any(list(_schedules(spec, pp, B // (dp * b)))
+                                                                         for b in mbs):
         broken.append(("schedule", f"no schedule in {list(spec.search.schedules)} applies with pp={pp} "
                                    "(interleaved needs pp*v | layers and pp | micro-batches; V-shapes 2pp | layers)"))
     return broken

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from planner import interrupt
-from planner.config import ParallelConfig
+from planner.config import V_SHAPES, ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate
 from planner.errors import SpecError
@@ -85,6 +85,24 @@ def estimate_plan(spec, cfg: ParallelConfig, mapping=None, costs: Costs | None =
     return evaluate(spec, cfg, prob, assign, costs), lay, assign, prob
 
 
+def check_split(model, cfg: ParallelConfig, file: str | None, prefix: str = "config.") -> None:
+    """Refuse an uneven first / last stage split Megatron-Core would refuse, naming the flag (prefix "--") or the
+    solution field (prefix "config.")."""
+    if not cfg.uneven:
+        return
+    def name(k):
+        return f"--{k.replace('_', '-')}" if prefix == "--" else f"{prefix}{k}"
+    which = name("first_stage_layers") if cfg.first_stage_layers is not None else (
+        name("last_stage_layers") if cfg.last_stage_layers is not None else name("account_embedding"))
+    if cfg.schedule in V_SHAPES:
+        raise SpecError(file, which, f"uneven first / last stages are Megatron-Core's; {cfg.schedule} is not")
+    try:
+        cfg.stage_layers(model.num_layers)
+    except ValueError as e:
+        raise SpecError(file, which, f"{e} ({model.num_layers} layers, pp={cfg.pp}, {cfg.chunks} chunk(s) per "
+                                     "stage; Megatron-Core's rule)") from None
+
+
 def check_config(spec, cfg: ParallelConfig) -> None:
     """Reject configs that do not fit the cluster or the model, naming the flag."""
     cl, m = spec.cluster, spec.model
@@ -95,7 +113,8 @@ def check_config(spec, cfg: ParallelConfig) -> None:
     if m.num_attention_heads % cfg.tp or m.num_kv_heads % cfg.tp:
         raise SpecError(None, "--tp", f"tp={cfg.tp} must divide the {m.num_attention_heads} heads "
                                       f"and {m.num_kv_heads} kv heads")
-    if m.num_layers % (cfg.pp * max(1, cfg.vpp)):
+    check_split(m, cfg, None, "--")
+    if not cfg.uneven and m.num_layers % (cfg.pp * max(1, cfg.vpp)):
         raise SpecError(None, "--pp", f"pp*vpp={cfg.pp * cfg.vpp} must divide {m.num_layers} layers")
     if cfg.global_batch_size != spec.training.global_batch_size:
         raise SpecError(None, "--mbs", f"dp*mbs*microbatches={cfg.global_batch_size} != global batch "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from planner.config import V_SHAPES, ParallelConfig
+from planner.config import V_SHAPES, ParallelConfig, split_layers
 from planner.mapping.problem import layouts
 
 
@@ -20,8 +20,9 @@ def micro_batch_options(spec, dp: int) -> list[int]:
 def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelConfig]:
     """Every (tp, pp, dp, mbs, schedule, vpp, recompute, zero, sp) that satisfies the divisibility rules.
 
-    tp stays inside a node and divides heads and kv heads; pp divides the layers (by 2pp for V-shapes,
-    pp*v for interleaved); dp*mbs divides the global batch; all GPUs are used and tile whole nodes.
+    tp stays inside a node and divides heads and kv heads; the layers split over pp (by 2pp for V-shapes,
+    pp*v for interleaved) evenly or, for Megatron-Core's schedules, with the uneven first / last stages of
+    `uneven_splits`; dp*mbs divides the global batch; all GPUs are used and tile whole nodes.
     """
     model, cl, s = spec.model, spec.cluster, spec.search
     G = num_gpus or cl.num_gpus
@@ -30,7 +31,7 @@ def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelCon
         if cl.gpus_per_node % tp or model.num_attention_heads % tp or model.num_kv_heads % tp or G % tp:
             continue
         for pp in divisors(G // tp):
-            if model.num_layers % pp:
+            if model.num_layers % pp and not (s.uneven_stages and pp > 1):
                 continue
             dp = G // (tp * pp)
             if spec.training.global_batch_size % dp:
@@ -40,28 +41,81 @@ def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelCon
                 continue
             for mbs in micro_batch_options(spec, dp):
                 m = spec.training.global_batch_size // (dp * mbs)
-                for sched, v in _schedules(spec, pp, m):
+                for sched, v, split in _schedules(spec, pp, m):
                     for rc in s.recompute:
                         for z in (s.zero if dp > 1 else (0,)):
                             for sp in (s.sequence_parallel if tp > 1 else (False,)):
-                                yield ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp)
+                                yield ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split)
+
+
+EVEN = (None, None, False, False)      # ParallelConfig's split fields of the even split
+
+
+def uneven_splits(num_layers: int, pp: int, chunks: int, deficits) -> list[tuple]:
+    """Uneven splits to search for one (pp, chunks): (first_stage_layers, last_stage_layers, account_embedding,
+    account_loss), each legal by Megatron-Core's rule (config.split_layers).
+
+    The first and the last stage hold d_first * chunks and d_last * chunks layers fewer than a middle stage, for d in
+    `deficits` (search.uneven_stages; auto: 0, 1, 2), not both 0: this balances the embedding and the output layer,
+    and makes layer counts that pp does not divide legal (126 on pp 16 as 7 + 14 x 8 + 7). pp = 2 has no middle
+    stage: one layer per chunk moves from one stage to the other (odd counts become legal). With interleaving
+    (chunks > 1) and 1 in `deficits`, also the embedding and / or the loss accounted as a layer
+    (--account-for-*-in-pipeline-split: one layer fewer in the first or last chunk only, NeMo's Llama 3.1 405B
+    recipe), which the explicit counts cannot express.
+    At most a handful per (pp, chunks), so the space grows by a small factor."""
+    out: list[tuple] = []
+    if pp < 2 or not deficits:
+        return out
+    c = chunks
+    if pp == 2:
+        for f in range(c, num_layers, c):       # one layer per chunk moved between the two stages, at most
+            if 0 < abs(num_layers - 2 * f) <= 2 * c * min(max(deficits), 1) and (num_layers - f) % c == 0:
+                out.append((f, num_layers - f, False, False))
+    else:
+        for mid in range(c, num_layers // (pp - 2) + 1, c):
+            for d1 in deficits:
+                for d2 in deficits:
+                    f, last = mid - d1 * c, mid - d2 * c
+                    if (d1 or d2) and f > 0 and last > 0 and f + last + (pp - 2) * mid == num_layers:
+                        out.append((f, last, False, False))
+    if c > 1 and 1 in deficits:
+        out += [(None, None, e, lo) for e, lo in ((True, False), (False, True), (True, True))]
+    legal = []
+    for sp in out:
+        try:
+            split_layers(num_layers, pp, c, *sp)
+        except ValueError:
+            continue
+        legal.append(sp)
+    return legal
+
+
+def _splits(spec, pp: int, chunks: int, uneven_ok: bool = True):
+    """The even split when legal, then the uneven ones the spec asks for (Megatron-Core's schedules only)."""
+    L = spec.model.num_layers
+    if L % (pp * chunks) == 0:
+        yield EVEN
+    if uneven_ok:
+        yield from uneven_splits(L, pp, chunks, spec.search.uneven_stages)
 
 
 def _schedules(spec, pp: int, m: int):
-    L = spec.model.num_layers
     seen_single = False
     for sched in spec.search.schedules:
         if pp == 1:
             if not seen_single:      # every schedule is the same without a pipeline
                 seen_single = True
-                yield "1f1b", 1
+                yield "1f1b", 1, EVEN
             continue
         if sched == "interleaved":
             for v in spec.search.virtual_stages:
-                if v > 1 and L % (pp * v) == 0 and m % pp == 0:
-                    yield sched, v
-        elif sched in V_SHAPES:
-            if L % (2 * pp) == 0 and m >= pp:
-                yield sched, 2
+                if v > 1 and m % pp == 0:
+                    for split in _splits(spec, pp, v):
+                        yield sched, v, split
+        elif sched in V_SHAPES:      # not Megatron-Core's: even splits only
+            if m >= pp:
+                for split in _splits(spec, pp, 2, uneven_ok=False):
+                    yield sched, 2, split
         else:
-            yield sched, 1
+            for split in _splits(spec, pp, 1):
+                yield sched, 1, split

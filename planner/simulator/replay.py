@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.config import PIPELINE_ENGINES, ParallelConfig
+from planner.config import PIPELINE_ENGINES, V_SHAPES, ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.iteration import (
     default_layout,
@@ -40,7 +40,7 @@ from planner.costs.iteration import (
 from planner.costs.iteration import (
     stage_times as overlapped_stage_times,
 )
-from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_params
+from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_layer_count, stage_params
 from planner.costs.pipeline import chunks_per_device
 from planner.mapping.problem import worker_table
 from planner.simulator import deepspeed, engine
@@ -300,8 +300,11 @@ def simulate_stage_times(schedule: str, p: int, m: int, vpp: int, st: list) -> S
 
 def chunk_params(model, cfg: ParallelConfig, p: int, v: int, stage_of: np.ndarray) -> np.ndarray:
     """(p, v) parameters per GPU per chunk (tensor shard), embedding with stage 0, output with the last."""
-    L = model.num_layers // cfg.pp
-    out = np.full((p, v), L / v * model.layer_params() / cfg.tp)
+    if cfg.uneven:      # Megatron-Core's uneven first / last stage: each chunk its own layer count
+        out = np.array(cfg.chunk_layers(model.num_layers), float) * model.layer_params() / cfg.tp
+    else:
+        L = model.num_layers // cfg.pp
+        out = np.full((p, v), L / v * model.layer_params() / cfg.tp)
     S = p * v
     d0, c0 = np.argwhere(stage_of == 0)[0]
     dl, cl = np.argwhere(stage_of == S - 1)[0]
@@ -312,12 +315,22 @@ def chunk_params(model, cfg: ParallelConfig, p: int, v: int, stage_of: np.ndarra
     return out
 
 
-def _chunk_times(st: list, p: int, v: int, stage_of: np.ndarray, split: bool, rc_ops: bool) -> np.ndarray:
-    """(p, v, 4) op durations from per-device StageTimes."""
+def _chunk_times(st: list, p: int, v: int, stage_of: np.ndarray, split: bool, rc_ops: bool,
+                 layers: np.ndarray | None = None) -> np.ndarray:
+    """(p, v, 4) op durations from per-device StageTimes. `layers` (p, v): transformer layers of each chunk when
+    the stages are uneven (Megatron-Core's first / last stage counts); then the per-layer time (the least per-layer
+    time of any device: a middle device's, which holds no embedding or output layer) runs on each chunk by its
+    layer count and each device's remainder (embedding, output layer and loss) goes where the even case puts it."""
     arr = np.array([[s.forward, s.backward, s.weight_grad, s.recompute] for s in st])    # (p, 4)
-    base = arr.min(axis=0) if p > 1 else arr[0] * 0.0
-    extra = arr - base
-    per = np.repeat((base / v)[None, None, :], p, axis=0).repeat(v, axis=1)           # (p, v, 4)
+    if layers is not None and p > 1:
+        lay = np.asarray(layers, float)
+        unit = (arr / lay.sum(axis=1)[:, None]).min(axis=0)                             # per layer, (4,)
+        extra = arr - lay.sum(axis=1)[:, None] * unit
+        per = lay[:, :, None] * unit[None, None, :]                                      # (p, v, 4)
+    else:
+        base = arr.min(axis=0) if p > 1 else arr[0] * 0.0
+        extra = arr - base
+        per = np.repeat((base / v)[None, None, :], p, axis=0).repeat(v, axis=1)       # (p, v, 4)
     if p == 1:
         per[0, :, :] = arr[0] / v
     else:
@@ -382,15 +395,21 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     blocking_p2p = blocking_p2p or (pipeline_engine == "megatron" and p2p_blocking(spec, cfg))
     p, m = cfg.pp, cfg.num_microbatches
     v = chunks_per_device(cfg.schedule, cfg.vpp)
-    if model.num_layers % p or (model.num_layers // p) % v:
+    if cfg.uneven:
+        if cfg.schedule in V_SHAPES:
+            raise ValueError("uneven first / last stages are Megatron-Core's, for its schedules, not V-shapes")
+        chunk_layers = np.array(cfg.chunk_layers(model.num_layers), float)   # ValueError as Megatron-Core would
+    elif model.num_layers % p or (model.num_layers // p) % v:
         raise ValueError(f"{model.num_layers} layers do not split into {p} stages x {v} chunks")
+    else:
+        chunk_layers = None
     st = overlapped_stage_times(spec, cfg, costs)      # less the TP communication --tp-comm-overlap hides
     rc_ops = cfg.recompute != "none" and any(s.recompute > 0 for s in st)
     mean = np.mean([[s.forward, s.backward, s.weight_grad] for s in st], axis=0) / v
     sched = build(cfg.schedule, p, m, cfg.vpp, recompute=rc_ops, early_recompute=recompute_in_bubbles,
                   times=tuple(mean))
     stage_of = sched.stage_of()
-    dur = _chunk_times(st, p, v, stage_of, sched.split, rc_ops)
+    dur = _chunk_times(st, p, v, stage_of, sched.split, rc_ops, chunk_layers)
 
     # ---- p2p on the mapped links (the one-way times of planner.costs.iteration, as build_problem's)
     node, _gpu = _node_table(spec, cfg, mapping, layout, assign, nodes)
@@ -464,17 +483,18 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         # what the estimator counts beyond scheduled layer activations (backward working set, embedding and
         # output-layer inputs, a learned estimator's correction and safety headroom) stays on the device
         static[d] += max(0.0, mb_.total - mb_.weights - mb_.gradients - mb_.optimizer - mb_.overhead - mb_.logits
-                         - (model.num_layers // cfg.pp) * layer_activation_bytes(model, tr, cfg)
+                         - stage_layer_count(model, cfg, d) * layer_activation_bytes(model, tr, cfg)
                          * stage_inflight(cfg, d))
     dl, _cl = np.argwhere(stage_of == S - 1)[0]
     static[dl] += logits_total
     L = model.num_layers // cfg.pp
     layer_act = layer_activation_bytes(model, tr, cfg)
-    act = np.full((p, v), L / v * layer_act)
+    per_chunk = np.full((p, v), L / v) if chunk_layers is None else chunk_layers
+    act = per_chunk * layer_act
     transient = np.zeros((p, v))
     if rc_ops:
         full_layer = layer_activation_bytes(model, tr, _no_recompute(cfg))
-        transient[:] = (full_layer - layer_act) * (L / v if recompute_in_bubbles else 1.0)
+        transient[:] = (full_layer - layer_act) * (per_chunk if recompute_in_bubbles else 1.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
     return _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
                           blocking_p2p, rendezvous_p2p, pipeline_engine, emb, dp_overlap)

@@ -112,6 +112,10 @@ class SearchSpec:
     """Fraction of GPU memory kept free (a soft margin against fragmentation and the unmodelled)."""
     top_k: int = 5
     """Candidates kept for mapping and simulation after the analytical ranking."""
+    uneven_stages: tuple = (0, 1, 2)
+    """Uneven first / last pipeline stages to try (Megatron-Core --decoder-first/last-pipeline-num-layers): how
+    many layers per model chunk the first and the last stage may hold fewer than a middle stage (search.space
+    uneven_splits). `auto` = (0, 1, 2); `none` = () (even splits only)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,6 +288,21 @@ def _pos_ints(f: Fields, key: str):
     return tuple(sorted(set(v)))
 
 
+def _uneven_stages(f: Fields):
+    """search.uneven_stages: 'auto' (the dataclass default), 'none' (), or a list of layer deficits 0..8."""
+    v = f.raw("uneven_stages", None)
+    if v is None or v == "auto":
+        return DEFAULT
+    if v == "none":
+        return ()
+    if not isinstance(v, list):
+        raise f.error("uneven_stages", f"must be 'auto', 'none' or a list of layer deficits (0..8), got {v!r}")
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= 8:
+            raise f.error("uneven_stages", f"must be 'auto', 'none' or a list of layer deficits (0..8), got {x!r}")
+    return tuple(sorted(set(v)))
+
+
 def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
     s = f.build(
         SearchSpec,
@@ -296,6 +315,7 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
         tensor_parallel=_pos_ints(f, "tensor_parallel"),
         memory_margin=f.float("memory_margin", DEFAULT, positive=False, min_value=0.0, max_value=0.9),
         top_k=f.int("top_k", DEFAULT),
+        uneven_stages=_uneven_stages(f),
     )
     # checked against the cluster here, not in Spec: a sweep validates one search block per cluster it lists
     if s.tensor_parallel:
