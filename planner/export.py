@@ -56,13 +56,10 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     args = [f"--tensor-model-parallel-size {c['tp']}", f"--pipeline-model-parallel-size {c['pp']}",
             f"--micro-batch-size {c['micro_batch_size']}",
             f"--global-batch-size {c['micro_batch_size'] * c['num_microbatches'] * c['dp']}"]
-    uneven = any(c.get(k) not in (None, False) for k in ("first_stage_layers", "last_stage_layers",
-                                                         "account_embedding", "account_loss"))
     if c.get("schedule") == "interleaved" and c.get("vpp", 1) > 1:
-        if uneven:    # Megatron-LM asserts this flag (not layers per virtual stage) with an uneven split
-            args.append(f"--num-virtual-stages-per-pipeline-rank {c['vpp']}")
-        else:
-            args.append(f"--virtual-pipeline-model-parallel-size {c['vpp']}")
+        # Megatron-LM's flag (megatron/training/arguments.py @ d98e8a64; it also asserts it, not layers per
+        # virtual stage, with an uneven split); --virtual-pipeline-model-parallel-size is not an argparse flag
+        args.append(f"--num-virtual-stages-per-pipeline-rank {c['vpp']}")
     args += uneven_stage_args(c)
     if c.get("sequence_parallel"):
         args.append("--sequence-parallel")
