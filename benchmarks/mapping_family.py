@@ -8,7 +8,7 @@ N//5 node pairs chosen from the upper triangle are set to 7.5 GB/s both ways; pi
 constant, no tied embedding.
 
 Run:  python benchmarks/mapping_family.py [--grids 4x4 4x8 8x8 8x16] [--seeds 0 1 2] [--time-limit 10]
-          [--pipette-time 10]
+          [--pipette-time 10] [--iters-per-s N]
 Figures are mapping objectives in ms (the constant is 0). "bound" is the best proven lower bound of the
 three runs (the portfolio's CP-SAT bound, else MappingProblem.lower_bound); gap = (objective - bound) /
 objective. Annealer and Pipette are wall-clock runs (their published form: run to the time limit); the
@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from planner.mapping import MappingProblem, solve
+from planner.mapping import MappingProblem, portfolio, solve
 from planner.mapping.anneal import anneal
 from planner.mapping.problem import Layout
 
@@ -66,10 +66,15 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--pipette-time", type=float, default=None, help="Pipette's limit (default: --time-limit)")
+    ap.add_argument("--iters-per-s", type=int, default=None,
+                    help="calibration study: override portfolio.ANNEAL_ITERS_PER_S for this run")
     args = ap.parse_args()
+    if args.iters_per_s:
+        portfolio.ANNEAL_ITERS_PER_S = args.iters_per_s
     T = args.time_limit
     tp = args.pipette_time or T
-    print(f"# issue #10 family, limit {T:.0f} s (Pipette {tp:.0f} s); mapping objective in ms; "
+    print(f"# issue #10 family, limit {T:.0f} s (Pipette {tp:.0f} s), portfolio at {portfolio.ANNEAL_ITERS_PER_S} "
+          "iterations/s; mapping objective in ms; "
           "gap vs the best bound; 'anneal=' the annealer on the portfolio's iteration budget, "
           "'anneal~' the annealer run to the wall clock (cooling='time')")
     print(f"{'grid':>5} {'seed':>4} {'portfolio':>10} {'stop':>5} {'wall s':>6} {'anneal=':>9} {'anneal~':>9} "
