@@ -1,0 +1,79 @@
+"""planner.mapping.solve (portfolio.py): exact on small instances, never worse than the annealer alone on the
+same work, deterministic (work limits, not the clock), and the result says which limit ended the search."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from planner.mapping import portfolio, solve, work_budget
+from planner.mapping.bruteforce import brute_force
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from mapping_family import family_problem
+
+
+@pytest.fixture(autouse=True)
+def _work_decides(monkeypatch):
+    """A generous safety stop: the work limits end every search here, whatever the machine's load (the
+    behaviour under test; the wall clock is only a safety stop)."""
+    monkeypatch.setattr(portfolio, "WALL_SAFETY", 100.0)
+
+
+def _two_scenarios(rows, cols, seed):
+    """A robust problem: the family instance and a second bandwidth snapshot of it (seed + 50)."""
+    return [family_problem(rows, cols, seed), family_problem(rows, cols, seed + 50)]
+
+
+@pytest.mark.parametrize("rows,cols,seed", [(2, 3, 0), (3, 2, 1), (2, 4, 2)])
+def test_equals_brute_force_on_small_family_instances(rows, cols, seed):
+    p = family_problem(rows, cols, seed)
+    opt, _ = brute_force(p)
+    r = solve(p, time_limit_s=1.0, seed=0)
+    assert r.objective == pytest.approx(opt, rel=1e-9)
+    assert r.bound <= opt + 1e-12
+    assert r.status == "OPTIMAL" and r.stopped_by == "proof"
+
+
+@pytest.mark.parametrize("robust", ["worst", "mean"])
+def test_robust_equals_brute_force(robust):
+    probs = _two_scenarios(2, 3, 3)
+    opt, _ = brute_force(probs, robust=robust)
+    r = solve(probs, time_limit_s=1.0, seed=0, robust=robust)
+    assert r.objective == pytest.approx(opt, rel=1e-9)
+    assert r.bound <= opt + 1e-12
+
+
+@pytest.mark.parametrize("rows,cols,seed", [(2, 4, 0), (3, 3, 1), (4, 4, 2), (4, 5, 0)])
+def test_never_worse_than_anneal_alone_on_the_same_budget(rows, cols, seed):
+    p = family_problem(rows, cols, seed)
+    alone = solve(p, time_limit_s=0.5, seed=0, method="anneal")
+    port = solve(p, time_limit_s=0.5, seed=0)
+    assert alone.work["iterations"] == work_budget(0.5, p.n)[0]
+    assert port.objective <= alone.objective + 1e-12
+    assert port.bound <= port.objective
+
+
+def test_same_seed_same_assignment():
+    p = family_problem(4, 4, 7)
+    a = solve(p, time_limit_s=0.5, seed=3)
+    b = solve(p, time_limit_s=0.5, seed=3)
+    assert a.stopped_by == b.stopped_by == "work"
+    assert np.array_equal(a.assign, b.assign) and a.objective == b.objective and a.bound == b.bound
+    assert a.work == b.work
+
+
+def test_the_result_says_which_limit_ended_it(monkeypatch):
+    p = family_problem(4, 5, 0)                       # above EXACT_NODES: the annealer's iterations end it
+    r = solve(p, time_limit_s=0.2, seed=0)
+    assert r.stopped_by == "work" and r.status == "HEURISTIC"
+    assert r.work["iterations"] == work_budget(0.2, p.n)[0]
+    monkeypatch.setattr(portfolio, "WALL_SAFETY", 0.0)   # the safety stop at once: the clock ends it
+    r = solve(p, time_limit_s=0.2, seed=0)
+    assert r.stopped_by == "wall"
+    p.check(r.assign)
+
+
+def test_unknown_method_is_refused():
+    with pytest.raises(ValueError, match="method"):
+        solve(family_problem(2, 2, 0), time_limit_s=0.1, method="magic")
