@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import io
 import os
 import sys
 import tempfile
@@ -25,17 +23,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.fuzz_cases import judge, mutations, write_case  # noqa: E402
-
-ESTIMATE = ["--tp", "1", "--pp", "2", "--dp", "16", "--mbs", "1", "--json"]
-
-
-def _run(argv):
-    from planner.cli.main import main
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, err.getvalue()
+from tests.fuzz_cases import ESTIMATE, judge, mutations, write_case  # noqa: E402
+from tests.fuzz_cases import run_cli as _run  # noqa: E402
 
 
 def one(m):

@@ -150,6 +150,22 @@ def write_case(root: str, mutation: Mutation | None = None) -> str:
     return os.path.join(root, FILES["spec"])
 
 
+# the plan `estimate` is asked for on every case (valid for the unmutated files)
+ESTIMATE = ["--tp", "1", "--pp", "2", "--dp", "16", "--mbs", "1", "--json"]
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """The CLI's main() in process: (exit code, what it printed on stderr)."""
+    import contextlib
+    import io
+
+    from planner.cli.main import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, err.getvalue()
+
+
 def judge(mutation: Mutation | None, rc: int, err: str) -> list[str]:
     """What went wrong in one run: internal error, traceback, a result from non-finite input, or a
     bad-input message that does not name the file."""

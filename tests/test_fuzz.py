@@ -3,24 +3,13 @@ from a non-finite number, and a bad-input message names the file. benchmarks/fuz
 thousands of cases through the real command line; this runs a few in process."""
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 
 import numpy as np
 import pytest
 
-from planner.cli.main import main
-from tests.fuzz_cases import judge, mutations, write_case
-
-ESTIMATE = ["--tp", "1", "--pp", "2", "--dp", "16", "--mbs", "1", "--json"]
-
-
-def _run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, err.getvalue()
+from tests.fuzz_cases import ESTIMATE, judge, mutations, write_case
+from tests.fuzz_cases import run_cli as _run
 
 
 def test_the_unmutated_case_solves_and_estimates(tmp_path):
