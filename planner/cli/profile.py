@@ -5,21 +5,7 @@ from __future__ import annotations
 import sys
 
 from planner.errors import SpecError
-
-# planner.profile.network's docstring, shown by `planner profile network --help` (kept here so that building
-# the parser imports no profiler)
-NETWORK_DESCRIPTION = """Measure point-to-point bandwidth and latency between ranks with torch.distributed.
-
-Launched like any distributed job (torchrun, srun, mpirun: rank and world come from the environment),
-or with `--spawn N` as N local gloo processes on 127.0.0.1. Pairs are measured in rounds of a
-round-robin tournament (a 1-factorization of the complete graph), so in every round each rank takes part
-in at most one pair and no measured link is shared with another measurement of the same round.
-
-Output: the node x node bandwidth matrix (GB/s = 1e9 B/s, [i, j] = i sends to j, at the largest message
-size) in the cluster CSV format that `planner.spec.cluster.read_matrix` reads, plus a YAML sidecar with
-the timestamp, host names, sizes, per-size matrices and the latency matrix.
-"""
-NETWORK_STATISTICS = ("median", "mean", "min", "max")       # planner.profile.network.STATISTICS
+from planner.profile import network_options as network_text
 
 
 def register(subparsers) -> None:
@@ -200,7 +186,7 @@ def run_memory(args) -> int:
 
 def _add_network(sub) -> None:
     p = sub.add_parser("network", help="measure the p2p bandwidth/latency matrix with torch.distributed",
-                       description=NETWORK_DESCRIPTION)
+                       description=network_text.DESCRIPTION)
     p.add_argument("-o", "--output", default="bandwidth.csv", help="matrix CSV (GB/s); sidecar YAML beside it")
     p.add_argument("--sidecar", default=None, help="sidecar YAML path (default: output with .yaml)")
     p.add_argument("--gpu-matrix", default=None, metavar="CSV",
@@ -211,7 +197,7 @@ def _add_network(sub) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--window", type=int, default=1, help="messages in flight per timed repetition")
-    p.add_argument("--statistic", choices=NETWORK_STATISTICS, default="median")
+    p.add_argument("--statistic", choices=network_text.STATISTICS, default="median")
     p.add_argument("--max-pairs", type=int, default=0,
                    help="pairs measured at once (default 0: all disjoint pairs of a round; 1: one at a time)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
