@@ -61,6 +61,15 @@ def test_time_limit_must_be_a_positive_finite_number(value):
     assert rc == 2 and "--time-limit" in err
 
 
+@pytest.mark.parametrize("argv", [["size", "--cluster", "c.yaml", "--budget-gpu-days", "nan"],
+                                  ["batch", "s.yaml", "--time-limit", "inf"],
+                                  ["replan", "s.yaml", "--exclude-nodes", "a", "--time-limit=-inf"],
+                                  ["compare", SPEC, "--time-limit", "nan"]])
+def test_every_float_flag_refuses_non_finite_values(argv):
+    rc, _, err = _run(argv)
+    assert rc == 2 and "not a finite number" in err and "Traceback" not in err
+
+
 def test_unwritable_out_is_refused_before_solving(tmp_path, monkeypatch):
     import planner.search.solve as search
 

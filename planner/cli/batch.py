@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 import sys
 
+from planner.cli.common import finite_float
 from planner.errors import SpecError
 from planner.io import print_json
 
@@ -16,7 +17,8 @@ def register(sub) -> None:
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray instance)")
     p.add_argument("--workers", type=int, default=None, help="parallel cases (default: CPU cores)")
     p.add_argument("--out", default="results", help="output folder (default: results/)")
-    p.add_argument("--time-limit", type=float, default=None, help="seconds per case (default: the sweep's solver)")
+    p.add_argument("--time-limit", type=finite_float, default=None,
+                   help="seconds per case (default: the sweep's solver)")
     p.add_argument("--no-resume", action="store_true", help="re-solve cases already in the output CSV")
     p.add_argument("--plots", action="store_true", help="also draw PNG pictures of the results into --out")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")

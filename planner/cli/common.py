@@ -7,6 +7,19 @@ from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, V_SHAPES, Par
 from planner.errors import SpecError
 
 
+def finite_float(text: str) -> float:
+    """argparse type for every float flag: NaN and infinity are bad input (exit 2 naming the flag)."""
+    import argparse
+    import math
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return v
+
+
 def spec_arg(path: str):
     """Load a spec for a command; SpecError propagates to main()."""
     from planner.spec import load_spec

@@ -1,13 +1,13 @@
 """planner compare SPEC: exact vs anneal vs baselines, side by side."""
 from __future__ import annotations
 
-from planner.cli.common import spec_arg
+from planner.cli.common import finite_float, spec_arg
 
 
 def register(sub) -> None:
     p = sub.add_parser("compare", help="exact vs annealing vs Megatron / rank-order / Pipette-style baselines")
     p.add_argument("spec")
-    p.add_argument("--time-limit", type=float, default=None)
+    p.add_argument("--time-limit", type=finite_float, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.add_argument("--robust-plan", action="store_true",

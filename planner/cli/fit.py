@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from planner.cli.common import finite_float
 from planner.errors import SpecError
 
 
@@ -31,7 +32,7 @@ def _add_compute(sub) -> None:
     p.add_argument("--cluster", help="cluster YAML the measurements ran on")
     p.add_argument("--nccl", help="directory of nccl-tests all-reduce tables (allreduce_<N>gpu.txt)")
     p.add_argument("--grad-bytes", type=int, default=2, help="bytes per gradient in the DP all-reduce (fp16: 2)")
-    p.add_argument("--peak-tflops", type=float, default=None)
+    p.add_argument("--peak-tflops", type=finite_float, default=None)
     p.add_argument("--kfold", type=int, default=0, help="also cross-validate with k folds")
     p.add_argument("--pipeline-engine", choices=("deepspeed", "megatron"), default="deepspeed",
                    help="the engine that ran --measured (default deepspeed, as vTrain's Megatron-DeepSpeed runs)")
@@ -93,11 +94,11 @@ def _add_memory(sub) -> None:
     p = sub.add_parser("memory", help="fit the learned memory estimator on profiled samples (CSV)")
     p.add_argument("samples", help="CSV written by `planner profile memory`")
     p.add_argument("-o", "--output", required=True, help="estimator JSON to write")
-    p.add_argument("--margin", type=float, default=0.01,
+    p.add_argument("--margin", type=finite_float, default=0.01,
                    help="extra relative safety on top of the worst (out-of-fold) under-estimate")
-    p.add_argument("--overhead-GiB", type=float, default=2.0, dest="overhead_GiB",
+    p.add_argument("--overhead-GiB", type=finite_float, default=2.0, dest="overhead_GiB",
                    help="runtime overhead (CUDA context, cuBLAS workspaces, NCCL) added to every prediction")
-    p.add_argument("--fragmentation", type=float, default=0.02,
+    p.add_argument("--fragmentation", type=finite_float, default=0.02,
                    help="allocator reserve it cannot give back, as a fraction of the safe allocated prediction")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_memory)

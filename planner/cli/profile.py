@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from planner.cli.common import finite_float
 from planner.errors import SpecError
 from planner.profile import network_options as network_text
 
@@ -95,9 +96,9 @@ def _add_memory(sub) -> None:
     p.add_argument("--max-gpus", type=int, default=512, help="largest tp*pp*dp a sampled configuration may use")
     p.add_argument("--replay", metavar="SAMPLES.csv",
                    help="measure the cases of an existing sample file again on this device instead of drawing new ones")
-    p.add_argument("--fill", type=float, default=0.85,
+    p.add_argument("--fill", type=finite_float, default=0.85,
                    help="cuda: draw again any case whose analytical peak exceeds this fraction of free memory")
-    p.add_argument("--time-budget", type=float, default=None,
+    p.add_argument("--time-budget", type=finite_float, default=None,
                    help="stop after this many seconds with the samples taken so far")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run_memory)
@@ -207,7 +208,7 @@ def _add_network(sub) -> None:
                    help="with --spawn: a host name per process, to emulate several GPUs per node")
     p.add_argument("--shared-nics", action="store_true",
                    help="with --gpu-matrix: allow several inter-node pairs of one node in a round")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds before giving up")
+    p.add_argument("--timeout", type=finite_float, default=300.0, help="seconds before giving up")
     p.add_argument("--json", action="store_true", help="print the sidecar as JSON on stdout")
     p.set_defaults(func=run_network)
 

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import os
 
+from planner.cli.common import finite_float
+
 
 def register(sub) -> None:
     p = sub.add_parser("replan", help="re-plan a solution without some nodes (failed or slow)")
     p.add_argument("solution")
     p.add_argument("--exclude-nodes", required=True, help="comma-separated node indices or host names")
-    p.add_argument("--time-limit", type=float, default=10.0)
+    p.add_argument("--time-limit", type=finite_float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--spec", default=None, help="the plan spec (default: the one the solution names)")
     p.add_argument("--out", default=None, help="default: <solution>-replan.yaml")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
+from planner.cli.common import finite_float
 from planner.errors import SpecError
 from planner.io import print_json
 
@@ -12,15 +13,15 @@ def register(sub) -> None:
     p = sub.add_parser("size", help="largest compute-optimal (Chinchilla) model for a GPU-day budget on a cluster")
     p.add_argument("--cluster", required=True, help="cluster YAML (clusters/...)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs to use (whole nodes; default: the whole cluster)")
-    p.add_argument("--budget-gpu-days", type=float, required=True, help="compute budget in GPU-days")
+    p.add_argument("--budget-gpu-days", type=finite_float, required=True, help="compute budget in GPU-days")
     p.add_argument("--family", choices=("gpt", "llama"), default="gpt")
     p.add_argument("--vocab-size", type=int, default=50257)
     p.add_argument("--global-batch-size", type=int, default=1024)
     p.add_argument("--seq-length", type=int, default=2048)
     p.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16")
     p.add_argument("--schedules", default="1f1b,interleaved", help="comma-separated schedules to search")
-    p.add_argument("--time-limit", type=float, default=5.0, help="solver seconds per candidate size")
-    p.add_argument("--price", type=float, default=None, help="dollars per GPU-hour (default: the cluster's)")
+    p.add_argument("--time-limit", type=finite_float, default=5.0, help="solver seconds per candidate size")
+    p.add_argument("--price", type=finite_float, default=None, help="dollars per GPU-hour (default: the cluster's)")
     p.add_argument("--plot", default=None, metavar="PNG", help="draw GPU-days vs size of the solved sizes here")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)

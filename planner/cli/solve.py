@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import os
 
-from planner.cli.common import spec_arg
+from planner.cli.common import finite_float, spec_arg
 
 
 def register(sub) -> None:
     p = sub.add_parser("solve", help="find the fastest plan that fits (config + GPU mapping)")
     p.add_argument("spec", help="plan spec YAML (specs/...)")
     p.add_argument("--method", choices=("auto", "exact", "anneal"), default=None)
-    p.add_argument("--time-limit", type=float, default=None, help="seconds (default: the spec's solver.time_limit_s)")
+    p.add_argument("--time-limit", type=finite_float, default=None,
+                   help="seconds (default: the spec's solver.time_limit_s)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--robust", choices=("none", "worst", "mean"), default=None,
                    help="optimise over the cluster's bandwidth snapshots: worst case or mean")
