@@ -51,6 +51,9 @@ class ParallelConfig:
     account_loss: bool = False
     """The loss (output layer) counts as one layer (--account-for-loss-in-pipeline-split): the last chunk of the
     last rank builds one layer fewer."""
+    cp: int = 1
+    """Context-parallel degree (Megatron-Core --context-parallel-size): each sequence is split over cp GPUs (2 * cp
+    chunks, causal load balancing); the tp * cp group stays inside a node. Rank order tp-cp-dp-pp."""
 
     def _key(self) -> tuple:
         # None (even) sorts before any count, so configs of even splits keep their old order
@@ -75,7 +78,7 @@ class ParallelConfig:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def global_batch_size(self) -> int:
@@ -125,11 +128,14 @@ class ParallelConfig:
                       str(d.get("recompute", "none")), int(d.get("zero", 0)),
                       _flag(d.get("sequence_parallel", False)),
                       _layers(d.get("first_stage_layers")), _layers(d.get("last_stage_layers")),
-                      _flag(d.get("account_embedding", False)), _flag(d.get("account_loss", False)))
+                      _flag(d.get("account_embedding", False)), _flag(d.get("account_loss", False)),
+                      _count(d.get("cp", 1)))
         except KeyError as e:
             raise SpecError(file, f"{field}.{e.args[0]}", "is missing") from None
         except (TypeError, ValueError) as e:
             raise SpecError(file, field, f"has a bad value ({e})") from None
+        if cfg.cp < 1:
+            raise SpecError(file, f"{field}.cp", f"must be a positive context-parallel degree, got {cfg.cp}")
         if cfg.schedule not in SCHEDULES:
             raise SpecError(file, f"{field}.schedule", f"must be one of {list(SCHEDULES)}")
         if cfg.recompute not in RECOMPUTE:
@@ -154,11 +160,14 @@ class ParallelConfig:
         return cfg
 
     def as_dict(self) -> dict:
-        """The fields, without the uneven-split ones when the split is even (old files and tools see no change)."""
+        """The fields, without the uneven-split ones when the split is even and without cp when it is 1 (old files
+        and tools see no change)."""
         d = asdict(self)
         for k in ("first_stage_layers", "last_stage_layers", "account_embedding", "account_loss"):
             if d[k] is None or d[k] is False:
                 del d[k]
+        if d["cp"] == 1:
+            del d["cp"]
         return d
 
     def label(self) -> str:
@@ -170,7 +179,8 @@ class ParallelConfig:
             split = f" L{_show(self.first_stage_layers)}/{_show(self.last_stage_layers)}"
         elif self.uneven:
             split = f" L{'E' if self.account_embedding else '-'}/{'L' if self.account_loss else '-'}"
-        return (f"tp{self.tp} pp{self.pp} dp{self.dp} mbs{self.micro_batch_size} m{self.num_microbatches} "
+        cp = f" cp{self.cp}" if self.cp > 1 else ""       # only when set: labels without cp stay as they were
+        return (f"tp{self.tp}{cp} pp{self.pp} dp{self.dp} mbs{self.micro_batch_size} m{self.num_microbatches} "
                 f"{self.schedule}{v} rc={self.recompute} z{self.zero}{sp}{split}")
 
 
@@ -185,6 +195,13 @@ def _layers(v) -> int | None:
         return None
     if isinstance(v, bool):
         raise ValueError(f"a layer count, not {v!r}")
+    return int(v)
+
+
+def _count(v) -> int:
+    # a degree: an integer (or its CSV string), never a boolean or a fraction
+    if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+        raise ValueError(f"an integer, not {v!r}")
     return int(v)
 
 

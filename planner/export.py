@@ -30,6 +30,10 @@ def _workers(solution: dict, file: str | None) -> list[dict]:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise SpecError(file, f"mapping[{i}].{k}", f"must be a non-negative integer, got {v!r}")
             row[k] = v
+        c = w.get("cp_rank", 0)
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise SpecError(file, f"mapping[{i}].cp_rank", f"must be a non-negative integer, got {c!r}")
+        row["cp_rank"] = c
         row["host"] = check_hostname(w.get("host", f"node{row['node']}"), file, f"mapping[{i}].host")
         out.append(row)
     return out
@@ -40,12 +44,12 @@ def _config(solution: dict, file: str | None) -> dict:
 
 
 def rank_layout(solution: dict, file: str | None = None) -> list[dict]:
-    """Global rank (Megatron order: tp fastest, then dp, then pp) -> node and local GPU."""
+    """Global rank (Megatron-Core order tp-cp-dp-pp: tp fastest, then cp, then dp, then pp) -> node and local GPU."""
     cfg = _config(solution, file)
-    tp, dp = cfg["tp"], cfg["dp"]
+    tp, dp, cp = cfg["tp"], cfg["dp"], cfg.get("cp", 1)
     out = []
     for w in _workers(solution, file):
-        rank = w["tp_rank"] + tp * (w["dp_rank"] + dp * w["stage"])
+        rank = w["tp_rank"] + tp * (w["cp_rank"] + cp * (w["dp_rank"] + dp * w["stage"]))
         out.append({"rank": rank, "node": w["node"], "gpu": w["gpu"], "host": w["host"]})
     out.sort(key=lambda r: r["rank"])
     return out
@@ -56,6 +60,7 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     args = [f"--tensor-model-parallel-size {c['tp']}", f"--pipeline-model-parallel-size {c['pp']}",
             f"--micro-batch-size {c['micro_batch_size']}",
             f"--global-batch-size {c['micro_batch_size'] * c['num_microbatches'] * c['dp']}"]
+    args += context_parallel_args(solution, c, file)
     if c.get("schedule") == "interleaved" and c.get("vpp", 1) > 1:
         # Megatron-LM's flag (megatron/training/arguments.py @ d98e8a64; it also asserts it, not layers per
         # virtual stage, with an uneven split); --virtual-pipeline-model-parallel-size is not an argparse flag
@@ -86,6 +91,21 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     if c.get("schedule") in ("zb-h1", "v-min", "v-half", "v-zb"):
         args.append(f"# schedule {c['schedule']}: needs a zero-bubble-capable Megatron fork (e.g. sail-sg zero-bubble)")
     return args
+
+
+def context_parallel_args(solution: dict, c: dict, file: str | None) -> list[str]:
+    """Megatron-LM @ d98e8a64 (megatron/training/arguments.py): --context-parallel-size and --cp-comm-type (p2p: the
+    ring, a2a: all-to-all); the plan's exchange is the solution's `cp_comm`. Nothing for cp = 1."""
+    cp = int(c.get("cp", 1))
+    if cp == 1:
+        return []
+    from planner.costs.context_parallel import MEGATRON_CP_COMM
+    mode = solution.get("cp_comm", "ring")
+    if mode not in MEGATRON_CP_COMM:
+        raise SpecError(file, "cp_comm", f"has {mode!r}, expected one of {list(MEGATRON_CP_COMM)}")
+    return [f"--context-parallel-size {cp}", f"--cp-comm-type {MEGATRON_CP_COMM[mode]}",
+            f"# NeMo 2.0 recipe: recipe.trainer.strategy.context_parallel_size = {cp}; "
+            f"recipe.model.config.cp_comm_type = '{MEGATRON_CP_COMM[mode]}'"]
 
 
 def uneven_stage_args(c: dict) -> list[str]:

@@ -16,7 +16,8 @@ def plan_table(sol) -> Table:
     t = Table(title=f"plan: {sol.spec.name}", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
-    t.add_row("parallelism", f"tp={c.tp}  pp={c.pp}  dp={c.dp}  ({c.num_gpus} GPUs)")
+    cp = f"  cp={c.cp}" if c.cp > 1 else ""
+    t.add_row("parallelism", f"tp={c.tp}{cp}  pp={c.pp}  dp={c.dp}  ({c.num_gpus} GPUs)")
     t.add_row("batch", f"micro-batch {c.micro_batch_size} x {c.num_microbatches} micro-batches")
     t.add_row("schedule", c.schedule + (f" (v={c.vpp})" if c.vpp > 1 else ""))
     t.add_row("recompute / ZeRO / SP", f"{c.recompute} / {c.zero} / {'on' if c.sequence_parallel else 'off'}")

@@ -59,7 +59,7 @@ class Solution:
 
     @property
     def mapping(self) -> list[dict]:
-        table = worker_table(self.layout, self.assign, self.config.tp, self.nodes)
+        table = worker_table(self.layout, self.assign, self.config.tp, self.nodes, self.config.cp)
         names = self.spec.cluster.node_names
         for w in table:
             if names:
@@ -71,6 +71,14 @@ class Solution:
     def _node_id(self, k: int) -> int:
         n = int(self.nodes[k])
         return int(self.node_ids[n]) if self.node_ids is not None else n
+
+    def _cp_comm(self) -> dict:
+        """cp > 1 only: the exchange the plan runs (training.cp_comm, auto resolved), for export's --cp-comm-type."""
+        if self.config.cp == 1:
+            return {}
+        from planner.costs import default_costs
+        from planner.costs.context_parallel import cp_mode
+        return {"cp_comm": cp_mode(self.spec, self.config, default_costs(self.spec.cluster))}
 
     def as_dict(self) -> dict:
         from planner import __version__
@@ -86,6 +94,7 @@ class Solution:
             # fp8 plans say so (export emits Transformer Engine's flags); 16-bit solutions stay as they were
             **({"precision": "fp8"} if self.spec.training.precision == "fp8" else {}),
             "overlap": dict(vars(self.spec.training.overlap)),        # training.overlap, for export's flags
+            **self._cp_comm(),
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
                        "node_grid": [[int(self._node_id(k)) for k in row] for row in self.assign]},
             "mapping": self.mapping,
@@ -106,17 +115,17 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
     where = {}
     for k, w in enumerate(workers):
         try:
-            key = (int(w["stage"]), int(w["dp_rank"]), int(w["tp_rank"]))
+            key = (int(w["stage"]), int(w["dp_rank"]), int(w["tp_rank"]), int(w.get("cp_rank", 0)))
             where[key] = int(w["node"])
         except (KeyError, TypeError, ValueError):
             raise SpecError(file, f"mapping[{k}]", "needs integer stage, tp_rank, dp_rank and node") from None
-    expected = cfg.pp * cfg.dp * cfg.tp
+    expected = cfg.pp * cfg.dp * cfg.tp * cfg.cp
     if len(where) != expected:
         raise SpecError(file, "mapping", f"has {len(where)} distinct workers, the config needs {expected}")
-    for lay in layouts(cfg.tp, cfg.pp, cfg.dp, gpus_per_node):
+    for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpus_per_node):
         grid = np.full((lay.rows, lay.cols), -1)
         ok = True
-        for (s, d, _t), n in where.items():
+        for (s, d, _t, _c), n in where.items():
             i, j = s // lay.a, d // lay.b
             if grid[i, j] == -1:
                 grid[i, j] = n

@@ -31,6 +31,8 @@ def add_config_args(p, required: bool = True) -> None:
     g.add_argument("--tp", type=int, required=required, help="tensor parallel degree")
     g.add_argument("--pp", type=int, required=required, help="pipeline parallel degree")
     g.add_argument("--dp", type=int, required=required, help="data parallel degree")
+    g.add_argument("--cp", type=int, default=1,
+                   help="context parallel degree (Megatron-Core --context-parallel-size; default 1)")
     g.add_argument("--mbs", type=int, required=required, help="micro-batch size")
     g.add_argument("--schedule", default=None, choices=SCHEDULES,
                    help="pipeline schedule (default: 1f1b, or interleaved when --vpp > 1 is given)")
@@ -63,8 +65,8 @@ def with_engine(args, spec, cfg: ParallelConfig | None = None):
 
 
 def config_from_args(args, spec) -> ParallelConfig:
-    for flag in ("tp", "pp", "dp", "mbs"):
-        v = getattr(args, flag)
+    for flag in ("tp", "pp", "dp", "mbs", "cp"):
+        v = getattr(args, flag, 1)
         if v is None or v < 1:
             raise SpecError(None, f"--{flag}", f"must be a positive integer, got {v}")
     gbs = spec.training.global_batch_size
@@ -77,7 +79,7 @@ def config_from_args(args, spec) -> ParallelConfig:
     return ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, schedule, vpp, args.recompute, args.zero,
                           bool(args.sp), getattr(args, "first_stage_layers", None),
                           getattr(args, "last_stage_layers", None), bool(getattr(args, "account_embedding", False)),
-                          bool(getattr(args, "account_loss", False)))
+                          bool(getattr(args, "account_loss", False)), getattr(args, "cp", 1))
 
 
 def schedule_and_vpp(schedule: str | None, vpp: int | None) -> tuple[str, int]:

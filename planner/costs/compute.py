@@ -125,6 +125,8 @@ class StageTimes:
     recompute: float        # the recompute part of backward
     tp_comm: float          # TP collective time inside forward + backward
     step: float = 0.0       # once per iteration: optimizer step + fixed per-iteration overhead
+    cp_forward: float = 0.0   # exposed context-parallel exchange inside forward (costs/context_parallel.py)
+    cp_backward: float = 0.0  # ... inside backward (recompute included)
 
 
 FITTED = ("max_efficiency", "half_size", "attn_efficiency", "hbm_GBps", "layer_overhead_s",

@@ -17,6 +17,7 @@ import numpy as np
 
 from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
+from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES
 from planner.costs.memory import GiB, MemoryBreakdown, stage_layer_count, stage_params
@@ -63,7 +64,8 @@ def memory_limit_GiB(spec) -> float:
 
 
 def stage_memory(spec, cfg: ParallelConfig, costs: Costs) -> list[MemoryBreakdown]:
-    return [costs.memory.stage_memory(spec.model, spec.cluster, spec.training, cfg, s) for s in range(cfg.pp)]
+    """Per stage; a context-parallel rank is its shard view plus the exchange's buffers (costs.context_parallel)."""
+    return [cpar.stage_memory(spec, cfg, costs, s) for s in range(cfg.pp)]
 
 
 # ---- communication overlapped with compute (training.overlap): only the exposed part is charged. One home for
@@ -95,7 +97,7 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
     parts_of = getattr(costs.compute, "layer_parts", None)
     if not (overlap_of(spec).tp_comm and cfg.tp > 1 and cfg.sequence_parallel) or parts_of is None:
         return 0.0, 0.0
-    p = parts_of(spec.model, spec.cluster, spec.training, cfg)
+    p = parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg))
     comm, gemm = p["tp_comm"], p["gemm"]
     r = getattr(costs.compute, "backward_ratio", 2.0)
     return (float(comm - exposed_s(comm, gemm, cfg.tp)), float(comm - exposed_s(comm, r * gemm, cfg.tp)))
@@ -103,8 +105,10 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
 
 def stage_times(spec, cfg: ParallelConfig, costs: Costs) -> list:
     """The compute model's StageTimes less the tensor-parallel communication --tp-comm-overlap hides: what the
-    estimate (compute_const, build_problem) and the simulator (simulator.replay) both use."""
-    st = costs.compute.stage_times(spec.model, spec.cluster, spec.training, cfg)
+    estimate (compute_const, build_problem) and the simulator (simulator.replay) both use. With context parallelism:
+    the shard view's times plus the attention and exchange the shard view misses (costs.context_parallel)."""
+    st = costs.compute.stage_times(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg))
+    st = cpar.with_cp_times(spec, cfg, costs, st)
     sf, sb = tp_overlap_saving(spec, cfg, costs)
     if sf == 0.0 and sb == 0.0:
         return st
@@ -121,10 +125,12 @@ def dp_bucket_count(spec, cfg: ParallelConfig, params: float, first_chunk_of_sta
     """Gradient buckets of one model chunk's data-parallel buffer (`params` per GPU). Megatron-Core buckets only
     the first chunk of pipeline rank 0 (Megatron-LM@d98e8a64 training.py: bucketing 'disabled for non-first
     chunks ... or for non-zero pipeline-parallel ranks'; distributed_data_parallel.py: 'not on the critical
-    path'), at bucket_size = max(40M, 1M x dp) parameters unless --ddp-bucket-size; every other chunk is one."""
+    path'), at bucket_size = max(40M, 1M x dp) parameters unless --ddp-bucket-size (dp of the data-parallel-with-
+    context-parallel group: distributed_data_parallel.py sizes it by dp_group, which is dp_cp_group there); every
+    other chunk is one."""
     if not (overlap_of(spec).grad_reduce and first_chunk_of_stage0):
         return 1
-    size = overlap_of(spec).bucket_size or max(40_000_000, 1_000_000 * cfg.dp)
+    size = overlap_of(spec).bucket_size or max(40_000_000, 1_000_000 * cfg.dp * cfg.cp)
     return max(1, math.ceil(params / size))
 
 
@@ -171,14 +177,15 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
 
 def p2p_message_bytes(spec, cfg: ParallelConfig) -> float:
     """One micro-batch's activations (or their gradient) sent between adjacent stages, scattered over the
-    tensor group."""
+    tensor group; each context-parallel rank sends its own shard."""
     tr, model = spec.training, spec.model
-    return tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / cfg.tp
+    return tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / (cfg.tp * cfg.cp)
 
 
 def p2p_share(spec, cfg: ParallelConfig, replicas_per_node: int) -> float:
-    """Share of a rail each sender gets: the node's replicas of a stage, each with its tensor group, send at once."""
-    return spec.cluster.rail_share(replicas_per_node * cfg.tp)
+    """Share of a rail each sender gets: the node's replicas of a stage, each with its tensor and context-parallel
+    group, send at once."""
+    return spec.cluster.rail_share(replicas_per_node * cfg.tp * cfg.cp)
 
 
 def p2p_intra_s(spec, msg: float, costs: Costs) -> float:
@@ -196,9 +203,11 @@ def dp_allreduce_s(spec, cfg: ParallelConfig, costs: Costs, params: float, repli
                    pair_GBps=None):
     """Gradient all-reduce of one data-parallel ring: `params` per GPU, `replicas_per_node` replicas in each
     of `nodes` nodes, limited by pair_GBps, the ring's slowest inter-node link (a scalar or a matrix of
-    candidate links; used only when the ring leaves the node). CommModel.dp_allreduce_time has the formula."""
+    candidate links; used only when the ring leaves the node). CommModel.dp_allreduce_time has the formula.
+    Megatron-Core reduces over the data-parallel-with-context-parallel group: each replica brings its cp ranks (the
+    same parameters), so a node holds replicas_per_node * cp GPUs of each ring."""
     nbytes = params * costs.comm.grad_bytes
-    return costs.comm.dp_allreduce_time(nbytes, replicas_per_node, nodes, cfg.tp, spec.cluster,
+    return costs.comm.dp_allreduce_time(nbytes, replicas_per_node * cfg.cp, nodes, cfg.tp, spec.cluster,
                                         pair_GBps if nodes > 1 else None)
 
 
@@ -327,7 +336,7 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     dp_link = np.zeros((R, N, N))
     pair_bw = np.minimum(B, B.T)            # a ring's link runs at its slower direction
     pair_bw = np.where(pair_bw > 0, pair_bw, np.inf)    # no link (the diagonal): zeroed after use
-    if cfg.dp > 1:
+    if cfg.dp * cfg.cp > 1:        # the gradient reduce runs over dp * cp (dp_allreduce_s)
         slack_unit = min(s.backward for s in st) / max(1, cfg.vpp if cfg.schedule == "interleaved" else 1)
         for i in range(R):
             stages = range(i * layout.a, (i + 1) * layout.a)
@@ -367,8 +376,8 @@ def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndar
 
 
 def default_layout(cfg: ParallelConfig, gpus_per_node: int) -> Layout:
-    """The layout Megatron's rank order (tp -> dp -> pp) produces on consecutive nodes."""
-    opts = layouts(cfg.tp, cfg.pp, cfg.dp, gpus_per_node)
+    """The layout Megatron's rank order (tp -> cp -> dp -> pp) produces on consecutive nodes."""
+    opts = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpus_per_node)
     if not opts:
         raise ValueError(f"{cfg.label()} does not tile onto nodes of {gpus_per_node} GPUs")
     # rank order fills a node with data-parallel replicas first

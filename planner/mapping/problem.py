@@ -306,8 +306,9 @@ def ring_bottleneck_bound(cost: np.ndarray, k: int) -> float:
     return float(vals[lo])
 
 
-def worker_table(layout: Layout, assign: np.ndarray, tp: int, nodes: np.ndarray) -> list[dict]:
-    """Every logical worker (stage, tp_rank, dp_rank) -> (node, local gpu), in Megatron rank order."""
+def worker_table(layout: Layout, assign: np.ndarray, tp: int, nodes: np.ndarray, cp: int = 1) -> list[dict]:
+    """Every logical worker (stage, tp_rank, dp_rank[, cp_rank]) -> (node, local gpu), in Megatron rank order
+    (tp-cp-dp-pp: a block's tp * cp GPUs per replica are consecutive). cp_rank only when cp > 1 (old tables)."""
     pp, dp = layout.rows * layout.a, layout.cols * layout.b
     out = []
     for stage in range(pp):
@@ -315,8 +316,13 @@ def worker_table(layout: Layout, assign: np.ndarray, tp: int, nodes: np.ndarray)
         for d in range(dp):
             j, db = divmod(d, layout.b)
             node = int(nodes[assign[i, j]])
-            for t in range(tp):
-                out.append({"stage": stage, "tp_rank": t, "dp_rank": d, "node": node,
-                            "gpu": t + tp * (db + layout.b * sa)})
-    out.sort(key=lambda w: (w["stage"], w["dp_rank"], w["tp_rank"]))   # rank = tp + tp*(dp + dp*stage)
+            for c in range(cp):
+                for t in range(tp):
+                    w = {"stage": stage, "tp_rank": t, "dp_rank": d, "node": node,
+                         "gpu": t + tp * (c + cp * (db + layout.b * sa))}
+                    if cp > 1:
+                        w["cp_rank"] = c
+                    out.append(w)
+    # rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * stage))
+    out.sort(key=lambda w: (w["stage"], w["dp_rank"], w.get("cp_rank", 0), w["tp_rank"]))
     return out

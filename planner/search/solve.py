@@ -85,6 +85,14 @@ def estimate_plan(spec, cfg: ParallelConfig, mapping=None, costs: Costs | None =
     return evaluate(spec, cfg, prob, assign, costs), lay, assign, prob
 
 
+def check_cp(spec, cfg: ParallelConfig, flag: str) -> None:
+    """Refuse a context-parallel degree Megatron-Core or the placement cannot run, naming the flag."""
+    from planner.costs.context_parallel import cp_refusal
+    why = cp_refusal(spec, cfg)
+    if why:
+        raise SpecError(None, flag, why)
+
+
 def check_split(model, cfg: ParallelConfig, file: str | None, prefix: str = "config.") -> None:
     """Refuse an uneven first / last stage split Megatron-Core would refuse, naming the flag (prefix "--") or the
     solution field (prefix "config.")."""
@@ -107,7 +115,7 @@ def check_config(spec, cfg: ParallelConfig) -> None:
     """Reject configs that do not fit the cluster or the model, naming the flag."""
     cl, m = spec.cluster, spec.model
     if cfg.num_gpus != cl.num_gpus:
-        raise SpecError(None, "--tp/--pp/--dp", f"tp*pp*dp = {cfg.num_gpus} but the cluster has {cl.num_gpus} GPUs")
+        raise SpecError(None, "--tp/--pp/--dp", f"tp*cp*pp*dp = {cfg.num_gpus} but the cluster has {cl.num_gpus} GPUs")
     if cl.gpus_per_node % cfg.tp:
         raise SpecError(None, "--tp", f"tp={cfg.tp} must divide gpus_per_node={cl.gpus_per_node}")
     if m.num_attention_heads % cfg.tp or m.num_kv_heads % cfg.tp:
@@ -119,5 +127,7 @@ def check_config(spec, cfg: ParallelConfig) -> None:
     if cfg.global_batch_size != spec.training.global_batch_size:
         raise SpecError(None, "--mbs", f"dp*mbs*microbatches={cfg.global_batch_size} != global batch "
                                        f"{spec.training.global_batch_size}")
-    if not layouts(cfg.tp, cfg.pp, cfg.dp, cl.gpus_per_node):
+    if cfg.cp > 1:
+        check_cp(spec, cfg, "--cp")
+    if not layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, cl.gpus_per_node):
         raise SpecError(None, "--tp/--pp/--dp", "the config does not tile whole nodes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from planner.config import V_SHAPES, ParallelConfig, split_layers
+from planner.costs.context_parallel import cp_refusal
 from planner.mapping.problem import layouts
 
 
@@ -18,9 +19,10 @@ def micro_batch_options(spec, dp: int) -> list[int]:
 
 
 def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelConfig]:
-    """Every (tp, pp, dp, mbs, schedule, vpp, recompute, zero, sp) that satisfies the divisibility rules.
+    """Every (tp, cp, pp, dp, mbs, schedule, vpp, recompute, zero, sp) that satisfies the divisibility rules.
 
-    tp stays inside a node and divides heads and kv heads; the layers split over pp (by 2pp for V-shapes,
+    tp stays inside a node and divides heads and kv heads; so does the tp x cp group (search.context_parallel;
+    Megatron-Core's rules in context_parallel.cp_refusal); the layers split over pp (by 2pp for V-shapes,
     pp*v for interleaved) evenly or, for Megatron-Core's schedules, with the uneven first / last stages of
     `uneven_splits`; dp*mbs divides the global batch; all GPUs are used and tile whole nodes.
     """
@@ -30,22 +32,32 @@ def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelCon
     for tp in tps:
         if cl.gpus_per_node % tp or model.num_attention_heads % tp or model.num_kv_heads % tp or G % tp:
             continue
-        for pp in divisors(G // tp):
-            if model.num_layers % pp and not (s.uneven_stages and pp > 1):
+        for cp in s.context_parallel:
+            if G % (tp * cp) or (cp > 1 and cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, cp=cp))):
                 continue
-            dp = G // (tp * pp)
-            if spec.training.global_batch_size % dp:
-                continue
-            lay = layouts(tp, pp, dp, cl.gpus_per_node)
-            if not lay or lay[0].blocks > cl.nodes:
-                continue
-            for mbs in micro_batch_options(spec, dp):
-                m = spec.training.global_batch_size // (dp * mbs)
-                for sched, v, split in _schedules(spec, pp, m):
-                    for rc in s.recompute:
-                        for z in (s.zero if dp > 1 else (0,)):
-                            for sp in (s.sequence_parallel if tp > 1 else (False,)):
-                                yield ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split)
+            yield from _configs(spec, G, tp, cp)
+
+
+def _configs(spec, G: int, tp: int, cp: int) -> Iterator[ParallelConfig]:
+    model, cl, s = spec.model, spec.cluster, spec.search
+    w = tp * cp                    # GPUs of one replica of a stage: the block width
+    for pp in divisors(G // w):
+        if model.num_layers % pp and not (s.uneven_stages and pp > 1):
+            continue
+        dp = G // (w * pp)
+        if spec.training.global_batch_size % dp:
+            continue
+        lay = layouts(w, pp, dp, cl.gpus_per_node)
+        if not lay or lay[0].blocks > cl.nodes:
+            continue
+        for mbs in micro_batch_options(spec, dp):
+            m = spec.training.global_batch_size // (dp * mbs)
+            for sched, v, split in _schedules(spec, pp, m):
+                for rc in s.recompute:
+                    # ZeRO shards over the data-parallel-with-context-parallel group (Megatron-Core)
+                    for z in (s.zero if dp * cp > 1 else (0,)):
+                        for sp in (s.sequence_parallel if tp > 1 else (False,)):
+                            yield ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split, cp=cp)
 
 
 EVEN = (None, None, False, False)      # ParallelConfig's split fields of the even split

@@ -20,6 +20,8 @@ import numpy as np
 
 from planner.config import PIPELINE_ENGINES, V_SHAPES, ParallelConfig
 from planner.costs import Costs, default_costs
+from planner.costs.context_parallel import shard_view
+from planner.costs.context_parallel import stage_memory as cp_stage_memory
 from planner.costs.iteration import (
     default_layout,
     dp_allreduce_s,
@@ -75,6 +77,8 @@ class SimResult:
     op_free: np.ndarray = field(default=None, repr=False)
     dp_start: list = field(default_factory=list)
     dp_end: list = field(default_factory=list)
+    cp_exposed_s: list = field(default_factory=list)   # per device: (forward, backward) exposed context-parallel
+    #                                                    exchange inside one micro-batch's ops (all its chunks)
 
     @property
     def bubble_fraction(self) -> float:
@@ -362,12 +366,12 @@ def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign, nodes=None) 
             raise ValueError(f"{cfg.label()} needs {layout.blocks} nodes, the cluster has {spec.cluster.nodes}")
         # assign indexes the problem's candidate nodes (MappingProblem.nodes), by default all of them
         nodes = np.arange(spec.cluster.nodes) if nodes is None else np.asarray(nodes)
-        mapping = worker_table(layout, np.asarray(assign), cfg.tp, nodes)
+        mapping = worker_table(layout, np.asarray(assign), cfg.tp, nodes, cfg.cp)
     node = np.full((cfg.pp, cfg.dp), -1, np.int64)
     gpu = np.full((cfg.pp, cfg.dp), -1, np.int64)
     for wkr in mapping:
         s, r = int(wkr["stage"]), int(wkr["dp_rank"])
-        if int(wkr.get("tp_rank", 0)) == 0:
+        if int(wkr.get("tp_rank", 0)) == 0 and int(wkr.get("cp_rank", 0)) == 0:
             node[s, r], gpu[s, r] = int(wkr["node"]), int(wkr["gpu"])
     if (node < 0).any():
         raise ValueError("mapping does not place every (stage, dp_rank) worker")
@@ -439,7 +443,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     # ---- data-parallel all-reduce per device (per chunk for overlap), build_problem's ring formula
     params = chunk_params(model, cfg, p, v, stage_of)
     dp_time = np.zeros((p, v))
-    if cfg.dp > 1:
+    if cfg.dp * cfg.cp > 1:          # over dp * cp (Megatron-Core's dp_cp group)
         for d in range(p):
             nodes_d, counts = np.unique(node[d], return_counts=True)
             bd, K = int(counts.max()), len(nodes_d)
@@ -452,7 +456,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     # ---- --overlap-grad-reduce: buckets per chunk (rank 0's first chunk only, as Megatron-Core; dp_bucket_count)
     ov = overlap_of(spec)
     dp_overlap = None
-    if ov.grad_reduce and cfg.dp > 1:
+    if ov.grad_reduce and cfg.dp * cfg.cp > 1:
         pieces = np.ones((p, v), np.int64)
         d0, c0 = np.argwhere(stage_of == 0)[0]
         pieces[d0, c0] = dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True)
@@ -475,29 +479,33 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     # ---- memory: the estimator's static parts with parameters where the schedule puts them
     static = np.zeros(p)
     logits_total = 0.0
+    tr_s, cfg_s = shard_view(tr, cfg)       # a context-parallel rank stores a sequence shard's activations
     for d in range(p):
-        mb_ = costs.memory.stage_memory(model, cl, tr, cfg, d)
+        mb_ = cp_stage_memory(spec, cfg, costs, d)
         per_param = (mb_.weights + mb_.gradients + mb_.optimizer) / max(stage_params(model, cfg, d), 1.0)
         static[d] = per_param * params[d].sum() + mb_.overhead
         logits_total += mb_.logits
         # what the estimator counts beyond scheduled layer activations (backward working set, embedding and
         # output-layer inputs, a learned estimator's correction and safety headroom) stays on the device
         static[d] += max(0.0, mb_.total - mb_.weights - mb_.gradients - mb_.optimizer - mb_.overhead - mb_.logits
-                         - stage_layer_count(model, cfg, d) * layer_activation_bytes(model, tr, cfg)
+                         - stage_layer_count(model, cfg, d) * layer_activation_bytes(model, tr_s, cfg_s)
                          * stage_inflight(cfg, d))
     dl, _cl = np.argwhere(stage_of == S - 1)[0]
     static[dl] += logits_total
     L = model.num_layers // cfg.pp
-    layer_act = layer_activation_bytes(model, tr, cfg)
+    layer_act = layer_activation_bytes(model, tr_s, cfg_s)
     per_chunk = np.full((p, v), L / v) if chunk_layers is None else chunk_layers
     act = per_chunk * layer_act
     transient = np.zeros((p, v))
     if rc_ops:
-        full_layer = layer_activation_bytes(model, tr, _no_recompute(cfg))
+        full_layer = layer_activation_bytes(model, tr_s, _no_recompute(cfg_s))
         transient[:] = (full_layer - layer_act) * (per_chunk if recompute_in_bubbles else 1.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
-    return _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
-                          blocking_p2p, rendezvous_p2p, pipeline_engine, emb, dp_overlap)
+    res = _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
+                         blocking_p2p, rendezvous_p2p, pipeline_engine, emb, dp_overlap)
+    if cfg.cp > 1:      # the ops' durations include it (stage_times); kept apart for the timeline
+        res.cp_exposed_s = [(s.cp_forward, s.cp_backward) for s in st]
+    return res
 
 
 def _no_recompute(cfg: ParallelConfig) -> ParallelConfig:

@@ -21,11 +21,16 @@ def trace_events(sim, memory_counters: bool = True) -> list[dict]:
     us = 1e6
     start, end = sim.op_start * us, sim.op_end * us
     stage = sim.schedule.stage_of()[sim.op_dev, sim.op_chunk]
+    cp = getattr(sim, "cp_exposed_s", None) or []
+    v = sim.schedule.v
     for i in range(len(start)):
         k = KIND_NAMES[int(sim.op_kind[i])]
+        args = {"micro_batch": int(sim.op_mb[i]), "chunk": int(sim.op_chunk[i]), "stage": int(stage[i])}
+        if cp and k in ("F", "B"):     # context parallel: the exposed exchange inside this op (its chunk's share)
+            args["cp_exposed_us"] = round(cp[int(sim.op_dev[i])][0 if k == "F" else 1] / v * us, 3)
         ev.append({"name": f"{k}{int(sim.op_mb[i])}", "cat": KIND_LONG[k], "ph": "X", "pid": 0,
                    "tid": int(sim.op_dev[i]), "ts": float(start[i]), "dur": float(end[i] - start[i]),
-                   "args": {"micro_batch": int(sim.op_mb[i]), "chunk": int(sim.op_chunk[i]), "stage": int(stage[i])}})
+                   "args": args})
     for d in range(p):
         if sim.dp_end and sim.dp_end[d] > sim.dp_start[d]:
             ev.append({"name": "all-reduce", "cat": "dp", "ph": "X", "pid": 1, "tid": d,

@@ -18,6 +18,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
 ATTENTION = ("fused", "unfused")
+CP_COMM = ("ring", "all_to_all", "auto")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +89,12 @@ class TrainingSpec:
     """fused (FlashAttention-2/3, cuDNN fused attention through Transformer Engine: no s x s tensors kept, causal
     FLOPs at the fused kernels' efficiency) or unfused (Megatron's local softmax path that Korthikanti et al. 2022
     count: scores, softmax and dropout mask stored); one of ATTENTION."""
+    cp_comm: str = "ring"
+    """How context-parallel ranks exchange attention inputs (cp > 1), one of CP_COMM: ring (Megatron-Core
+    --cp-comm-type p2p: K/V passed around the cp ring, overlapped with each step's attention), all_to_all
+    (--cp-comm-type a2a, DeepSpeed-Ulysses style: Q, K, V and the output exchanged between sequence and heads, not
+    overlapped; needs the local heads and kv heads divisible by cp), or auto (per configuration, the one of the two
+    the cost model finds faster; costs/context_parallel.cp_mode)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +123,9 @@ class SearchSpec:
     """Uneven first / last pipeline stages to try (Megatron-Core --decoder-first/last-pipeline-num-layers): how
     many layers per model chunk the first and the last stage may hold fewer than a middle stage (search.space
     uneven_splits). `auto` = (0, 1, 2); `none` = () (even splits only)."""
+    context_parallel: tuple = (1,)
+    """Context-parallel degrees to try (Megatron-Core --context-parallel-size); the tp * cp group stays inside a node.
+    Default (1,): no context parallelism, the search space of specs written before it existed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,12 +218,35 @@ def parse_spec(data, file: str | None = None) -> Spec:
     if training.pipeline_engine == "deepspeed" and other:
         raise SpecError(file, "search.schedules", f"has {', '.join(other)}; training.pipeline_engine deepspeed "
                         "runs only its 1F1B TrainSchedule")
+    _check_context_parallel(file, training, search, cluster)
     if training.pipeline_engine == "deepspeed" and 2 in search.zero:
         raise SpecError(file, "search.zero", "has 2; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only")
     raw = {"name": name, "model": mdata, "cluster": cdata, "training": data.get("training"),
            "search": data.get("search"), "solver": data.get("solver")}
     return f.build(Spec, name=name, model=model, cluster=cluster, training=training, search=search, solver=solver,
                    source=file, raw=raw)
+
+
+def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cluster: ClusterSpec) -> None:
+    """Rules on search.context_parallel that do not depend on the rest of the configuration (Megatron-LM @ d98e8a64,
+    megatron/training/arguments.py: 'seq-length should be a multiple of 2 * context-parallel-size'; context
+    parallelism runs inside Transformer Engine's fused attention, so the unfused path has none)."""
+    cps = [c for c in search.context_parallel if c > 1]
+    if not cps:
+        return
+    for c in cps:
+        if cluster.gpus_per_node % c:
+            raise SpecError(file, "search.context_parallel", f"cp={c} does not divide gpus_per_node="
+                            f"{cluster.gpus_per_node} (the tp x cp group stays inside a node; docs/ARCHITECTURE.md)")
+        if training.seq_length % (2 * c):
+            raise SpecError(file, "search.context_parallel", f"cp={c}: training.seq_length {training.seq_length} "
+                            f"must be a multiple of 2 * cp = {2 * c} (Megatron-Core's causal load balancing)")
+    if training.attention != "fused":
+        raise SpecError(file, "search.context_parallel", f"has {cps}; context parallelism runs inside a fused "
+                        "attention kernel (Transformer Engine), not with training.attention: unfused")
+    if training.pipeline_engine == "deepspeed":
+        raise SpecError(file, "search.context_parallel", f"has {cps}; the planner models Megatron-Core's context "
+                        "parallelism, not with training.pipeline_engine: deepspeed")
 
 
 def _parse_training(f: Fields) -> TrainingSpec:
@@ -229,6 +262,7 @@ def _parse_training(f: Fields) -> TrainingSpec:
         overlap=(_parse_overlap(f.sub("overlap")) if f.has("overlap")
                  else OverlapSpec.none() if f.raw("pipeline_engine", None) == "deepspeed" else DEFAULT),
         attention=f.str("attention", DEFAULT, choices=ATTENTION),
+        cp_comm=f.str("cp_comm", DEFAULT, choices=CP_COMM),
     )
     f.done()
     # DeepSpeed's engine overlaps none of them (the cost model ignores `overlap` there: iteration.overlap_of);
@@ -316,6 +350,7 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
         memory_margin=f.float("memory_margin", DEFAULT, positive=False, min_value=0.0, max_value=0.9),
         top_k=f.int("top_k", DEFAULT),
         uneven_stages=_uneven_stages(f),
+        context_parallel=_pos_ints(f, "context_parallel") or DEFAULT,
     )
     # checked against the cluster here, not in Spec: a sweep validates one search block per cluster it lists
     if s.tensor_parallel:

@@ -1,0 +1,191 @@
+"""Context parallelism (Megatron-Core --context-parallel-size, Transformer Engine's context-parallel attention).
+
+The one home of what cp changes; the estimate, the mapping objective (through stage_times) and the simulator call
+these. A cp rank holds 1/cp of every sequence (2 * cp chunks, rank r keeping chunks r and 2cp-1-r: the causal load
+balancing), so everything but attention is a cp = 1 rank's work on s/cp tokens (`shard_view`):
+- GEMMs, element-wise kernels, tensor-parallel collectives, the output layer and the loss on s/cp tokens;
+- activations of a sequence shard (fused attention: everything stored is linear in s);
+- the weights are replicated over cp, and Megatron-Core reduces gradients and shards the distributed optimizer over
+  the data-parallel-with-context-parallel group (Megatron-LM @ d98e8a64: distributed_data_parallel.py dp_cp_group,
+  finalize_model_grads.py get_data_parallel_group(with_context_parallel=True)): dp * cp replicas for ZeRO.
+What the shard view misses, added here:
+- attention: each rank computes 1/cp of the causal attention of the whole sequence (cp times the causal FLOPs of its
+  s/cp shard). ring (p2p): cp steps of one (s/cp x s/(2cp))-sized block pair each, at the fused kernel's efficiency
+  for s/cp; all_to_all (a2a): the kernel runs on the whole sequence with heads/cp heads (its efficiency at s);
+- ring: K and V of the shard (kv heads / tp) go round the ring, cp - 1 transfers, each overlapped with one step's
+  attention (TE AttnFuncWithCPAndKVP2P sends step i+1's K/V while step i computes); backward sends K/V and dK/dV.
+  Only what a step's compute does not hide counts: (cp - 1) * max(0, transfer - step);
+- all_to_all: Q, K, V before and the output after attention (backward: dO before, dQ, dK, dV after) between
+  sequence and head sharding, (cp - 1) / cp of each tensor leaves the GPU, not overlapped;
+- memory: the ring's receive buffers and per-step outputs (TE keeps each step's output in fp32 until the layer's
+  last step), or the all-to-all's copies, on top of the backward working set (an analytical term beside the fitted
+  estimator, which sees only the shard view: docs/notes/context_parallel.md).
+The cp group lies inside a node (tp * cp GPUs of a block, docs/ARCHITECTURE.md): its transfers use the node's
+NVLink (the cluster's intra-node link).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.config import ParallelConfig
+from planner.costs.comm import p2p_time
+from planner.costs.compute import BYTES, fused_attention_efficiency
+
+MODES = ("ring", "all_to_all")
+MEGATRON_CP_COMM = {"ring": "p2p", "all_to_all": "a2a"}     # --cp-comm-type
+
+
+def shard_view(training, cfg: ParallelConfig):
+    """(training, cfg) as a cp = 1 rank that sees one shard: seq_length / cp tokens, dp * cp replicas. The same
+    objects when cp = 1, so nothing changes for configurations without context parallelism."""
+    if cfg.cp == 1:
+        return training, cfg
+    return (replace(training, seq_length=training.seq_length // cfg.cp),
+            replace(cfg, dp=cfg.dp * cfg.cp, cp=1))
+
+
+def all_to_all_ok(model, cfg: ParallelConfig) -> bool:
+    """TE's a2a (AttnFuncWithCPAndQKVOA2A) asserts 'num_heads % cp_size == 0 for Q, K, V' on the local heads."""
+    return (model.num_attention_heads // cfg.tp) % cfg.cp == 0 and (model.num_kv_heads // cfg.tp) % cfg.cp == 0
+
+
+def legal_modes(spec, cfg: ParallelConfig) -> tuple[str, ...]:
+    """The exchange modes the spec allows for this config (training.cp_comm; auto: both where legal)."""
+    want = spec.training.cp_comm
+    modes = MODES if want == "auto" else (want,)
+    return tuple(m for m in modes if m == "ring" or all_to_all_ok(spec.model, cfg))
+
+
+def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
+    """Why Megatron-Core (or the planner's placement) cannot run this cp, or None."""
+    cp, tr, gpn = cfg.cp, spec.training, spec.cluster.gpus_per_node
+    if cp == 1:
+        return None
+    if gpn % (cfg.tp * cp):
+        return (f"tp*cp = {cfg.tp * cp} does not divide gpus_per_node={gpn}: the planner keeps the tp x cp group "
+                "inside a node (docs/ARCHITECTURE.md)")
+    if tr.seq_length % (2 * cp):
+        return f"seq_length {tr.seq_length} is not a multiple of 2 * cp = {2 * cp} (Megatron-Core)"
+    if tr.attention != "fused":
+        return "context parallelism runs inside fused attention (Transformer Engine), not training.attention: unfused"
+    if not legal_modes(spec, cfg):
+        return (f"training.cp_comm all_to_all needs the {spec.model.num_attention_heads // cfg.tp} local heads and "
+                f"{spec.model.num_kv_heads // cfg.tp} local kv heads (tp={cfg.tp}) divisible by cp={cp} (TE's a2a)")
+    return None
+
+
+@dataclass(frozen=True)
+class CPLayerTimes:
+    """What context parallelism adds to one layer, one micro-batch, on one GPU, over its shard view (seconds)."""
+
+    forward: float
+    """Extra forward time: the rest of the attention (cp - 1 more blocks' worth) and the exposed exchange."""
+    backward: float
+    """Extra backward time, the same for the attention backward and its exchange."""
+    exposed_forward: float
+    """The exposed exchange inside `forward` (ring: past what the steps hide; all_to_all: all of it)."""
+    exposed_backward: float
+    """The exposed exchange inside `backward`."""
+
+
+ZERO = CPLayerTimes(0.0, 0.0, 0.0, 0.0)
+
+
+def kv_shard_bytes(model, training, cfg: ParallelConfig) -> float:
+    """K and V of one shard on one tensor rank, one micro-batch: what one ring step sends (16-bit; fp8 training keeps
+    attention in bf16). `training` and `cfg` are the real ones (cp > 1)."""
+    s = training.seq_length // cfg.cp
+    return 2 * s * cfg.micro_batch_size * model.kv_channels / cfg.tp * BYTES[training.precision]
+
+
+def a2a_bytes(model, training, cfg: ParallelConfig) -> float:
+    """Bytes one GPU sends in the all-to-alls of one layer's forward (the backward sends as much): Q, K, V and the
+    output of its shard, (cp - 1) / cp of each."""
+    s = training.seq_length // cfg.cp
+    width = 2 * model.hidden_size + 2 * model.kv_channels      # q + out, k + v
+    return (cfg.cp - 1) / cfg.cp * s * cfg.micro_batch_size * width / cfg.tp * BYTES[training.precision]
+
+
+def link_s(spec, nbytes: float, costs) -> float:
+    """One transfer between two GPUs of the cp group (inside a node: NVLink at the compute model's efficiency)."""
+    cl = spec.cluster
+    return p2p_time(nbytes, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency, cl.intra.latency_us)
+
+
+def layer_times(spec, cfg: ParallelConfig, costs, mode: str | None = None) -> CPLayerTimes:
+    """CPLayerTimes of `mode` (default: cp_mode); ZERO for cp = 1."""
+    if cfg.cp == 1:
+        return ZERO
+    mode = mode or cp_mode(spec, cfg, costs)
+    tr, c1 = shard_view(spec.training, cfg)
+    p = costs.compute.layer_parts(spec.model, spec.cluster, tr, c1)
+    a_f, a_b = p["attn"], p["attn_backward"]          # the shard's own causal attention (fused kernel)
+    cp = cfg.cp
+    if mode == "ring":
+        step = link_s(spec, kv_shard_bytes(spec.model, spec.training, cfg), costs)
+        ef = (cp - 1) * max(0.0, step - a_f)
+        eb = (cp - 1) * max(0.0, 2 * step - a_b)        # K/V and dK/dV each step
+        return CPLayerTimes((cp - 1) * a_f + ef, (cp - 1) * a_b + eb, ef, eb)
+    gpu = spec.cluster.gpu.type
+    r = (fused_attention_efficiency(gpu, spec.training.seq_length // cp)
+         / fused_attention_efficiency(gpu, spec.training.seq_length))
+    comm = link_s(spec, a2a_bytes(spec.model, spec.training, cfg), costs)
+    return CPLayerTimes((cp * r - 1) * a_f + comm, (cp * r - 1) * a_b + comm, comm, comm)
+
+
+def cp_mode(spec, cfg: ParallelConfig, costs) -> str | None:
+    """The exchange a config runs: training.cp_comm, or for auto the legal mode with the smaller added time (ring
+    on a tie). None for cp = 1."""
+    if cfg.cp == 1:
+        return None
+    modes = legal_modes(spec, cfg) or ("ring",)
+    if len(modes) == 1:
+        return modes[0]
+    return min(modes, key=lambda m: (_total(layer_times(spec, cfg, costs, m)), MODES.index(m)))
+
+
+def _total(t: CPLayerTimes) -> float:
+    return t.forward + t.backward
+
+
+def with_cp_times(spec, cfg: ParallelConfig, costs, st: list) -> list:
+    """The shard view's StageTimes plus the context-parallel attention and exchange of every layer a stage holds.
+    Recompute (selective: the attention core; full: the layer) re-runs the attention and its exchange."""
+    if cfg.cp == 1:
+        return st
+    from planner.costs.memory import stage_layer_count
+    t = layer_times(spec, cfg, costs)
+    rc = t.forward if cfg.recompute in ("selective", "full") else 0.0
+    out = []
+    for i, s in enumerate(st):
+        L = stage_layer_count(spec.model, cfg, i)
+        out.append(replace(s, forward=s.forward + L * t.forward, backward=s.backward + L * (t.backward + rc),
+                           recompute=s.recompute + L * rc, cp_forward=L * t.exposed_forward,
+                           cp_backward=L * (t.exposed_backward + (t.exposed_forward if rc else 0.0))))
+    return out
+
+
+def buffer_bytes(spec, cfg: ParallelConfig, mode: str) -> float:
+    """Memory the exchange holds during one layer's attention, one micro-batch, beyond the shard view's terms.
+    ring: forward, the K/V receive buffer and every step's output in fp32 (TE keeps out_per_step until the last
+    step; a causal rank's steps produce 1 + (cp - 1) / 2 shards of output on average); backward, the K/V receive
+    and dK/dV send and receive buffers; the larger of the two. all_to_all: the exchanged copies of Q, K, V and the
+    output (16-bit)."""
+    if cfg.cp == 1:
+        return 0.0
+    model, tr = spec.model, spec.training
+    s, b, t = tr.seq_length // cfg.cp, cfg.micro_batch_size, cfg.tp
+    kv = kv_shard_bytes(model, tr, cfg)
+    if mode == "ring":
+        outs = 4.0 * s * b * model.hidden_size / t * (1 + (cfg.cp - 1) / 2)
+        return max(kv + outs, 3 * kv)
+    return 2.0 * s * b * (2 * model.hidden_size + 2 * model.kv_channels) / t * BYTES[tr.precision]
+
+
+def stage_memory(spec, cfg: ParallelConfig, costs, stage: int):
+    """The memory estimator on the shard view, plus the exchange's buffers as backward working set (transient)."""
+    tr, c1 = shard_view(spec.training, cfg)
+    m = costs.memory.stage_memory(spec.model, spec.cluster, tr, c1, stage)
+    if cfg.cp == 1:
+        return m
+    return replace(m, transient=m.transient + buffer_bytes(spec, cfg, cp_mode(spec, cfg, costs)))

@@ -1,0 +1,162 @@
+"""Context parallelism (#9): the config field, the spec knobs, the cost model, the mapping and the export."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from planner.config import ParallelConfig
+from planner.costs import default_costs
+from planner.costs import context_parallel as cpar
+from planner.costs.iteration import build_problem, stage_memory, stage_times
+from planner.errors import SpecError
+from planner.export import megatron_args, rank_layout
+from planner.mapping import layouts
+from planner.mapping.anneal import anneal
+from planner.mapping.cpsat import solve_exact
+from planner.mapping.problem import worker_table
+from planner.search.solve import estimate_plan
+from planner.search.space import enumerate_configs
+from planner.spec import parse_spec
+
+
+def long_spec(seq=32768, cp=(1, 2, 4), cp_comm="ring", nodes=2, intra=450, heads=32, kv=8, **training):
+    d = {"model": {"name": "m", "family": "llama", "num_layers": 8, "hidden_size": 4096, "num_attention_heads": heads,
+                   "num_kv_heads": kv, "ffn_hidden_size": 14336, "vocab_size": 128256, "tied_embeddings": False},
+         "cluster": {"name": "h", "gpu": {"type": "H100-SXM5-80GB", "memory_GiB": 80, "peak_tflops": {"bf16": 989}},
+                     "nodes": nodes, "gpus_per_node": 8,
+                     "network": {"intra_node": {"bandwidth_GBps": intra}, "inter_node": {"bandwidth_Gbps": 400}}},
+         "training": {"global_batch_size": 16, "seq_length": seq, "cp_comm": cp_comm, **training},
+         "search": {"schedules": ["1f1b"], "recompute": ["none", "full"], "zero": [0, 1], "micro_batch_sizes": [1],
+                    "context_parallel": list(cp)}}
+    return parse_spec(d, "long.yaml")
+
+
+def test_config_field_order_serialisation_and_label():
+    c = ParallelConfig(2, 1, 4, 1, 4, "1f1b", 1, "none", 0, True, None, None, False, False, 2)
+    assert c.cp == 2 and c.num_gpus == 2 * 2 * 4
+    assert c.as_dict()["cp"] == 2 and ParallelConfig.from_dict(c.as_dict()) == c
+    assert " cp2 " in c.label()
+    one = replace(c, cp=1)
+    assert "cp" not in one.as_dict() and "cp" not in one.label()
+    with pytest.raises(SpecError, match="config.cp"):
+        ParallelConfig.from_dict({**c.as_dict(), "cp": 0})
+    with pytest.raises(SpecError, match="config"):
+        ParallelConfig.from_dict({**c.as_dict(), "cp": 1.5})
+
+
+@pytest.mark.parametrize("patch, field", [
+    ({"search": {"context_parallel": [0]}}, "search.context_parallel"),
+    ({"search": {"context_parallel": ["two"]}}, "search.context_parallel"),
+    ({"search": {"context_parallel": [3]}}, "search.context_parallel"),          # does not divide 8 GPUs
+    ({"training": {"seq_length": 4100}}, "search.context_parallel"),             # not a multiple of 2 * cp
+    ({"training": {"attention": "unfused"}}, "search.context_parallel"),
+    ({"training": {"cp_comm": "ulysses"}}, "training.cp_comm"),
+])
+def test_bad_knobs_name_the_field(patch, field):
+    spec = long_spec()
+    d = dict(spec.raw)
+    d["training"] = {**d["training"], **patch.get("training", {})}
+    d["search"] = {**d["search"], **patch.get("search", {})}
+    with pytest.raises(SpecError) as e:
+        parse_spec(d, "long.yaml")
+    assert field in str(e.value)
+
+
+def test_default_search_has_no_cp_and_cp_groups_stay_in_a_node():
+    spec = long_spec(cp=(1,))
+    assert {c.cp for c in enumerate_configs(spec)} == {1}
+    cfgs = list(enumerate_configs(long_spec(cp=(1, 2, 4, 8))))
+    assert {c.cp for c in cfgs} == {1, 2, 4, 8}
+    assert all(8 % (c.tp * c.cp) == 0 for c in cfgs)
+    assert all(c.zero == 0 for c in cfgs if c.dp * c.cp == 1)
+
+
+def test_all_to_all_needs_heads_divisible_by_tp_cp():
+    spec = long_spec(cp=(1, 2, 4, 8), cp_comm="all_to_all", heads=32, kv=4)
+    cfgs = [c for c in enumerate_configs(spec) if c.cp > 1]
+    assert cfgs and all((4 // c.tp) % c.cp == 0 for c in cfgs)
+    assert not any(c.cp == 8 for c in cfgs)                                   # 4 kv heads
+    assert any(c.cp == 8 for c in enumerate_configs(long_spec(cp=(8,), heads=32, kv=4)))   # the ring has no such rule
+
+
+def test_shard_view_memory_and_gradients_over_dp_cp():
+    spec, costs = long_spec(), None
+    costs = default_costs(spec.cluster)
+    one = ParallelConfig(2, 1, 8, 1, 2, "1f1b", 1, "none", 1, True)
+    two = ParallelConfig(2, 1, 4, 1, 4, "1f1b", 1, "none", 1, True, cp=2)
+    m1, m2 = stage_memory(spec, one, costs)[0], stage_memory(spec, two, costs)[0]
+    # a cp rank holds half a sequence: about half the activations; same weights, optimizer sharded over dp*cp = 8
+    assert m2.activations == pytest.approx(m1.activations / 2, rel=0.02)
+    assert m2.weights == m1.weights and m2.optimizer == pytest.approx(m1.optimizer)
+    assert m2.transient > 0
+    assert cpar.shard_view(spec.training, one) == (spec.training, one)        # cp = 1: the same objects
+
+
+def test_ring_exchange_hidden_on_nvlink_exposed_on_a_slow_link():
+    cfg = ParallelConfig(1, 1, 4, 1, 4, "1f1b", 1, "none", 0, False, cp=4)
+    fast = long_spec()
+    t = cpar.layer_times(fast, cfg, default_costs(fast.cluster), "ring")
+    assert t.exposed_forward == 0 and t.exposed_backward == 0 and t.forward > 0
+    slow = long_spec(intra=2)
+    t2 = cpar.layer_times(slow, cfg, default_costs(slow.cluster), "ring")
+    assert t2.exposed_forward > 0 and t2.exposed_backward > t2.exposed_forward
+    a2a = cpar.layer_times(fast, cfg, default_costs(fast.cluster), "all_to_all")
+    assert a2a.exposed_forward > 0                                           # never overlapped
+    auto = long_spec(cp_comm="auto")
+    costs = default_costs(auto.cluster)
+    best = cpar.cp_mode(auto, cfg, costs)
+    other = "all_to_all" if best == "ring" else "ring"
+    assert (cpar._total(cpar.layer_times(auto, cfg, costs, best))
+            <= cpar._total(cpar.layer_times(auto, cfg, costs, other)))
+
+
+def test_attention_work_is_split_not_shrunk():
+    """cp ranks share the causal attention of the whole sequence: cp x the attention of one shard, while the GEMMs
+    shrink with the tokens."""
+    spec = long_spec(seq=65536)
+    costs = default_costs(spec.cluster)
+    one = ParallelConfig(1, 1, 8, 1, 2, "1f1b", 1, "none", 0, False)
+    four = ParallelConfig(1, 1, 2, 1, 8, "1f1b", 1, "none", 0, False, cp=4)
+    f1, f4 = stage_times(spec, one, costs)[0].forward, stage_times(spec, four, costs)[0].forward
+    # attention dominates at 64K: a cp rank's forward is close to a quarter (never less)
+    assert f1 / 4 <= f4 <= f1 / 4 * 1.15
+
+
+def test_bounds_and_exact_match_brute_force_with_cp(make_spec, optimum):
+    spec = make_spec(nodes=5, seed=7, gbs=64, layers=24, context_parallel=[1, 2])
+    cfg = ParallelConfig(2, 2, 4, 1, 16, "1f1b", 1, "selective", 0, False, cp=2)
+    for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, 8):
+        prob = build_problem(spec, cfg, lay)
+        best, _ = optimum(prob)
+        ex = solve_exact(prob, time_limit_s=20)
+        assert ex.objective == pytest.approx(best, rel=1e-9)
+        assert prob.lower_bound() <= best + 1e-12
+        assert anneal(prob, seed=1).objective >= ex.objective - 1e-12
+
+
+def test_estimate_matches_simulation_and_shows_the_exchange():
+    import planner
+    spec = long_spec(intra=2)
+    cfg = ParallelConfig(2, 2, 2, 1, 8, "1f1b", 1, "none", 1, True, cp=2)
+    est = estimate_plan(spec, cfg)[0]
+    sim = planner.simulate(spec, cfg)
+    assert abs(est.iteration_s / sim.iteration_s - 1) < 0.05
+    assert sim.cp_exposed_s and sim.cp_exposed_s[0][0] > 0
+
+
+def test_rank_order_and_megatron_flags():
+    lay = layouts(2 * 2, 2, 2, 8)[0]
+    table = worker_table(lay, np.arange(lay.blocks).reshape(lay.rows, lay.cols), 2, np.arange(lay.blocks), 2)
+    cfg = ParallelConfig(2, 2, 2, 1, 8, "1f1b", 1, "none", 1, False, cp=2)
+    sol = {"config": cfg.as_dict(), "mapping": table, "cp_comm": "all_to_all"}
+    ranks = rank_layout(sol)
+    assert [r["rank"] for r in ranks] == list(range(16))
+    by_rank = {r["rank"]: r for r in ranks}
+    for w in table:                 # Megatron-Core's order tp-cp-dp-pp
+        r = w["tp_rank"] + 2 * (w["cp_rank"] + 2 * (w["dp_rank"] + 2 * w["stage"]))
+        assert (by_rank[r]["node"], by_rank[r]["gpu"]) == (w["node"], w["gpu"])
+    args = megatron_args(sol)
+    assert "--context-parallel-size 2" in args and "--cp-comm-type a2a" in args
+    assert not any("context-parallel" in a for a in megatron_args({**sol, "config": replace(cfg, cp=1).as_dict()}))
+    with pytest.raises(SpecError, match="cp_comm"):
+        megatron_args({**sol, "cp_comm": "p3p"})
