@@ -160,10 +160,14 @@ def build(row: dict):
     # context parallelism: no such dimension; its ranks become data-parallel replicas (same GPUs, same tokens
     # per GPU per step, but each GPU holds whole sequences: activation memory per micro-batch is cp times)
     dp = row["gpus"] // (tp * pp * cp)
-    if cp > 1 and not hasattr(ParallelConfig, "cp"):
+    # context parallelism (#9) is a dimension now, but its tp x cp group must stay inside a node: a group that
+    # spans nodes is still folded into dp (outside the planner's placement, docs/notes/context_parallel.md)
+    spans = tp * cp > load_yaml(CLUSTER)["gpus_per_node"]
+    if cp > 1 and (spans or not hasattr(ParallelConfig, "cp")):
         missing.append("cp")
-        notes.append(f"cp{cp} folded into dp ({dp} -> {dp * cp})")
+        notes.append(f"cp{cp} folded into dp ({dp} -> {dp * cp})" + ("; tp*cp spans nodes" if spans else ""))
         dp *= cp
+        cp = 1
     # uneven stages (Megatron's account_for_embedding/loss_in_pipeline_split, or fewer layers on the ends):
     # the planner splits layers evenly; where pp*vp does not divide the layers, the model is padded to the
     # next multiple (126 -> 128 for Llama 3 405B on pp 8 x vp 8: the two slots Megatron gives the embedding
@@ -209,7 +213,8 @@ def build(row: dict):
     if vp > 1 and m % pp:
         notes.append(f"m={m} not a multiple of pp={pp}")
     cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, vp, kn.get("recompute", "none"),
-                         1 if kn.get("distributed_optimizer") else 0, bool(kn.get("sequence_parallel")) and tp > 1)
+                         1 if kn.get("distributed_optimizer") else 0, bool(kn.get("sequence_parallel")) and tp > 1,
+                         **({"cp": cp} if cp > 1 else {}))
     return spec, cfg, sorted(set(missing)), notes
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from planner.config import ParallelConfig
-from planner.costs import default_costs
 from planner.costs import context_parallel as cpar
+from planner.costs import default_costs
 from planner.costs.iteration import build_problem, stage_memory, stage_times
 from planner.errors import SpecError
 from planner.export import megatron_args, rank_layout
