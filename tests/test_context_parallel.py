@@ -160,3 +160,18 @@ def test_rank_order_and_megatron_flags():
     assert not any("context-parallel" in a for a in megatron_args({**sol, "config": replace(cfg, cp=1).as_dict()}))
     with pytest.raises(SpecError, match="cp_comm"):
         megatron_args({**sol, "cp_comm": "p3p"})
+
+
+def test_solve_chooses_cp_where_no_cp1_plan_fits():
+    """tp held at 1 and no recompute: 64K-token sequences fit only when cp splits them."""
+    from planner.errors import InfeasibleError
+    from planner.search.solve import solve
+    spec = long_spec(seq=65536, cp=(1, 2, 4, 8), nodes=1)
+    d = dict(spec.raw)
+    d["search"] = {**d["search"], "tensor_parallel": [1], "recompute": ["none"], "zero": [1]}
+    d["training"] = {**d["training"], "global_batch_size": 8}
+    sol = solve(parse_spec(d, "long.yaml"), time_limit_s=10, simulate=False)
+    assert sol.config.cp > 1 and sol.estimate.fits
+    d["search"] = {**d["search"], "context_parallel": [1]}
+    with pytest.raises(InfeasibleError):
+        solve(parse_spec(d, "long.yaml"), time_limit_s=10, simulate=False)
