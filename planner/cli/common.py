@@ -61,6 +61,8 @@ def with_engine(args, spec, cfg: ParallelConfig | None = None):
         spec = dataclasses.replace(spec, training=dataclasses.replace(spec.training, pipeline_engine=engine))
     if cfg is not None and spec.training.pipeline_engine == "deepspeed" and cfg.schedule != "1f1b":
         raise SpecError(None, "--schedule", f"{cfg.schedule}: the deepspeed pipeline engine runs only 1f1b")
+    if cfg is not None and spec.training.pipeline_engine == "deepspeed" and cfg.cp > 1:
+        raise SpecError(None, "--cp", "context parallelism is modelled for Megatron-Core, not the deepspeed engine")
     return spec
 
 
