@@ -160,12 +160,13 @@ def build(row: dict):
     # context parallelism: no such dimension; its ranks become data-parallel replicas (same GPUs, same tokens
     # per GPU per step, but each GPU holds whole sequences: activation memory per micro-batch is cp times)
     dp = row["gpus"] // (tp * pp * cp)
-    # context parallelism (#9) is a dimension now, but its tp x cp group must stay inside a node: a group that
-    # spans nodes is still folded into dp (outside the planner's placement, docs/notes/context_parallel.md)
-    spans = tp * cp > load_yaml(CLUSTER)["gpus_per_node"]
-    if cp > 1 and (spans or not hasattr(ParallelConfig, "cp")):
+    # context parallelism (#9) is a dimension now; a tp x cp group must fill part of a node or whole nodes
+    # (docs/notes/context_parallel.md), otherwise it is folded into dp as before
+    gpn = load_yaml(CLUSTER)["gpus_per_node"]
+    odd = (tp * cp) % gpn and gpn % (tp * cp)
+    if cp > 1 and (odd or not hasattr(ParallelConfig, "cp")):
         missing.append("cp")
-        notes.append(f"cp{cp} folded into dp ({dp} -> {dp * cp})" + ("; tp*cp spans nodes" if spans else ""))
+        notes.append(f"cp{cp} folded into dp ({dp} -> {dp * cp})")
         dp *= cp
         cp = 1
     # uneven stages (Megatron's account_for_embedding/loss_in_pipeline_split, or fewer layers on the ends):

@@ -21,7 +21,8 @@ def plan_table(sol) -> Table:
     t.add_row("batch", f"micro-batch {c.micro_batch_size} x {c.num_microbatches} micro-batches")
     t.add_row("schedule", c.schedule + (f" (v={c.vpp})" if c.vpp > 1 else ""))
     t.add_row("recompute / ZeRO / SP", f"{c.recompute} / {c.zero} / {'on' if c.sequence_parallel else 'off'}")
-    t.add_row("layout", f"{sol.layout.a} stage(s) x {sol.layout.b} replica(s) per node, "
+    per = "per node" if sol.layout.span == 1 else f"per {sol.layout.span} nodes (tp x cp spans them)"
+    t.add_row("layout", f"{sol.layout.a} stage(s) x {sol.layout.b} replica(s) {per}, "
                         f"{sol.layout.rows} x {sol.layout.cols} node grid")
     t.add_row("iteration", f"{e.iteration_s:.3f} s  ({e.tokens_per_s:,.0f} tokens/s, MFU {e.mfu:.1%})")
     t.add_row("  compute | p2p | dp | emb",

@@ -96,6 +96,8 @@ class Solution:
             "overlap": dict(vars(self.spec.training.overlap)),        # training.overlap, for export's flags
             **self._cp_comm(),
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
+                       # a tp x cp group wider than a node: each block on this many nodes from its grid entry on
+                       **({"nodes_per_block": self.layout.span} if self.layout.span > 1 else {}),
                        "node_grid": [[int(self._node_id(k)) for k in row] for row in self.assign]},
             "mapping": self.mapping,
             "estimate": est,
@@ -125,14 +127,21 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
     for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpus_per_node):
         grid = np.full((lay.rows, lay.cols), -1)
         ok = True
-        for (s, d, _t, _c), n in where.items():
+        per_node = gpus_per_node // lay.span if lay.span > 1 else None
+        for (s, d, t, c), n in where.items():
             i, j = s // lay.a, d // lay.b
+            if per_node:        # a block on `span` nodes: block index = its first node / span, in rank order
+                k, r = divmod(n, lay.span)
+                if r != (t + cfg.tp * c) // per_node:
+                    ok = False
+                    break
+                n = k
             if grid[i, j] == -1:
                 grid[i, j] = n
             elif grid[i, j] != n:
                 ok = False
                 break
-        if ok and len(set(grid.ravel().tolist())) == grid.size and grid.min() >= 0 and grid.max() < nodes:
+        if ok and len(set(grid.ravel().tolist())) == grid.size and grid.min() >= 0 and grid.max() < nodes // lay.span:
             return lay, grid
     raise SpecError(file, "mapping", "is not node-blocked: every node must hold whole tensor groups of "
                                      "a stages x b replicas (see docs/ARCHITECTURE.md, Mapping)")

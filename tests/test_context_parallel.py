@@ -62,12 +62,13 @@ def test_bad_knobs_name_the_field(patch, field):
     assert field in str(e.value)
 
 
-def test_default_search_has_no_cp_and_cp_groups_stay_in_a_node():
+def test_default_search_has_no_cp_and_cp_groups_fill_part_of_a_node_or_whole_nodes():
     spec = long_spec(cp=(1,))
     assert {c.cp for c in enumerate_configs(spec)} == {1}
-    cfgs = list(enumerate_configs(long_spec(cp=(1, 2, 4, 8))))
-    assert {c.cp for c in cfgs} == {1, 2, 4, 8}
-    assert all(8 % (c.tp * c.cp) == 0 for c in cfgs)
+    cfgs = list(enumerate_configs(long_spec(cp=(1, 2, 4, 8, 16))))
+    assert {c.cp for c in cfgs} == {1, 2, 4, 8, 16}
+    assert all(8 % (c.tp * c.cp) == 0 or (c.tp * c.cp) % 8 == 0 for c in cfgs)
+    assert any(c.tp * c.cp == 16 for c in cfgs)
     assert all(c.zero == 0 for c in cfgs if c.dp * c.cp == 1)
 
 
@@ -175,3 +176,26 @@ def test_solve_chooses_cp_where_no_cp1_plan_fits():
     d["search"] = {**d["search"], "context_parallel": [1]}
     with pytest.raises(InfeasibleError):
         solve(parse_spec(d, "long.yaml"), time_limit_s=10, simulate=False)
+
+
+def test_cp_group_across_nodes_blocks_of_whole_nodes(make_spec, optimum):
+    """tp x cp wider than a node: each (stage, replica) takes an aligned run of nodes (rank order); the mapping
+    places those runs, and exact = brute force, the bound holds, the worker table is Megatron's order."""
+    spec = make_spec(nodes=9, seed=3, gbs=64, layers=24, context_parallel=[4])
+    cfg = ParallelConfig(4, 2, 2, 1, 32, "1f1b", 1, "selective", 0, False, cp=4)
+    (lay,) = layouts(16, 2, 2, 8)
+    assert lay.span == 2 and lay.blocks == 4
+    prob = build_problem(spec, cfg, lay)
+    assert list(prob.nodes) == [0, 2, 4, 6]                 # node 8 cannot start a run of two
+    best, _ = optimum(prob)
+    assert solve_exact(prob, time_limit_s=20).objective == pytest.approx(best, rel=1e-9)
+    assert prob.lower_bound() <= best + 1e-12
+    table = worker_table(lay, prob.rank_order(), 4, prob.nodes, 4)
+    assert sorted({(w["node"], w["gpu"]) for w in table}) == [(n, g) for n in range(8) for g in range(8)]
+    ranks = rank_layout({"config": cfg.as_dict(), "mapping": table})
+    assert [(r["node"], r["gpu"]) for r in ranks] == [(n, g) for n in range(8) for g in range(8)]
+    whole = make_spec(nodes=8, seed=3, gbs=64, layers=24, context_parallel=[4])
+    est, _, assign, p8 = estimate_plan(whole, cfg)
+    import planner
+    sim = planner.simulate(whole, cfg, layout=lay, assign=assign, nodes=p8.nodes)
+    assert abs(est.iteration_s / sim.iteration_s - 1) < 0.05

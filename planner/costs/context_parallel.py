@@ -61,9 +61,10 @@ def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
     cp, tr, gpn = cfg.cp, spec.training, spec.cluster.gpus_per_node
     if cp == 1:
         return None
-    if gpn % (cfg.tp * cp):
-        return (f"tp*cp = {cfg.tp * cp} does not divide gpus_per_node={gpn}: the planner keeps the tp x cp group "
-                "inside a node (docs/ARCHITECTURE.md)")
+    w = cfg.tp * cp
+    if gpn % w and w % gpn:
+        return (f"tp*cp = {w} neither divides gpus_per_node={gpn} nor is a multiple of it: a tp x cp group fills "
+                "part of one node or whole nodes (docs/ARCHITECTURE.md)")
     if tr.seq_length % (2 * cp):
         return f"seq_length {tr.seq_length} is not a multiple of 2 * cp = {2 * cp} (Megatron-Core)"
     if tr.attention != "fused":
@@ -106,9 +107,20 @@ def a2a_bytes(model, training, cfg: ParallelConfig) -> float:
     return (cfg.cp - 1) / cfg.cp * s * cfg.micro_batch_size * width / cfg.tp * BYTES[training.precision]
 
 
-def link_s(spec, nbytes: float, costs) -> float:
-    """One transfer between two GPUs of the cp group (inside a node: NVLink at the compute model's efficiency)."""
+def spans_nodes(spec, cfg: ParallelConfig) -> bool:
+    """The tp x cp group is wider than a node (whole consecutive nodes, rank order): its exchange crosses nodes."""
+    return cfg.tp * cfg.cp > spec.cluster.gpus_per_node
+
+
+def link_s(spec, cfg: ParallelConfig, nbytes: float, costs) -> float:
+    """One transfer of the exchange. Inside a node: NVLink at the compute model's efficiency. A group across nodes:
+    its slowest step crosses nodes, on the cluster's nominal inter-node rail with every GPU of the node sending
+    (the crossing links inside a block do not depend on the mapping; a measured matrix's spread is not used)."""
     cl = spec.cluster
+    if spans_nodes(spec, cfg):
+        share = cl.rail_share(cl.gpus_per_node)
+        return cl.inter.latency_us * 1e-6 + nbytes / (cl.inter.bandwidth_GBps * 1e9 * costs.comm.inter_efficiency
+                                                       * share)
     return p2p_time(nbytes, cl.intra.bandwidth_GBps * costs.comm.intra_efficiency, cl.intra.latency_us)
 
 
@@ -122,14 +134,14 @@ def layer_times(spec, cfg: ParallelConfig, costs, mode: str | None = None) -> CP
     a_f, a_b = p["attn"], p["attn_backward"]          # the shard's own causal attention (fused kernel)
     cp = cfg.cp
     if mode == "ring":
-        step = link_s(spec, kv_shard_bytes(spec.model, spec.training, cfg), costs)
+        step = link_s(spec, cfg, kv_shard_bytes(spec.model, spec.training, cfg), costs)
         ef = (cp - 1) * max(0.0, step - a_f)
         eb = (cp - 1) * max(0.0, 2 * step - a_b)        # K/V and dK/dV each step
         return CPLayerTimes((cp - 1) * a_f + ef, (cp - 1) * a_b + eb, ef, eb)
     gpu = spec.cluster.gpu.type
     r = (fused_attention_efficiency(gpu, spec.training.seq_length // cp)
          / fused_attention_efficiency(gpu, spec.training.seq_length))
-    comm = link_s(spec, a2a_bytes(spec.model, spec.training, cfg), costs)
+    comm = link_s(spec, cfg, a2a_bytes(spec.model, spec.training, cfg), costs)
     return CPLayerTimes((cp * r - 1) * a_f + comm, (cp * r - 1) * a_b + comm, comm, comm)
 
 

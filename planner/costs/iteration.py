@@ -184,8 +184,8 @@ def p2p_message_bytes(spec, cfg: ParallelConfig) -> float:
 
 def p2p_share(spec, cfg: ParallelConfig, replicas_per_node: int) -> float:
     """Share of a rail each sender gets: the node's replicas of a stage, each with its tensor and context-parallel
-    group, send at once."""
-    return spec.cluster.rail_share(replicas_per_node * cfg.tp * cfg.cp)
+    group, send at once (all the node's GPUs when a tp x cp group spans nodes)."""
+    return spec.cluster.rail_share(min(replicas_per_node * cfg.tp * cfg.cp, spec.cluster.gpus_per_node))
 
 
 def p2p_intra_s(spec, msg: float, costs: Costs) -> float:
@@ -207,8 +207,12 @@ def dp_allreduce_s(spec, cfg: ParallelConfig, costs: Costs, params: float, repli
     Megatron-Core reduces over the data-parallel-with-context-parallel group: each replica brings its cp ranks (the
     same parameters), so a node holds replicas_per_node * cp GPUs of each ring."""
     nbytes = params * costs.comm.grad_bytes
-    return costs.comm.dp_allreduce_time(nbytes, replicas_per_node * cfg.cp, nodes, cfg.tp, spec.cluster,
-                                        pair_GBps if nodes > 1 else None)
+    per, span = replicas_per_node * cfg.cp, 1
+    if per * cfg.tp > spec.cluster.gpus_per_node:       # a tp x cp group spans `span` nodes: its cp ranks spread
+        span = per * cfg.tp // spec.cluster.gpus_per_node
+        per, nodes = per // span, nodes * span
+    return costs.comm.dp_allreduce_time(nbytes, per, nodes, cfg.tp, spec.cluster,
+                                        pair_GBps if nodes > 1 and span == 1 or nodes > span else None)
 
 
 def ring_slowest_GBps(bandwidth: np.ndarray, ring: list[int]) -> float:
@@ -302,7 +306,15 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     cl, model = spec.cluster, spec.model
     bw = cl.bandwidth if bandwidth is None else bandwidth
     nodes = np.arange(cl.nodes) if nodes is None else np.asarray(nodes)
-    B = bw[np.ix_(nodes, nodes)]
+    if layout.span > 1:
+        # a tp x cp group wider than a node: a block is an aligned run of `span` nodes (rank order), represented by
+        # its first node; a link between two blocks is their span node pairs side by side, the slowest one counts
+        have, k = {int(n) for n in nodes}, layout.span
+        nodes = np.array([f for f in sorted({int(n) - int(n) % k for n in nodes})
+                          if all(f + m in have for m in range(k))], dtype=int)
+        B = np.min([bw[np.ix_(nodes + m, nodes + m)] for m in range(k)], axis=0)
+    else:
+        B = bw[np.ix_(nodes, nodes)]
     N = len(nodes)
     pp, m = cfg.pp, cfg.num_microbatches
     st = stage_times(spec, cfg, costs)

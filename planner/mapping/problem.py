@@ -20,17 +20,22 @@ class Layout:
     b: int          # data-parallel replicas per node
     rows: int       # pp // a
     cols: int       # dp // b
+    span: int = 1   # nodes one block occupies: > 1 only when a replica's tp x cp group is wider than a node (a = b = 1;
+    #                 the block's nodes are an aligned run of `span` consecutive nodes, in rank order)
 
     @property
     def blocks(self) -> int:
         return self.rows * self.cols
 
     def label(self) -> str:
-        return f"{self.a}x{self.b}"
+        return f"{self.a}x{self.b}" + (f"/{self.span}n" if self.span > 1 else "")
 
 
 def layouts(tp: int, pp: int, dp: int, gpus_per_node: int) -> list[Layout]:
-    """All block shapes that tile the config onto whole nodes."""
+    """All block shapes that tile the config onto whole nodes. `tp` is the width of a replica of a stage (tp * cp);
+    wider than a node (a multiple of it): one block per (stage, replica) on tp / gpus_per_node consecutive nodes."""
+    if tp > gpus_per_node and tp % gpus_per_node == 0:
+        return [Layout(1, 1, pp, dp, tp // gpus_per_node)]
     if gpus_per_node % tp:
         return []
     slots = gpus_per_node // tp
@@ -306,10 +311,17 @@ def ring_bottleneck_bound(cost: np.ndarray, k: int) -> float:
     return float(vals[lo])
 
 
+def physical_nodes(nodes, span: int) -> list[int]:
+    """The physical nodes behind a problem's candidate nodes: each stands for `span` consecutive nodes."""
+    return [int(n) + m for n in nodes for m in range(span)]
+
+
 def worker_table(layout: Layout, assign: np.ndarray, tp: int, nodes: np.ndarray, cp: int = 1) -> list[dict]:
     """Every logical worker (stage, tp_rank, dp_rank[, cp_rank]) -> (node, local gpu), in Megatron rank order
-    (tp-cp-dp-pp: a block's tp * cp GPUs per replica are consecutive). cp_rank only when cp > 1 (old tables)."""
+    (tp-cp-dp-pp: a block's tp * cp GPUs per replica are consecutive; a block of span > 1 fills its nodes in that
+    order). cp_rank only when cp > 1 (old tables)."""
     pp, dp = layout.rows * layout.a, layout.cols * layout.b
+    per_node = layout.a * layout.b * tp * cp // layout.span
     out = []
     for stage in range(pp):
         i, sa = divmod(stage, layout.a)
@@ -318,8 +330,9 @@ def worker_table(layout: Layout, assign: np.ndarray, tp: int, nodes: np.ndarray,
             node = int(nodes[assign[i, j]])
             for c in range(cp):
                 for t in range(tp):
-                    w = {"stage": stage, "tp_rank": t, "dp_rank": d, "node": node,
-                         "gpu": t + tp * (c + cp * (db + layout.b * sa))}
+                    g = t + tp * (c + cp * (db + layout.b * sa))
+                    w = {"stage": stage, "tp_rank": t, "dp_rank": d, "node": node + g // per_node,
+                         "gpu": g % per_node}
                     if cp > 1:
                         w["cp_rank"] = c
                     out.append(w)

@@ -17,6 +17,7 @@ from planner.costs import default_costs
 from planner.costs.iteration import build_problem
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import EXACT_MAX_NODES, solve_exact
+from planner.mapping.problem import physical_nodes
 from planner.mapping.problem import scenario_summary as _score
 
 
@@ -81,7 +82,8 @@ def with_snapshots(spec, snapshots):
 def score_plan(spec, sol, snapshots, costs=None) -> dict:
     """A solved plan's whole-iteration time on each snapshot."""
     costs = costs or default_costs(spec.cluster)
-    probs = [build_problem(spec, sol.config, sol.layout, costs, bandwidth=m, nodes=sol.nodes) for m in snapshots]
+    nodes = physical_nodes(sol.nodes, sol.layout.span)      # a block of span > 1 stands for its run of nodes
+    probs = [build_problem(spec, sol.config, sol.layout, costs, bandwidth=m, nodes=nodes) for m in snapshots]
     return _score(probs, sol.assign)
 
 

@@ -48,7 +48,7 @@ def _configs(spec, G: int, tp: int, cp: int) -> Iterator[ParallelConfig]:
         if spec.training.global_batch_size % dp:
             continue
         lay = layouts(w, pp, dp, cl.gpus_per_node)
-        if not lay or lay[0].blocks > cl.nodes:
+        if not lay or lay[0].blocks * lay[0].span > cl.nodes:
             continue
         for mbs in micro_batch_options(spec, dp):
             m = spec.training.global_batch_size // (dp * mbs)

@@ -362,10 +362,11 @@ def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign, nodes=None) 
         layout = layout or default_layout(cfg, spec.cluster.gpus_per_node)
         if assign is None:
             assign = np.arange(layout.blocks).reshape(layout.rows, layout.cols)
-        if layout.blocks > (spec.cluster.nodes if nodes is None else len(nodes)):
+        if layout.blocks * layout.span > (spec.cluster.nodes if nodes is None else len(nodes) * layout.span):
             raise ValueError(f"{cfg.label()} needs {layout.blocks} nodes, the cluster has {spec.cluster.nodes}")
         # assign indexes the problem's candidate nodes (MappingProblem.nodes), by default all of them
-        nodes = np.arange(spec.cluster.nodes) if nodes is None else np.asarray(nodes)
+        nodes = (np.arange(0, spec.cluster.nodes - layout.span + 1, layout.span) if nodes is None
+                 else np.asarray(nodes))
         mapping = worker_table(layout, np.asarray(assign), cfg.tp, nodes, cfg.cp)
     node = np.full((cfg.pp, cfg.dp), -1, np.int64)
     gpu = np.full((cfg.pp, cfg.dp), -1, np.int64)

@@ -234,10 +234,11 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
     cps = [c for c in search.context_parallel if c > 1]
     if not cps:
         return
+    gpn = cluster.gpus_per_node
     for c in cps:
-        if cluster.gpus_per_node % c:
-            raise SpecError(file, "search.context_parallel", f"cp={c} does not divide gpus_per_node="
-                            f"{cluster.gpus_per_node} (the tp x cp group stays inside a node; docs/ARCHITECTURE.md)")
+        if not any(gpn % (t * c) == 0 or (t * c) % gpn == 0 for t in range(1, gpn + 1) if gpn % t == 0):
+            raise SpecError(file, "search.context_parallel", f"cp={c}: no tp makes tp x cp part of a node or whole "
+                            f"nodes of {gpn} GPUs (docs/ARCHITECTURE.md)")
         if training.seq_length % (2 * c):
             raise SpecError(file, "search.context_parallel", f"cp={c}: training.seq_length {training.seq_length} "
                             f"must be a multiple of 2 * cp = {2 * c} (Megatron-Core's causal load balancing)")
