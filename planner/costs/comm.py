@@ -8,6 +8,7 @@ bandwidth cannot capture.
 """
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -53,9 +54,14 @@ class CollectiveTable:
     sizes: tuple            # bytes, increasing
     times_s: tuple          # seconds (mean of out-of-place and in-place)
 
+    @functools.cached_property
+    def _arrays(self):
+        # the search asks a table tens of thousands of times: convert (and take logs) once, the same values
+        s, t = np.asarray(self.sizes, dtype=float), np.asarray(self.times_s, dtype=float)
+        return s, t, np.log(s), np.log(t)
+
     def time(self, nbytes: float) -> float:
-        s = np.asarray(self.sizes, dtype=float)
-        t = np.asarray(self.times_s, dtype=float)
+        s, t, log_s, log_t = self._arrays
         if nbytes <= 0:
             return 0.0
         if nbytes <= s[0]:
@@ -65,7 +71,7 @@ class CollectiveTable:
             return float(alpha + beta * nbytes)
         if nbytes >= s[-1]:
             return float(t[-1] * nbytes / s[-1])      # bandwidth-bound: scale linearly
-        return float(np.exp(np.interp(np.log(nbytes), np.log(s), np.log(t))))
+        return float(np.exp(np.interp(np.log(nbytes), log_s, log_t)))
 
     def as_dict(self) -> dict:
         return {"n": self.n, "sizes": list(self.sizes), "times_s": list(self.times_s)}

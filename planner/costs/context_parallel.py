@@ -25,6 +25,7 @@ NVLink (the cluster's intra-node link).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from planner.config import ParallelConfig
@@ -40,6 +41,12 @@ def shard_view(training, cfg: ParallelConfig):
     objects when cp = 1, so nothing changes for configurations without context parallelism."""
     if cfg.cp == 1:
         return training, cfg
+    return _shard_view(training, cfg)
+
+
+@functools.lru_cache(maxsize=8192)
+def _shard_view(training, cfg: ParallelConfig):
+    # both are frozen dataclasses; the search asks for the same views many times (memory and time of each config)
     return (replace(training, seq_length=training.seq_length // cfg.cp),
             replace(cfg, dp=cfg.dp * cfg.cp, cp=1))
 
