@@ -20,7 +20,7 @@ from planner.io import atomic_write_text
 
 COLUMNS = ["case_id", "model", "family", "params", "num_layers", "hidden_size", "num_attention_heads",
            "cluster", "gpus", "nodes", "global_batch_size", "seq_length", "tokens",
-           "tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp", "recompute", "zero",
+           "tp", "pp", "dp", "cp", "micro_batch_size", "num_microbatches", "schedule", "vpp", "recompute", "zero",
            "sequence_parallel", "iteration_s", "tokens_per_s", "mfu", "peak_memory_GiB", "status", "gap",
            "bound_s", "solver_wall_s", "train_days", "gpu_hours", "price_per_gpu_hour_usd", "cost_usd", "error"]
 SIZING_COLUMNS = ["task_id", "cluster", "gpus", "budget_gpu_days", "global_batch_size", "seq_length", "model",
@@ -70,7 +70,7 @@ def run_case(case, time_limit_s: float | None = None) -> dict:
         row.update(status="ERROR", error=f"{type(e).__name__}: {e}", solver_wall_s=time.perf_counter() - t0)
         return row
     c, e, s = sol.config, sol.estimate, sol.solver
-    row.update(tp=c.tp, pp=c.pp, dp=c.dp, micro_batch_size=c.micro_batch_size, num_microbatches=c.num_microbatches,
+    row.update(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, micro_batch_size=c.micro_batch_size, num_microbatches=c.num_microbatches,
                schedule=c.schedule, vpp=c.vpp, recompute=c.recompute, zero=c.zero,
                sequence_parallel=c.sequence_parallel, iteration_s=e.iteration_s, tokens_per_s=e.tokens_per_s,
                mfu=e.mfu, peak_memory_GiB=e.peak_memory_GiB, status=s.status, gap=s.gap, bound_s=s.bound,
