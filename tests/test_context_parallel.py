@@ -143,6 +143,9 @@ def test_estimate_matches_simulation_and_shows_the_exchange():
     sim = planner.simulate(spec, cfg)
     assert abs(est.iteration_s / sim.iteration_s - 1) < 0.05
     assert sim.cp_exposed_s and sim.cp_exposed_s[0][0] > 0
+    from planner.simulator.trace import trace_events
+    ops = [e for e in trace_events(sim, memory_counters=False) if e.get("cat") == "forward"]
+    assert ops and all(e["args"]["cp_exposed_us"] > 0 for e in ops)      # the timeline shows the exposed exchange
 
 
 def test_rank_order_and_megatron_flags():

@@ -70,7 +70,8 @@ def run_case(case, time_limit_s: float | None = None) -> dict:
         row.update(status="ERROR", error=f"{type(e).__name__}: {e}", solver_wall_s=time.perf_counter() - t0)
         return row
     c, e, s = sol.config, sol.estimate, sol.solver
-    row.update(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, micro_batch_size=c.micro_batch_size, num_microbatches=c.num_microbatches,
+    row.update(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, micro_batch_size=c.micro_batch_size,
+               num_microbatches=c.num_microbatches,
                schedule=c.schedule, vpp=c.vpp, recompute=c.recompute, zero=c.zero,
                sequence_parallel=c.sequence_parallel, iteration_s=e.iteration_s, tokens_per_s=e.tokens_per_s,
                mfu=e.mfu, peak_memory_GiB=e.peak_memory_GiB, status=s.status, gap=s.gap, bound_s=s.bound,
