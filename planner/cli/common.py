@@ -3,7 +3,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, V_SHAPES, ParallelConfig
+from planner.config import (
+    PIPELINE_ENGINES,
+    RECOMPUTE,
+    SCHEDULES,
+    V_SHAPES,
+    ZERO_STAGES,
+    ParallelConfig,
+    dp_shard_problem,
+)
 from planner.errors import SpecError
 
 
@@ -37,7 +45,10 @@ def add_config_args(p, required: bool = True) -> None:
     g.add_argument("--vpp", type=int, default=None,
                    help="virtual stages per device: > 1 means interleaved (default 2 there); V-shapes use 2")
     g.add_argument("--recompute", default="none", choices=RECOMPUTE)
-    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2))
+    g.add_argument("--zero", type=int, default=0, choices=ZERO_STAGES,
+                   help="ZeRO stage; 3 = FSDP / ZeRO-3 as torchtitan's FSDP2 runs it")
+    g.add_argument("--dp-shard", type=int, default=0,
+                   help="ZeRO-3: HSDP shard-group size (1 < N < dp, dividing dp; default 0 = shard over all dp)")
     g.add_argument("--sp", action="store_true", help="sequence parallel")
     g.add_argument("--first-stage-layers", type=int, default=None,
                    help="transformer layers on the first pipeline stage (Megatron-Core "
@@ -74,10 +85,14 @@ def config_from_args(args, spec) -> ParallelConfig:
     schedule, vpp = schedule_and_vpp(args.schedule, args.vpp)
     if args.sp and args.tp == 1:
         raise SpecError(None, "--sp", "sequence parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
-    return ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, schedule, vpp, args.recompute, args.zero,
-                          bool(args.sp), getattr(args, "first_stage_layers", None),
-                          getattr(args, "last_stage_layers", None), bool(getattr(args, "account_embedding", False)),
-                          bool(getattr(args, "account_loss", False)))
+    cfg = ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, schedule, vpp, args.recompute, args.zero,
+                         bool(args.sp), getattr(args, "first_stage_layers", None),
+                         getattr(args, "last_stage_layers", None), bool(getattr(args, "account_embedding", False)),
+                         bool(getattr(args, "account_loss", False)), dp_shard=getattr(args, "dp_shard", 0) or 0)
+    why = dp_shard_problem(cfg)
+    if why:
+        raise SpecError(None, "--dp-shard", why)
+    return cfg
 
 
 def schedule_and_vpp(schedule: str | None, vpp: int | None) -> tuple[str, int]:

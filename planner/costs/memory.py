@@ -35,14 +35,18 @@ class MemoryBreakdown:
     safety: float = 0.0          # learned estimator: headroom its safety factor adds (no OOM plan called feasible)
     fragmentation: float = 0.0   # learned estimator: caching-allocator reserve beyond the allocated peak that it
     #                              cannot give back (measured on a GPU with capped runs)
+    fsdp: float = 0.0            # ZeRO-3: gathered parameter / gradient buffers of the units in flight
+    #                              (fsdp_buffer_bytes)
 
     @property
     def total(self) -> float:
         return (self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.overhead
-                + self.transient + self.correction + self.safety + self.fragmentation)
+                + self.transient + self.correction + self.safety + self.fragmentation + self.fsdp)
 
     def as_GiB(self) -> dict:
         d = {k: v / GiB for k, v in asdict(self).items()}
+        if not self.fsdp:        # only ZeRO-3 has it: other plans' records stay as they were
+            del d["fsdp"]
         d["total"] = self.total / GiB
         return d
 
@@ -412,6 +416,42 @@ def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
     return s * b * (-2 * h / sp - model.ffn_hidden_size / t + proj * h / t)
 
 
+# --- ZeRO-3 / FSDP (torchtitan's FSDP2; docs/notes/fsdp.md) ---------------------------------------------------------
+# torchtitan @ 238fa9953e4aec2a62582121564273d7cbb1e9f1, torchtitan/models/llama3/infra/parallelize.py apply_fsdp: one
+# FSDP unit per transformer block, one for the embedding, one for [final norm, output]; MixedPrecisionPolicy(param
+# bfloat16, reduce float32) (job_config.py mixed_precision_param / _reduce); the parameters themselves fp32
+# (training.dtype float32); reshard_after_forward "default" = not pp_enabled, the [norm, output] unit never.
+
+def fsdp_units(model, cfg: ParallelConfig, stage: int) -> list[float]:
+    """Parameters per GPU (tensor shard, unsharded over dp) of each FSDP unit of a stage: its transformer blocks, the
+    embedding on stage 0, [norm, output] on the output stage."""
+    units = [model.layer_params() / cfg.tp] * stage_layer_count(model, cfg, stage)
+    if stage == 0:
+        units.append(model.embedding_params() / cfg.tp)
+    if holds_output(cfg, stage):
+        units.append(model.output_params() / cfg.tp)
+    return units
+
+
+def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int) -> float:
+    """What FSDP2 holds beyond the sharded state, per GPU of a stage (0 unless ZeRO-3):
+    - resharded after forward (pp = 1): the bf16 all-gather output of the unit computing and of the next one, prefetched
+      (2 x 2 bytes per parameter of the largest unit), and in backward that unit's bf16 gradient and its fp32
+      reduce-scatter input (2 + 4 bytes); the [norm, output] unit is not resharded after forward, so it counts among
+      the units in flight;
+    - not resharded (pp > 1, torchtitan's default): the whole stage stays gathered in bf16 from the first forward to the
+      last backward (2 bytes per parameter) and, with gradient sync only on the last micro-batch (PyTorch pipelining's
+      no-sync backward), the unsharded bf16 gradients accumulate there (2 more), plus one unit's fp32 reduce-scatter
+      input (4)."""
+    if cfg.zero != 3:
+        return 0.0
+    units = fsdp_units(model, cfg, stage)
+    big = max(units)
+    if cfg.pp == 1:
+        return 2 * 2.0 * big + (2 + 4) * big
+    return 4.0 * sum(units) + 4.0 * big
+
+
 @dataclass(frozen=True)
 class AnalyticalMemory:
     """The memory estimator interface: stage_memory(model, cluster, training, cfg, stage) -> MemoryBreakdown.
@@ -438,6 +478,13 @@ class AnalyticalMemory:
         weights = P * w_bytes + fp8_weight_copy_bytes(model, training, cfg, stage)
         grads = P * g_bytes / (dp if cfg.zero >= 2 else 1)
         optim = P * o_bytes / (dp if cfg.zero >= 1 else 1)
+        if cfg.zero == 3:
+            # FSDP2 keeps fp32 parameters (they are the master copy) and fp32 gradients, sharded over the shard
+            # group, and the optimizer state of its shard; the bf16 copies exist only while gathered (fsdp_buffer_bytes)
+            S = cfg.shard_size
+            weights = P * 4.0 / S
+            grads = P * g_bytes / S
+            optim = P * (o_bytes - (4 if half and self.master_weights else 0)) / S
         L = stage_layer_count(model, cfg, stage)
         acts = L * layer_activation_bytes(model, training, cfg) * stage_inflight(cfg, stage)
         acts += L * fp8_saved_input_delta(model, training, cfg) * stage_inflight(cfg, stage)
@@ -452,4 +499,5 @@ class AnalyticalMemory:
         freed = (6.0 * training.seq_length * cfg.micro_batch_size * padded_vocab(model, cfg.tp) / cfg.tp
                  if logits else 0.0)
         transient = max(0.0, work - freed, output_backward_bytes(model, training, cfg, stage))
-        return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient)
+        return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient,
+                               fsdp=fsdp_buffer_bytes(model, cfg, stage))
