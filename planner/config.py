@@ -83,6 +83,12 @@ class ParallelConfig:
                 or self.account_loss)
 
     @property
+    def op_sac(self) -> bool:
+        """ZeRO-3 plans are torchtitan's, and their selective recompute is torchtitan's per-op policy
+        (selective_ac_option 'op'), not Megatron-Core's core-attention recompute (costs/memory.py op_sac_bytes)."""
+        return self.zero == 3 and self.recompute == "selective"
+
+    @property
     def shard_size(self) -> int:
         """GPUs a ZeRO-3 parameter is sharded over (dp_shard, or all of dp)."""
         return self.dp_shard or self.dp

@@ -159,8 +159,27 @@ def _fused_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float
     return s * b * (replicated + sharded), core
 
 
+def op_sac_bytes(model, training, cfg: ParallelConfig) -> tuple[float, float]:
+    """(linear, core) bytes one layer keeps under torchtitan's per-op selective checkpointing, one micro-batch.
+
+    pytorch/torchtitan @ 9dec370ad26b5f8e9a7333a0e36165018262644b torchtitan/parallelisms/parallelize_llama.py
+    (_save_list, _custom_policy; the same policy at 238fa995): the outputs of mm, SDPA and reduce_scatter are saved,
+    except every second mm of a layer, and everything else is recomputed in backward from the layer's input. A Llama
+    block runs wq, wk, wv, wo, w1, w3, w2 in that order, so wq, wv, w1 and w2's outputs are kept (wk, wo, w3
+    recomputed), with SDPA's output and log-sum-exp and the block's input; with tensor parallelism w2's partial
+    output and its reduce-scattered sequence shard both."""
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    kv, f = model.kv_channels, model.ffn_hidden_size
+    sp = t if cfg.sequence_parallel else 1
+    w2 = 2 * h + (2 * h / sp if t > 1 else 0.0)
+    lin = s * b * (2 * h / sp + 2 * h / t + 2 * kv / t + 2 * h / t + 2 * f / t + w2)
+    return lin, lse_bytes(model, training, cfg)
+
+
 def layer_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float, float]:
     """(linear-in-s part, attention-core part) of one layer's stored activations, one micro-batch, bytes."""
+    if cfg.op_sac:
+        return op_sac_bytes(model, training, cfg)
     if fused_attention(training):
         return _fused_activation_parts(model, training, cfg)
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
@@ -225,6 +244,9 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     input); the small constants (how many h-wide buffers) are matched op by op to the profiler."""
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     f, kv = model.ffn_hidden_size, model.kv_channels
+    if cfg.op_sac:       # the block is rebuilt (what was not saved) before its backward, as with full recompute
+        from dataclasses import replace
+        return layer_transient_bytes(model, training, replace(cfg, recompute="full"))
     P = layer_saved_pieces(model, training, cfg)
     rc = cfg.recompute
     if fused_attention(training):
@@ -335,7 +357,11 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     if not held:
         return 0.0
     s, b = training.seq_length, cfg.micro_batch_size
-    return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (4 * held + 2)
+    # ZeRO-3 plans are torchtitan's: its loss is F.cross_entropy(pred.float()) (pytorch/torchtitan @ 9dec370a
+    # train.py loss_fn): log_softmax keeps its fp32 output per held micro-batch, and its backward has the dense fp32
+    # gradient of that output and its own fp32 result live together (8 bytes per logit instead of one 16-bit buffer)
+    live = 8 if cfg.zero == 3 else 2
+    return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (4 * held + live)
 
 
 def edge_activation_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
@@ -408,7 +434,7 @@ def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
     - projection input: unfused attention, only the projection held it: 2 -> 1 byte; fused attention keeps its bf16
       output for its own backward anyway, so TE's fp8 copy is one more byte, h/t wide.
     The norms' inputs (residual stream), Q, K, V and the activation's input stay bf16."""
-    if training.precision != "fp8" or cfg.recompute == "full":
+    if training.precision != "fp8" or cfg.recompute == "full" or cfg.op_sac:
         return 0.0
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     sp = t if cfg.sequence_parallel else 1
