@@ -217,7 +217,7 @@ def parse_spec(data, file: str | None = None) -> Spec:
             # microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py PipelineEngine.__init__ asserts
             # zero_optimization_stage() < 2: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
             raise SpecError(file, "search.zero", f"has {z}; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 "
-                            "only (ZeRO-2 and ZeRO-3 are incompatible with its pipeline parallelism)")
+                            "only")
     if 3 in search.zero and training.precision == "fp8":
         raise SpecError(file, "search.zero", "has 3 (FSDP, planned as torchtitan runs it); training.precision fp8 is "
                         "Transformer Engine's recipe, which the planner models for Megatron-Core only")
