@@ -76,6 +76,14 @@ def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs)
         return max(m.total for m in stage_memory(spec, cfg, costs)) / GiB
 
     head = f"{_family(best.cfg)} chosen ({t:.4f} s, {peak(best.cfg):.1f} GiB)"
+    lower = [z for z in spec.search.zero if z < 3]
+    if mine and lower:
+        from dataclasses import replace
+        same = replace(best.cfg, zero=max(lower), dp_shard=0)
+        need = peak(same)
+        if need > memory_limit_GiB(spec):
+            head += (f"; the same split with ZeRO-{max(lower)} needs {need:.1f} GiB, over the "
+                     f"{memory_limit_GiB(spec):.1f} GiB usable")
     others = [c for c in cands if (c.cfg.zero == 3) != mine]
     if others:
         o = min(others, key=lambda c: c.result.objective)
