@@ -275,7 +275,8 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
 
 def deepspeed_config(solution: dict, file: str | None = None) -> dict:
     """A DeepSpeed config (JSON) for a ZeRO-3 plan: DeepSpeed's ZeRO-3 runs without pipeline parallelism
-    (deepspeed/runtime/pipe/engine.py refuses ZeRO >= 2 in its PipelineEngine) and shards over all of dp (its
+    (microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3 deepspeed/runtime/pipe/engine.py refuses ZeRO >= 2
+    in its PipelineEngine; keys from deepspeed/runtime/zero/config.py) and shards over all of dp (its
     MiCS / hpZ partial sharding are not HSDP as planned here)."""
     c = _config(solution, file)
     cfg = ParallelConfig.from_dict(c, file)

@@ -214,7 +214,7 @@ def parse_spec(data, file: str | None = None) -> Spec:
                         "runs only its 1F1B TrainSchedule")
     for z in (2, 3):
         if training.pipeline_engine == "deepspeed" and z in search.zero:
-            # microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py PipelineEngine.__init__ asserts
+            # microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3 deepspeed/runtime/pipe/engine.py asserts
             # zero_optimization_stage() < 2: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
             raise SpecError(file, "search.zero", f"has {z}; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 "
                             "only")
