@@ -132,3 +132,14 @@ def test_exports_refuse_what_the_framework_cannot_run():
     assert json.loads(json.dumps(ds))["zero_optimization"]["stage"] == 3
     assert ds["train_batch_size"] == 64 and ds["gradient_accumulation_steps"] == 4
     assert np.isfinite(ds["train_micro_batch_size_per_gpu"])
+
+
+def test_cli_refuses_zero3_outside_torchtitan(tmp_path, capsys):
+    from planner.cli.main import main
+    spec = "specs/llama3-8b-h100-fsdp-128.yaml"
+    base = ["estimate", spec, "--tp", "1", "--mbs", "1", "--zero", "3"]
+    for extra, flag in ((["--pp", "2", "--dp", "64", "--schedule", "zb-h1"], "--schedule"),
+                        (["--pp", "2", "--dp", "64", "--pipeline-engine", "deepspeed"], "--zero"),
+                        (["--pp", "1", "--dp", "128", "--dp-shard", "3"], "--dp-shard")):
+        assert main(base + extra) == 2
+        assert flag in capsys.readouterr().err

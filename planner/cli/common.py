@@ -7,6 +7,7 @@ from planner.config import (
     PIPELINE_ENGINES,
     RECOMPUTE,
     SCHEDULES,
+    TORCHTITAN_SCHEDULES,
     V_SHAPES,
     ZERO_STAGES,
     ParallelConfig,
@@ -70,6 +71,8 @@ def with_engine(args, spec, cfg: ParallelConfig | None = None):
         spec = dataclasses.replace(spec, training=dataclasses.replace(spec.training, pipeline_engine=engine))
     if cfg is not None and spec.training.pipeline_engine == "deepspeed" and cfg.schedule != "1f1b":
         raise SpecError(None, "--schedule", f"{cfg.schedule}: the deepspeed pipeline engine runs only 1f1b")
+    if cfg is not None and spec.training.pipeline_engine == "deepspeed" and cfg.zero == 3:
+        raise SpecError(None, "--zero", "3: DeepSpeed's ZeRO-3 is incompatible with its pipeline engine")
     return spec
 
 
@@ -92,6 +95,16 @@ def config_from_args(args, spec) -> ParallelConfig:
     why = dp_shard_problem(cfg)
     if why:
         raise SpecError(None, "--dp-shard", why)
+    if cfg.zero == 3:        # ZeRO-3 is costed as torchtitan's FSDP2 (docs/notes/fsdp.md)
+        if cfg.schedule not in TORCHTITAN_SCHEDULES:
+            raise SpecError(None, "--schedule", f"{cfg.schedule}: ZeRO-3 plans run on torchtitan's schedules "
+                                                f"{sorted(TORCHTITAN_SCHEDULES)}")
+        if cfg.account_embedding or cfg.account_loss:
+            raise SpecError(None, "--account-embedding", "ZeRO-3 plans are torchtitan's, which has no accounted "
+                                                         "embedding / loss split")
+        if cfg.tp > 1 and not cfg.sequence_parallel:
+            raise SpecError(None, "--sp", "ZeRO-3 plans with --tp > 1 are torchtitan's, whose tensor parallelism "
+                                          "always shards the norms: add --sp")
     return cfg
 
 
