@@ -143,3 +143,17 @@ def test_cli_refuses_zero3_outside_torchtitan(tmp_path, capsys):
                         (["--pp", "1", "--dp", "128", "--dp-shard", "3"], "--dp-shard")):
         assert main(base + extra) == 2
         assert flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("h, a, kv, f, s", [(256, 4, 1, 768, 64), (256, 4, 4, 512, 32)])
+def test_op_sac_bytes_match_a_fake_tensor_torchtitan_block(h, a, kv, f, s):
+    """ZeRO-3 plans' selective recompute (torchtitan's per-op policy): the count equals what torch's selective
+    checkpointing keeps for a torchtitan-style block (GQA and MHA), measured on fake tensors."""
+    from types import SimpleNamespace
+
+    from planner.costs.memory import op_sac_bytes
+    from planner.profile.torchtitan_block import saved_bytes
+    model = SimpleNamespace(hidden_size=h, kv_channels=kv * (h // a), ffn_hidden_size=f, num_attention_heads=a)
+    cfg = ParallelConfig(1, 1, 8, 1, 1, "1f1b", 1, "selective", 3, False)
+    lin, core = op_sac_bytes(model, SimpleNamespace(seq_length=s), cfg)
+    assert lin + core == saved_bytes(h, a, kv, f, s)
