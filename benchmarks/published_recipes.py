@@ -34,11 +34,14 @@ from planner.errors import SpecError  # noqa: E402
 from planner.io import load_yaml  # noqa: E402
 
 DATA = os.path.join(ROOT, "benchmarks", "data", "published_recipes.yaml")
+# issue #9: FSDP / HSDP rows (torchtitan, Megatron-Bridge), read after DATA (docs/notes/fsdp.md)
+DATA_FSDP = os.path.join(ROOT, "benchmarks", "data", "published_recipes_fsdp.yaml")
 CLUSTER = os.path.join(ROOT, "clusters", "dgx-h100.yaml")
 
 KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", "sequence_parallel",
          "distributed_optimizer", "attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-         "tp_comm_overlap", "uneven_stages")
+         "tp_comm_overlap", "uneven_stages",
+         "fsdp", "gpu_memory_GiB")     # fsdp: ZeRO-3 shard degree (< dp: HSDP); gpu_memory_GiB: the run's GPU
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
@@ -89,8 +92,8 @@ def load_rows(path: str = DATA) -> tuple[dict, list[dict]]:
             raise ValueError(f"{path}: row {rid}: {sorted(unstated & set(r['knobs']))} both stated and unstated")
         if unstated - assumed:
             raise ValueError(f"{path}: row {rid}: unstated {sorted(unstated - assumed)} need an `assumed` value")
-        if not set(r["measured"]) & set(METRICS) or set(r["measured"]) - set(METRICS):
-            raise ValueError(f"{path}: row {rid}.measured: one or more of {list(METRICS)}")
+        if not set(r["measured"]) & set(METRICS) or set(r["measured"]) - set(METRICS) - {"memory_GiB"}:
+            raise ValueError(f"{path}: row {rid}.measured: one or more of {list(METRICS)} (and memory_GiB)")
         for k in ("tp", "pp", "gbs", "seq"):
             if k not in r["knobs"]:
                 raise ValueError(f"{path}: row {rid}.knobs.{k}: is missing")
@@ -216,6 +219,13 @@ def build(row: dict):
     cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, vp, kn.get("recompute", "none"),
                          1 if kn.get("distributed_optimizer") else 0, bool(kn.get("sequence_parallel")) and tp > 1,
                          **({"cp": cp} if cp > 1 else {}))
+    if kn.get("fsdp"):          # ZeRO-3 over `fsdp` GPUs (HSDP when fewer than dp)
+        from dataclasses import replace
+        cfg = replace(cfg, zero=3, dp_shard=kn["fsdp"] if kn["fsdp"] < dp else 0)
+    if kn.get("gpu_memory_GiB"):
+        from dataclasses import replace
+        spec = replace(spec, cluster=replace(spec.cluster, gpu=replace(spec.cluster.gpu,
+                                                                         memory_GiB=kn["gpu_memory_GiB"])))
     return spec, cfg, sorted(set(missing)), notes
 
 
@@ -231,7 +241,10 @@ def evaluate_row(row: dict) -> dict:
             "partial": is_partial(row), "unstated": list(row.get("unstated") or []), "missing": missing,
             "notes": notes, "published_s": published, "published_via": via, "predicted_s": est.iteration_s,
             "error": est.iteration_s / published - 1, "peak_GiB": est.peak_memory_GiB, "gpu_GiB": gpu_GiB,
-            "usable_GiB": est.memory_limit_GiB, "fits": est.peak_memory_GiB <= gpu_GiB}
+            "usable_GiB": est.memory_limit_GiB, "fits": est.peak_memory_GiB <= gpu_GiB,
+            **({"measured_GiB": row["measured"]["memory_GiB"],
+                "memory_error": est.peak_memory_GiB / row["measured"]["memory_GiB"] - 1}
+               if "memory_GiB" in row["measured"] else {})}
 
 
 def summary(results: list[dict]) -> dict:
@@ -241,7 +254,10 @@ def summary(results: list[dict]) -> dict:
             "full_knob_fit": sum(r["fits"] for r in full),
             "median_abs_error": statistics.median(errs) if errs else None, "max_abs_error": max(errs) if errs else None,
             "partial_median_abs_error": (statistics.median(abs(r["error"]) for r in results if r["partial"])
-                                         if any(r["partial"] for r in results) else None)}
+                                         if any(r["partial"] for r in results) else None),
+            **({"memory_rows": sum("memory_error" in r for r in results),
+                "memory_max_abs_error": max(abs(r["memory_error"]) for r in results if "memory_error" in r)}
+               if any("memory_error" in r for r in results) else {})}
 
 
 def print_table(results: list[dict], s: dict) -> None:
@@ -252,6 +268,8 @@ def print_table(results: list[dict], s: dict) -> None:
         extra = ",".join(r["missing"]) or "-"
         if r["notes"]:
             extra += "  (" + "; ".join(r["notes"]) + ")"
+        if "memory_error" in r:
+            extra += f"  [measured {r['measured_GiB']:.1f} GiB: memory {r['memory_error']:+.1%}]"
         print(f"{r['id']:<30} {r['gpus']:>5} {r['config']:<48} {r['published_s']:>7.3f} {r['predicted_s']:>7.3f} "
               f"{r['error']:>+7.1%} {r['peak_GiB']:>8.1f} {'yes' if r['fits'] else 'NO':>4}  {kind:<8} {extra}")
     med, mx = s["median_abs_error"], s["max_abs_error"]
@@ -261,6 +279,9 @@ def print_table(results: list[dict], s: dict) -> None:
         print(f"full-knob rows: median |error| {med:.1%}, max |error| {mx:.1%} (target: <= 8%, <= 15%)")
     if s["partial_median_abs_error"] is not None:
         print(f"partial rows (not in the target): median |error| {s['partial_median_abs_error']:.1%}")
+    if "memory_rows" in s:
+        print(f"rows with measured memory: {s['memory_rows']}, max |memory error| {s['memory_max_abs_error']:.1%} "
+              "(target: <= 10%)")
 
 
 def main(argv=None) -> int:
@@ -270,18 +291,28 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     _, rows = load_rows(args.data)
+    # the FSDP rows (#9) are their own set with their own summary, after the #8 table
+    extra = load_rows(DATA_FSDP)[1] if args.data == DATA and os.path.exists(DATA_FSDP) else []
     if args.rows:
         want = args.rows.split(",")
-        unknown = set(want) - {r["id"] for r in rows}
+        unknown = set(want) - {r["id"] for r in rows + extra}
         if unknown:
             ap.error(f"unknown rows {sorted(unknown)}")
+        extra = [r for r in extra if r["id"] in want]
         rows = [r for r in rows if r["id"] in want]
     results = [evaluate_row(r) for r in rows]
     s = summary(results)
+    more = [evaluate_row(r) for r in extra]
     if args.json:
-        print(json.dumps({"rows": results, "summary": s}, indent=1))
+        print(json.dumps({"rows": results, "summary": s,
+                          **({"fsdp_rows": more, "fsdp_summary": summary(more)} if more else {})}, indent=1))
     else:
-        print_table(results, s)
+        if results:
+            print_table(results, s)
+        if more:
+            print(f"\nFSDP / ZeRO-3 rows (#9, {os.path.relpath(DATA_FSDP, ROOT)}; targets: median |error| <= 10%, "
+                  "max <= 20%, memory within 10%)")
+            print_table(more, summary(more))
     return 0
 
 

@@ -33,7 +33,8 @@ def plan_table(sol) -> Table:
                              f"act {md['activations']:.1f}, logits {md['logits']:.1f}, "
                              f"bwd work {md.get('transient', 0):.1f}, "
                              f"fit+safety {md.get('correction', 0) + md.get('safety', 0):.1f}, "
-                             f"frag {md.get('fragmentation', 0):.1f}, ovh {md['overhead']:.1f})")
+                             f"frag {md.get('fragmentation', 0):.1f}, ovh {md['overhead']:.1f}"
+                             + (f", fsdp buffers {md['fsdp']:.1f}" if "fsdp" in md else "") + ")")
     t.add_row("memory per stage", " ".join(f"{v:.1f}" for v in md["per_stage"]))
     if sol.simulated:
         t.add_row("simulated", f"{sol.simulated.get('iteration_s', 0):.3f} s, peak "
@@ -46,6 +47,8 @@ def plan_table(sol) -> Table:
     t.add_row("search", f"{s.candidates} configs, {s.pruned_memory} over memory, {s.pruned_bound} pruned by "
                         f"bound, {s.mappings_solved} mappings solved, {s.mappings_proved} settled by CP-SAT "
                         "(proved optimal, or proved unable to beat the incumbent)")
+    if getattr(s, "note", ""):
+        t.add_row("note", s.note)
     return t
 
 

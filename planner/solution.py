@@ -95,6 +95,10 @@ class Solution:
             **({"precision": "fp8"} if self.spec.training.precision == "fp8" else {}),
             "overlap": dict(vars(self.spec.training.overlap)),        # training.overlap, for export's flags
             **self._cp_comm(),
+            # ZeRO-3 plans (torchtitan's FSDP2): what its job config needs beyond the parallel config
+            **({"framework": "torchtitan", "precision": self.spec.training.precision,
+                "seq_length": self.spec.training.seq_length, "num_layers": self.spec.model.num_layers}
+               if self.config.zero == 3 else {}),
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
                        # a tp x cp group wider than a node: each block on this many nodes from its grid entry on
                        **({"nodes_per_block": self.layout.span} if self.layout.span > 1 else {}),
@@ -124,7 +128,7 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
     expected = cfg.pp * cfg.dp * cfg.tp * cfg.cp
     if len(where) != expected:
         raise SpecError(file, "mapping", f"has {len(where)} distinct workers, the config needs {expected}")
-    for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpus_per_node):
+    for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpus_per_node, cfg.dp_shard):
         grid = np.full((lay.rows, lay.cols), -1)
         ok = True
         per_node = gpus_per_node // lay.span if lay.span > 1 else None

@@ -251,7 +251,9 @@ class ComputeModel:
     def step_time(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> float:
         from planner.costs.memory import stage_params
         opt = stage_params(model, cfg, stage) * OPT_BYTES_PER_PARAM / (self.hbm_GBps * 1e9)
-        if cfg.zero >= 1:
+        if cfg.zero == 3:
+            opt /= cfg.shard_size        # HSDP: each replica steps its shard
+        elif cfg.zero >= 1:
             opt /= cfg.dp
         if training.precision == "fp8":     # TE casts each weight (and its transpose) once, on the first micro-batch
             from planner.costs.memory import fp8_gemm_weights
@@ -267,6 +269,8 @@ class ComputeModel:
         bwd = self.pass_times(p)[1] + comm
         w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
         rc = {"none": 0.0, "selective": attn, "full": fwd}[cfg.recompute]
+        if cfg.op_sac:
+            rc = op_sac_recompute_s(model, p)
         first, last, head_comm = self.head_times(model, cluster, training, cfg)
         from planner.costs.memory import stage_layer_count
         out = []
@@ -288,6 +292,16 @@ class ComputeModel:
     # --- profiles ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"compute": self.params(), "comm": self.comm.to_dict()}
+
+
+def op_sac_recompute_s(model, parts: dict) -> float:
+    """Recompute of one layer under torchtitan's per-op selective checkpointing (memory.op_sac_bytes): the wk, wo and
+    w3 GEMMs (their share of the layer's GEMM FLOPs, at the layer's GEMM rate) and every element-wise op; SDPA is
+    saved, not rerun."""
+    h, kv, f = model.hidden_size, model.kv_channels, model.ffn_hidden_size
+    g = 2 if model.gated_mlp else 1
+    share = (h * kv + h * h + (h * f if g == 2 else 0)) / (h * (h + 2 * kv) + h * h + g * h * f + f * h)
+    return share * parts["gemm"] + parts["elem"]
 
 
 def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, float]:

@@ -20,7 +20,8 @@ from planner.costs import Costs, default_costs
 from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES
-from planner.costs.memory import GiB, MemoryBreakdown, stage_layer_count, stage_params
+from planner.costs.fsdp import fsdp_collectives
+from planner.costs.memory import GiB, MemoryBreakdown, fsdp_units, stage_layer_count, stage_params
 from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
@@ -276,6 +277,32 @@ def first_chunk_params(model, cfg: ParallelConfig) -> float:
     return first * model.layer_params() / cfg.tp + model.embedding_params() / cfg.tp
 
 
+def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, b: int, K: int, pair_GBps=None):
+    """ZeRO-3 (FSDP2 as torchtitan runs it): exposed seconds of one device of `stage`, as (per micro-batch forward, per
+    micro-batch backward, once per iteration); scalars or arrays over candidate links (monotone in the link time).
+
+    FSDP2 prefetches the next unit's all-gather while the current unit computes (implicit prefetch in forward, and in
+    backward in reverse order), each unit one piece of exposed_s over the stage's F (B) time of one micro-batch.
+    - pp = 1 (reshard after forward): every micro-batch gathers in forward, gathers again in backward and
+      reduce-scatters (+ HSDP's replicate all-reduce), torchtitan's gradient accumulation syncing each one;
+    - pp > 1 (no reshard after forward; gradient sync only on the last micro-batch): one gather before the first
+      forward, one reduce-scatter (+ all-reduce) after the last backward, hidden behind one micro-batch's F (B).
+    The overlap flags of training.overlap are Megatron-Core's and do not apply: FSDP2 always overlaps."""
+    units = fsdp_units(spec.model, cfg, stage)
+    ag, rs, rep = fsdp_collectives(spec, cfg, costs, sum(units), b, K, pair_GBps)
+    n = len(units)
+    hb, hf = max(st[stage].backward, 0.0), max(st[stage].forward, 0.0)
+    if cfg.pp == 1:
+        return exposed_s(ag, hf, n), exposed_s(ag + rs + rep, hb, n), 0.0 * ag
+    return 0.0 * ag, 0.0 * ag, exposed_s(ag, hf, n) + exposed_s(rs + rep, hb, n)
+
+
+def fsdp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, b: int, K: int, pair_GBps=None):
+    """The whole iteration's exposed ZeRO-3 time of one device of `stage` (fsdp_exposed_parts)."""
+    f, bw, it = fsdp_exposed_parts(spec, cfg, costs, st, stage, b, K, pair_GBps)
+    return cfg.num_microbatches * (f + bw) + it
+
+
 def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int, pair_GBps=None):
     """Data-parallel time of one row of blocks (its `stages`), per candidate link when pair_GBps is a matrix.
 
@@ -285,6 +312,12 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
     chunk in its buckets), which the simulator, replaying each chunk's own last backward, can only beat.
     The worst stage of the row counts. Monotone in the link time, so the mapping models keep their structure."""
     model = spec.model
+    if cfg.zero == 3:
+        out = None
+        for s in stages:
+            e = fsdp_exposed_s(spec, cfg, costs, st, s, b, K, pair_GBps)
+            out = e if out is None else np.maximum(out, e)
+        return out
     if not overlap_of(spec).grad_reduce:
         params = max(stage_params(model, cfg, s) for s in stages)
         return dp_allreduce_s(spec, cfg, costs, params, b, K, pair_GBps)
@@ -389,7 +422,7 @@ def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndar
 
 def default_layout(cfg: ParallelConfig, gpus_per_node: int) -> Layout:
     """The layout Megatron's rank order (tp -> cp -> dp -> pp) produces on consecutive nodes."""
-    opts = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpus_per_node)
+    opts = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpus_per_node, cfg.dp_shard)
     if not opts:
         raise ValueError(f"{cfg.label()} does not tile onto nodes of {gpus_per_node} GPUs")
     # rank order fills a node with data-parallel replicas first

@@ -31,11 +31,15 @@ class Layout:
         return f"{self.a}x{self.b}" + (f"/{self.span}n" if self.span > 1 else "")
 
 
-def layouts(tp: int, pp: int, dp: int, gpus_per_node: int) -> list[Layout]:
+def layouts(tp: int, pp: int, dp: int, gpus_per_node: int, shard: int = 0) -> list[Layout]:
     """All block shapes that tile the config onto whole nodes. `tp` is the width of a replica of a stage (tp * cp);
-    wider than a node (a multiple of it): one block per (stage, replica) on tp / gpus_per_node consecutive nodes."""
+    wider than a node (a multiple of it): one block per (stage, replica) on tp / gpus_per_node consecutive nodes.
+    HSDP (ZeRO-3 with a shard group of 1 < shard < dp
+    replicas): only those whose node holds whole shard groups (b % shard == 0), so the per-layer all-gathers and
+    reduce-scatters stay on NVLink and the replicate all-reduce is the row's ring over the columns
+    (docs/notes/fsdp.md)."""
     if tp > gpus_per_node and tp % gpus_per_node == 0:
-        return [Layout(1, 1, pp, dp, tp // gpus_per_node)]
+        return [] if 1 < shard < dp else [Layout(1, 1, pp, dp, tp // gpus_per_node)]
     if gpus_per_node % tp:
         return []
     slots = gpus_per_node // tp
@@ -46,7 +50,7 @@ def layouts(tp: int, pp: int, dp: int, gpus_per_node: int) -> list[Layout]:
         if slots % a:
             continue
         b = slots // a
-        if pp % a == 0 and dp % b == 0:
+        if pp % a == 0 and dp % b == 0 and not (1 < shard < dp and b % shard):
             out.append(Layout(a, b, pp // a, dp // b))
     return out
 

@@ -129,5 +129,5 @@ def check_config(spec, cfg: ParallelConfig) -> None:
                                        f"{spec.training.global_batch_size}")
     if cfg.cp > 1:
         check_cp(spec, cfg, "--cp")
-    if not layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, cl.gpus_per_node):
+    if not layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, cl.gpus_per_node, cfg.dp_shard):
         raise SpecError(None, "--tp/--pp/--dp", "the config does not tile whole nodes")

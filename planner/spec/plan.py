@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ZERO_STAGES
+from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, TORCHTITAN_SCHEDULES, ZERO_STAGES
 from planner.errors import SpecError
 from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
@@ -106,7 +106,11 @@ class SearchSpec:
     recompute: tuple = ("none", "selective", "full")
     """Activation recomputation modes to try (config.RECOMPUTE)."""
     zero: tuple = (0, 1)
-    """ZeRO stages to try (config.ZERO_STAGES)."""
+    """ZeRO stages to try (config.ZERO_STAGES); 3 = FSDP / ZeRO-3 as torchtitan's FSDP2 runs it (docs/notes/fsdp.md)."""
+    dp_shard: tuple = (0,)
+    """ZeRO-3 shard-group sizes to try (ParallelConfig.dp_shard): 0 = shard over all dp (FSDP), k > 1 = HSDP with
+    k-way shard groups inside a node (those that divide dp are tried). `auto` = 0 and every divisor > 1 of
+    gpus_per_node."""
     micro_batch_sizes: tuple | None = None
     """Micro-batch sizes to try; None: auto (powers of two up to 16 that divide)."""
     virtual_stages: tuple = (2,)
@@ -219,8 +223,22 @@ def parse_spec(data, file: str | None = None) -> Spec:
         raise SpecError(file, "search.schedules", f"has {', '.join(other)}; training.pipeline_engine deepspeed "
                         "runs only its 1F1B TrainSchedule")
     _check_context_parallel(file, training, search, cluster)
-    if training.pipeline_engine == "deepspeed" and 2 in search.zero:
-        raise SpecError(file, "search.zero", "has 2; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only")
+    for z in (2, 3):
+        if training.pipeline_engine == "deepspeed" and z in search.zero:
+            # microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3 deepspeed/runtime/pipe/engine.py asserts
+            # zero_optimization_stage() < 2: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+            raise SpecError(file, "search.zero", f"has {z}; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 "
+                            "only")
+    if 3 in search.zero and training.precision == "fp8":
+        raise SpecError(file, "search.zero", "has 3 (FSDP, planned as torchtitan runs it); training.precision fp8 is "
+                        "Transformer Engine's recipe, which the planner models for Megatron-Core only")
+    if 3 in search.zero:
+        bad = [x for x in search.schedules if x not in TORCHTITAN_SCHEDULES]
+        if len(bad) == len(search.schedules):
+            raise SpecError(file, "search.schedules", f"has only {', '.join(bad)}; ZeRO-3 plans (search.zero 3) "
+                            f"run on torchtitan's schedules {sorted(TORCHTITAN_SCHEDULES)}")
+    if search.dp_shard != (0,) and 3 not in search.zero:
+        raise SpecError(file, "search.dp_shard", "sets HSDP shard groups, which need 3 in search.zero")
     raw = {"name": name, "model": mdata, "cluster": cdata, "training": data.get("training"),
            "search": data.get("search"), "solver": data.get("solver")}
     return f.build(Spec, name=name, model=model, cluster=cluster, training=training, search=search, solver=solver,
@@ -338,6 +356,26 @@ def _uneven_stages(f: Fields):
     return tuple(sorted(set(v)))
 
 
+def _dp_shard(f: Fields, cluster: ClusterSpec):
+    """search.dp_shard: absent (the dataclass default: 0 only), 'auto' (0 and the divisors > 1 of gpus_per_node) or
+    a list of 0 and shard-group sizes > 1 that divide gpus_per_node (HSDP's shard group stays inside a node)."""
+    v = f.raw("dp_shard", None)
+    if v is None:
+        return DEFAULT
+    gpn = cluster.gpus_per_node
+    if v == "auto":
+        return (0,) + tuple(d for d in range(2, gpn + 1) if gpn % d == 0)
+    if not isinstance(v, list):
+        v = [v]
+    if not v:
+        raise f.error("dp_shard", "must not be empty")
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x == 1 or (x and gpn % x):
+            raise f.error("dp_shard", f"must be 'auto' or a list of 0 (shard over all dp) and HSDP shard-group sizes "
+                                      f"> 1 that divide gpus_per_node={gpn}, got {x!r}")
+    return tuple(sorted(set(v)))
+
+
 def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
     s = f.build(
         SearchSpec,
@@ -352,6 +390,7 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
         top_k=f.int("top_k", DEFAULT),
         uneven_stages=_uneven_stages(f),
         context_parallel=_pos_ints(f, "context_parallel") or DEFAULT,
+        dp_shard=_dp_shard(f, cluster),
     )
     # checked against the cluster here, not in Spec: a sweep validates one search block per cluster it lists
     if s.tensor_parallel:
