@@ -38,21 +38,21 @@ CLUSTER = os.path.join(ROOT, "clusters", "dgx-h100.yaml")
 
 KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", "sequence_parallel",
          "distributed_optimizer", "attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-         "tp_comm_overlap", "uneven_stages")
+         "tp_comm_overlap", "uneven_stages", "grad_reduce_in_fp32")
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
 # knob -> the `training:` key it becomes (same name unless given). The parser decides whether the key exists:
 # an unknown key or a refused value (today: all of these, and precision fp8) makes the knob `missing` and the
 # row falls back to the value in FALLBACK (None: the key is left out, the planner's own default applies).
-TRAINING_KEYS = {"precision": "precision", "attention": "attention"}
+TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32"}
 # recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
 OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
                 "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm"}
 FALLBACK = {"precision": "bf16"}
 # a knob whose value is the planner's behaviour today needs no key: not missing
 IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
-            "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16"}
+            "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "grad_reduce_in_fp32": False}
 
 
 # ---- the data file ---------------------------------------------------------------------------------------------
