@@ -18,7 +18,7 @@ import numpy as np
 from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.comm import p2p_time, ring_allreduce_time
-from planner.costs.compute import BYTES
+from planner.costs.compute import BYTES, activation_precision
 from planner.costs.memory import GiB, MemoryBreakdown, stage_layer_count, stage_params
 from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
 from planner.mapping.problem import Layout, MappingProblem, layouts
@@ -56,6 +56,12 @@ class Estimate:
         return {"iteration_s": self.iteration_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
                 "compute_s": self.compute_s, "pp_comm_s": self.pp_comm_s, "dp_comm_s": self.dp_comm_s,
                 "emb_comm_s": self.emb_comm_s, "memory_GiB": self.memory_dict()}
+
+
+def mfu_note(spec) -> str:
+    """What an MFU figure is measured against: for fp8 plans the 16-bit (bf16) peak, as NeMo's and Megatron's model
+    TFLOP/s figures are; empty for 16/32-bit plans, whose MFU is against their own peak."""
+    return " of the bf16 peak" if spec.training.precision == "fp8" else ""
 
 
 def memory_limit_GiB(spec) -> float:
@@ -397,7 +403,9 @@ def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndar
     emb = float(problem.emb_costs(assign).max())
     tokens = spec.training.global_batch_size * spec.training.seq_length
     flops = spec.model.model_flops_per_token(spec.training.seq_length) * tokens
-    peak = spec.cluster.gpu.peak_flops(spec.training.precision) * cfg.num_gpus
+    # MFU against the 16-bit peak also for fp8 plans: model TFLOP/s over the bf16 peak, as NeMo and Megatron report
+    # it (MFU_PEAK_NOTE), so fp8 and bf16 plans compare on one scale
+    peak = spec.cluster.gpu.peak_flops(activation_precision(spec.training.precision)) * cfg.num_gpus
     return Estimate(t, tokens / t, flops / (t * peak), problem.const, path, dpc,
                     stage_memory(spec, cfg, costs), memory_limit_GiB(spec), emb)
 
