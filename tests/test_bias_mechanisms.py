@@ -126,3 +126,15 @@ def test_new_keys_are_validated():
                                        "overlap": {"grad_reduce": False, "param_gather": False, "p2p": False,
                                                    "tp_comm": False}}}, "x.yaml")
     assert ds.training.overlap == OverlapSpec.none()
+
+
+def test_export_names_the_nemo_overrides():
+    from planner.export import nemo_overrides
+    c = {"tp": 4, "pp": 2, "schedule": "interleaved", "sequence_parallel": True, "recompute": "full", "zero": 1}
+    (line,) = nemo_overrides(dict(vars(OverlapSpec(p2p=False))), c, "megatron")
+    assert line.startswith("# NeMo 2.0 recipe:")
+    for part in ('recompute_granularity = "full"', "use_distributed_optimizer = True", "overlap_grad_reduce=True",
+                 "tp_comm_overlap=True", "overlap_p2p_comm=False", "sequence_parallel = True"):
+        assert part in line
+    assert nemo_overrides(None, c, "deepspeed") == []
+    assert "MegatronCommOverlapCallback" not in nemo_overrides(None, {**c, "schedule": "1f1b"}, "megatron")[0]
