@@ -404,7 +404,7 @@ def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndar
     tokens = spec.training.global_batch_size * spec.training.seq_length
     flops = spec.model.model_flops_per_token(spec.training.seq_length) * tokens
     # MFU against the 16-bit peak also for fp8 plans: model TFLOP/s over the bf16 peak, as NeMo and Megatron report
-    # it (MFU_PEAK_NOTE), so fp8 and bf16 plans compare on one scale
+    # it (mfu_note says so in the output), so fp8 and bf16 plans compare on one scale
     peak = spec.cluster.gpu.peak_flops(activation_precision(spec.training.precision)) * cfg.num_gpus
     return Estimate(t, tokens / t, flops / (t * peak), problem.const, path, dpc,
                     stage_memory(spec, cfg, costs), memory_limit_GiB(spec), emb)
