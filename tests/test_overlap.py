@@ -180,3 +180,20 @@ def test_export_flags():
     sol["config"].update(zero=0, sequence_parallel=False)          # flags Megatron would refuse are left out
     args = megatron_args(sol)
     assert "--overlap-grad-reduce" in args and "--overlap-param-gather" not in args and "--tp-comm-overlap" not in args
+
+
+def test_interleaved_needs_pp_above_2_without_p2p_overlap():
+    # Megatron-LM validate_args: interleaved with overlap_p2p_comm off asserts pp > 2
+    from planner.search.space import enumerate_configs
+    d = {"model": {"name": "m", "num_layers": 8, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 1000},
+         "cluster": {"name": "c", "gpu": {"type": "A100", "memory_GiB": 80, "peak_tflops": {"bf16": 312}},
+                     "nodes": 1, "gpus_per_node": 8,
+                     "network": {"intra_node": {"bandwidth_GBps": 300}, "inter_node": {"bandwidth_Gbps": 200}}},
+         "training": {"global_batch_size": 16, "seq_length": 128},
+         "search": {"schedules": ["interleaved"], "virtual_stages": [2]}}
+
+    def pps(p2p):
+        d["training"]["overlap"] = {"p2p": p2p}
+        return {c.pp for c in enumerate_configs(parse_spec(d, "ov.yaml")) if c.schedule == "interleaved"}
+    assert 2 in pps(True) and 4 in pps(True)
+    assert 2 not in pps(False) and 4 in pps(False)

@@ -108,6 +108,10 @@ def _schedules(spec, pp: int, m: int):
                 yield "1f1b", 1, EVEN
             continue
         if sched == "interleaved":
+            if pp <= 2 and not spec.training.overlap.p2p:
+                # Megatron refuses it: with p2p overlap off, pp <= 2 puts two sends and receives between the same
+                # two ranks in one batch (Megatron-LM megatron/training/arguments.py, validate_args)
+                continue
             for v in spec.search.virtual_stages:
                 if v > 1 and m % pp == 0:
                     for split in _splits(spec, pp, v):
