@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from planner import interrupt
+from planner.mapping import work
 
 EXPORT_ENV = "PLANNER_CPSAT_EXPORT"
 PARAMS_ENV = "PLANNER_CPSAT_PARAMS"
@@ -34,12 +35,14 @@ class Debug:
         return cls(export, params) if (export or params) else None
 
 
-def new_solver(time_limit_s: float, workers: int, seed: int) -> cp_model.CpSolver:
-    """The planner's settings: a deterministic portfolio (interleave_search), so the same seed and the same
-    deterministic-time limit give the same answer on any load; the wall clock is a safety stop."""
+def new_solver(time_limit_s: float, workers: int, seed: int, wall_s: float | None = None) -> cp_model.CpSolver:
+    """The planner's settings: a deterministic portfolio (interleave_search with a fixed number of workers:
+    OR-Tools' DeterministicLoop, whose batch size is 3 x workers), so the same seed and the same
+    deterministic-time limit give the same answer on any load; the wall clock (wall_s, default the same
+    number of seconds) is a safety stop."""
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.max_time_in_seconds = float(time_limit_s)
+    prm.max_time_in_seconds = float(time_limit_s if wall_s is None else wall_s)
     prm.num_workers = max(1, workers)
     prm.random_seed = int(seed)
     prm.interleave_search = True
@@ -50,12 +53,15 @@ def new_solver(time_limit_s: float, workers: int, seed: int) -> cp_model.CpSolve
 
 def run(solver: cp_model.CpSolver, model: cp_model.CpModel) -> int:
     """solver.solve(model), stoppable by planner.interrupt.request(); once a stop is requested, no new
-    solve starts (UNKNOWN, as a time limit with no solution)."""
+    solve starts (UNKNOWN, as a time limit with no solution). Its deterministic time is charged to the open
+    work meters (work.py)."""
     solver.parameters.catch_sigint_signal = False
     with interrupt.running(solver):
         if interrupt.requested():
             return cp_model.UNKNOWN
-        return solver.solve(model)
+        st = solver.solve(model)
+    work.charge(solver.response_proto.deterministic_time)     # the work the caller's budget pays (work.py)
+    return st
 
 
 def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, debug: Debug | None = None) -> int:

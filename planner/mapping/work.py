@@ -1,0 +1,59 @@
+"""Work accounting: how a mapping search spends a time limit without reading the clock (issue #10).
+
+A user's time limit of T seconds buys WORK_PER_S x T *work seconds*; each solver charges what it did, in units
+that do not depend on the machine's load:
+- CP-SAT: its deterministic time (solver.deterministic_time(), charged by sat.run after every solve);
+- the annealer: iterations / ANNEAL_ITERS_PER_S;
+- the column decomposition's path enumeration: enumerated items / COLUMN_ITEMS_PER_S.
+The rates were calibrated once (docs/notes/solver.md, "Deterministic work budget") so that a work second
+takes less than a wall second on the development machine with two solves at once; they are never measured
+at run time. The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
+
+Meters nest (a solve inside a solve): a charge counts in every open meter of the current context, so a
+caller sees what its callees spent. Context variables keep concurrent solves in threads apart.
+"""
+from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+# calibration: docs/notes/solver.md, "Deterministic work budget"
+WORK_PER_S = 0.5                 # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
+ANNEAL_ITERS_PER_S = 22000       # annealer iterations per work second (11,000 per second of the limit)
+COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
+
+_meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
+
+
+@dataclass
+class Meter:
+    """Work charged while the meter was open."""
+    used_s: float = 0.0          # work seconds charged so far
+
+
+@contextmanager
+def metered():
+    """with metered() as m: ... ; m.used_s = the work charged inside the block (nested meters included)."""
+    m = Meter()
+    token = _meters.set(_meters.get() + (m,))
+    try:
+        yield m
+    finally:
+        _meters.reset(token)
+
+
+def charge(work_s: float) -> None:
+    """Count work_s work seconds in every open meter."""
+    for m in _meters.get():
+        m.used_s += float(work_s)
+
+
+def anneal_work(iterations: int) -> float:
+    """Work seconds of `iterations` annealer iterations."""
+    return iterations / ANNEAL_ITERS_PER_S
+
+
+def iterations_for(work_s: float) -> int:
+    """Annealer iterations that work_s work seconds buy (at least one)."""
+    return max(1, int(ANNEAL_ITERS_PER_S * work_s))
