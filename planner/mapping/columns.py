@@ -288,7 +288,9 @@ def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: i
     try:
         r = rec(0, list(range(K)), 0, 0)
     except _Stop:
-        return None
+        r = None
+    finally:
+        work.charge(count[0] * work.DFS_NODE_WORK_S)
     if r is None:
         return None
     out = [0] * K

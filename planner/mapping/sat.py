@@ -60,7 +60,8 @@ def run(solver: cp_model.CpSolver, model: cp_model.CpModel) -> int:
         if interrupt.requested():
             return cp_model.UNKNOWN
         st = solver.solve(model)
-    work.charge(solver.response_proto.deterministic_time)     # the work the caller's budget pays (work.py)
+    # the work the caller's budget pays (work.py): CP-SAT's deterministic time and the call's fixed cost
+    work.charge(solver.response_proto.deterministic_time + work.CPSAT_CALL_WORK_S)
     return st
 
 

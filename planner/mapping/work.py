@@ -4,7 +4,11 @@ A user's time limit of T seconds buys WORK_PER_S x T *work seconds*; each solver
 that do not depend on the machine's load:
 - CP-SAT: its deterministic time (solver.deterministic_time(), charged by sat.run after every solve);
 - the annealer: iterations / ANNEAL_ITERS_PER_S;
-- the column decomposition's path enumeration: enumerated items / COLUMN_ITEMS_PER_S.
+- the column decomposition's path enumeration: enumerated items / COLUMN_ITEMS_PER_S, and its depth-first
+  cover search: DFS_NODE_WORK_S per node;
+- a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
+  costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
+  small calls.
 The rates were calibrated once (docs/notes/solver.md, "Deterministic work budget") so that a work second
 takes less than a wall second on the development machine with two solves at once; they are never measured
 at run time. The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
@@ -22,6 +26,8 @@ from dataclasses import dataclass
 WORK_PER_S = 0.5                 # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
 ANNEAL_ITERS_PER_S = 22000       # annealer iterations per work second (11,000 per second of the limit)
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
+DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
+CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
 
