@@ -65,6 +65,8 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
     ran = 0
     for it in range(iterations):
         if (it & 255) == 0 and (time.perf_counter() - t0 > time_limit_s or interrupt.requested()):
+            if not interrupt.requested():
+                work.note_wall()        # the clock, not the iteration budget, ended it
             break
         ran = it + 1
         if style == "planner" and rng.random() < 0.3:

@@ -568,6 +568,7 @@ def _solve_columns(p, sets, limit_int, objective_int, time_limit_s, seed, path_f
         nonlocal wall_stop
         if time.perf_counter() - t0 >= wall_s:
             wall_stop = True
+            work.note_wall()
             return 0.0
         return time_limit_s - spent.used_s
 

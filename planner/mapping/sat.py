@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -21,6 +22,7 @@ EXPORT_ENV = "PLANNER_CPSAT_EXPORT"
 PARAMS_ENV = "PLANNER_CPSAT_PARAMS"
 
 _exported = itertools.count()
+WALL_NEAR = 0.05      # seconds: a call that ran to within this of its wall limit was stopped by it
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,19 @@ def run(solver: cp_model.CpSolver, model: cp_model.CpModel) -> int:
     solve starts (UNKNOWN, as a time limit with no solution). Its deterministic time is charged to the open
     work meters (work.py)."""
     solver.parameters.catch_sigint_signal = False
+    left = work.wall_left()
+    if left is not None:
+        # inside a work-limited search the one wall-clock stop is its safety stop (work.py), never a clock
+        # limit of this call's own: those fire earlier on a loaded machine and would change the answer
+        solver.parameters.max_time_in_seconds = max(0.01, left)
+    t0 = time.perf_counter()
     with interrupt.running(solver):
         if interrupt.requested():
             return cp_model.UNKNOWN
         st = solver.solve(model)
+    if left is not None and st not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and \
+            time.perf_counter() - t0 >= solver.parameters.max_time_in_seconds - WALL_NEAR:
+        work.note_wall()
     # the work the caller's budget pays (work.py): CP-SAT's deterministic time and the call's fixed cost
     work.charge(solver.response_proto.deterministic_time + work.CPSAT_CALL_WORK_S)
     return st

@@ -14,17 +14,21 @@ takes less than a wall second on the development machine with two solves at once
 at run time. The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
 
 Meters nest (a solve inside a solve): a charge counts in every open meter of the current context, so a
-caller sees what its callees spent. Context variables keep concurrent solves in threads apart.
+caller sees what its callees spent. Context variables keep concurrent solves in threads apart. A meter may
+carry the wall-clock safety stop (deadline): inside it, every CP-SAT call stops at that deadline and at no
+earlier clock limit of its own (sat.run), so that only the one safety stop can end a search by the clock, and
+a stop there is noted (Meter.wall_hit) for the record.
 """
 from __future__ import annotations
 
 import contextvars
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 # calibration: docs/notes/solver.md, "Deterministic work budget"
-WORK_PER_S = 0.5                 # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
-ANNEAL_ITERS_PER_S = 22000       # annealer iterations per work second (11,000 per second of the limit)
+WORK_PER_S = 0.4                 # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
+ANNEAL_ITERS_PER_S = 20000       # annealer iterations per work second (8,000 per second of the limit)
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
@@ -35,13 +39,16 @@ _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_me
 @dataclass
 class Meter:
     """Work charged while the meter was open."""
-    used_s: float = 0.0          # work seconds charged so far
+    used_s: float = 0.0              # work seconds charged so far
+    deadline: float | None = None   # the wall-clock safety stop (time.perf_counter() value); None: none here
+    wall_hit: bool = False           # a solver inside stopped at the safety stop (its answer depends on the load)
 
 
 @contextmanager
-def metered():
-    """with metered() as m: ... ; m.used_s = the work charged inside the block (nested meters included)."""
-    m = Meter()
+def metered(deadline: float | None = None):
+    """with metered() as m: ... ; m.used_s = the work charged inside the block (nested meters included).
+    deadline: the safety stop of the block (perf_counter seconds); the earliest open one applies."""
+    m = Meter(deadline=deadline)
     token = _meters.set(_meters.get() + (m,))
     try:
         yield m
@@ -53,6 +60,24 @@ def charge(work_s: float) -> None:
     """Count work_s work seconds in every open meter."""
     for m in _meters.get():
         m.used_s += float(work_s)
+
+
+def deadline() -> float | None:
+    """The earliest safety stop of the open meters (None: no meter carries one)."""
+    ds = [m.deadline for m in _meters.get() if m.deadline is not None]
+    return min(ds) if ds else None
+
+
+def wall_left() -> float | None:
+    """Seconds to the safety stop (None: none)."""
+    d = deadline()
+    return None if d is None else d - time.perf_counter()
+
+
+def note_wall() -> None:
+    """A solver stopped at the wall clock: every open meter's search now depends on the load."""
+    for m in _meters.get():
+        m.wall_hit = True
 
 
 def anneal_work(iterations: int) -> float:

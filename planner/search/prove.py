@@ -11,9 +11,8 @@ import time
 from dataclasses import dataclass
 
 from planner import interrupt
+from planner.mapping import portfolio, work
 from planner.mapping import solve as solve_mapping
-from planner.mapping import work
-from planner.mapping.cpsat import EXACT_MAX_NODES
 from planner.mapping.result import MappingResult
 from planner.search.screen import Candidate
 
@@ -49,7 +48,7 @@ def prove(cands: list[Candidate], best: Candidate, *, method: str, seed: int, ro
             break
         is_best = c is best
         n = c.probs[0].n
-        exact = mmethod == "exact" or (mmethod == "auto" and n <= EXACT_MAX_NODES)
+        exact = mmethod == "exact" or (mmethod == "auto" and n <= portfolio.EXACT_NODES)
         # the incumbent may use everything left; a challenger annealed (no cutoff to prove) gets its share
         share = left if (is_best or exact) else left / (len(todo) - k)
         r = solve_mapping(c.probs, time_limit_s=share / work.WORK_PER_S, seed=seed, method=mmethod,

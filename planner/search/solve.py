@@ -21,14 +21,13 @@ from planner.costs.iteration import build_problem, default_layout, evaluate
 from planner.errors import SpecError
 from planner.mapping import work
 from planner.mapping.problem import layouts
-from planner.search.prove import EXACT_MAX_NODES, prove
+from planner.search.prove import prove
 from planner.search.rerank import SimulationVeto, rerank_by_simulation
 from planner.search.screen import fitting_configs, scenarios, screen
 from planner.search.summary import note_overruled, solver_record, summarise
 from planner.solution import Solution, mapping_to_assign
 
-# EXACT_MAX_NODES is re-exported: code that tunes or mirrors the auto method reads it from here
-__all__ = ["EXACT_MAX_NODES", "check_config", "estimate_plan", "solve"]
+__all__ = ["check_config", "estimate_plan", "solve"]
 
 
 def solve(spec, method: str | None = None, time_limit_s: float | None = None, seed: int | None = None,
@@ -49,14 +48,15 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     vetoed: set = set()
     while True:
         kept = [f for f in fits if f[1] not in vetoed]
-        with work.metered() as spent:
+        with work.metered(deadline=deadline) as spent:
             screening = screen(spec, kept, mats, costs, seed=seed, robust=rob, budget=budget, spent=spent,
                                deadline=deadline, progress=progress)
             solved = len(screening.cands)
             proof = prove(screening.cands, screening.best, method=method, seed=seed, robust=rob, budget=budget,
                           spent=spent, deadline=deadline)
         rec = solver_record(screening, proof, method=method, robust=robust, t0=t0, total=total,
-                            pruned_mem=total - len(kept), solved=solved, work_s=spent.used_s)
+                            pruned_mem=total - len(kept), solved=solved, work_s=spent.used_s,
+                            wall_hit=spent.wall_hit)
         best, reranked = proof.best, None
         if not simulate:
             break
