@@ -50,7 +50,7 @@ def test_never_worse_than_anneal_alone_on_the_same_budget(rows, cols, seed):
     p = family_problem(rows, cols, seed)
     alone = solve(p, time_limit_s=0.5, seed=0, method="anneal")
     port = solve(p, time_limit_s=0.5, seed=0)
-    assert alone.work["iterations"] == work_budget(0.5, p.n)[0]
+    assert alone.work["iterations"] == work_budget(0.5, p)[0]
     assert port.objective <= alone.objective + 1e-12
     assert port.bound <= port.objective
 
@@ -69,7 +69,7 @@ def test_the_result_says_which_limit_ended_it(monkeypatch):
     p = family_problem(4, 5, 0)                       # above EXACT_NODES: the annealer's iterations end it
     r = solve(p, time_limit_s=0.2, seed=0)
     assert r.stopped_by == "work" and r.status == "HEURISTIC"
-    assert r.work["iterations"] == work_budget(0.2, p.n)[0]
+    assert r.work["iterations"] == work_budget(0.2, p)[0]
     monkeypatch.setattr(portfolio, "WALL_SAFETY", 0.0)   # the safety stop at once: the clock ends it
     r = solve(p, time_limit_s=0.2, seed=0)
     assert r.stopped_by == "wall"
@@ -81,6 +81,7 @@ def _burn(n):
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
+@pytest.mark.slow
 def test_same_plan_on_a_loaded_machine():
     """Work, not the clock, decides: the same problem and seed give the same result with 3 CPU-burning
     processes beside it (the exact phase runs: 16 nodes, pre-solve, column decomposition, CP-SAT)."""

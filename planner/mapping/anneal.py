@@ -84,7 +84,7 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
                 temp = t_start * (t_end / t_start) ** frac
         else:
             temp *= cool
-    work.charge(work.anneal_work(ran))      # the iterations run (all of them unless the wall stop fired)
+    work.charge(work.anneal_work(ran, R, len(probs)))      # the iterations run (all of them unless the wall stop fired)
     a = best_s[:nb].reshape(R, K)
     bound = robust_lower_bound(probs, robust)
     return MappingResult(a.copy(), best, min(bound, best), "HEURISTIC", time.perf_counter() - t0,

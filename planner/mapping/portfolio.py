@@ -44,14 +44,16 @@ class PortfolioResult(MappingResult):
     work: dict = field(default_factory=dict)       # iterations, exact_work_s, improvements
 
 
-def work_budget(time_limit_s: float, nodes: int = EXACT_NODES + 1) -> tuple[int, float]:
-    """time_limit_s -> (anneal iterations, work seconds of the exact phase): the work a user's --time-limit
-    buys. Up to EXACT_NODES nodes EXACT_SHARE of it goes to the exact model; the annealer alone
-    (method="anneal") gets the same iterations as the portfolio's annealer, so the portfolio, which starts
-    with that very anneal, is never worse than it."""
+def work_budget(time_limit_s: float, problems) -> tuple[int, float]:
+    """time_limit_s -> (anneal iterations, work seconds of the exact phase) on `problems` (one MappingProblem
+    or its scenarios): the work a user's --time-limit buys. Up to EXACT_NODES nodes EXACT_SHARE of it goes to
+    the exact model; the annealer alone (method="anneal") gets the same iterations as the portfolio's
+    annealer, so the portfolio, which starts with that very anneal, is never worse than it."""
+    probs = problems if isinstance(problems, list) else [problems]
+    p0 = probs[0]
     total = work.WORK_PER_S * time_limit_s
-    share = EXACT_SHARE if nodes <= EXACT_NODES else 0.0
-    return work.iterations_for((1.0 - share) * total), float(share * total)
+    share = EXACT_SHARE if p0.n <= EXACT_NODES else 0.0
+    return work.iterations_for((1.0 - share) * total, p0.layout.rows, len(probs)), float(share * total)
 
 
 def solve(problems, *, time_limit_s: float, seed: int = 0, method: str = "auto", robust: str = "worst",
@@ -77,7 +79,7 @@ def solve(problems, *, time_limit_s: float, seed: int = 0, method: str = "auto",
 
 def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioResult:
     p0 = probs[0]
-    iters, exact_w = work_budget(T, p0.n)
+    iters, exact_w = work_budget(T, probs)
     init = np.asarray(hint) if hint is not None else p0.rank_order()
     trivial = p0.layout.blocks <= 1
 

@@ -3,7 +3,8 @@
 A user's time limit of T seconds buys WORK_PER_S x T *work seconds*; each solver charges what it did, in units
 that do not depend on the machine's load:
 - CP-SAT: its deterministic time (solver.deterministic_time(), charged by sat.run after every solve);
-- the annealer: iterations / ANNEAL_ITERS_PER_S;
+- the annealer: iterations x iteration_cost(rows, scenarios) / ANNEAL_ITERS_PER_S (an iteration scores the
+  objective, whose row loop and scenarios make it up to ~3x dearer on tall grids and robust problems);
 - the column decomposition's path enumeration: enumerated items / COLUMN_ITEMS_PER_S, and its depth-first
   cover search: DFS_NODE_WORK_S per node;
 - a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 # calibration: docs/notes/solver.md, "Deterministic work budget"
 WORK_PER_S = 0.4                 # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
-ANNEAL_ITERS_PER_S = 20000       # annealer iterations per work second (8,000 per second of the limit)
+ANNEAL_ITERS_PER_S = 20000       # annealer iterations of cost 1 per work second (8,000 per second of the limit)
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
@@ -80,11 +81,17 @@ def note_wall() -> None:
         m.wall_hit = True
 
 
-def anneal_work(iterations: int) -> float:
-    """Work seconds of `iterations` annealer iterations."""
-    return iterations / ANNEAL_ITERS_PER_S
+def iteration_cost(rows: int, scenarios: int = 1) -> float:
+    """Relative cost of one annealer iteration: the objective loops over rows and is scored per scenario (fitted
+    on iterations/s measured side by side: 1 x 16 grids ~1.5x faster than 16 x 8 ones, docs/notes/solver.md)."""
+    return (1.0 + rows / 16.0) * (0.3 + 0.7 * scenarios)
 
 
-def iterations_for(work_s: float) -> int:
+def anneal_work(iterations: int, rows: int = 1, scenarios: int = 1) -> float:
+    """Work seconds of `iterations` annealer iterations on a grid of `rows` rows and `scenarios` scenarios."""
+    return iterations * iteration_cost(rows, scenarios) / ANNEAL_ITERS_PER_S
+
+
+def iterations_for(work_s: float, rows: int = 1, scenarios: int = 1) -> int:
     """Annealer iterations that work_s work seconds buy (at least one)."""
-    return max(1, int(ANNEAL_ITERS_PER_S * work_s))
+    return max(1, int(ANNEAL_ITERS_PER_S * work_s / iteration_cost(rows, scenarios)))

@@ -29,6 +29,8 @@ from planner.solution import Solution, mapping_to_assign
 
 __all__ = ["check_config", "estimate_plan", "solve"]
 
+WALL_SAFETY = 1.0     # the wall-clock safety stop of a search, in units of its time limit
+
 
 def solve(spec, method: str | None = None, time_limit_s: float | None = None, seed: int | None = None,
           costs: Costs | None = None, robust: str | None = None, progress=None,
@@ -41,7 +43,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     robust = spec.solver.robust if robust is None else robust
     mats = scenarios(spec, robust)
     rob = robust if robust and robust != "none" else "worst"
-    deadline = t0 + limit                 # the safety stop; work decides (below)
+    deadline = t0 + WALL_SAFETY * limit   # the safety stop; work decides (below)
     budget = work.WORK_PER_S * limit
 
     fits, total = fitting_configs(spec, costs, num_gpus)
