@@ -5,7 +5,11 @@ from dataclasses import asdict, astuple, dataclass
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb")
 RECOMPUTE = ("none", "selective", "full")
-ZERO_STAGES = (0, 1, 2)
+ZERO_STAGES = (0, 1, 2, 3)
+# torchtitan's pipeline schedule (torch.distributed.pipelining) of each of ours that it runs (pytorch/torchtitan @
+# 238fa9953e4aec2a62582121564273d7cbb1e9f1, torchtitan/config/job_config.py pipeline_parallel_schedule): ZeRO-3 /
+# FSDP plans target torchtitan's FSDP2 (docs/notes/fsdp.md), so they are searched on these schedules only
+TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "v-zb": "ZBVZeroBubble"}
 V_SHAPES = ("v-min", "v-half", "v-zb")
 # the software that runs the pipeline: Megatron-LM's schedules (batched send/recv pairs) or DeepSpeed's
 # PipelineEngine (Megatron-DeepSpeed's GPTModelPipe: its own 1F1B, separate blocking sends and receives)
@@ -37,7 +41,8 @@ class ParallelConfig:
     recompute: str = "none"
     """Activation recomputation, one of RECOMPUTE."""
     zero: int = 0
-    """ZeRO stage (ZERO_STAGES): 1 shards optimizer state, 2 also gradients, over dp."""
+    """ZeRO stage (ZERO_STAGES): 1 shards optimizer state, 2 also gradients, over dp; 3 also the parameters (FSDP /
+    ZeRO-3: torchtitan's FSDP2, gathered per transformer block; costs/fsdp.py)."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism (norms and dropout split over tp)."""
     first_stage_layers: int | None = None
@@ -51,6 +56,10 @@ class ParallelConfig:
     account_loss: bool = False
     """The loss (output layer) counts as one layer (--account-for-loss-in-pipeline-split): the last chunk of the
     last rank builds one layer fewer."""
+    dp_shard: int = 0
+    """ZeRO-3 only: GPUs of the data-parallel group one parameter is sharded over. 0: all dp (FSDP); 1 < dp_shard < dp
+    with dp % dp_shard == 0: HSDP, dp_shard-way sharded and dp / dp_shard-way replicated (torchtitan's
+    data_parallel_shard_degree / data_parallel_replicate_degree)."""
 
     def _key(self) -> tuple:
         # None (even) sorts before any count, so configs of even splits keep their old order
@@ -72,6 +81,22 @@ class ParallelConfig:
     def uneven(self) -> bool:
         return (self.first_stage_layers is not None or self.last_stage_layers is not None or self.account_embedding
                 or self.account_loss)
+
+    @property
+    def op_sac(self) -> bool:
+        """ZeRO-3 plans are torchtitan's, and their selective recompute is torchtitan's per-op policy
+        (selective_ac_option 'op'), not Megatron-Core's core-attention recompute (costs/memory.py op_sac_bytes)."""
+        return self.zero == 3 and self.recompute == "selective"
+
+    @property
+    def shard_size(self) -> int:
+        """GPUs a ZeRO-3 parameter is sharded over (dp_shard, or all of dp)."""
+        return self.dp_shard or self.dp
+
+    @property
+    def replicas(self) -> int:
+        """HSDP replicate degree (1 without HSDP)."""
+        return self.dp // self.shard_size
 
     @property
     def num_gpus(self) -> int:
@@ -125,7 +150,8 @@ class ParallelConfig:
                       str(d.get("recompute", "none")), int(d.get("zero", 0)),
                       _flag(d.get("sequence_parallel", False)),
                       _layers(d.get("first_stage_layers")), _layers(d.get("last_stage_layers")),
-                      _flag(d.get("account_embedding", False)), _flag(d.get("account_loss", False)))
+                      _flag(d.get("account_embedding", False)), _flag(d.get("account_loss", False)),
+                      dp_shard=_count(d.get("dp_shard", 0)))
         except KeyError as e:
             raise SpecError(file, f"{field}.{e.args[0]}", "is missing") from None
         except (TypeError, ValueError) as e:
@@ -151,6 +177,11 @@ class ParallelConfig:
         if (cfg.account_embedding or cfg.account_loss) and cfg.schedule in V_SHAPES:
             raise SpecError(file, f"{field}.account_embedding", f"uneven stages are Megatron-Core's; {cfg.schedule} "
                                                                 "is not")
+        if cfg.zero not in ZERO_STAGES:
+            raise SpecError(file, f"{field}.zero", f"must be one of {list(ZERO_STAGES)}")
+        why = dp_shard_problem(cfg)
+        if why:
+            raise SpecError(file, f"{field}.dp_shard", why)
         return cfg
 
     def as_dict(self) -> dict:
@@ -159,6 +190,8 @@ class ParallelConfig:
         for k in ("first_stage_layers", "last_stage_layers", "account_embedding", "account_loss"):
             if d[k] is None or d[k] is False:
                 del d[k]
+        if not d["dp_shard"]:
+            del d["dp_shard"]
         return d
 
     def label(self) -> str:
@@ -170,8 +203,9 @@ class ParallelConfig:
             split = f" L{_show(self.first_stage_layers)}/{_show(self.last_stage_layers)}"
         elif self.uneven:
             split = f" L{'E' if self.account_embedding else '-'}/{'L' if self.account_loss else '-'}"
+        hsdp = f" hsdp{self.dp_shard}" if self.dp_shard else ""
         return (f"tp{self.tp} pp{self.pp} dp{self.dp} mbs{self.micro_batch_size} m{self.num_microbatches} "
-                f"{self.schedule}{v} rc={self.recompute} z{self.zero}{sp}{split}")
+                f"{self.schedule}{v} rc={self.recompute} z{self.zero}{sp}{split}{hsdp}")
 
 
 def _flag(v) -> bool:
@@ -185,6 +219,30 @@ def _layers(v) -> int | None:
         return None
     if isinstance(v, bool):
         raise ValueError(f"a layer count, not {v!r}")
+    return int(v)
+
+
+def dp_shard_problem(cfg: ParallelConfig) -> str | None:
+    """Why cfg.dp_shard is illegal (None if it is fine): HSDP needs ZeRO-3 and a shard group that divides dp and lies
+    strictly between 1 and dp (dp_shard = dp is plain FSDP, written 0)."""
+    k = cfg.dp_shard
+    if not k:
+        return None
+    if k < 0:
+        return f"must be 0 (shard over all dp) or a shard-group size, got {k}"
+    if cfg.zero != 3:
+        return f"{k} is HSDP's shard-group size; it needs ZeRO stage 3"
+    if not 1 < k < cfg.dp or cfg.dp % k:
+        return f"{k} must divide dp={cfg.dp} and lie strictly between 1 and dp (0 means: shard over all dp)"
+    return None
+
+
+def _count(v) -> int:
+    # absent, None or an empty CSV cell: 0
+    if v is None or v == "" or v == "None":
+        return 0
+    if isinstance(v, bool):
+        raise ValueError(f"a count, not {v!r}")
     return int(v)
 
 

@@ -6,9 +6,10 @@ node, GPU and ranks to integers, host names must be RFC 1123 names, and each wor
 """
 from __future__ import annotations
 
+import json
 import shlex
 
-from planner.config import ParallelConfig
+from planner.config import TORCHTITAN_SCHEDULES, ParallelConfig
 from planner.errors import SpecError
 from planner.spec.hosts import check_hostname
 from planner.spec.plan import PRECISIONS
@@ -53,6 +54,10 @@ def rank_layout(solution: dict, file: str | None = None) -> list[dict]:
 
 def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     c = _config(solution, file)
+    if int(c.get("zero", 0)) == 3:
+        raise SpecError(file, "config.zero", "3 is planned as torchtitan's FSDP2 runs it (per-block all-gathers, "
+                        "fp32 reduce-scatters); export it with --format torchtitan (or --format deepspeed when pp = 1 "
+                        "and no HSDP)")
     args = [f"--tensor-model-parallel-size {c['tp']}", f"--pipeline-model-parallel-size {c['pp']}",
             f"--micro-batch-size {c['micro_batch_size']}",
             f"--global-batch-size {c['micro_batch_size'] * c['num_microbatches'] * c['dp']}"]
@@ -76,6 +81,7 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     if precision == "fp8":
         args += fp8_args()
     args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
+    args += nemo_overrides(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
     if solution.get("pipeline_engine") == "deepspeed":
         args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's "
@@ -145,19 +151,56 @@ def overlap_args(overlap: dict | None, c: dict, engine: str) -> list[str]:
     return out
 
 
+def nemo_overrides(overlap: dict | None, c: dict, engine: str) -> list[str]:
+    """One comment line: the NeMo 2.0 recipe overrides for the flags whose names differ from Megatron-LM's (NVIDIA/NeMo
+    @ 8cfedd72: recipes/llama3_70b.py `recipe.trainer.strategy.ddp` DistributedDataParallelConfig and
+    MegatronCommOverlapCallback in `recipe.trainer.callbacks`; recipes/deepseek_v3.py
+    `recipe.model.config.recompute_granularity`; `recipe.optim.config.use_distributed_optimizer`). Note: NeMo's recipes
+    reduce gradients in fp32 (ddp grad_reduce_in_fp32=True) unless told otherwise; set it as the plan's
+    training.grad_reduce_in_fp32 was."""
+    if engine == "deepspeed":
+        return []
+    out = [f"recipe.trainer.strategy.sequence_parallel = {bool(c.get('sequence_parallel'))}"]
+    rc = c.get("recompute", "none")
+    if rc == "selective":
+        out.append('recipe.model.config.recompute_granularity = "selective"')
+    elif rc == "full":
+        out.append('recipe.model.config.recompute_granularity = "full"; recipe.model.config.recompute_method = '
+                   '"uniform"; recipe.model.config.recompute_num_layers = 1')
+    out.append(f"recipe.optim.config.use_distributed_optimizer = {int(c.get('zero', 0)) >= 1}")
+    if overlap:
+        ddp = [f"overlap_grad_reduce={bool(overlap.get('grad_reduce'))}",
+               f"overlap_param_gather={bool(overlap.get('param_gather') and overlap.get('grad_reduce'))}"]
+        if overlap.get("bucket_size"):
+            ddp.append(f"bucket_size={int(overlap['bucket_size'])}")
+        out.append(f"recipe.trainer.strategy.ddp: {', '.join(ddp)}")
+        cb = [f"tp_comm_overlap={bool(overlap.get('tp_comm') and c.get('sequence_parallel') and c['tp'] > 1)}"]
+        if c.get("schedule") == "interleaved" and c["pp"] > 1:
+            cb.append(f"overlap_p2p_comm={bool(overlap.get('p2p', True))}")
+        out.append(f"MegatronCommOverlapCallback({', '.join(cb)}) in recipe.trainer.callbacks")
+    return ["# NeMo 2.0 recipe: " + "; ".join(out)]
+
+
 # The memory estimate's fragmentation term was measured with expandable segments (2% of the allocated peak);
 # PyTorch's default allocator needed up to 20% more on an H100 (docs/notes/memory.md), so launch with it on.
 ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
 def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None) -> list[str]:
-    """One torchrun line per node, with CUDA_VISIBLE_DEVICES ordered so local rank k gets the planned GPU."""
+    """One torchrun line per node, with CUDA_VISIBLE_DEVICES ordered so local rank k gets the planned GPU. ZeRO-3
+    plans run torchtitan's trainer on the job config of `torchtitan_toml` (saved as job.toml): its device mesh orders
+    ranks tp fastest, then dp_shard, dp_replicate, pp, which is the rank order below."""
     ranks = rank_layout(solution, file)
     q = shlex.quote
     nodes = sorted({r["node"] for r in ranks}, key=lambda n: min(r["rank"] for r in ranks if r["node"] == n))
     per_node = {n: [r for r in ranks if r["node"] == n] for n in nodes}
     master = per_node[nodes[0]][0]["host"]
-    flags = " ".join(" ".join(q(w) for w in a.split()) for a in megatron_args(solution, file) if not a.startswith("#"))
+    if int(_config(solution, file).get("zero", 0)) == 3:
+        script, flags = "-m", "torchtitan.train --job.config_file job.toml"
+    else:
+        script = "pretrain_gpt.py"
+        flags = " ".join(" ".join(q(w) for w in a.split()) for a in megatron_args(solution, file)
+                         if not a.startswith("#"))
     lines = []
     for idx, n in enumerate(nodes):
         rs = per_node[n]
@@ -165,7 +208,7 @@ def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None
         lines.append(f"# {rs[0]['host']}: ranks {rs[0]['rank']}..{rs[-1]['rank']}\n"
                      f"{ALLOC_ENV} CUDA_VISIBLE_DEVICES={q(gpus)} torchrun --nnodes {len(nodes)} "
                      f"--node-rank {idx} --nproc-per-node {len(rs)} --master-addr {q(master)} "
-                     f"--master-port {int(master_port)} pretrain_gpt.py {flags}")
+                     f"--master-port {int(master_port)} {script} {flags}")
     return lines
 
 
@@ -178,3 +221,115 @@ def hostfile(solution: dict, file: str | None = None) -> str:
             seen.append(r["node"])
             out.append(f"{r['host']} slots={sum(1 for q in ranks if q['node'] == r['node'])}")
     return "\n".join(out) + "\n"
+
+
+# --- torchtitan and DeepSpeed (ZeRO-3 plans; docs/notes/fsdp.md) -----------------------------------------------------
+# Key names: pytorch/torchtitan @ 238fa9953e4aec2a62582121564273d7cbb1e9f1 (the last commit with TOML job configs),
+# torchtitan/config/job_config.py: [training] local_batch_size, global_batch_size, seq_len, mixed_precision_param,
+# mixed_precision_reduce; [parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
+# fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree, pipeline_parallel_schedule,
+# pipeline_parallel_microbatch_size, pipeline_parallel_first/last_stage_less_layers, context_parallel_degree;
+# [activation_checkpoint] mode.
+TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return json.dumps(str(v), ensure_ascii=True)      # a TOML basic string: quotes and controls escaped
+
+
+def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
+    """The [training], [parallelism] and [activation_checkpoint] tables of a torchtitan job config that runs the plan
+    (add [model], [optimizer], dataset and the rest from torchtitan's own llama3 preset)."""
+    c = _config(solution, file)
+    cfg = ParallelConfig.from_dict(c, file)
+    if cfg.schedule not in TORCHTITAN_SCHEDULES:
+        raise SpecError(file, "config.schedule", f"{cfg.schedule} has no torchtitan schedule (it runs "
+                                                 f"{sorted(TORCHTITAN_SCHEDULES)})")
+    if cfg.account_embedding or cfg.account_loss:
+        raise SpecError(file, "config.account_embedding", "an accounted embedding / loss is Megatron-Core's; "
+                                                          "torchtitan has no such split")
+    if cfg.tp > 1 and not cfg.sequence_parallel:
+        raise SpecError(file, "config.sequence_parallel", "torchtitan's tensor parallelism always shards the norms "
+                                                          "(sequence parallel); the plan must say so")
+    if cfg.zero not in (0, 3):
+        raise SpecError(file, "config.zero", f"{cfg.zero}: torchtitan runs FSDP (zero 3) or DDP (zero 0), not ZeRO 1-2")
+    precision = solution.get("precision", "bf16")
+    if precision == "fp8":
+        raise SpecError(file, "precision", "fp8 plans are Transformer Engine's (Megatron-Core); torchtitan's Float8 is "
+                                           "torchao's and is not modelled")
+    seq = solution.get("seq_length")
+    if cfg.zero == 3:
+        shard, replicate = cfg.shard_size, cfg.replicas
+    else:
+        shard, replicate = 1, cfg.dp
+    training = {"local_batch_size": cfg.micro_batch_size * cfg.num_microbatches if cfg.pp > 1 else
+                cfg.micro_batch_size, "global_batch_size": cfg.global_batch_size}
+    if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+        training["seq_len"] = seq
+    training.update({"mixed_precision_param": "bfloat16" if precision in ("bf16", "fp16") else "float32",
+                     "mixed_precision_reduce": "float32"})
+    par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+           "fsdp_reshard_after_forward": "default", "tensor_parallel_degree": cfg.tp,
+           "pipeline_parallel_degree": cfg.pp, "context_parallel_degree": int(getattr(cfg, "cp", 1))}
+    if cfg.pp > 1:
+        par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[cfg.schedule]
+        par["pipeline_parallel_microbatch_size"] = cfg.micro_batch_size
+        if cfg.first_stage_layers is not None or cfg.last_stage_layers is not None or cfg.chunks > 1:
+            layers = solution.get("num_layers")
+            per = cfg.stage_layers(layers) if isinstance(layers, int) and not isinstance(layers, bool) else None
+            if per is None:
+                raise SpecError(file, "num_layers", "the pipeline split needs the model's layer count")
+            mid = max(per)
+            par["pipeline_parallel_layers_per_stage"] = mid // cfg.chunks
+            par["pipeline_parallel_first_stage_less_layers"] = (mid - per[0]) // cfg.chunks
+            par["pipeline_parallel_last_stage_less_layers"] = (mid - per[-1]) // cfg.chunks
+        else:
+            par["pipeline_parallel_first_stage_less_layers"] = 0
+            par["pipeline_parallel_last_stage_less_layers"] = 0
+    ac = {"mode": {"none": "none", "selective": "selective", "full": "full"}[cfg.recompute]}
+    lines = [f"# planner export: {cfg.label()}; torchtitan job config keys as of "
+             f"pytorch/torchtitan@{TORCHTITAN_COMMIT}",
+             "# (add [model], [optimizer], [lr_scheduler] and the dataset from torchtitan's llama3 preset)",
+             f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"]
+    if cfg.recompute == "selective":
+        lines.append("# selective: the plan's memory assumes Megatron-Core's core-attention recompute; torchtitan's "
+                     "selective_ac_option differs (docs/notes/fsdp.md)")
+    for name, table in (("training", training), ("parallelism", par), ("activation_checkpoint", ac)):
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def deepspeed_config(solution: dict, file: str | None = None) -> dict:
+    """A DeepSpeed config (JSON) for a ZeRO-3 plan: DeepSpeed's ZeRO-3 runs without pipeline parallelism
+    (microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3 deepspeed/runtime/pipe/engine.py refuses ZeRO >= 2
+    in its PipelineEngine; keys from deepspeed/runtime/zero/config.py) and shards over all of dp (its
+    MiCS / hpZ partial sharding are not HSDP as planned here)."""
+    c = _config(solution, file)
+    cfg = ParallelConfig.from_dict(c, file)
+    if cfg.zero != 3:
+        raise SpecError(file, "config.zero", f"{cfg.zero}: --format deepspeed writes ZeRO-3 configs; Megatron plans "
+                                             "export with --format megatron")
+    if cfg.pp > 1:
+        raise SpecError(file, "config.pp", f"{cfg.pp}: DeepSpeed's ZeRO-3 is incompatible with its pipeline "
+                                           "parallelism; export with --format torchtitan")
+    if cfg.dp_shard:
+        raise SpecError(file, "config.dp_shard", "HSDP is exported for torchtitan only (--format torchtitan)")
+    precision = solution.get("precision", "bf16")
+    if precision not in PRECISIONS or precision == "fp8":
+        raise SpecError(file, "precision", f"{precision!r}: DeepSpeed configs are written for bf16, fp16 or fp32")
+    out = {"train_batch_size": cfg.global_batch_size, "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+           "gradient_accumulation_steps": cfg.num_microbatches,
+           "zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                                 "reduce_scatter": True}}
+    if precision == "bf16":
+        out["bf16"] = {"enabled": True}
+    elif precision == "fp16":
+        out["fp16"] = {"enabled": True}
+    if cfg.recompute != "none":
+        out["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False}
+    return out

@@ -97,6 +97,10 @@ class Solution:
             # fp8 plans say so (export emits Transformer Engine's flags); 16-bit solutions stay as they were
             **({"precision": "fp8"} if self.spec.training.precision == "fp8" else {}),
             "overlap": dict(vars(self.spec.training.overlap)),        # training.overlap, for export's flags
+            # ZeRO-3 plans (torchtitan's FSDP2): what its job config needs beyond the parallel config
+            **({"framework": "torchtitan", "precision": self.spec.training.precision,
+                "seq_length": self.spec.training.seq_length, "num_layers": self.spec.model.num_layers}
+               if self.config.zero == 3 else {}),
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
                        "node_grid": [[int(self._node_id(k)) for k in row] for row in self.assign]},
             "mapping": self.mapping,
@@ -124,7 +128,7 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
     expected = cfg.pp * cfg.dp * cfg.tp
     if len(where) != expected:
         raise SpecError(file, "mapping", f"has {len(where)} distinct workers, the config needs {expected}")
-    for lay in layouts(cfg.tp, cfg.pp, cfg.dp, gpus_per_node):
+    for lay in layouts(cfg.tp, cfg.pp, cfg.dp, gpus_per_node, cfg.dp_shard):
         grid = np.full((lay.rows, lay.cols), -1)
         ok = True
         for (s, d, _t), n in where.items():

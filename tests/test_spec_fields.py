@@ -224,7 +224,10 @@ def test_node_names_one_per_node():
     ({"training": {"global_batch_size": 16, "seq_length": 128, "precision": "int4"}}, "training.precision",
      "must be one of ['bf16', 'fp16', 'fp32', 'fp8'], got 'int4'"),
     ({"solver": {"robust": "best"}}, "solver.robust", "must be one of ['mean', 'none', 'worst'], got 'best'"),
-    ({"search": {"zero": [3]}}, "search.zero", "has 3, expected one of [0, 1, 2]"),
+    ({"search": {"zero": [4]}}, "search.zero", "has 4, expected one of [0, 1, 2, 3]"),
+    ({"training": {"global_batch_size": 16, "seq_length": 128, "pipeline_engine": "deepspeed"},
+      "search": {"zero": [0, 3]}}, "search.zero",
+     "has 3; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only"),
     ({"search": {"memory_margin": 0.95}}, "search.memory_margin", "must be <= 0.9, got 0.95"),
 ])
 def test_file_rules_keep_their_messages(over, field, reason):

@@ -83,6 +83,8 @@ def test_explicit_grid_skips_non_dividing_heads(tmp_path):
     ({"grid": {"parameters_B": [1], "num_layers": [4]}, "models": []}, "grid.num_layers"),
     ({"search": {"schedules": ["warp"]}}, "search.schedules"),
     ({"models": SWEEP["models"][:1] * 2}, "models"),
+    # a plan rule (fp8 needs FP8 tensor cores) failing on one case still names the sweep file and its field
+    ({"training": {"global_batch_size": [64], "seq_length": 1024, "precision": "fp8"}}, "training.precision"),
 ])
 def test_errors_name_file_and_field(tmp_path, change, field):
     path = write_sweep(tmp_path, sweep_dict(**change))

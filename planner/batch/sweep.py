@@ -41,7 +41,7 @@ import yaml
 from planner.errors import SpecError
 from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
-from planner.spec.fields import Fields
+from planner.spec.fields import FieldError, Fields
 from planner.spec.model import FAMILIES, ModelSpec, parse_model
 from planner.spec.plan import PRECISIONS, Spec, TrainingSpec, _parse_search, _parse_solver
 
@@ -392,10 +392,14 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
                             raw = {"name": cid, "model": m.__dict__, "cluster": cl.name, "gpus": g,
                                    "training": training.__dict__, "search": search_data,
                                    "solver": solver.__dict__}
-                            spec = Spec(name=cid, model=m, cluster=sub,
-                                        training=TrainingSpec(global_batch_size=gbs, seq_length=seq,
-                                                              precision=precision, optimizer=optimizer, tokens=tokens),
-                                        search=search, solver=solver, source=file, raw=raw)
+                            try:
+                                spec = Spec(name=cid, model=m, cluster=sub,
+                                            training=TrainingSpec(global_batch_size=gbs, seq_length=seq,
+                                                                  precision=precision, optimizer=optimizer,
+                                                                  tokens=tokens),
+                                            search=search, solver=solver, source=file, raw=raw)
+                            except FieldError as e:   # the plan's own rules (fp8 on an A100): name the sweep file
+                                raise SpecError(file, e.field, f"{e.reason} (case {label})") from None
                             cases.append(Case(cid, spec, m.name, cl.name, g, tokens, entry.price_per_gpu_hour_usd))
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):

@@ -3,7 +3,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, V_SHAPES, ParallelConfig
+from planner.config import (
+    PIPELINE_ENGINES,
+    RECOMPUTE,
+    SCHEDULES,
+    TORCHTITAN_SCHEDULES,
+    V_SHAPES,
+    ZERO_STAGES,
+    ParallelConfig,
+    dp_shard_problem,
+)
 from planner.errors import SpecError
 
 
@@ -37,7 +46,10 @@ def add_config_args(p, required: bool = True) -> None:
     g.add_argument("--vpp", type=int, default=None,
                    help="virtual stages per device: > 1 means interleaved (default 2 there); V-shapes use 2")
     g.add_argument("--recompute", default="none", choices=RECOMPUTE)
-    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2))
+    g.add_argument("--zero", type=int, default=0, choices=ZERO_STAGES,
+                   help="ZeRO stage; 3 = FSDP / ZeRO-3 as torchtitan's FSDP2 runs it")
+    g.add_argument("--dp-shard", type=int, default=0,
+                   help="ZeRO-3: HSDP shard-group size (1 < N < dp, dividing dp; default 0 = shard over all dp)")
     g.add_argument("--sp", action="store_true", help="sequence parallel")
     g.add_argument("--first-stage-layers", type=int, default=None,
                    help="transformer layers on the first pipeline stage (Megatron-Core "
@@ -59,6 +71,8 @@ def with_engine(args, spec, cfg: ParallelConfig | None = None):
         spec = dataclasses.replace(spec, training=dataclasses.replace(spec.training, pipeline_engine=engine))
     if cfg is not None and spec.training.pipeline_engine == "deepspeed" and cfg.schedule != "1f1b":
         raise SpecError(None, "--schedule", f"{cfg.schedule}: the deepspeed pipeline engine runs only 1f1b")
+    if cfg is not None and spec.training.pipeline_engine == "deepspeed" and cfg.zero == 3:
+        raise SpecError(None, "--zero", "3: DeepSpeed's ZeRO-3 is incompatible with its pipeline engine")
     return spec
 
 
@@ -74,10 +88,24 @@ def config_from_args(args, spec) -> ParallelConfig:
     schedule, vpp = schedule_and_vpp(args.schedule, args.vpp)
     if args.sp and args.tp == 1:
         raise SpecError(None, "--sp", "sequence parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
-    return ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, schedule, vpp, args.recompute, args.zero,
-                          bool(args.sp), getattr(args, "first_stage_layers", None),
-                          getattr(args, "last_stage_layers", None), bool(getattr(args, "account_embedding", False)),
-                          bool(getattr(args, "account_loss", False)))
+    cfg = ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, schedule, vpp, args.recompute, args.zero,
+                         bool(args.sp), getattr(args, "first_stage_layers", None),
+                         getattr(args, "last_stage_layers", None), bool(getattr(args, "account_embedding", False)),
+                         bool(getattr(args, "account_loss", False)), dp_shard=getattr(args, "dp_shard", 0) or 0)
+    why = dp_shard_problem(cfg)
+    if why:
+        raise SpecError(None, "--dp-shard", why)
+    if cfg.zero == 3:        # ZeRO-3 is costed as torchtitan's FSDP2 (docs/notes/fsdp.md)
+        if cfg.schedule not in TORCHTITAN_SCHEDULES:
+            raise SpecError(None, "--schedule", f"{cfg.schedule}: ZeRO-3 plans run on torchtitan's schedules "
+                                                f"{sorted(TORCHTITAN_SCHEDULES)}")
+        if cfg.account_embedding or cfg.account_loss:
+            raise SpecError(None, "--account-embedding", "ZeRO-3 plans are torchtitan's, which has no accounted "
+                                                         "embedding / loss split")
+        if cfg.tp > 1 and not cfg.sequence_parallel:
+            raise SpecError(None, "--sp", "ZeRO-3 plans with --tp > 1 are torchtitan's, whose tensor parallelism "
+                                          "always shards the norms: add --sp")
+    return cfg
 
 
 def schedule_and_vpp(schedule: str | None, vpp: int | None) -> tuple[str, int]:

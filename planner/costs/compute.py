@@ -181,9 +181,10 @@ class ComputeModel:
         fp8 = training.precision == "fp8"
         if fp8:
             peak8 = cluster.gpu.peak_flops("fp8")
-            mm = sum(self.fp8_gemm_time(g, peak, peak8) for g in gemms)
+            times = [self.fp8_gemm_time(g, peak, peak8) for g in gemms]
         else:
-            mm = sum(self._gemm_time(g, peak) for g in gemms)
+            times = [self._gemm_time(g, peak) for g in gemms]
+        mm = sum(times)
         fused = getattr(training, "attention", "fused") == "fused"
         heads_local = model.num_attention_heads / t
         elem = tokens * h * (ELEM_REPLICATED / (t if cfg.sequence_parallel else 1) + ELEM_SHARDED / t) * by / 2
@@ -195,14 +196,21 @@ class ComputeModel:
         else:
             # QK^T and AV: 2 GEMMs of 2*b*s*s*h/t FLOPs, batched over the local heads
             attn = 2 * self._gemm_time(2 * b * s * s * h / t, peak) / self.attn_efficiency
-            elem += b * heads_local * s * s * ELEM_SCORES * by / 2
+            scores = b * heads_local * s * s * ELEM_SCORES * by / 2
+            elem += scores
         elem_t = elem / (self.hbm_GBps * 1e9)
         # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
         # all-gather pairs of the same volume with sequence parallelism)
         comm = 2 * self._tp_allreduce(tokens * h * by, t, cluster)
-        parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm}
+        parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm,
+                 # the column-parallel GEMMs (QKV, fc1), forward; their dgrad and wgrad have the same FLOPs
+                 "gemm_column": (times[0], times[2])}
         if fused:
             parts["attn_backward"] = FUSED_BACKWARD_FLOPS * attn
+        else:
+            # the scale / mask / softmax / dropout passes over the s^2 scores (inside "elem"): selective recompute
+            # re-runs them with the two GEMMs (Megatron's checkpointed CoreAttention)
+            parts["attn_scores"] = scores / (self.hbm_GBps * 1e9)
         if fp8:
             fwd_cast, bwd_cast = fp8_cast_elements(model, training, cfg)
             hbm = self.hbm_GBps * 1e9
@@ -249,7 +257,9 @@ class ComputeModel:
     def step_time(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> float:
         from planner.costs.memory import stage_params
         opt = stage_params(model, cfg, stage) * OPT_BYTES_PER_PARAM / (self.hbm_GBps * 1e9)
-        if cfg.zero >= 1:
+        if cfg.zero == 3:
+            opt /= cfg.shard_size        # HSDP: each replica steps its shard
+        elif cfg.zero >= 1:
             opt /= cfg.dp
         if training.precision == "fp8":     # TE casts each weight (and its transpose) once, on the first micro-batch
             from planner.costs.memory import fp8_gemm_weights
@@ -264,7 +274,11 @@ class ComputeModel:
         p = self.layer_parts(model, cluster, training, cfg)
         bwd = self.pass_times(p)[1] + comm
         w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
-        rc = {"none": 0.0, "selective": attn, "full": fwd}[cfg.recompute]
+        # selective: Megatron's checkpointed core attention, i.e. QK^T, scale/mask/softmax, dropout and AV
+        # (megatron/model/transformer.py _checkpointed_attention_forward); fused: one kernel forward
+        rc = {"none": 0.0, "selective": attn + p.get("attn_scores", 0.0), "full": fwd}[cfg.recompute]
+        if cfg.op_sac:
+            rc = op_sac_recompute_s(model, p)
         first, last, head_comm = self.head_times(model, cluster, training, cfg)
         from planner.costs.memory import stage_layer_count
         out = []
@@ -286,6 +300,16 @@ class ComputeModel:
     # --- profiles ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"compute": self.params(), "comm": self.comm.to_dict()}
+
+
+def op_sac_recompute_s(model, parts: dict) -> float:
+    """Recompute of one layer under torchtitan's per-op selective checkpointing (memory.op_sac_bytes): the wk, wo and
+    w3 GEMMs (their share of the layer's GEMM FLOPs, at the layer's GEMM rate) and every element-wise op; SDPA is
+    saved, not rerun."""
+    h, kv, f = model.hidden_size, model.kv_channels, model.ffn_hidden_size
+    g = 2 if model.gated_mlp else 1
+    share = (h * kv + h * h + (h * f if g == 2 else 0)) / (h * (h + 2 * kv) + h * h + g * h * f + f * h)
+    return share * parts["gemm"] + parts["elem"]
 
 
 def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, float]:

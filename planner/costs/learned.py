@@ -180,8 +180,9 @@ class LearnedMemory:
         fitted = float(self.predict(x, safe=False)[0])
         safe = float(self.predict(x, safe=True)[0])
         known = a.weights + a.gradients + a.optimizer + a.activations + a.logits + a.transient
+        # ZeRO-3's gathered buffers are not among the fitted features (no FSDP profiles yet): carried analytically
         return MemoryBreakdown(a.weights, a.gradients, a.optimizer, a.activations, a.logits, a.overhead,
-                               a.transient, fitted - known, safe - fitted, self.fragmentation * safe)
+                               a.transient, fitted - known, safe - fitted, self.fragmentation * safe, a.fsdp)
 
 
 def _nnls_rel(X: np.ndarray, y: np.ndarray, lam: float = 0.0) -> np.ndarray:

@@ -35,14 +35,18 @@ class MemoryBreakdown:
     safety: float = 0.0          # learned estimator: headroom its safety factor adds (no OOM plan called feasible)
     fragmentation: float = 0.0   # learned estimator: caching-allocator reserve beyond the allocated peak that it
     #                              cannot give back (measured on a GPU with capped runs)
+    fsdp: float = 0.0            # ZeRO-3: gathered parameter / gradient buffers of the units in flight
+    #                              (fsdp_buffer_bytes)
 
     @property
     def total(self) -> float:
         return (self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.overhead
-                + self.transient + self.correction + self.safety + self.fragmentation)
+                + self.transient + self.correction + self.safety + self.fragmentation + self.fsdp)
 
     def as_GiB(self) -> dict:
         d = {k: v / GiB for k, v in asdict(self).items()}
+        if not self.fsdp:        # only ZeRO-3 has it: other plans' records stay as they were
+            del d["fsdp"]
         d["total"] = self.total / GiB
         return d
 
@@ -155,8 +159,27 @@ def _fused_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float
     return s * b * (replicated + sharded), core
 
 
+def op_sac_bytes(model, training, cfg: ParallelConfig) -> tuple[float, float]:
+    """(linear, core) bytes one layer keeps under torchtitan's per-op selective checkpointing, one micro-batch.
+
+    pytorch/torchtitan @ 9dec370ad26b5f8e9a7333a0e36165018262644b torchtitan/parallelisms/parallelize_llama.py
+    (_save_list, _custom_policy; the same policy at 238fa995): the outputs of mm, SDPA and reduce_scatter are saved,
+    except every second mm of a layer, and everything else is recomputed in backward from the layer's input. A Llama
+    block runs wq, wk, wv, wo, w1, w3, w2 in that order, so wq, wv, w1 and w2's outputs are kept (wk, wo, w3
+    recomputed), with SDPA's output and log-sum-exp and the block's input; with tensor parallelism w2's partial
+    output and its reduce-scattered sequence shard both."""
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    kv, f = model.kv_channels, model.ffn_hidden_size
+    sp = t if cfg.sequence_parallel else 1
+    w2 = 2 * h + (2 * h / sp if t > 1 else 0.0)
+    lin = s * b * (2 * h / sp + 2 * h / t + 2 * kv / t + 2 * h / t + 2 * f / t + w2)
+    return lin, lse_bytes(model, training, cfg)
+
+
 def layer_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float, float]:
     """(linear-in-s part, attention-core part) of one layer's stored activations, one micro-batch, bytes."""
+    if cfg.op_sac:
+        return op_sac_bytes(model, training, cfg)
     if fused_attention(training):
         return _fused_activation_parts(model, training, cfg)
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
@@ -221,6 +244,9 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     input); the small constants (how many h-wide buffers) are matched op by op to the profiler."""
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     f, kv = model.ffn_hidden_size, model.kv_channels
+    if cfg.op_sac:       # the block is rebuilt (what was not saved) before its backward, as with full recompute
+        from dataclasses import replace
+        return layer_transient_bytes(model, training, replace(cfg, recompute="full"))
     P = layer_saved_pieces(model, training, cfg)
     rc = cfg.recompute
     if fused_attention(training):
@@ -331,7 +357,11 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     if not held:
         return 0.0
     s, b = training.seq_length, cfg.micro_batch_size
-    return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (4 * held + 2)
+    # ZeRO-3 plans are torchtitan's: its loss is F.cross_entropy(pred.float()) (pytorch/torchtitan @ 9dec370a
+    # train.py loss_fn): log_softmax keeps its fp32 output per held micro-batch, and its backward has the dense fp32
+    # gradient of that output and its own fp32 result live together (8 bytes per logit instead of one 16-bit buffer)
+    live = 8 if cfg.zero == 3 else 2
+    return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (4 * held + live)
 
 
 def edge_activation_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
@@ -404,12 +434,48 @@ def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
     - projection input: unfused attention, only the projection held it: 2 -> 1 byte; fused attention keeps its bf16
       output for its own backward anyway, so TE's fp8 copy is one more byte, h/t wide.
     The norms' inputs (residual stream), Q, K, V and the activation's input stay bf16."""
-    if training.precision != "fp8" or cfg.recompute == "full":
+    if training.precision != "fp8" or cfg.recompute == "full" or cfg.op_sac:
         return 0.0
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     sp = t if cfg.sequence_parallel else 1
     proj = 1.0 if getattr(training, "attention", "unfused") == "fused" else -1.0
     return s * b * (-2 * h / sp - model.ffn_hidden_size / t + proj * h / t)
+
+
+# --- ZeRO-3 / FSDP (torchtitan's FSDP2; docs/notes/fsdp.md) ---------------------------------------------------------
+# torchtitan @ 238fa9953e4aec2a62582121564273d7cbb1e9f1, torchtitan/models/llama3/infra/parallelize.py apply_fsdp: one
+# FSDP unit per transformer block, one for the embedding, one for [final norm, output]; MixedPrecisionPolicy(param
+# bfloat16, reduce float32) (job_config.py mixed_precision_param / _reduce); the parameters themselves fp32
+# (training.dtype float32); reshard_after_forward "default" = not pp_enabled, the [norm, output] unit never.
+
+def fsdp_units(model, cfg: ParallelConfig, stage: int) -> list[float]:
+    """Parameters per GPU (tensor shard, unsharded over dp) of each FSDP unit of a stage: its transformer blocks, the
+    embedding on stage 0, [norm, output] on the output stage."""
+    units = [model.layer_params() / cfg.tp] * stage_layer_count(model, cfg, stage)
+    if stage == 0:
+        units.append(model.embedding_params() / cfg.tp)
+    if holds_output(cfg, stage):
+        units.append(model.output_params() / cfg.tp)
+    return units
+
+
+def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int) -> float:
+    """What FSDP2 holds beyond the sharded state, per GPU of a stage (0 unless ZeRO-3):
+    - resharded after forward (pp = 1): the bf16 all-gather output of the unit computing and of the next one, prefetched
+      (2 x 2 bytes per parameter of the largest unit), and in backward that unit's bf16 gradient and its fp32
+      reduce-scatter input (2 + 4 bytes); the [norm, output] unit is not resharded after forward, so it counts among
+      the units in flight;
+    - not resharded (pp > 1, torchtitan's default): the whole stage stays gathered in bf16 from the first forward to the
+      last backward (2 bytes per parameter) and, with gradient sync only on the last micro-batch (PyTorch pipelining's
+      no-sync backward), the unsharded bf16 gradients accumulate there (2 more), plus one unit's fp32 reduce-scatter
+      input (4)."""
+    if cfg.zero != 3:
+        return 0.0
+    units = fsdp_units(model, cfg, stage)
+    big = max(units)
+    if cfg.pp == 1:
+        return 2 * 2.0 * big + (2 + 4) * big
+    return 4.0 * sum(units) + 4.0 * big
 
 
 @dataclass(frozen=True)
@@ -438,6 +504,13 @@ class AnalyticalMemory:
         weights = P * w_bytes + fp8_weight_copy_bytes(model, training, cfg, stage)
         grads = P * g_bytes / (dp if cfg.zero >= 2 else 1)
         optim = P * o_bytes / (dp if cfg.zero >= 1 else 1)
+        if cfg.zero == 3:
+            # FSDP2 keeps fp32 parameters (they are the master copy) and fp32 gradients, sharded over the shard
+            # group, and the optimizer state of its shard; the bf16 copies exist only while gathered (fsdp_buffer_bytes)
+            S = cfg.shard_size
+            weights = P * 4.0 / S
+            grads = P * g_bytes / S
+            optim = P * (o_bytes - (4 if half and self.master_weights else 0)) / S
         L = stage_layer_count(model, cfg, stage)
         acts = L * layer_activation_bytes(model, training, cfg) * stage_inflight(cfg, stage)
         acts += L * fp8_saved_input_delta(model, training, cfg) * stage_inflight(cfg, stage)
@@ -452,4 +525,5 @@ class AnalyticalMemory:
         freed = (6.0 * training.seq_length * cfg.micro_batch_size * padded_vocab(model, cfg.tp) / cfg.tp
                  if logits else 0.0)
         transient = max(0.0, work - freed, output_backward_bytes(model, training, cfg, stage))
-        return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient)
+        return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient,
+                               fsdp=fsdp_buffer_bytes(model, cfg, stage))

@@ -29,8 +29,11 @@ class Layout:
         return f"{self.a}x{self.b}"
 
 
-def layouts(tp: int, pp: int, dp: int, gpus_per_node: int) -> list[Layout]:
-    """All block shapes that tile the config onto whole nodes."""
+def layouts(tp: int, pp: int, dp: int, gpus_per_node: int, shard: int = 0) -> list[Layout]:
+    """All block shapes that tile the config onto whole nodes. HSDP (ZeRO-3 with a shard group of 1 < shard < dp
+    replicas): only those whose node holds whole shard groups (b % shard == 0), so the per-layer all-gathers and
+    reduce-scatters stay on NVLink and the replicate all-reduce is the row's ring over the columns
+    (docs/notes/fsdp.md)."""
     if gpus_per_node % tp:
         return []
     slots = gpus_per_node // tp
@@ -41,7 +44,7 @@ def layouts(tp: int, pp: int, dp: int, gpus_per_node: int) -> list[Layout]:
         if slots % a:
             continue
         b = slots // a
-        if pp % a == 0 and dp % b == 0:
+        if pp % a == 0 and dp % b == 0 and not (1 < shard < dp and b % shard):
             out.append(Layout(a, b, pp // a, dp // b))
     return out
 

@@ -121,7 +121,8 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
     wall_stop = False
     for k, (lb, cfg) in enumerate(fits):
         if best is not None and lb >= best.result.objective:
-            pruned_bound += sum(len(layouts(c.tp, c.pp, c.dp, spec.cluster.gpus_per_node)) for _, c in fits[k:])
+            pruned_bound += sum(len(layouts(c.tp, c.pp, c.dp, spec.cluster.gpus_per_node, c.dp_shard))
+                                for _, c in fits[k:])
             break
         wall = time.perf_counter() > deadline
         if best is not None and (spent.used_s > SCREEN_SHARE * budget or wall or interrupt.requested()):
@@ -129,7 +130,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
             wall_stop = wall
             open_bounds.append(lb)       # the rest are sorted by lb, so this one bounds them all
             break
-        for lay in layouts(cfg.tp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node):
+        for lay in layouts(cfg.tp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard):
             probs = [build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats]
             plb = max(p.lower_bound() for p in probs)
             if best is not None and plb >= best.result.objective:

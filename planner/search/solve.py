@@ -130,5 +130,5 @@ def check_config(spec, cfg: ParallelConfig) -> None:
     if cfg.global_batch_size != spec.training.global_batch_size:
         raise SpecError(None, "--mbs", f"dp*mbs*microbatches={cfg.global_batch_size} != global batch "
                                        f"{spec.training.global_batch_size}")
-    if not layouts(cfg.tp, cfg.pp, cfg.dp, cl.gpus_per_node):
+    if not layouts(cfg.tp, cfg.pp, cfg.dp, cl.gpus_per_node, cfg.dp_shard):
         raise SpecError(None, "--tp/--pp/--dp", "the config does not tile whole nodes")

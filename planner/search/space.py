@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from planner.config import V_SHAPES, ParallelConfig, split_layers
+from planner.config import TORCHTITAN_SCHEDULES, V_SHAPES, ParallelConfig, split_layers
 from planner.mapping.problem import layouts
 
 
@@ -44,8 +44,29 @@ def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelCon
                 for sched, v, split in _schedules(spec, pp, m):
                     for rc in s.recompute:
                         for z in (s.zero if dp > 1 else (0,)):
+                            if z == 3 and not fsdp_ok(sched, split):
+                                continue
                             for sp in (s.sequence_parallel if tp > 1 else (False,)):
-                                yield ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split)
+                                if z == 3 and tp > 1 and not sp:
+                                    continue      # torchtitan's tensor parallelism always shards the norms (SP)
+                                for shard in (shard_sizes(spec, tp, pp, dp) if z == 3 else (0,)):
+                                    yield ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split,
+                                                         dp_shard=shard)
+
+
+def fsdp_ok(schedule: str, split: tuple) -> bool:
+    """ZeRO-3 plans are torchtitan's: its schedules (config.TORCHTITAN_SCHEDULES) and split forms (explicit first /
+    last stage counts map to pipeline_parallel_first/last_stage_less_layers; an accounted embedding or loss has no
+    torchtitan equivalent)."""
+    return schedule in TORCHTITAN_SCHEDULES and not (split[2] or split[3])
+
+
+def shard_sizes(spec, tp: int, pp: int, dp: int) -> list[int]:
+    """The spec's ZeRO-3 shard-group sizes (search.dp_shard) legal for this dp: 0 (all of dp), or HSDP's
+    1 < k < dp with dp % k == 0 and a layout whose node holds a multiple of k replicas (the shard group stays inside
+    a node; mapping.problem.layouts)."""
+    gpn = spec.cluster.gpus_per_node
+    return [k for k in spec.search.dp_shard if k == 0 or (1 < k < dp and dp % k == 0 and layouts(tp, pp, dp, gpn, k))]
 
 
 EVEN = (None, None, False, False)      # ParallelConfig's split fields of the even split
@@ -108,6 +129,10 @@ def _schedules(spec, pp: int, m: int):
                 yield "1f1b", 1, EVEN
             continue
         if sched == "interleaved":
+            if pp <= 2 and not spec.training.overlap.p2p:
+                # Megatron refuses it: with p2p overlap off, pp <= 2 puts two sends and receives between the same
+                # two ranks in one batch (Megatron-LM megatron/training/arguments.py, validate_args)
+                continue
             for v in spec.search.virtual_stages:
                 if v > 1 and m % pp == 0:
                     for split in _splits(spec, pp, v):

@@ -9,7 +9,7 @@ from planner.costs.iteration import evaluate, memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
 from planner.search.prove import Proof
 from planner.search.rerank import simulate_candidate
-from planner.search.screen import Candidate, Screening
+from planner.search.screen import Candidate, Screening, feasible_configs
 from planner.solution import Solution, SolverRecord
 
 # CP-SAT costs are integers of 0.1 us, so its bounds carry a few units of rounding slack; the tolerance
@@ -66,6 +66,45 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs) ->
     return alts
 
 
+def _family(cfg) -> str:
+    return "FSDP (ZeRO-3)" if cfg.zero == 3 else "tp/pp with ZeRO 0-2"
+
+
+def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs) -> str:
+    """With ZeRO-3 and other stages in the search: the best plan of the other family against the chosen one (the
+    mapped candidates', or else the fitting config of the least compute bound, which the chosen plan beats)."""
+    if 3 not in spec.search.zero or len(spec.search.zero) == 1:
+        return ""
+    mine = best.cfg.zero == 3
+    t = best.result.objective
+
+    def peak(cfg):
+        return max(m.total for m in stage_memory(spec, cfg, costs)) / GiB
+
+    head = f"{_family(best.cfg)} chosen ({t:.4f} s, {peak(best.cfg):.1f} GiB)"
+    lower = [z for z in spec.search.zero if z < 3]
+    if mine and lower:
+        from dataclasses import replace
+        same = replace(best.cfg, zero=max(lower), dp_shard=0)
+        need = peak(same)
+        if need > memory_limit_GiB(spec):
+            head += (f"; the same split with ZeRO-{max(lower)} needs {need:.1f} GiB, over the "
+                     f"{memory_limit_GiB(spec):.1f} GiB usable")
+    others = [c for c in cands if (c.cfg.zero == 3) != mine]
+    if others:
+        o = min(others, key=lambda c: c.result.objective)
+        return (f"{head}; best {_family(o.cfg)} plan {o.cfg.label()}: {o.result.objective:.4f} s "
+                f"({o.result.objective / t - 1:+.1%}), {peak(o.cfg):.1f} GiB")
+    fits, _, _ = feasible_configs(spec, costs, best.cfg.num_gpus)
+    rest = [(lb, c) for lb, c in fits if (c.zero == 3) != mine]
+    other = "tp/pp with ZeRO 0-2" if mine else "FSDP (ZeRO-3)"
+    if not rest:
+        return f"{head}; no {other} plan fits in memory"
+    lb, cfg = rest[0]
+    return (f"{head}; best {other} plan {cfg.label()}: its compute alone takes {lb:.4f} s ({lb / t - 1:+.1%}), "
+            f"{peak(cfg):.1f} GiB")
+
+
 def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
               simulate: bool, reranked) -> Solution:
     """The Solution of `best`; the record is updated to describe it (the re-ranked plan, if the simulator
@@ -77,6 +116,9 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     rec.bound = min(rec.bound, rec.objective)
     rec.mapping_objective = best.result.objective - p0.const
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
+    why = fsdp_comparison(spec, best, cands, costs)
+    if why and why not in rec.note:
+        rec.note = ((rec.note + "; ") if rec.note else "") + why
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)
     if simulate:
         from planner.simulator import agreement

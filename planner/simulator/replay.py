@@ -26,6 +26,7 @@ from planner.costs.iteration import (
     dp_bucket_count,
     exposed_s,
     first_chunk_params,
+    fsdp_exposed_parts,
     overlap_of,
     p2p_blocking,
     p2p_inter_s,
@@ -446,13 +447,23 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
             # NCCL's inter-node ring joins the nodes in the communicator's rank order (dp_rank order):
             # the distinct nodes by first dp_rank
             pair = ring_slowest_GBps(bw, list(dict.fromkeys(int(n) for n in node[d])))
+            if cfg.zero == 3:
+                # ZeRO-3: the exposed all-gathers / reduce-scatters of each micro-batch lengthen its F and B ops
+                # (pp = 1), or the once-per-iteration gather and scatter follow the device's last backward (pp > 1)
+                f_e, b_e, once = fsdp_exposed_parts(spec, cfg, costs, st, d, bd, K, pair)
+                dur[d, :, F] += f_e / v
+                dur[d, :, B] += b_e / v
+                dp_time[d, 0] = once
+                continue
             for c in range(v):
                 dp_time[d, c] = dp_allreduce_s(spec, cfg, costs, params[d, c], bd, K, pair)
 
     # ---- --overlap-grad-reduce: buckets per chunk (rank 0's first chunk only, as Megatron-Core; dp_bucket_count)
     ov = overlap_of(spec)
     dp_overlap = None
-    if ov.grad_reduce and cfg.dp > 1:
+    if cfg.zero == 3:
+        overlap_dp = False       # FSDP2's own overlap is in the exposed parts above
+    elif ov.grad_reduce and cfg.dp > 1:
         pieces = np.ones((p, v), np.int64)
         d0, c0 = np.argwhere(stage_of == 0)[0]
         pieces[d0, c0] = dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True)

@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, ZERO_STAGES
+from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, TORCHTITAN_SCHEDULES, ZERO_STAGES
 from planner.errors import SpecError
 from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
@@ -44,6 +44,14 @@ class OverlapSpec:
     """--tp-comm-overlap (Transformer Engine userbuffers): tensor-parallel all-gathers / reduce-scatters are split
     and pipelined with the layer's GEMMs. Needs sequence parallelism and tp > 1 (Megatron asserts it); no effect
     on other configurations."""
+    tp_backward: bool = True
+    """Megatron's asynchronous tensor-parallel communication in the backward of a column-parallel layer (QKV, fc1):
+    the input-gradient all-reduce runs during the weight-gradient GEMM; with sequence parallelism the all-gather of
+    the saved input runs during the input-gradient GEMM and the reduce-scatter of the input gradient during the
+    weight-gradient GEMM (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication since Aug 2021, on unless
+    --no-async-tensor-model-parallel-allreduce; Megatron-Core and Transformer Engine's Linear do the same). Off: every
+    backward collective waits (Megatron-LM before Aug 2021: the SC21 runs). Where tp_comm (userbuffers) applies, it
+    covers these collectives already."""
     bucket_size: int | None = None
     """--ddp-bucket-size, parameters per gradient bucket; None: Megatron-Core's default max(40M, 1M x dp).
     Only the first pipeline stage's first model chunk is bucketed (the rest: one bucket per chunk)."""
@@ -56,11 +64,11 @@ class OverlapSpec:
     @classmethod
     def none(cls) -> OverlapSpec:
         """Every overlap off: the runs that predate them (vTrain, SC21, Korthikanti)."""
-        return cls(grad_reduce=False, param_gather=False, p2p=False, tp_comm=False)
+        return cls(grad_reduce=False, param_gather=False, p2p=False, tp_comm=False, tp_backward=False)
 
     @property
     def any(self) -> bool:
-        return self.grad_reduce or self.param_gather or self.p2p or self.tp_comm
+        return self.grad_reduce or self.param_gather or self.p2p or self.tp_comm or self.tp_backward
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +92,13 @@ class TrainingSpec:
     DeepSpeed's PipelineEngine (its own 1F1B, separate blocking sends and receives)."""
     overlap: OverlapSpec = field(default_factory=OverlapSpec)
     """Communication overlapped with compute (OverlapSpec); the deepspeed engine overlaps none of it."""
+    grad_reduce_in_fp32: bool = False
+    """Data-parallel gradient reduction (and the tied-embedding all-reduce) in fp32, 4 bytes per gradient, instead of
+    the compute profile's `grad_bytes` (16-bit): Megatron-Core's DistributedDataParallelConfig.grad_reduce_in_fp32.
+    Megatron-LM's training script forces it with --bf16 (NVIDIA/Megatron-LM core_r0.8.0 megatron/training/
+    arguments.py: 'accumulate and all-reduce gradients in fp32 for bfloat16 data type'); Megatron-Bridge's and NeMo's
+    performance recipes turn it off (Megatron-Bridge@c0b9a000 scripts/performance/configs/llama/
+    llama3_llm_pretrain.py: cfg.ddp.grad_reduce_in_fp32 = False)."""
     attention: str = "fused"
     """fused (FlashAttention-2/3, cuDNN fused attention through Transformer Engine: no s x s tensors kept, causal
     FLOPs at the fused kernels' efficiency) or unfused (Megatron's local softmax path that Korthikanti et al. 2022
@@ -99,7 +114,11 @@ class SearchSpec:
     recompute: tuple = ("none", "selective", "full")
     """Activation recomputation modes to try (config.RECOMPUTE)."""
     zero: tuple = (0, 1)
-    """ZeRO stages to try (config.ZERO_STAGES)."""
+    """ZeRO stages to try (config.ZERO_STAGES); 3 = FSDP / ZeRO-3 as torchtitan's FSDP2 runs it (docs/notes/fsdp.md)."""
+    dp_shard: tuple = (0,)
+    """ZeRO-3 shard-group sizes to try (ParallelConfig.dp_shard): 0 = shard over all dp (FSDP), k > 1 = HSDP with
+    k-way shard groups inside a node (those that divide dp are tried). `auto` = 0 and every divisor > 1 of
+    gpus_per_node."""
     micro_batch_sizes: tuple | None = None
     """Micro-batch sizes to try; None: auto (powers of two up to 16 that divide)."""
     virtual_stages: tuple = (2,)
@@ -208,8 +227,22 @@ def parse_spec(data, file: str | None = None) -> Spec:
     if training.pipeline_engine == "deepspeed" and other:
         raise SpecError(file, "search.schedules", f"has {', '.join(other)}; training.pipeline_engine deepspeed "
                         "runs only its 1F1B TrainSchedule")
-    if training.pipeline_engine == "deepspeed" and 2 in search.zero:
-        raise SpecError(file, "search.zero", "has 2; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only")
+    for z in (2, 3):
+        if training.pipeline_engine == "deepspeed" and z in search.zero:
+            # microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3 deepspeed/runtime/pipe/engine.py asserts
+            # zero_optimization_stage() < 2: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+            raise SpecError(file, "search.zero", f"has {z}; DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 "
+                            "only")
+    if 3 in search.zero and training.precision == "fp8":
+        raise SpecError(file, "search.zero", "has 3 (FSDP, planned as torchtitan runs it); training.precision fp8 is "
+                        "Transformer Engine's recipe, which the planner models for Megatron-Core only")
+    if 3 in search.zero:
+        bad = [x for x in search.schedules if x not in TORCHTITAN_SCHEDULES]
+        if len(bad) == len(search.schedules):
+            raise SpecError(file, "search.schedules", f"has only {', '.join(bad)}; ZeRO-3 plans (search.zero 3) "
+                            f"run on torchtitan's schedules {sorted(TORCHTITAN_SCHEDULES)}")
+    if search.dp_shard != (0,) and 3 not in search.zero:
+        raise SpecError(file, "search.dp_shard", "sets HSDP shard groups, which need 3 in search.zero")
     raw = {"name": name, "model": mdata, "cluster": cdata, "training": data.get("training"),
            "search": data.get("search"), "solver": data.get("solver")}
     return f.build(Spec, name=name, model=model, cluster=cluster, training=training, search=search, solver=solver,
@@ -226,9 +259,10 @@ def _parse_training(f: Fields) -> TrainingSpec:
         tokens=f.float("tokens", DEFAULT),
         pipeline_engine=f.str("pipeline_engine", DEFAULT, choices=PIPELINE_ENGINES),
         # DeepSpeed's engine overlaps none of them: its specs record that, also for a later switch of engine
-        overlap=(_parse_overlap(f.sub("overlap")) if f.has("overlap")
+        overlap=(_parse_overlap(f.sub("overlap"), f.raw("pipeline_engine", None) == "deepspeed") if f.has("overlap")
                  else OverlapSpec.none() if f.raw("pipeline_engine", None) == "deepspeed" else DEFAULT),
         attention=f.str("attention", DEFAULT, choices=ATTENTION),
+        grad_reduce_in_fp32=f.bool("grad_reduce_in_fp32", DEFAULT),
     )
     f.done()
     # DeepSpeed's engine overlaps none of them (the cost model ignores `overlap` there: iteration.overlap_of);
@@ -239,12 +273,14 @@ def _parse_training(f: Fields) -> TrainingSpec:
     return t
 
 
-def _parse_overlap(f: Fields) -> OverlapSpec:
+def _parse_overlap(f: Fields, deepspeed: bool = False) -> OverlapSpec:
+    """training.overlap; with DeepSpeed's engine every key left out is off (it overlaps none of them)."""
     bucket = f.raw("bucket_size", None)
     if bucket is not None:
         bucket = f.int("bucket_size", min_value=1)
     o = f.build(OverlapSpec, grad_reduce=f.bool("grad_reduce", DEFAULT), param_gather=f.bool("param_gather", DEFAULT),
-                p2p=f.bool("p2p", DEFAULT), tp_comm=f.bool("tp_comm", DEFAULT), bucket_size=bucket)
+                p2p=f.bool("p2p", DEFAULT), tp_comm=f.bool("tp_comm", DEFAULT),
+                tp_backward=f.bool("tp_backward", False if deepspeed else DEFAULT), bucket_size=bucket)
     f.done()
     return o
 
@@ -303,6 +339,26 @@ def _uneven_stages(f: Fields):
     return tuple(sorted(set(v)))
 
 
+def _dp_shard(f: Fields, cluster: ClusterSpec):
+    """search.dp_shard: absent (the dataclass default: 0 only), 'auto' (0 and the divisors > 1 of gpus_per_node) or
+    a list of 0 and shard-group sizes > 1 that divide gpus_per_node (HSDP's shard group stays inside a node)."""
+    v = f.raw("dp_shard", None)
+    if v is None:
+        return DEFAULT
+    gpn = cluster.gpus_per_node
+    if v == "auto":
+        return (0,) + tuple(d for d in range(2, gpn + 1) if gpn % d == 0)
+    if not isinstance(v, list):
+        v = [v]
+    if not v:
+        raise f.error("dp_shard", "must not be empty")
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x == 1 or (x and gpn % x):
+            raise f.error("dp_shard", f"must be 'auto' or a list of 0 (shard over all dp) and HSDP shard-group sizes "
+                                      f"> 1 that divide gpus_per_node={gpn}, got {x!r}")
+    return tuple(sorted(set(v)))
+
+
 def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
     s = f.build(
         SearchSpec,
@@ -316,6 +372,7 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
         memory_margin=f.float("memory_margin", DEFAULT, positive=False, min_value=0.0, max_value=0.9),
         top_k=f.int("top_k", DEFAULT),
         uneven_stages=_uneven_stages(f),
+        dp_shard=_dp_shard(f, cluster),
     )
     # checked against the cluster here, not in Spec: a sweep validates one search block per cluster it lists
     if s.tensor_parallel:

@@ -1,0 +1,37 @@
+"""ZeRO-3 / FSDP / HSDP collectives of one pipeline stage, as torchtitan's FSDP2 issues them (docs/notes/fsdp.md).
+
+One FSDP unit per transformer block (plus the embedding and [norm, output]; memory.fsdp_units). Per unit, forward
+all-gathers its bf16 parameters over the shard group; backward all-gathers them again when they were resharded after
+forward and reduce-scatters the gradients in fp32 (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32),
+pytorch/torchtitan @ 238fa9953e4aec2a62582121564273d7cbb1e9f1 torchtitan/config/job_config.py and
+torchtitan/models/llama3/infra/parallelize.py apply_fsdp). HSDP then all-reduces the reduced shard over the replicate
+group. These are NCCL rings: an all-gather or a reduce-scatter moves (n-1)/n of the buffer over the ring's slowest
+link, half an all-reduce of the same buffer, so they reuse CommModel.dp_allreduce_time (the data-parallel ring the
+mapping scores, over the row's columns in rank order) and CommModel.intra_allreduce_time (HSDP's shard group inside a
+node, on NVLink). How much of each is hidden behind compute is costs/iteration.py's (fsdp_exposed_parts).
+"""
+from __future__ import annotations
+
+PARAM_BYTES = 2      # bf16 all-gather (mixed_precision_param)
+REDUCE_BYTES = 4     # fp32 reduce-scatter / all-reduce (mixed_precision_reduce)
+
+
+def fsdp_collectives(spec, cfg, costs, params: float, b: int, K: int, pair_GBps=None):
+    """(all-gather, reduce-scatter, replicate all-reduce) seconds for `params` parameters per GPU, gathered or reduced
+    once, by a row whose nodes hold `b` replicas each over `K` nodes (columns), limited by pair_GBps, the ring's
+    slowest inter-node link (a scalar or a matrix of candidate links; monotone in it).
+
+    FSDP (dp_shard 0): both collectives run over the whole data-parallel ring; the replicate term is 0.
+    HSDP: the shard group (dp_shard GPUs) is inside the node (mapping.problem.layouts), so the gather and the scatter
+    are NVLink collectives of dp_shard GPUs; the replicate group of each shard rank has b / dp_shard members per node
+    over the K nodes, and the node's dp_shard x tp replicate communicators share its rails."""
+    cl, comm = spec.cluster, costs.comm
+    if not (1 < cfg.dp_shard < cfg.dp):
+        ar = comm.dp_allreduce_time(params * REDUCE_BYTES, b, K, cfg.tp, cl, pair_GBps if K > 1 else None)
+        # a ring all-reduce = reduce-scatter + all-gather of the same buffer; the gather moves bf16
+        return ar / 2 * PARAM_BYTES / REDUCE_BYTES, ar / 2, 0.0
+    S = cfg.dp_shard
+    ag = comm.intra_allreduce_time(params * PARAM_BYTES, S, cl) / 2
+    rs = comm.intra_allreduce_time(params * REDUCE_BYTES, S, cl) / 2
+    rep = comm.dp_allreduce_time(params * REDUCE_BYTES / S, b // S, K, cfg.tp * S, cl, pair_GBps if K > 1 else None)
+    return ag, rs, rep

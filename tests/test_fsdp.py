@@ -1,0 +1,159 @@
+"""ZeRO-3 / FSDP / HSDP (#9): config and spec rules, memory, time, bounds against brute force, simulator, export."""
+import json
+
+import numpy as np
+import pytest
+import tomllib
+
+from planner.config import ParallelConfig
+from planner.costs.iteration import build_problem, evaluate
+from planner.costs.memory import AnalyticalMemory, fsdp_buffer_bytes
+from planner.errors import SpecError
+from planner.export import deepspeed_config, megatron_args, torchtitan_toml
+from planner.mapping import layouts
+from planner.mapping.cpsat import solve_exact
+from planner.search.space import enumerate_configs
+from planner.simulator import simulate
+
+
+def _cfg(tp=4, pp=1, dp=4, m=16, zero=3, shard=0, sched="1f1b", v=1):
+    return ParallelConfig(tp, pp, dp, 1, m, sched, v, "selective", zero, tp > 1, dp_shard=shard)
+
+
+def test_config_round_trip_and_labels():
+    c = _cfg(dp=8, m=8, shard=4)
+    assert ParallelConfig.from_dict(c.as_dict()) == c
+    assert c.label().endswith(" hsdp4") and c.replicas == 2 and c.shard_size == 4
+    plain = _cfg(zero=1)
+    assert "dp_shard" not in plain.as_dict() and "hsdp" not in plain.label()
+    bads = (({"dp_shard": 3}, "dp_shard"), ({"dp_shard": 8}, "dp_shard"), ({"zero": 1, "dp_shard": 2}, "dp_shard"),
+            ({"zero": 4}, "zero"))
+    for bad, field in bads:
+        d = {**_cfg(dp=8, m=8).as_dict(), **bad}
+        with pytest.raises(SpecError, match=field):
+            ParallelConfig.from_dict(d, "x.yaml")
+
+
+def test_spec_rules_name_the_field(make_spec):
+    with pytest.raises(SpecError, match="search.dp_shard"):
+        make_spec(schedules=["1f1b"], recompute=["selective"], zero=[0, 1], dp_shard=[2])
+    with pytest.raises(SpecError, match="search.dp_shard"):
+        make_spec(schedules=["1f1b"], recompute=["selective"], zero=[3], dp_shard=[3])
+    with pytest.raises(SpecError, match="search.schedules"):
+        make_spec(schedules=["zb-h1"], recompute=["selective"], zero=[3])
+
+
+def test_default_search_has_no_zero3_and_zero3_search_is_torchtitan_shaped(make_spec):
+    spec = make_spec()
+    assert all(c.zero < 3 and c.dp_shard == 0 for c in enumerate_configs(spec))
+    spec3 = make_spec(schedules=["1f1b", "zb-h1"], recompute=["selective"], zero=[0, 3], dp_shard="auto")
+    z3 = [c for c in enumerate_configs(spec3) if c.zero == 3]
+    assert z3 and all(c.schedule == "1f1b" and (c.tp == 1 or c.sequence_parallel) for c in z3)
+    hs = [c for c in z3 if c.dp_shard]
+    assert hs and all(layouts(c.tp, c.pp, c.dp, 8, c.dp_shard) for c in hs)
+
+
+def test_memory_shards_state_and_adds_gathered_buffers(make_spec):
+    spec = make_spec()
+    mem = AnalyticalMemory()
+    z1 = mem.stage_memory(spec.model, spec.cluster, spec.training, _cfg(zero=1), 0)
+    z3 = mem.stage_memory(spec.model, spec.cluster, spec.training, _cfg(zero=3), 0)
+    assert z3.weights < z1.weights and z3.gradients < z1.gradients
+    assert z3.fsdp > 0 and z1.fsdp == 0 and "fsdp" not in z1.as_GiB()
+    hs = mem.stage_memory(spec.model, spec.cluster, spec.training, _cfg(dp=8, m=8, tp=2, shard=2), 0)
+    full = mem.stage_memory(spec.model, spec.cluster, spec.training, _cfg(dp=8, m=8, tp=2), 0)
+    assert hs.weights == pytest.approx(4 * full.weights)          # sharded 2-way instead of 8-way
+    # pp > 1 keeps the whole stage gathered (no reshard after forward): more than the per-unit buffers of pp = 1
+    assert fsdp_buffer_bytes(spec.model, _cfg(tp=2, pp=2, dp=8, m=8), 0) > fsdp_buffer_bytes(spec.model, _cfg(
+        tp=2, pp=1, dp=16, m=4), 0)
+
+
+def test_fsdp_time_grows_with_slower_links_and_exposes_per_microbatch(make_spec):
+    fast = make_spec(spread=(0.9, 1.0))
+    slow = make_spec(spread=(0.01, 0.02))
+    cfg = _cfg(tp=8, dp=4, m=16)
+    lay = layouts(8, 1, 4, 8)[0]
+    t = [evaluate(s, cfg, p := build_problem(s, cfg, lay), p.rank_order()).dp_comm_s for s in (fast, slow)]
+    assert 0 < t[0] < t[1]
+    z1 = _cfg(tp=8, dp=4, m=16, zero=1)
+    p1 = build_problem(slow, z1, lay)
+    # ZeRO-3 moves parameters every micro-batch (pp = 1): far more exposed time than ZeRO-1's one sync
+    assert t[1] > evaluate(slow, z1, p1, p1.rank_order()).dp_comm_s
+
+
+@pytest.mark.parametrize("case", [(4, (4, 1, 8), 0), (4, (4, 2, 4), 0), (4, (2, 1, 16), 2), (4, (4, 2, 4), 2)])
+def test_exact_equals_brute_force_with_zero3(make_spec, optimum, case):
+    n, (tp, pp, dp), shard = case
+    spec = make_spec(nodes=n, seed=7, gbs=64)
+    cfg = ParallelConfig(tp, pp, dp, 1, 64 // dp, "1f1b", 1, "selective", 3, True, dp_shard=shard)
+    for lay in layouts(tp, pp, dp, 8, shard):
+        prob = build_problem(spec, cfg, lay)
+        best, _ = optimum(prob)
+        ex = solve_exact(prob, time_limit_s=20)
+        assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9)
+        assert prob.lower_bound() <= best + 1e-12
+
+
+@pytest.mark.parametrize("tp, pp, dp", [(4, 1, 8), (4, 2, 4)])
+def test_simulator_agrees_with_the_estimate(make_spec, tp, pp, dp):
+    spec = make_spec(nodes=4, seed=3, gbs=64)
+    cfg = ParallelConfig(tp, pp, dp, 1, 64 // dp, "1f1b", 1, "selective", 3, True)
+    lay = max(layouts(tp, pp, dp, 8), key=lambda L: L.b)
+    prob = build_problem(spec, cfg, lay)
+    est = evaluate(spec, cfg, prob, prob.rank_order())
+    sim = simulate(spec, cfg, layout=lay, assign=prob.rank_order())
+    assert est.dp_comm_s > 0
+    assert sim.iteration_s == pytest.approx(est.iteration_s, rel=0.05)
+
+
+def _solution(cfg, **extra):
+    return {"config": cfg.as_dict(), "seq_length": 2048, "num_layers": 24, **extra}
+
+
+def test_torchtitan_toml_names_the_degrees():
+    cfg = ParallelConfig(4, 2, 8, 1, 8, "interleaved", 2, "full", 3, True, dp_shard=2)
+    d = tomllib.loads(torchtitan_toml(_solution(cfg)))
+    p = d["parallelism"]
+    assert (p["data_parallel_shard_degree"], p["data_parallel_replicate_degree"], p["tensor_parallel_degree"],
+            p["pipeline_parallel_degree"], p["context_parallel_degree"]) == (2, 4, 4, 2, 1)
+    assert p["pipeline_parallel_schedule"] == "Interleaved1F1B" and d["activation_checkpoint"]["mode"] == "full"
+    assert d["training"]["local_batch_size"] == 8 and d["training"]["seq_len"] == 2048
+
+
+def test_exports_refuse_what_the_framework_cannot_run():
+    pp2 = ParallelConfig(4, 2, 8, 1, 8, "1f1b", 1, "full", 3, True)
+    with pytest.raises(SpecError, match="config.pp"):
+        deepspeed_config(_solution(pp2))
+    with pytest.raises(SpecError, match="config.zero"):
+        megatron_args(_solution(pp2))
+    with pytest.raises(SpecError, match="config.zero"):
+        torchtitan_toml(_solution(ParallelConfig(4, 2, 8, 1, 8, "1f1b", 1, "full", 1, True)))
+    ds = deepspeed_config(_solution(ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "full", 3, True)))
+    assert json.loads(json.dumps(ds))["zero_optimization"]["stage"] == 3
+    assert ds["train_batch_size"] == 64 and ds["gradient_accumulation_steps"] == 4
+    assert np.isfinite(ds["train_micro_batch_size_per_gpu"])
+
+
+def test_cli_refuses_zero3_outside_torchtitan(tmp_path, capsys):
+    from planner.cli.main import main
+    spec = "specs/llama3-8b-h100-fsdp-128.yaml"
+    base = ["estimate", spec, "--tp", "1", "--mbs", "1", "--zero", "3"]
+    for extra, flag in ((["--pp", "2", "--dp", "64", "--schedule", "zb-h1"], "--schedule"),
+                        (["--pp", "2", "--dp", "64", "--pipeline-engine", "deepspeed"], "--zero"),
+                        (["--pp", "1", "--dp", "128", "--dp-shard", "3"], "--dp-shard")):
+        assert main(base + extra) == 2
+        assert flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("h, a, kv, f, s", [(256, 4, 1, 768, 64), (256, 4, 4, 512, 32)])
+def test_op_sac_bytes_match_a_fake_tensor_torchtitan_block(h, a, kv, f, s):
+    """ZeRO-3 plans' selective recompute (torchtitan's per-op policy): the count equals what torch's selective
+    checkpointing keeps for a torchtitan-style block (GQA and MHA), measured on fake tensors."""
+    from types import SimpleNamespace
+
+    from planner.costs.memory import op_sac_bytes
+    from planner.profile.torchtitan_block import saved_bytes
+    model = SimpleNamespace(hidden_size=h, kv_channels=kv * (h // a), ffn_hidden_size=f, num_attention_heads=a)
+    cfg = ParallelConfig(1, 1, 8, 1, 1, "1f1b", 1, "selective", 3, False)
+    lin, core = op_sac_bytes(model, SimpleNamespace(seq_length=s), cfg)
+    assert lin + core == saved_bytes(h, a, kv, f, s)
