@@ -31,7 +31,7 @@ from planner.mapping.problem import robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
 
 WALL_SAFETY = 1.0                # the wall-clock safety stop, in units of time_limit_s
-EXACT_SHARE = 0.7                # of the work: the exact phase (pre-solve, decomposition, CP-SAT); the rest: the annealer
+EXACT_SHARE = 0.7                # of the work: the exact phase (pre-solve, decomposition, CP-SAT)
 # the exact phase runs up to this many candidate nodes: it proves the shipped 32-node plans; at 64 nodes on issue
 # #10's family it returned its hint unchanged, and building its model took most of a 10 s limit
 EXACT_NODES = 32
