@@ -9,8 +9,8 @@ the paper's Table 1 (137, 138, 142, 135, 138, 140, 148, 155, 163, 163 TFLOP/s); 
 Assumptions where the table is silent (stated, not fitted): full activation recompute (as the paper),
 fp16, micro-batch 1, the 1F1B schedule except where interleaving applies (layers divisible by 2p),
 no ZeRO, no sequence parallel (2021), Megatron rank order, a uniform 200 Gb/s x 8 network, no communication
-overlap (training.overlap all off: Megatron-LM 2021 waited on every p2p batch and reduced gradients after the
-backward).
+overlap (training.overlap all off: Megatron-LM 2021 waited on every p2p batch and every tensor-parallel
+collective, and reduced gradients after the backward).
 Run:  python benchmarks/megatron_sc21.py
 """
 from __future__ import annotations
@@ -30,7 +30,9 @@ from planner.spec import parse_spec
 TFLOPS = (137, 138, 142, 135, 138, 140, 148, 155, 163, 163)   # SC21 Table 1, per GPU
 
 
-def spec_for(run):
+def spec_for(run, tp_backward: bool = False):
+    """The run's spec. tp_backward: Megatron's asynchronous column-parallel backward (training.overlap.tp_backward),
+    merged into Megatron-LM in Aug 2021 (NVIDIA/Megatron-LM cf7efd4f): after the SC21 runs, before Korthikanti's."""
     nodes = run.gpus // 8
     d = {"name": f"sc21-{run.name}",
          "model": {"name": run.name, "family": "gpt", "num_layers": run.layers, "hidden_size": run.hidden,
@@ -44,7 +46,8 @@ def spec_for(run):
          # 2021 Megatron-LM: gradients all-reduced after the backward, blocking p2p, no TP overlap, and its
          # unfused softmax path (no fused attention kernel yet)
          "training": {"global_batch_size": run.batch, "seq_length": SEQ, "precision": "fp16", "attention": "unfused",
-                      "overlap": {"grad_reduce": False, "param_gather": False, "p2p": False, "tp_comm": False}}}
+                      "overlap": {"grad_reduce": False, "param_gather": False, "p2p": False, "tp_comm": False,
+                                      "tp_backward": tp_backward}}}
     return parse_spec(d, os.path.join(os.path.dirname(__file__), "_sc21.yaml"))
 
 

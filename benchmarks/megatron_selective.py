@@ -46,7 +46,7 @@ def model_flops(run) -> float:
 def rows(policy: str):
     out = []
     for run in KORTHIKANTI:
-        spec = spec_for(run)
+        spec = spec_for(run, tp_backward=True)
         m = run.batch
         sched, v = schedule_for(policy, run, m)
         for mode, (recompute, sp), meas in zip(("full", "sp+selective"), (("full", False), ("selective", True)),

@@ -17,6 +17,8 @@ that are spec keys are tried on the spec parser first, so a key another branch a
 training.precision: fp8, overlap keys) is used as soon as the parser accepts it.
 
 Run:  python benchmarks/published_recipes.py [--rows ID,ID] [--json]
+      python benchmarks/published_recipes.py --solve [--rows ID,ID] [--time-limit S] [--no-sim]
+         (`planner solve` per row, default the full-knob rows: its plan against the recipe, both predicted)
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ CLUSTER = os.path.join(ROOT, "clusters", "dgx-h100.yaml")
 
 KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", "sequence_parallel",
          "distributed_optimizer", "attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-         "tp_comm_overlap", "uneven_stages",
+         "tp_comm_overlap", "uneven_stages", "grad_reduce_in_fp32",
          "fsdp", "gpu_memory_GiB",     # fsdp: ZeRO-3 shard degree (< dp: HSDP); gpu_memory_GiB: the run's GPU
          "kernels", "cluster")         # kernels: training.kernels; cluster: clusters/<name>.yaml (default CLUSTER)
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
@@ -49,14 +51,16 @@ METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 # knob -> the `training:` key it becomes (same name unless given). The parser decides whether the key exists:
 # an unknown key or a refused value (today: all of these, and precision fp8) makes the knob `missing` and the
 # row falls back to the value in FALLBACK (None: the key is left out, the planner's own default applies).
-TRAINING_KEYS = {"precision": "precision", "attention": "attention", "kernels": "kernels"}
+TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
+                 "kernels": "kernels"}
 # recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
 OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
                 "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm"}
 FALLBACK = {"precision": "bf16"}
 # a knob whose value is the planner's behaviour today needs no key: not missing
 IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
-            "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "kernels": "fused"}
+            "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "grad_reduce_in_fp32": False,
+            "kernels": "fused"}
 
 
 # ---- the data file ---------------------------------------------------------------------------------------------
@@ -155,10 +159,11 @@ def cluster_dict(gpus: int, name: str | None = None) -> dict:
     return c
 
 
-def build(row: dict):
+def build(row: dict, search: dict | None = None, solver: dict | None = None):
     """(spec, config, missing, notes) for one row: knobs -> spec keys and ParallelConfig fields.
 
-    `missing`: knobs the planner could not take as stated; `notes`: what was done instead."""
+    `missing`: knobs the planner could not take as stated; `notes`: what was done instead. `search` / `solver`: the
+    spec's sections for `--solve` (default: the planner's own)."""
     from planner.spec import parse_spec
     kn = knobs_of(row)
     missing, notes = [], []
@@ -197,7 +202,8 @@ def build(row: dict):
         training = {**training, "overlap": overlap}
     while True:
         d = {"name": row["id"], "model": model, "cluster": cluster_dict(row["gpus"], kn.get("cluster")),
-             "training": {**training, **wanted}}
+             "training": {**training, **wanted}, **({"search": search} if search else {}),
+             **({"solver": solver} if solver else {})}
         try:
             spec = parse_spec(d, os.path.join(ROOT, "benchmarks", "data", "_published_recipes.yaml"))
             break
@@ -246,6 +252,61 @@ def evaluate_row(row: dict) -> dict:
                if "memory_GiB" in row["measured"] else {})}
 
 
+def solve_search(row: dict) -> dict:
+    """The space `--solve` searches for a row: what Megatron-Core offers and the recipe itself can be found in
+    (1F1B and interleaved with v 2 and the recipe's vp, every recompute mode, ZeRO 0/1, sequence parallel off/on,
+    uneven end stages), so the recipe is one of the candidates whenever the memory model lets it fit."""
+    vp = knobs_of(row).get("vp", 1) or 1
+    return {"schedules": ["1f1b", "interleaved"], "virtual_stages": sorted({2, vp} - {1}),
+            "recompute": ["none", "selective", "full"], "zero": [0, 1], "sequence_parallel": [False, True]}
+
+
+CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch_size", "schedule", "vpp", "recompute", "zero", "sequence_parallel",
+                 "first_stage_layers", "last_stage_layers")
+
+
+def solve_row(row: dict, time_limit_s: float, simulate: bool = True) -> dict:
+    """`planner solve` on the row's model, cluster, batch and training knobs; its plan against the recipe's, both
+    by the planner's model (the recipe's time as `estimate` gives it) and against the published time."""
+    import time
+
+    from planner.search.solve import estimate_plan, solve
+    spec, cfg, missing, notes = build(row, search=solve_search(row), solver={"time_limit_s": time_limit_s})
+    recipe = estimate_plan(spec, cfg)[0]
+    t0 = time.perf_counter()
+    sol = solve(spec, simulate=simulate)
+    wall = time.perf_counter() - t0
+    published, _ = published_step_s(row, spec.model)
+    plan = sol.config
+    changed = [f"{k} {getattr(cfg, k)}->{getattr(plan, k)}" for k in CONFIG_FIELDS
+               if getattr(cfg, k, None) != getattr(plan, k, None)]
+    return {"id": row["id"], "partial": is_partial(row), "missing": missing, "notes": notes,
+            "recipe": cfg.label(), "recipe_pred_s": recipe.iteration_s, "recipe_peak_GiB": recipe.peak_memory_GiB,
+            "recipe_fits_model": recipe.fits, "plan": plan.label(), "plan_pred_s": sol.estimate.iteration_s,
+            "plan_peak_GiB": sol.estimate.peak_memory_GiB, "published_s": published,
+            "gain_vs_recipe": 1 - sol.estimate.iteration_s / recipe.iteration_s,
+            "plan_vs_published": sol.estimate.iteration_s / published - 1, "changed": changed,
+            "status": sol.solver.status, "wall_s": wall}
+
+
+SOLVE_FOOTER = ("gain = 1 - plan / recipe, both predicted by the planner; NOFIT: the memory model puts the recipe "
+                "over the usable memory, so the solver cannot pick it")
+
+
+def print_solve_header() -> None:
+    print(f"{'row':<30} {'recipe: planner s, peak GiB':<42} {'solved plan':<52} {'plan s':>7} {'gain':>6} "
+          f"{'pub s':>7}  changed knobs")
+
+
+def print_solve(results: list[dict]) -> None:
+    for r in results:
+        flag = " >5%" if r["gain_vs_recipe"] > 0.05 else ""
+        fits = "" if r["recipe_fits_model"] else " NOFIT"
+        print(f"{r['id']:<30} {r['recipe_pred_s']:>7.3f} {r['recipe_peak_GiB']:>5.1f}{fits:<6} {r['recipe'][:22]:<22}"
+              f" {r['plan']:<52} {r['plan_pred_s']:>7.3f} {r['gain_vs_recipe']:>+6.1%} {r['published_s']:>7.3f}  "
+              f"{', '.join(r['changed']) or '-'}{flag}  [{r['status']}, {r['wall_s']:.0f} s]", flush=True)
+
+
 def summary(results: list[dict]) -> dict:
     full = [r for r in results if not r["partial"]]
     errs = [abs(r["error"]) for r in full]
@@ -288,6 +349,11 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=DATA)
     ap.add_argument("--rows", default=None, help="comma-separated row ids (default: all)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--solve", action="store_true",
+                    help="run `planner solve` on each row's model, cluster and batch (default rows: the full-knob "
+                         "ones) and compare its plan with the recipe; slow (a benchmark)")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per row with --solve")
+    ap.add_argument("--no-sim", action="store_true", help="with --solve: skip the simulator's re-ranking")
     args = ap.parse_args(argv)
     _, rows = load_rows(args.data)
     # the FSDP rows (#9) are their own set with their own summary, after the #8 table
@@ -299,6 +365,18 @@ def main(argv=None) -> int:
             ap.error(f"unknown rows {sorted(unknown)}")
         extra = [r for r in extra if r["id"] in want]
         rows = [r for r in rows if r["id"] in want]
+    if args.solve:
+        if not args.rows:
+            rows = [r for r in rows if not is_partial(r)]
+        out = []
+        if not args.json:
+            print_solve_header()
+        for r in rows:
+            out.append(solve_row(r, args.time_limit, simulate=not args.no_sim))
+            if not args.json:
+                print_solve(out[-1:])
+        print(json.dumps(out, indent=1) if args.json else SOLVE_FOOTER)
+        return 0
     results = [evaluate_row(r) for r in rows]
     s = summary(results)
     more = [evaluate_row(r) for r in extra]

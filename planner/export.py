@@ -81,6 +81,7 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     if precision == "fp8":
         args += fp8_args()
     args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
+    args += nemo_overrides(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
     if solution.get("pipeline_engine") == "deepspeed":
         args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's "
@@ -148,6 +149,36 @@ def overlap_args(overlap: dict | None, c: dict, engine: str) -> list[str]:
     if c.get("schedule") == "interleaved" and c["pp"] > 1 and not overlap.get("p2p", True):
         out.append("--no-overlap-p2p-communication")
     return out
+
+
+def nemo_overrides(overlap: dict | None, c: dict, engine: str) -> list[str]:
+    """One comment line: the NeMo 2.0 recipe overrides for the flags whose names differ from Megatron-LM's (NVIDIA/NeMo
+    @ 8cfedd72: recipes/llama3_70b.py `recipe.trainer.strategy.ddp` DistributedDataParallelConfig and
+    MegatronCommOverlapCallback in `recipe.trainer.callbacks`; recipes/deepseek_v3.py
+    `recipe.model.config.recompute_granularity`; `recipe.optim.config.use_distributed_optimizer`). Note: NeMo's recipes
+    reduce gradients in fp32 (ddp grad_reduce_in_fp32=True) unless told otherwise; set it as the plan's
+    training.grad_reduce_in_fp32 was."""
+    if engine == "deepspeed":
+        return []
+    out = [f"recipe.trainer.strategy.sequence_parallel = {bool(c.get('sequence_parallel'))}"]
+    rc = c.get("recompute", "none")
+    if rc == "selective":
+        out.append('recipe.model.config.recompute_granularity = "selective"')
+    elif rc == "full":
+        out.append('recipe.model.config.recompute_granularity = "full"; recipe.model.config.recompute_method = '
+                   '"uniform"; recipe.model.config.recompute_num_layers = 1')
+    out.append(f"recipe.optim.config.use_distributed_optimizer = {int(c.get('zero', 0)) >= 1}")
+    if overlap:
+        ddp = [f"overlap_grad_reduce={bool(overlap.get('grad_reduce'))}",
+               f"overlap_param_gather={bool(overlap.get('param_gather') and overlap.get('grad_reduce'))}"]
+        if overlap.get("bucket_size"):
+            ddp.append(f"bucket_size={int(overlap['bucket_size'])}")
+        out.append(f"recipe.trainer.strategy.ddp: {', '.join(ddp)}")
+        cb = [f"tp_comm_overlap={bool(overlap.get('tp_comm') and c.get('sequence_parallel') and c['tp'] > 1)}"]
+        if c.get("schedule") == "interleaved" and c["pp"] > 1:
+            cb.append(f"overlap_p2p_comm={bool(overlap.get('p2p', True))}")
+        out.append(f"MegatronCommOverlapCallback({', '.join(cb)}) in recipe.trainer.callbacks")
+    return ["# NeMo 2.0 recipe: " + "; ".join(out)]
 
 
 # The memory estimate's fragmentation term was measured with expandable segments (2% of the allocated peak);

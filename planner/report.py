@@ -12,6 +12,7 @@ def console() -> Console:
 
 
 def plan_table(sol) -> Table:
+    from planner.costs.iteration import mfu_note
     c, e, s = sol.config, sol.estimate, sol.solver
     t = Table(title=f"plan: {sol.spec.name}", show_header=False)
     t.add_column("what", style="bold")
@@ -22,7 +23,8 @@ def plan_table(sol) -> Table:
     t.add_row("recompute / ZeRO / SP", f"{c.recompute} / {c.zero} / {'on' if c.sequence_parallel else 'off'}")
     t.add_row("layout", f"{sol.layout.a} stage(s) x {sol.layout.b} replica(s) per node, "
                         f"{sol.layout.rows} x {sol.layout.cols} node grid")
-    t.add_row("iteration", f"{e.iteration_s:.3f} s  ({e.tokens_per_s:,.0f} tokens/s, MFU {e.mfu:.1%})")
+    t.add_row("iteration", f"{e.iteration_s:.3f} s  ({e.tokens_per_s:,.0f} tokens/s, MFU {e.mfu:.1%}"
+                           f"{mfu_note(sol.spec)})")
     t.add_row("  compute | p2p | dp | emb",
               f"{e.compute_s:.3f} | {e.pp_comm_s:.4f} | {e.dp_comm_s:.4f} | {e.emb_comm_s:.4f} s")
     md = e.memory_dict()

@@ -15,6 +15,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from planner.costs.iteration import mfu_note
     from planner.report import console
     from planner.search.solve import estimate_plan
     from planner.solution import load_solution
@@ -34,7 +35,8 @@ def run(args) -> int:
         md = est.memory_dict()
         engine = "" if spec.training.pipeline_engine == "megatron" else f" ({spec.training.pipeline_engine} engine)"
         con.print(f"[bold]{cfg.label()}[/bold]{engine}")
-        con.print(f"iteration {est.iteration_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%} "
+        con.print(f"iteration {est.iteration_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, "
+                  f"MFU {est.mfu:.1%}{mfu_note(spec)} "
                   f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, dp {est.dp_comm_s:.4f}, "
                   f"tied-embedding {est.emb_comm_s:.4f} s)")
         con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +

@@ -122,10 +122,10 @@ class CommModel:
     grad_bytes: int = 4                # bytes per gradient element in the data-parallel reduction
     allreduce_tables: dict = field(default_factory=dict, compare=False)   # n -> CollectiveTable (in node)
 
-    def tied_embedding_bytes(self, model, tp: int) -> float:
+    def tied_embedding_bytes(self, model, tp: int, grad_bytes: float | None = None) -> float:
         """Bytes of the tied word-embedding gradient each tensor rank all-reduces between the first and the
-        last stage (vocab-parallel: vocab x hidden / tp elements of grad_bytes)."""
-        return model.vocab_size * model.hidden_size / tp * self.grad_bytes
+        last stage (vocab-parallel: vocab x hidden / tp elements of grad_bytes, default the profile's)."""
+        return model.vocab_size * model.hidden_size / tp * (self.grad_bytes if grad_bytes is None else grad_bytes)
 
     def intra_allreduce_time(self, nbytes: float, n: int, cluster) -> float:
         """All-reduce inside one node: the measured table for n GPUs when there is one, else a ring."""

@@ -181,9 +181,10 @@ class ComputeModel:
         fp8 = training.precision == "fp8"
         if fp8:
             peak8 = cluster.gpu.peak_flops("fp8")
-            mm = sum(self.fp8_gemm_time(g, peak, peak8) for g in gemms)
+            times = [self.fp8_gemm_time(g, peak, peak8) for g in gemms]
         else:
-            mm = sum(self._gemm_time(g, peak) for g in gemms)
+            times = [self._gemm_time(g, peak) for g in gemms]
+        mm = sum(times)
         fused = getattr(training, "attention", "fused") == "fused"
         heads_local = model.num_attention_heads / t
         elem = tokens * h * (ELEM_REPLICATED / (t if cfg.sequence_parallel else 1) + ELEM_SHARDED / t) * by / 2
@@ -206,11 +207,17 @@ class ComputeModel:
         # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
         # all-gather pairs of the same volume with sequence parallelism)
         comm = 2 * self._tp_allreduce(tokens * h * by, t, cluster)
-        parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm}
+        parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm,
+                 # the column-parallel GEMMs (QKV, fc1), forward; their dgrad and wgrad have the same FLOPs
+                 "gemm_column": (times[0], times[2])}
         if eager:                        # counted op by op, not ELEM_BACKWARD x forward
             parts["elem_backward"] = elem_bwd / (self.hbm_GBps * 1e9)
         if fused:
             parts["attn_backward"] = FUSED_BACKWARD_FLOPS * attn
+        else:
+            # the scale / mask / softmax / dropout passes over the s^2 scores (inside "elem"): selective recompute
+            # re-runs them with the two GEMMs (Megatron's checkpointed CoreAttention)
+            parts["attn_scores"] = scores / (self.hbm_GBps * 1e9)
         if fp8:
             fwd_cast, bwd_cast = fp8_cast_elements(model, training, cfg)
             hbm = self.hbm_GBps * 1e9
@@ -276,7 +283,9 @@ class ComputeModel:
         p = self.layer_parts(model, cluster, training, cfg)
         bwd = self.pass_times(p)[1] + comm
         w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
-        rc = {"none": 0.0, "selective": attn, "full": fwd}[cfg.recompute]
+        # selective: Megatron's checkpointed core attention, i.e. QK^T, scale/mask/softmax, dropout and AV
+        # (megatron/model/transformer.py _checkpointed_attention_forward); fused: one kernel forward
+        rc = {"none": 0.0, "selective": attn + p.get("attn_scores", 0.0), "full": fwd}[cfg.recompute]
         if cfg.op_sac:
             rc = op_sac_recompute_s(model, p)
         first, last, head_comm = self.head_times(model, cluster, training, cfg)

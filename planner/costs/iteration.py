@@ -18,7 +18,7 @@ import numpy as np
 from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.comm import p2p_time, ring_allreduce_time
-from planner.costs.compute import BYTES
+from planner.costs.compute import BYTES, activation_precision
 from planner.costs.fsdp import fsdp_collectives
 from planner.costs.memory import GiB, MemoryBreakdown, fsdp_units, stage_layer_count, stage_params
 from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
@@ -59,6 +59,12 @@ class Estimate:
                 "emb_comm_s": self.emb_comm_s, "memory_GiB": self.memory_dict()}
 
 
+def mfu_note(spec) -> str:
+    """What an MFU figure is measured against: for fp8 plans the 16-bit (bf16) peak, as NeMo's and Megatron's model
+    TFLOP/s figures are; empty for 16/32-bit plans, whose MFU is against their own peak."""
+    return " of the bf16 peak" if spec.training.precision == "fp8" else ""
+
+
 def memory_limit_GiB(spec) -> float:
     return spec.cluster.gpu.memory_GiB * (1.0 - spec.search.memory_margin)
 
@@ -87,19 +93,49 @@ def exposed_s(comm, hide, pieces: int = 1):
 
 
 def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, float]:
-    """Seconds of one layer's tensor-parallel collectives hidden by --tp-comm-overlap, (forward, backward).
+    """Seconds of one layer's tensor-parallel collectives hidden behind GEMMs, (forward, backward).
 
-    Transformer Engine's userbuffers split each all-gather / reduce-scatter of sequence parallelism into tp
-    pieces pipelined with the adjacent GEMM (ring exchange): exposed_s(comm, GEMM time, tp). Megatron asserts
-    sequence parallelism for it (arguments.py: 'Tensor parallel communication/GEMM overlap can happen only
-    when sequence parallelism is enabled'); the attention core and the element-wise work hide nothing."""
+    --tp-comm-overlap (training.overlap.tp_comm): Transformer Engine's userbuffers split each all-gather /
+    reduce-scatter of sequence parallelism into tp pieces pipelined with the adjacent GEMM (ring exchange):
+    exposed_s(comm, GEMM time, tp). Megatron asserts sequence parallelism for it (arguments.py: 'Tensor parallel
+    communication/GEMM overlap can happen only when sequence parallelism is enabled'); the attention core and the
+    element-wise work hide nothing.
+    Otherwise Megatron's asynchronous backward of a column-parallel layer (training.overlap.tp_backward,
+    tp_backward_saving); the forward's collectives all wait."""
     parts_of = getattr(costs.compute, "layer_parts", None)
-    if not (overlap_of(spec).tp_comm and cfg.tp > 1 and cfg.sequence_parallel) or parts_of is None:
+    if cfg.tp <= 1 or parts_of is None:
         return 0.0, 0.0
-    p = parts_of(spec.model, spec.cluster, spec.training, cfg)
-    comm, gemm = p["tp_comm"], p["gemm"]
-    r = getattr(costs.compute, "backward_ratio", 2.0)
-    return (float(comm - exposed_s(comm, gemm, cfg.tp)), float(comm - exposed_s(comm, r * gemm, cfg.tp)))
+    ov = overlap_of(spec)
+    if ov.tp_comm and cfg.sequence_parallel:
+        p = parts_of(spec.model, spec.cluster, spec.training, cfg)
+        comm, gemm = p["tp_comm"], p["gemm"]
+        r = getattr(costs.compute, "backward_ratio", 2.0)
+        return (float(comm - exposed_s(comm, gemm, cfg.tp)), float(comm - exposed_s(comm, r * gemm, cfg.tp)))
+    if ov.tp_backward:
+        return 0.0, tp_backward_saving(parts_of(spec.model, spec.cluster, spec.training, cfg), cfg.sequence_parallel)
+    return 0.0, 0.0
+
+
+def tp_backward_saving(parts: dict, sequence_parallel: bool) -> float:
+    """Seconds of one layer's backward collectives hidden by Megatron's asynchronous column-parallel backward
+    (Megatron-LM@80389ef6 megatron/mpu/layers.py, LinearWithGradAccumulationAndAsyncCommunication.backward, the code
+    of Korthikanti et al. 2022; on by default, arguments.py --no-async-tensor-model-parallel-allreduce).
+
+    The compute model charges the backward two all-reduces of the layer's activations per layer (parts["tp_comm"]),
+    one per column-parallel GEMM (QKV, fc1). Without sequence parallelism each is issued before that layer's
+    weight-gradient GEMM and waited for after it: exposed max(0, AR - wgrad). With sequence parallelism the backward
+    runs an all-gather of the output gradient before each row-parallel GEMM (proj, fc2: exposed, half an all-reduce
+    each) and, in each column-parallel GEMM, an all-gather of the saved input during the input-gradient GEMM and a
+    reduce-scatter of the input gradient during the weight-gradient GEMM (half an all-reduce each, exposed only
+    beyond their GEMM). The wgrad / dgrad GEMMs have the forward GEMM's FLOPs (parts["gemm_column"])."""
+    ar = parts["tp_comm"] / 2
+    cols = parts.get("gemm_column", ())
+    if sequence_parallel:
+        half = ar / 2
+        exposed = 2 * half + sum(2 * max(0.0, half - g) for g in cols)
+    else:
+        exposed = sum(max(0.0, ar - g) for g in cols)
+    return max(0.0, 2 * ar - exposed) if cols else 0.0
 
 
 def stage_times(spec, cfg: ParallelConfig, costs: Costs) -> list:
@@ -198,9 +234,15 @@ def dp_allreduce_s(spec, cfg: ParallelConfig, costs: Costs, params: float, repli
     """Gradient all-reduce of one data-parallel ring: `params` per GPU, `replicas_per_node` replicas in each
     of `nodes` nodes, limited by pair_GBps, the ring's slowest inter-node link (a scalar or a matrix of
     candidate links; used only when the ring leaves the node). CommModel.dp_allreduce_time has the formula."""
-    nbytes = params * costs.comm.grad_bytes
+    nbytes = params * grad_bytes(spec, costs)
     return costs.comm.dp_allreduce_time(nbytes, replicas_per_node, nodes, cfg.tp, spec.cluster,
                                         pair_GBps if nodes > 1 else None)
+
+
+def grad_bytes(spec, costs: Costs) -> float:
+    """Bytes per gradient element the data-parallel reduction and the tied-embedding all-reduce move: 4 with
+    training.grad_reduce_in_fp32, else the compute profile's (16-bit)."""
+    return 4.0 if getattr(spec.training, "grad_reduce_in_fp32", False) else costs.comm.grad_bytes
 
 
 def ring_slowest_GBps(bandwidth: np.ndarray, ring: list[int]) -> float:
@@ -224,13 +266,13 @@ def tied_embedding_reduced(model, cfg: ParallelConfig) -> bool:
 
 def tied_embedding_intra_s(spec, cfg: ParallelConfig, costs: Costs) -> float:
     """The tied-embedding all-reduce when both ends share a node: NVLink."""
-    ebytes = costs.comm.tied_embedding_bytes(spec.model, cfg.tp)
+    ebytes = costs.comm.tied_embedding_bytes(spec.model, cfg.tp, grad_bytes(spec, costs))
     return costs.comm.intra_allreduce_time(ebytes, 2, spec.cluster)
 
 
 def tied_embedding_inter_s(spec, cfg: ParallelConfig, costs: Costs, pair_GBps, share: float):
     """The tied-embedding all-reduce between two nodes joined by pair_GBps per rail (a scalar or a matrix)."""
-    ebytes = costs.comm.tied_embedding_bytes(spec.model, cfg.tp)
+    ebytes = costs.comm.tied_embedding_bytes(spec.model, cfg.tp, grad_bytes(spec, costs))
     return ring_allreduce_time(ebytes, 2, pair_GBps * costs.comm.inter_efficiency * share,
                                spec.cluster.inter.latency_us)
 
@@ -394,7 +436,9 @@ def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndar
     emb = float(problem.emb_costs(assign).max())
     tokens = spec.training.global_batch_size * spec.training.seq_length
     flops = spec.model.model_flops_per_token(spec.training.seq_length) * tokens
-    peak = spec.cluster.gpu.peak_flops(spec.training.precision) * cfg.num_gpus
+    # MFU against the 16-bit peak also for fp8 plans: model TFLOP/s over the bf16 peak, as NeMo and Megatron report
+    # it (mfu_note says so in the output), so fp8 and bf16 plans compare on one scale
+    peak = spec.cluster.gpu.peak_flops(activation_precision(spec.training.precision)) * cfg.num_gpus
     return Estimate(t, tokens / t, flops / (t * peak), problem.const, path, dpc,
                     stage_memory(spec, cfg, costs), memory_limit_GiB(spec), emb)
 

@@ -45,6 +45,14 @@ class OverlapSpec:
     """--tp-comm-overlap (Transformer Engine userbuffers): tensor-parallel all-gathers / reduce-scatters are split
     and pipelined with the layer's GEMMs. Needs sequence parallelism and tp > 1 (Megatron asserts it); no effect
     on other configurations."""
+    tp_backward: bool = True
+    """Megatron's asynchronous tensor-parallel communication in the backward of a column-parallel layer (QKV, fc1):
+    the input-gradient all-reduce runs during the weight-gradient GEMM; with sequence parallelism the all-gather of
+    the saved input runs during the input-gradient GEMM and the reduce-scatter of the input gradient during the
+    weight-gradient GEMM (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication since Aug 2021, on unless
+    --no-async-tensor-model-parallel-allreduce; Megatron-Core and Transformer Engine's Linear do the same). Off: every
+    backward collective waits (Megatron-LM before Aug 2021: the SC21 runs). Where tp_comm (userbuffers) applies, it
+    covers these collectives already."""
     bucket_size: int | None = None
     """--ddp-bucket-size, parameters per gradient bucket; None: Megatron-Core's default max(40M, 1M x dp).
     Only the first pipeline stage's first model chunk is bucketed (the rest: one bucket per chunk)."""
@@ -57,11 +65,11 @@ class OverlapSpec:
     @classmethod
     def none(cls) -> OverlapSpec:
         """Every overlap off: the runs that predate them (vTrain, SC21, Korthikanti)."""
-        return cls(grad_reduce=False, param_gather=False, p2p=False, tp_comm=False)
+        return cls(grad_reduce=False, param_gather=False, p2p=False, tp_comm=False, tp_backward=False)
 
     @property
     def any(self) -> bool:
-        return self.grad_reduce or self.param_gather or self.p2p or self.tp_comm
+        return self.grad_reduce or self.param_gather or self.p2p or self.tp_comm or self.tp_backward
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +93,13 @@ class TrainingSpec:
     DeepSpeed's PipelineEngine (its own 1F1B, separate blocking sends and receives)."""
     overlap: OverlapSpec = field(default_factory=OverlapSpec)
     """Communication overlapped with compute (OverlapSpec); the deepspeed engine overlaps none of it."""
+    grad_reduce_in_fp32: bool = False
+    """Data-parallel gradient reduction (and the tied-embedding all-reduce) in fp32, 4 bytes per gradient, instead of
+    the compute profile's `grad_bytes` (16-bit): Megatron-Core's DistributedDataParallelConfig.grad_reduce_in_fp32.
+    Megatron-LM's training script forces it with --bf16 (NVIDIA/Megatron-LM core_r0.8.0 megatron/training/
+    arguments.py: 'accumulate and all-reduce gradients in fp32 for bfloat16 data type'); Megatron-Bridge's and NeMo's
+    performance recipes turn it off (Megatron-Bridge@c0b9a000 scripts/performance/configs/llama/
+    llama3_llm_pretrain.py: cfg.ddp.grad_reduce_in_fp32 = False)."""
     attention: str = "fused"
     """fused (FlashAttention-2/3, cuDNN fused attention through Transformer Engine: no s x s tensors kept, causal
     FLOPs at the fused kernels' efficiency) or unfused (Megatron's local softmax path that Korthikanti et al. 2022
@@ -254,9 +269,10 @@ def _parse_training(f: Fields) -> TrainingSpec:
         tokens=f.float("tokens", DEFAULT),
         pipeline_engine=f.str("pipeline_engine", DEFAULT, choices=PIPELINE_ENGINES),
         # DeepSpeed's engine overlaps none of them: its specs record that, also for a later switch of engine
-        overlap=(_parse_overlap(f.sub("overlap")) if f.has("overlap")
+        overlap=(_parse_overlap(f.sub("overlap"), f.raw("pipeline_engine", None) == "deepspeed") if f.has("overlap")
                  else OverlapSpec.none() if f.raw("pipeline_engine", None) == "deepspeed" else DEFAULT),
         attention=f.str("attention", DEFAULT, choices=ATTENTION),
+        grad_reduce_in_fp32=f.bool("grad_reduce_in_fp32", DEFAULT),
         kernels=f.str("kernels", DEFAULT, choices=KERNELS),
     )
     f.done()
@@ -271,12 +287,14 @@ def _parse_training(f: Fields) -> TrainingSpec:
     return t
 
 
-def _parse_overlap(f: Fields) -> OverlapSpec:
+def _parse_overlap(f: Fields, deepspeed: bool = False) -> OverlapSpec:
+    """training.overlap; with DeepSpeed's engine every key left out is off (it overlaps none of them)."""
     bucket = f.raw("bucket_size", None)
     if bucket is not None:
         bucket = f.int("bucket_size", min_value=1)
     o = f.build(OverlapSpec, grad_reduce=f.bool("grad_reduce", DEFAULT), param_gather=f.bool("param_gather", DEFAULT),
-                p2p=f.bool("p2p", DEFAULT), tp_comm=f.bool("tp_comm", DEFAULT), bucket_size=bucket)
+                p2p=f.bool("p2p", DEFAULT), tp_comm=f.bool("tp_comm", DEFAULT),
+                tp_backward=f.bool("tp_backward", False if deepspeed else DEFAULT), bucket_size=bucket)
     f.done()
     return o
 

@@ -1,0 +1,140 @@
+"""The mechanisms branch `bias` (#8) added to the cost model, each checked as behaviour, not as a fitted figure:
+selective recompute re-runs the unfused core's element-wise passes; Megatron's asynchronous column-parallel backward
+(training.overlap.tp_backward) hides backward collectives behind the GEMMs they run with; training.grad_reduce_in_fp32
+doubles the data-parallel and tied-embedding bytes."""
+import dataclasses
+
+import pytest
+
+from planner.config import ParallelConfig
+from planner.costs import default_costs
+from planner.costs.iteration import (
+    build_problem,
+    default_layout,
+    evaluate,
+    grad_bytes,
+    stage_times,
+    tp_backward_saving,
+    tp_overlap_saving,
+)
+from planner.errors import SpecError
+from planner.simulator import simulate
+from planner.spec.plan import OverlapSpec
+
+
+def _with(spec, **training):
+    return dataclasses.replace(spec, training=dataclasses.replace(spec.training, **training))
+
+
+def _estimate_and_sim(spec, cfg):
+    costs = default_costs(spec.cluster)
+    lay = default_layout(cfg, spec.cluster.gpus_per_node)
+    prob = build_problem(spec, cfg, lay, costs)
+    a = prob.rank_order()
+    return evaluate(spec, cfg, prob, a, costs), simulate(spec, cfg, layout=lay, assign=a, costs=costs)
+
+
+NO_OVERLAP = OverlapSpec.none()
+
+
+def test_selective_recompute_reruns_the_score_passes(make_spec):
+    spec = _with(make_spec(), attention="unfused", overlap=NO_OVERLAP)
+    cfg = ParallelConfig(8, 2, 2, 1, 16, "1f1b", 1, "selective", 0, False)
+    cm = default_costs(spec.cluster).compute
+    p = cm.layer_parts(spec.model, spec.cluster, spec.training, cfg)
+    assert 0 < p["attn_scores"] < p["elem"]          # the s^2 passes are part of the forward's element-wise work
+    st = cm.stage_times(spec.model, spec.cluster, spec.training, cfg)[0]
+    layers = spec.model.num_layers // cfg.pp
+    assert st.recompute == pytest.approx(layers * (p["attn"] + p["attn_scores"]))
+    # fused attention has no score tensor: one kernel forward, as before
+    fused = _with(spec, attention="fused")
+    pf = cm.layer_parts(fused.model, fused.cluster, fused.training, cfg)
+    assert "attn_scores" not in pf
+    assert cm.stage_times(fused.model, fused.cluster, fused.training, cfg)[0].recompute == pytest.approx(
+        layers * pf["attn"])
+
+
+def test_tp_backward_saving_formula():
+    # no sequence parallelism: each input-gradient all-reduce hides behind its column GEMM's weight gradient
+    parts = {"tp_comm": 2.0, "gemm_column": (0.4, 2.0)}          # all-reduce 1.0 each
+    assert tp_backward_saving(parts, False) == pytest.approx(2.0 - (0.6 + 0.0))
+    # sequence parallelism: the two output-gradient all-gathers stay exposed (one all-reduce's worth); the input
+    # all-gather and the reduce-scatter (0.5 each) hide behind dgrad / wgrad of the column GEMMs
+    assert tp_backward_saving(parts, True) == pytest.approx(2.0 - (1.0 + 2 * 0.1 + 0.0))
+    # never negative, nothing without column GEMMs
+    assert tp_backward_saving({"tp_comm": 2.0, "gemm_column": (0.0, 0.0)}, True) == 0.0
+    assert tp_backward_saving({"tp_comm": 2.0}, False) == 0.0
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_tp_backward_hides_backward_collectives_only(make_spec, sp):
+    spec = make_spec(nodes=4, seed=3, gbs=64)
+    off = _with(spec, overlap=NO_OVERLAP, attention="unfused")
+    on = _with(off, overlap=dataclasses.replace(NO_OVERLAP, tp_backward=True))
+    cfg = ParallelConfig(8, 2, 2, 1, 16, "1f1b", 1, "full", 0, sp)
+    costs = default_costs(spec.cluster)
+    sf, sb = tp_overlap_saving(on, cfg, costs)
+    assert sf == 0.0 and sb > 0.0
+    assert tp_overlap_saving(off, cfg, costs) == (0.0, 0.0)
+    a, b = stage_times(off, cfg, costs)[0], stage_times(on, cfg, costs)[0]
+    assert b.forward == a.forward and b.recompute == a.recompute      # forward and recompute collectives wait
+    assert b.backward == pytest.approx(a.backward - cfg.layers_per_stage(spec.model.num_layers) * sb)
+    # estimate and simulation take the same stage times: both get faster, their gap stays
+    (e0, s0), (e1, s1) = _estimate_and_sim(off, cfg), _estimate_and_sim(on, cfg)
+    assert e1.iteration_s < e0.iteration_s and s1.iteration_s < s0.iteration_s
+    assert abs((e1.iteration_s - s1.iteration_s) / s1.iteration_s
+               - (e0.iteration_s - s0.iteration_s) / s0.iteration_s) < 0.01
+
+
+def test_userbuffers_take_precedence_and_tp1_has_nothing(make_spec):
+    spec = _with(make_spec(nodes=4, seed=3, gbs=64), attention="unfused")
+    costs = default_costs(spec.cluster)
+    sp_cfg = ParallelConfig(8, 2, 2, 1, 16, "1f1b", 1, "none", 0, True)
+    ub = tp_overlap_saving(spec, sp_cfg, costs)
+    only_bwd = tp_overlap_saving(_with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False)), sp_cfg, costs)
+    assert ub[0] > 0 and only_bwd[0] == 0.0 and ub != only_bwd
+    assert tp_overlap_saving(spec, ParallelConfig(1, 2, 16, 1, 2, "1f1b", 1, "none", 0, False), costs) == (0.0, 0.0)
+
+
+def test_grad_reduce_in_fp32_doubles_the_reduction(make_spec):
+    spec = _with(make_spec(nodes=4, seed=3, gbs=64), overlap=NO_OVERLAP)
+    fp32 = _with(spec, grad_reduce_in_fp32=True)
+    costs = default_costs(spec.cluster)
+    assert grad_bytes(spec, costs) == costs.comm.grad_bytes == 2 and grad_bytes(fp32, costs) == 4
+    cfg = ParallelConfig(8, 1, 4, 1, 16, "1f1b", 1, "none", 0, False)
+    (e2, s2), (e4, s4) = _estimate_and_sim(spec, cfg), _estimate_and_sim(fp32, cfg)
+    assert e4.dp_comm_s > 1.8 * e2.dp_comm_s and e4.iteration_s > e2.iteration_s
+    assert s4.iteration_s - s2.iteration_s == pytest.approx(e4.iteration_s - e2.iteration_s, rel=0.05)
+
+
+def test_new_keys_are_validated():
+    from planner.spec import parse_spec
+    d = {"model": {"name": "m", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 1000},
+         "cluster": {"name": "c", "gpu": {"type": "A100", "memory_GiB": 80, "peak_tflops": {"bf16": 312}},
+                     "nodes": 1, "gpus_per_node": 8,
+                     "network": {"intra_node": {"bandwidth_GBps": 300}, "inter_node": {"bandwidth_Gbps": 200}}},
+         "training": {"global_batch_size": 8, "seq_length": 128}}
+    assert parse_spec(d, "x.yaml").training.overlap.tp_backward is True
+    assert parse_spec(d, "x.yaml").training.grad_reduce_in_fp32 is False
+    for training, field in (({"grad_reduce_in_fp32": "yes"}, "training.grad_reduce_in_fp32"),
+                            ({"overlap": {"tp_backward": 1}}, "training.overlap.tp_backward")):
+        with pytest.raises(SpecError) as e:
+            parse_spec({**d, "training": {**d["training"], **training}}, "x.yaml")
+        assert e.value.field == field and "x.yaml" in str(e.value)
+    # DeepSpeed's engine: tp_backward left out is off, like every other overlap there
+    ds = parse_spec({**d, "training": {**d["training"], "pipeline_engine": "deepspeed",
+                                       "overlap": {"grad_reduce": False, "param_gather": False, "p2p": False,
+                                                   "tp_comm": False}}}, "x.yaml")
+    assert ds.training.overlap == OverlapSpec.none()
+
+
+def test_export_names_the_nemo_overrides():
+    from planner.export import nemo_overrides
+    c = {"tp": 4, "pp": 2, "schedule": "interleaved", "sequence_parallel": True, "recompute": "full", "zero": 1}
+    (line,) = nemo_overrides(dict(vars(OverlapSpec(p2p=False))), c, "megatron")
+    assert line.startswith("# NeMo 2.0 recipe:")
+    for part in ('recompute_granularity = "full"', "use_distributed_optimizer = True", "overlap_grad_reduce=True",
+                 "tp_comm_overlap=True", "overlap_p2p_comm=False", "sequence_parallel = True"):
+        assert part in line
+    assert nemo_overrides(None, c, "deepspeed") == []
+    assert "MegatronCommOverlapCallback" not in nemo_overrides(None, {**c, "schedule": "1f1b"}, "megatron")[0]
