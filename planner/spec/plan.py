@@ -18,6 +18,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
 ATTENTION = ("fused", "unfused")
+KERNELS = ("fused", "eager")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +104,12 @@ class TrainingSpec:
     """fused (FlashAttention-2/3, cuDNN fused attention through Transformer Engine: no s x s tensors kept, causal
     FLOPs at the fused kernels' efficiency) or unfused (Megatron's local softmax path that Korthikanti et al. 2022
     count: scores, softmax and dropout mask stored); one of ATTENTION."""
+    kernels: str = "fused"
+    """How the element-wise work of a layer runs (KERNELS). fused: Megatron-Core / Transformer Engine's fused norm,
+    bias-activation and residual kernels (costs.compute ELEM_* bytes). eager: PyTorch eager mode as torchtitan runs
+    its Llama block without torch.compile: RMSNorm, rotary embedding, repeat_kv, SiLU, the gate product, residual
+    adds and every dtype cast each a separate kernel (costs.compute.eager_elementwise_bytes, counted from
+    torchtitan's model code). Needs a Llama-style model (gated MLP) and bf16."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,6 +185,9 @@ class Spec:
             why = fp8_refusal(self.cluster.gpu)
             if why:
                 raise FieldError("training.precision", why)
+        if self.training.kernels == "eager" and not self.model.gated_mlp:
+            raise FieldError("training.kernels", "eager counts torchtitan's Llama block (RMSNorm, rotary, SwiGLU); "
+                             f"model {self.model.name} has no gated MLP")
 
     def digest(self) -> str:
         blob = json.dumps(self.raw or {}, sort_keys=True, default=str).encode()
@@ -263,8 +273,12 @@ def _parse_training(f: Fields) -> TrainingSpec:
                  else OverlapSpec.none() if f.raw("pipeline_engine", None) == "deepspeed" else DEFAULT),
         attention=f.str("attention", DEFAULT, choices=ATTENTION),
         grad_reduce_in_fp32=f.bool("grad_reduce_in_fp32", DEFAULT),
+        kernels=f.str("kernels", DEFAULT, choices=KERNELS),
     )
     f.done()
+    if t.kernels == "eager" and t.precision != "bf16":
+        raise f.error("kernels", f"eager counts torchtitan's bf16 block (bf16 activations, fp32 norms and rotary); "
+                      f"training.precision is {t.precision}")
     # DeepSpeed's engine overlaps none of them (the cost model ignores `overlap` there: iteration.overlap_of);
     # saying otherwise in the file is a mistake worth stopping for
     if t.pipeline_engine == "deepspeed" and f.has("overlap") and t.overlap.any:
