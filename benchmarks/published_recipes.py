@@ -43,21 +43,24 @@ CLUSTER = os.path.join(ROOT, "clusters", "dgx-h100.yaml")
 KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", "sequence_parallel",
          "distributed_optimizer", "attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
          "tp_comm_overlap", "uneven_stages", "grad_reduce_in_fp32",
-         "fsdp", "gpu_memory_GiB")     # fsdp: ZeRO-3 shard degree (< dp: HSDP); gpu_memory_GiB: the run's GPU
+         "fsdp", "gpu_memory_GiB",     # fsdp: ZeRO-3 shard degree (< dp: HSDP); gpu_memory_GiB: the run's GPU
+         "kernels", "cluster")         # kernels: training.kernels; cluster: clusters/<name>.yaml (default CLUSTER)
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
 # knob -> the `training:` key it becomes (same name unless given). The parser decides whether the key exists:
 # an unknown key or a refused value (today: all of these, and precision fp8) makes the knob `missing` and the
 # row falls back to the value in FALLBACK (None: the key is left out, the planner's own default applies).
-TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32"}
+TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
+                 "kernels": "kernels"}
 # recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
 OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
                 "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm"}
 FALLBACK = {"precision": "bf16"}
 # a knob whose value is the planner's behaviour today needs no key: not missing
 IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
-            "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "grad_reduce_in_fp32": False}
+            "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "grad_reduce_in_fp32": False,
+            "kernels": "fused"}
 
 
 # ---- the data file ---------------------------------------------------------------------------------------------
@@ -142,8 +145,12 @@ def model_dict(row: dict) -> dict:
     return dict(m)
 
 
-def cluster_dict(gpus: int) -> dict:
-    c = dict(load_yaml(CLUSTER))
+def cluster_dict(gpus: int, name: str | None = None) -> dict:
+    """The row's cluster (clusters/<name>.yaml, default CLUSTER) cut to `gpus`; its profile paths made absolute."""
+    path = os.path.join(ROOT, "clusters", f"{name}.yaml") if name else CLUSTER
+    c = dict(load_yaml(path))
+    if c.get("profiles"):
+        c["profiles"] = {k: os.path.join(os.path.dirname(path), v) for k, v in c["profiles"].items()}
     per = c["gpus_per_node"]
     if gpus % per:
         raise ValueError(f"{gpus} GPUs is not a whole number of {per}-GPU nodes")
@@ -199,7 +206,7 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
     if overlap:
         training = {**training, "overlap": overlap}
     while True:
-        d = {"name": row["id"], "model": model, "cluster": cluster_dict(row["gpus"]),
+        d = {"name": row["id"], "model": model, "cluster": cluster_dict(row["gpus"], kn.get("cluster")),
              "training": {**training, **wanted}, **({"search": search} if search else {}),
              **({"solver": solver} if solver else {})}
         try:

@@ -28,10 +28,20 @@ class SolverRecord:
     mapping_bound: float = 0.0
     note: str = ""
     robust: str = "none"             # objective over bandwidth snapshots: none | worst | mean
+    stopped_by: str = "work"         # what ended the search: proof | work (the budget: deterministic) | wall
+    #                                  (the wall-clock safety stop: the plan may depend on the machine's load)
+    work_s: float = 0.0              # work seconds spent (planner/mapping/work.py: deterministic, unlike wall_s)
 
     @property
     def gap(self) -> float:
         return max(0.0, (self.objective - self.bound) / self.objective) if self.objective else 0.0
+
+    @property
+    def mapping_gap(self) -> float:
+        """The gap of the part of the objective the mapping decides (the iteration gap divides the same
+        difference by the whole iteration, so a large compute constant hides a loose mapping bound)."""
+        m = self.mapping_objective
+        return max(0.0, (m - self.mapping_bound) / m) if m > 0 else 0.0
 
     def as_dict(self) -> dict:
         return {"method": self.method, "status": self.status, "objective": self.objective, "bound": self.bound,
@@ -39,6 +49,7 @@ class SolverRecord:
                 "pruned_memory": self.pruned_memory, "pruned_bound": self.pruned_bound,
                 "mappings_solved": self.mappings_solved, "mappings_proved": self.mappings_proved,
                 "mapping_objective_s": self.mapping_objective, "mapping_bound_s": self.mapping_bound,
+                "mapping_gap": self.mapping_gap, "stopped_by": self.stopped_by, "work_s": round(self.work_s, 6),
                 **({"robust": self.robust} if self.robust != "none" else {}),
                 **({"note": self.note} if self.note else {})}
 

@@ -262,6 +262,10 @@ solver: {{time_limit_s: 3}}
     d = json.loads(capsys.readouterr().out)
     rb, rp = d["robust"], d["robust_plan"]
     assert rb["snapshots"] == 3 and rp["snapshots"] == 3
+    # the planner's rows (portfolio, exact, anneal) report the mapping part's gap beside the iteration gap
+    planner_rows = [r for r in d["rows"] if r["method"].startswith("planner ")]
+    assert [r["method"].split()[1] for r in planner_rows] == ["auto", "exact", "anneal"]
+    assert all(0.0 <= r["mapping_gap"] <= 1.0 and r["stopped_by"] in ("proof", "work", "wall") for r in planner_rows)
     assert rb["worst_optimal"]["worst_s"] <= rb["mean_optimal"]["worst_s"] + 1e-12
     assert rb["mean_optimal"]["mean_s"] <= rb["worst_optimal"]["mean_s"] + 1e-12
     for k in ("mean_optimal", "worst_optimal"):
@@ -271,6 +275,7 @@ solver: {{time_limit_s: 3}}
     assert main(["compare", str(spec), "--time-limit", "3", "--robust-plan"]) == 0
     out = capsys.readouterr().err
     assert "robust mapping over 3 bandwidth snapshots" in out and "robust plan (config and mapping)" in out
+    assert "mapping gap" in out
 
 
 def test_spec_solver_robust_key(tmp_path, capsys):

@@ -1,6 +1,7 @@
 """planner.mapping.solve (portfolio.py): exact on small instances, never worse than the annealer alone on the
 same work, deterministic (work limits, not the clock), and the result says which limit ended the search."""
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -49,7 +50,7 @@ def test_never_worse_than_anneal_alone_on_the_same_budget(rows, cols, seed):
     p = family_problem(rows, cols, seed)
     alone = solve(p, time_limit_s=0.5, seed=0, method="anneal")
     port = solve(p, time_limit_s=0.5, seed=0)
-    assert alone.work["iterations"] == work_budget(0.5, p.n)[0]
+    assert alone.work["iterations"] == work_budget(0.5, p)[0]
     assert port.objective <= alone.objective + 1e-12
     assert port.bound <= port.objective
 
@@ -64,14 +65,49 @@ def test_same_seed_same_assignment():
 
 
 def test_the_result_says_which_limit_ended_it(monkeypatch):
+    monkeypatch.setattr(portfolio, "EXACT_NODES", 16)
     p = family_problem(4, 5, 0)                       # above EXACT_NODES: the annealer's iterations end it
     r = solve(p, time_limit_s=0.2, seed=0)
     assert r.stopped_by == "work" and r.status == "HEURISTIC"
-    assert r.work["iterations"] == work_budget(0.2, p.n)[0]
+    assert r.work["iterations"] == work_budget(0.2, p)[0]
     monkeypatch.setattr(portfolio, "WALL_SAFETY", 0.0)   # the safety stop at once: the clock ends it
     r = solve(p, time_limit_s=0.2, seed=0)
     assert r.stopped_by == "wall"
     p.check(r.assign)
+
+
+def _burn(n):
+    """n CPU-burning processes (the load of other jobs); the caller terminates them."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+@pytest.mark.slow
+def test_same_plan_on_a_loaded_machine():
+    """Work, not the clock, decides: the same problem and seed give the same result with 3 CPU-burning
+    processes beside it (the exact phase runs: 16 nodes, pre-solve, column decomposition, CP-SAT)."""
+    p = family_problem(4, 4, 5)
+    quiet = solve(p, time_limit_s=0.6, seed=1, wall_limit_s=60.0)
+    procs = _burn(3)
+    try:
+        busy = solve(p, time_limit_s=0.6, seed=1, wall_limit_s=60.0)
+    finally:
+        for q in procs:
+            q.kill()
+            q.wait()
+    assert quiet.stopped_by != "wall" and busy.stopped_by == quiet.stopped_by
+    assert quiet.work["exact_work_s"] > 0
+    assert np.array_equal(quiet.assign, busy.assign)
+    assert (quiet.objective, quiet.bound, quiet.status, quiet.work) == (busy.objective, busy.bound, busy.status,
+                                                                        busy.work)
+    assert quiet.work_s == busy.work_s
+
+
+def test_cutoff_prunes_what_cannot_beat_it():
+    """Branch and bound across configurations: with a cutoff at the optimum nothing strictly better exists."""
+    p = family_problem(2, 3, 0)
+    opt, _ = brute_force(p)
+    r = solve(p, time_limit_s=1.0, seed=0, cutoff=opt)
+    assert r.status == "PRUNED" and r.bound == opt and r.stopped_by == "proof"
 
 
 def test_unknown_method_is_refused():

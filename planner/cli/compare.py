@@ -5,7 +5,8 @@ from planner.cli.common import finite_float, spec_arg
 
 
 def register(sub) -> None:
-    p = sub.add_parser("compare", help="exact vs annealing vs Megatron / rank-order / Pipette-style baselines")
+    p = sub.add_parser("compare", help="the portfolio vs exact vs annealing vs Megatron / rank-order / "
+                                       "Pipette-style baselines")
     p.add_argument("spec")
     p.add_argument("--time-limit", type=finite_float, default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -29,11 +30,13 @@ def run(args) -> int:
         print_json(res)
         return 0
     t = Table(title=f"{spec.name}: proven bound {res['bound']:.4f} s")
-    for c in ("method", "config", "iteration s", "vs best", "gap to bound", "status", "wall s"):
+    for c in ("method", "config", "iteration s", "vs best", "gap to bound", "mapping gap", "status", "stopped by",
+              "wall s"):
         t.add_column(c)
     for r in res["rows"]:
+        mg = f"{r['mapping_gap']:.2%}" if "mapping_gap" in r else "-"
         t.add_row(r["method"], r["config"], f"{r['iteration_s']:.4f}", f"{r['vs_best']:+.2%}",
-                  f"{r['gap_to_bound']:.2%}", r["status"], f"{r['wall_s']:.1f}")
+                  f"{r['gap_to_bound']:.2%}", mg, r["status"], r.get("stopped_by", "-"), f"{r['wall_s']:.1f}")
     console().print(t)
     rb = res.get("robust")
     if rb:

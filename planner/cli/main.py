@@ -26,7 +26,8 @@ class Command:
 # In the order `planner --help` lists them (alphabetical by module, as before the table existed).
 COMMANDS: tuple[Command, ...] = (
     Command("batch", "plan many models / clusters / GPU counts from a sweep spec into a CSV", "planner.cli.batch"),
-    Command("compare", "exact vs annealing vs Megatron / rank-order / Pipette-style baselines", "planner.cli.compare"),
+    Command("compare", "the portfolio vs exact vs annealing vs Megatron / rank-order / Pipette-style baselines",
+            "planner.cli.compare"),
     Command("estimate", "estimate one given plan (iteration time, memory), no search", "planner.cli.estimate"),
     Command("export", "launch arguments and rank order that realise a solution", "planner.cli.export"),
     Command("fit", "fit an estimator (memory, compute, ...) on profiled samples", "planner.cli.fit"),

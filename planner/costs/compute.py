@@ -190,6 +190,9 @@ class ComputeModel:
         fused = getattr(training, "attention", "fused") == "fused"
         heads_local = model.num_attention_heads / t
         elem = tokens * h * (ELEM_REPLICATED / (t if cfg.sequence_parallel else 1) + ELEM_SHARDED / t) * by / 2
+        eager = getattr(training, "kernels", "fused") == "eager"
+        if eager:                        # torchtitan without torch.compile: each op its own pass (see the function)
+            elem, elem_bwd = eager_elementwise_bytes(model, training, cfg)
         if fused:
             # the kernel's softmax, mask and dropout run in registers: no s^2 bytes; 16-bit peak (fp32: its own)
             apeak = cluster.gpu.peak_flops(training.precision if training.precision in ("fp32", "fp16") else "bf16")
@@ -200,6 +203,8 @@ class ComputeModel:
             attn = 2 * self._gemm_time(2 * b * s * s * h / t, peak) / self.attn_efficiency
             scores = b * heads_local * s * s * ELEM_SCORES * by / 2
             elem += scores
+            if eager:                    # the unfused softmax path keeps the fused model's backward ratio
+                elem_bwd += ELEM_BACKWARD * scores
         elem_t = elem / (self.hbm_GBps * 1e9)
         # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
         # all-gather pairs of the same volume with sequence parallelism)
@@ -207,6 +212,8 @@ class ComputeModel:
         parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm,
                  # the column-parallel GEMMs (QKV, fc1), forward; their dgrad and wgrad have the same FLOPs
                  "gemm_column": (times[0], times[2])}
+        if eager:                        # counted op by op, not ELEM_BACKWARD x forward
+            parts["elem_backward"] = elem_bwd / (self.hbm_GBps * 1e9)
         if fused:
             parts["attn_backward"] = FUSED_BACKWARD_FLOPS * attn
         else:
@@ -231,6 +238,8 @@ class ComputeModel:
             gpu_b = self.backward_ratio * parts["gemm"] + parts["attn_backward"] + ELEM_BACKWARD * parts["elem"]
         else:
             gpu_b = self.backward_ratio * (parts["gemm"] + parts["attn"]) + ELEM_BACKWARD * parts["elem"]
+        if "elem_backward" in parts:     # training.kernels eager only: fused sums stay bit for bit as they were
+            gpu_b += parts["elem_backward"] - ELEM_BACKWARD * parts["elem"]
         if "fp8_cast" in parts:          # fp8 only: bf16 / fp16 / fp32 sums stay bit for bit as they were
             gpu_f += parts["fp8_cast"]
             gpu_b += parts["fp8_cast_bwd"]
@@ -312,6 +321,40 @@ def op_sac_recompute_s(model, parts: dict) -> float:
     g = 2 if model.gated_mlp else 1
     share = (h * kv + h * h + (h * f if g == 2 else 0)) / (h * (h + 2 * kv) + h * h + g * h * f + f * h)
     return share * parts["gemm"] + parts["elem"]
+
+
+def eager_elementwise_bytes(model, training, cfg: ParallelConfig) -> tuple[float, float]:
+    """(forward, backward) bytes the element-wise kernels of one Llama block move for one micro-batch on one rank
+    when PyTorch runs it eagerly (`training.kernels: eager`), GEMMs and SDPA excluded (they are timed as GEMMs and
+    fused attention). Counted op by op from torchtitan's model code (pytorch/torchtitan @ 9dec370a, the commit of
+    its Dec 2024 H100 benchmarks: torchtitan/models/llama/model.py and norms.py, norm_type rmsnorm, FSDP2 with bf16
+    parameters), each kernel reading its inputs and writing its outputs once; the per-op counts below equal what
+    `profile.torchtitan_block.eager_bytes` measures by dispatching that block's aten ops (tests/test_eager.py).
+    Per token, h hidden, q = heads x head_dim, k = kv_heads x head_dim, f the SwiGLU width:
+      RMSNorm `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * w`: casts 6h + 6h, pow 8h, mean
+        4h, scale 8h, weight 4h = 36h (+ 24 bytes of per-token scalars) forward; its autograd 92h (+ 40) backward;
+      rotary (complex64): cast 6, complex multiply 8, cast back 6 = 20 bytes per element of q and of k, both ways,
+        plus the broadcast freqs_cis (4 s head_dim bytes) per multiply, and backward its conjugate copy (8 s d);
+      repeat_kv (expand + reshape copies K and V when 1 < kv_heads < heads): 2k + 2q each; backward sums them back;
+      residual adds 6h each (x2); SwiGLU: silu 4f + product 6f forward, 6f + 6f + silu_backward 6f backward;
+      backward accumulations of a tensor used twice (autograd adds the two gradients): the norm outputs (3 + 2 uses:
+        18h), the residual stream (2 x 6h).
+    Tensor parallelism (torchtitan: sequence-parallel norms): norms and residual work on s/tp tokens, rotary,
+    repeat_kv and SwiGLU on the rank's heads and columns; the gradient sums of the gathered norm outputs on all s.
+    Only tp = 1 is checked against the dispatch count."""
+    s, b, t = training.seq_length, cfg.micro_batch_size, cfg.tp
+    h, d, f = model.hidden_size, model.head_dim, model.ffn_hidden_size
+    q, k = model.num_attention_heads * d, model.kv_channels
+    T = s * b
+    sp = t if cfg.sequence_parallel else 1
+    # repeat_kv: backward always sums the repeats; forward copies unless kv_heads == 1 (reshape is then a view)
+    rep_b = 4 * (q + k) if model.num_kv_heads < model.num_attention_heads else 0
+    rep_f = rep_b if model.num_kv_heads > 1 else 0
+    fwd = (T / sp * (2 * (36 * h + 24) + 12 * h) + T / t * (20 * (q + k) + rep_f + 10 * f)
+           + 2 * 2 * h + 2 * 4 * s * d)
+    bwd = (T / sp * (2 * (92 * h + 40) + 12 * h) + T * 18 * h + T / t * (20 * (q + k) + rep_b + 18 * f)
+           + 2 * 4 * h + 2 * 12 * s * d)
+    return float(fwd), float(bwd)
 
 
 def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, float]:
@@ -396,5 +439,5 @@ def chunk_count(cfg: ParallelConfig) -> int:
     return chunks_per_device(cfg.schedule, cfg.vpp)
 
 
-__all__ = ["BYTES", "activation_precision", "fp8_cast_elements", "ComputeModel", "StageTimes",
-           "load_profile", "save_profile", "chunk_count", "asdict"]
+__all__ = ["BYTES", "activation_precision", "fp8_cast_elements", "eager_elementwise_bytes", "ComputeModel",
+           "StageTimes", "load_profile", "save_profile", "chunk_count", "asdict"]

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from planner import interrupt
+from planner.mapping import work
 from planner.mapping.problem import MappingProblem, robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
 
@@ -61,10 +62,13 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
     t_end = t_start * 1e-4
     cool = (t_end / t_start) ** (1.0 / max(1, iterations)) if style == "planner" else alpha
     temp = t_start
-    it = 0
+    ran = 0
     for it in range(iterations):
         if (it & 255) == 0 and (time.perf_counter() - t0 > time_limit_s or interrupt.requested()):
+            if not interrupt.requested():
+                work.note_wall()        # the clock, not the iteration budget, ended it
             break
+        ran = it + 1
         if style == "planner" and rng.random() < 0.3:
             cand = _targeted_move(s, rng, probs[0], R, K, N)
         else:
@@ -80,6 +84,7 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
                 temp = t_start * (t_end / t_start) ** frac
         else:
             temp *= cool
+    work.charge(work.anneal_work(ran, R, len(probs)))      # the iterations run (all of them unless the wall stop fired)
     a = best_s[:nb].reshape(R, K)
     bound = robust_lower_bound(probs, robust)
     return MappingResult(a.copy(), best, min(bound, best), "HEURISTIC", time.perf_counter() - t0,

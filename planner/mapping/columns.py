@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner.mapping import work
 from planner.mapping.sat import run
 from planner.mapping.units import to_units
 
@@ -287,7 +288,9 @@ def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: i
     try:
         r = rec(0, list(range(K)), 0, 0)
     except _Stop:
-        return None
+        r = None
+    finally:
+        work.charge(count[0] * work.DFS_NODE_WORK_S)
     if r is None:
         return None
     out = [0] * K
@@ -297,10 +300,11 @@ def _dfs_cover(items: list[Items], alive: list[np.ndarray], M: int, limit_rel: i
 
 
 def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_limit_s: float, seed: int,
-           nogoods=frozenset()):
+           nogoods=frozenset(), wall_s: float | None = None):
     """One item per head, every node of rest in at most one (exactly one when exact_cover), and
     max cost + max embedding <= limit_rel, avoiding the node-set combinations in nogoods (one mask per
-    head). Returns (status, chosen item index per head or None)."""
+    head). time_limit_s: CP-SAT's deterministic time; wall_s: its wall-clock safety stop (default the same).
+    Returns (status, chosen item index per head or None)."""
     alive = _reduce(items, [it.cost + it.emb <= limit_rel for it in items], M, exact_cover)
     if alive is None:
         return "INFEASIBLE", None
@@ -371,7 +375,7 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
                     ct.linear.domain.extend([-(1 << 40), 1])
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.max_time_in_seconds = float(time_limit_s)
+    prm.max_time_in_seconds = float(time_limit_s if wall_s is None else wall_s)
     prm.max_deterministic_time = float(time_limit_s)
     # one worker (deterministic) and no presolve: on these models (many items, a few dozen rows) presolve
     # took most of the time, and infeasibility shows at the root either way
@@ -419,80 +423,94 @@ def head_orders(H, K):
     return [(H[0],) + p for p in itertools.permutations(H[1:])]
 
 
-def _best_with_sets(p, H, sets: dict, hop, wrap, emb, time_limit_s: float, seed: int):
+def _best_with_sets(p, H, sets: dict, hop, wrap, emb, time_limit_s: float, seed: int,
+                    wall_s: float | None = None):
     """The best placement (integer objective, assignment) with row 0 = the heads H, in any column order, and
     each head's column through exactly the nodes sets[h], in any order: the exact answer for one cover whose
     cheapest orders the rows' rings spoil. A small CP-SAT model per column order of the heads (up to the
-    ring's rotation and reflection, which leave the objective unchanged). None: not proved in the time."""
+    ring's rotation and reflection, which leave the objective unchanged). None: not proved in the time.
+    time_limit_s: deterministic time (work), wall_s: the wall-clock safety stop (default the same)."""
+    K = p.layout.cols
+    t0 = time.perf_counter()
+    wall_s = time_limit_s if wall_s is None else wall_s
+    best = None
+    with work.metered() as spent:
+        for order in head_orders(H, K):
+            if K >= 3 and order[1] > order[-1]:
+                continue                                   # the reflection of an order already tried
+            left = time_limit_s - spent.used_s
+            wall_left = wall_s - (time.perf_counter() - t0)
+            if left <= 0 or wall_left <= 0:
+                return None
+            r = _best_for_order(p, order, sets, hop, wrap, emb, left, wall_left, seed)
+            if r is None:
+                return None
+            if best is None or r[0] < best[0]:
+                best = r
+    return best
+
+
+def _best_for_order(p, order, sets: dict, hop, wrap, emb, left: float, wall_left: float, seed: int):
+    """_best_with_sets for one column order of the heads: (integer objective, assignment), None if unproved."""
     R, K = p.layout.rows, p.layout.cols
     base = to_units(p.dp_base)
     link = [np.maximum(to_units(p.dp_link[i]), to_units(p.dp_link[i]).T) for i in range(R)]
-    t0 = time.perf_counter()
-    best = None
-    for order in head_orders(H, K):
-        if K >= 3 and order[1] > order[-1]:
-            continue                                   # the reflection of an order already tried
-        left = time_limit_s - (time.perf_counter() - t0)
-        if left <= 0:
-            return None
-        m = cp_model.CpModel()
-        cols = [sets[h] for h in order]
-        z = {(j, i, n): m.new_bool_var("") for j in range(K) for i in range(1, R) for n in cols[j]}
-        for j in range(K):
-            for i in range(1, R):
-                m.add_exactly_one(z[j, i, n] for n in cols[j])
-            for n in cols[j]:
-                m.add_exactly_one(z[j, i, n] for i in range(1, R))
-        at = {}                                        # (j, i) -> {node: literal}; row 0 holds the head
-        for j, h in enumerate(order):
-            at[j, 0] = {h: None}
-            for i in range(1, R):
-                at[j, i] = {n: z[j, i, n] for n in cols[j]}
-        top = int(hop.max()) * R + (int(wrap.max()) if wrap is not None else 0)
-        P = m.new_int_var(0, top, "P")
-        for j, h in enumerate(order):
-            terms = [sum(int(hop[h, n]) * lit for n, lit in at[j, 1].items())]
-            for i in range(1, R - 1):
-                for n, a_ in at[j, i].items():
-                    for q, b_ in at[j, i + 1].items():
-                        if q != n and hop[n, q]:
-                            w = m.new_bool_var("")
-                            m.add_bool_or([~a_, ~b_, w])
-                            terms.append(int(hop[n, q]) * w)
-            if wrap is not None:
-                terms.append(sum(int(wrap[n, h]) * lit for n, lit in at[j, R - 1].items()))
-            m.add(P >= sum(terms))
-        r0 = max(int(base[0]) + int(link[0][order[j], order[(j + 1) % K]]) for j in range(K))
-        D = m.new_int_var(int(base.max()), 1 << 40, "D")
-        m.add(D >= r0)
+    m = cp_model.CpModel()
+    cols = [sets[h] for h in order]
+    z = {(j, i, n): m.new_bool_var("") for j in range(K) for i in range(1, R) for n in cols[j]}
+    for j in range(K):
         for i in range(1, R):
-            for j in range(K):
-                for n, a_ in at[j, i].items():
-                    for q, b_ in at[(j + 1) % K, i].items():
-                        m.add(D >= int(base[i]) + int(link[i][n, q])).only_enforce_if([a_, b_])
-        E = 0
-        if emb is not None:
-            E = m.new_int_var(0, int(emb.max()), "E")
-            for j, h in enumerate(order):
-                for n, lit in at[j, R - 1].items():
-                    m.add(E >= int(emb[h, n])).only_enforce_if(lit)
-        m.minimize(P + D + E)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        solver.parameters.random_seed = int(seed)
-        solver.parameters.max_time_in_seconds = float(left)
-        st = run(solver, m)
-        if st != cp_model.OPTIMAL:
-            return None
-        a = np.zeros((R, K), dtype=int)
+            m.add_exactly_one(z[j, i, n] for n in cols[j])
+        for n in cols[j]:
+            m.add_exactly_one(z[j, i, n] for i in range(1, R))
+    at = {}                                        # (j, i) -> {node: literal}; row 0 holds the head
+    for j, h in enumerate(order):
+        at[j, 0] = {h: None}
+        for i in range(1, R):
+            at[j, i] = {n: z[j, i, n] for n in cols[j]}
+    top = int(hop.max()) * R + (int(wrap.max()) if wrap is not None else 0)
+    P = m.new_int_var(0, top, "P")
+    for j, h in enumerate(order):
+        terms = [sum(int(hop[h, n]) * lit for n, lit in at[j, 1].items())]
+        for i in range(1, R - 1):
+            for n, a_ in at[j, i].items():
+                for q, b_ in at[j, i + 1].items():
+                    if q != n and hop[n, q]:
+                        w = m.new_bool_var("")
+                        m.add_bool_or([~a_, ~b_, w])
+                        terms.append(int(hop[n, q]) * w)
+        if wrap is not None:
+            terms.append(sum(int(wrap[n, h]) * lit for n, lit in at[j, R - 1].items()))
+        m.add(P >= sum(terms))
+    r0 = max(int(base[0]) + int(link[0][order[j], order[(j + 1) % K]]) for j in range(K))
+    D = m.new_int_var(int(base.max()), 1 << 40, "D")
+    m.add(D >= r0)
+    for i in range(1, R):
+        for j in range(K):
+            for n, a_ in at[j, i].items():
+                for q, b_ in at[(j + 1) % K, i].items():
+                    m.add(D >= int(base[i]) + int(link[i][n, q])).only_enforce_if([a_, b_])
+    E = 0
+    if emb is not None:
+        E = m.new_int_var(0, int(emb.max()), "E")
         for j, h in enumerate(order):
-            a[0, j] = h
-            for i in range(1, R):
-                a[i, j] = next(n for n, lit in at[j, i].items() if solver.boolean_value(lit))
-        v = round(solver.objective_value)
-        if best is None or v < best[0]:
-            best = (v, a)
-    return best
+            for n, lit in at[j, R - 1].items():
+                m.add(E >= int(emb[h, n])).only_enforce_if(lit)
+    m.minimize(P + D + E)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = int(seed)
+    solver.parameters.max_deterministic_time = float(left)
+    solver.parameters.max_time_in_seconds = float(wall_left)
+    st = run(solver, m)
+    if st != cp_model.OPTIMAL:
+        return None
+    a = np.zeros((R, K), dtype=int)
+    for j, h in enumerate(order):
+        a[0, j] = h
+        for i in range(1, R):
+            a[i, j] = next(n for n, lit in at[j, i].items() if solver.boolean_value(lit))
+    return round(solver.objective_value), a
 
 
 @dataclass
@@ -502,10 +520,12 @@ class ColumnsOutcome:
     proved: bool                # True: nothing with objective <= the final limit exists outside what was found
     bound: int                  # a valid lower bound on every placement's integer objective (at most limit + 1)
     wall_s: float
+    work_s: float = 0.0         # work seconds spent (work.py): CP-SAT deterministic time + enumerated paths
+    wall_stop: bool = False     # the wall-clock safety stop ended it (the answer then depends on the load)
 
 
 def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, seed: int = 0,
-                  path_floor: int = 0) -> ColumnsOutcome | None:
+                  path_floor: int = 0, wall_s: float | None = None) -> ColumnsOutcome | None:
     """Search every row-0 set in `sets` ((ring, set) pairs: every set whose row-0 ring leaves room under
     limit_int) for placements with integer objective <= limit_int, best first.
 
@@ -516,7 +536,18 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
     placements (the limit falls) or solved exactly on their node sets and excluded, until none is left and t
     rises. A set whose enumeration is too large, or that the time does not reach, keeps the floor its probes
     proved (every placement with that row 0 scores at least it). Returns None when the decomposition
-    does not apply (R < 2, K < 2, too many nodes for a mask)."""
+    does not apply (R < 2, K < 2, too many nodes for a mask).
+    time_limit_s is work (work.py): enumerated paths at COLUMN_ITEMS_PER_S plus CP-SAT's deterministic time,
+    so how far the probes go does not depend on the load; wall_s (default: time_limit_s) is a safety stop."""
+    with work.metered() as spent:
+        out = _solve_columns(p, sets, limit_int, objective_int, time_limit_s, seed, path_floor,
+                             time_limit_s if wall_s is None else wall_s, spent)
+    if out is not None:
+        out.work_s = spent.used_s
+    return out
+
+
+def _solve_columns(p, sets, limit_int, objective_int, time_limit_s, seed, path_floor, wall_s, spent):
     t0 = time.perf_counter()
     L, N = p.layout, p.n
     R, K = L.rows, L.cols
@@ -530,8 +561,19 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
     limit = limit_int
     open_bound = None               # the least floor of a set left open
 
+    wall_stop = False
+
     def left():
-        return time_limit_s - (time.perf_counter() - t0)
+        """Work left; 0 once the wall-clock safety stop is reached."""
+        nonlocal wall_stop
+        if time.perf_counter() - t0 >= wall_s:
+            wall_stop = True
+            work.note_wall()
+            return 0.0
+        return time_limit_s - spent.used_s
+
+    def wall_left():
+        return max(0.01, wall_s - (time.perf_counter() - t0))
 
     def keep_open(b):
         nonlocal open_bound
@@ -558,28 +600,25 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
         t = min(limit, lo + step)
         its, its_t = None, None
         seen = []                            # (limit, items) of the probes so far
-        per_item = 0.0                       # seconds per enumerated path, from the largest probe so far
         nogoods = set()
         while True:
             if its_t is None or t > its_t:
-                # stop before a probe that would not finish in the time left (its size: PROBE_GROWTH x the last)
-                guess = per_item * PROBE_GROWTH * (seen[-1][1] if seen else 0)
+                # stop before a probe whose work would exceed what is left (its size: PROBE_GROWTH x the last)
+                guess = PROBE_GROWTH * (seen[-1][1] if seen else 0) / work.COLUMN_ITEMS_PER_S
                 if left() <= 0 or guess > left():
                     keep_open(lo)
                     break
-                tp = time.perf_counter()
                 its = _items_all(hop, wrap, emb, H, rest, R, t - ring, ef)
-                if any(it is None for it in its) or sum(len(it.cost) for it in its) > ITEM_CAP:
+                n_items = max(1, sum(len(it.cost) for it in its if it is not None))
+                work.charge(n_items / work.COLUMN_ITEMS_PER_S)
+                if any(it is None for it in its) or n_items > ITEM_CAP:
                     keep_open(lo)
                     break
                 its_t = t
-                n_items = max(1, sum(len(it.cost) for it in its))
-                if n_items >= PROBE_SMALL:
-                    per_item = max(per_item, (time.perf_counter() - tp) / n_items)
             if left() <= 0:
                 keep_open(lo)
                 break
-            st, chosen = _cover(its, M, t - ring, exact_cover, left(), seed, frozenset(nogoods))
+            st, chosen = _cover(its, M, t - ring, exact_cover, left(), seed, frozenset(nogoods), wall_left())
             if st == "INFEASIBLE":
                 if t >= limit:
                     break                    # nothing under the limit with row 0 = H
@@ -601,8 +640,8 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
                 if v_best is None or v < v_best:
                     v_best, a_best = v, a
             if v_best > relaxed:
-                exact = _best_with_sets(p, H, {h: cols[h][1:] for h in H}, hop, wrap, emb, left(), seed) \
-                    if K <= MAX_ORDER_K else None
+                exact = _best_with_sets(p, H, {h: cols[h][1:] for h in H}, hop, wrap, emb, left(), seed,
+                                        wall_left()) if K <= MAX_ORDER_K else None
                 if exact is None:
                     keep_open(lo)
                     break
@@ -616,4 +655,4 @@ def solve_columns(p, sets, limit_int: int, objective_int, time_limit_s: float, s
     bound = best_v if best_v is not None else limit_int + 1
     if open_bound is not None:
         bound = min(bound, open_bound)
-    return ColumnsOutcome(best_a, best_v, open_bound is None, bound, time.perf_counter() - t0)
+    return ColumnsOutcome(best_a, best_v, open_bound is None, bound, time.perf_counter() - t0, wall_stop=wall_stop)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner.mapping import bounds
+from planner.mapping import bounds, work
 from planner.mapping.columns import solve_columns
 from planner.mapping.problem import MappingProblem, robust_const, robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
@@ -58,9 +58,21 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
     there are none, the result has status "PRUNED" and bound = cutoff (branch and bound across configs).
     ring_cap: with an incumbent (hint or cutoff), restrict the search to placements whose slowest ring
     leaves room for a path at least as long as a path lower bound (exact; see bounds.ring_cap).
-    wall_limit_s: a wall-clock stop other than time_limit_s (benchmarks: a deterministic-time limit
-    with a generous wall clock, so that figures do not depend on the machine's load).
+    wall_limit_s: a wall-clock safety stop other than time_limit_s. Given, the call is work-limited: time_limit_s
+    is work (work.py) for the whole call — pre-solve bounds, the column decomposition and the final CP-SAT run
+    share it and charge what they spend — so the answer does not depend on the machine's load unless the safety
+    stop fires. Not given, time_limit_s is also the wall-clock limit of the whole call (the old behaviour).
     debug: export the model / extra solver parameters (sat.Debug; default: the environment)."""
+    with work.metered() as spent:
+        r = _solve_exact(problems, time_limit_s=time_limit_s, seed=seed, hint=hint, robust=robust,
+                         workers=workers, cutoff=cutoff, ring_cap=ring_cap, wall_limit_s=wall_limit_s,
+                         ring_form=ring_form, debug=debug, spent=spent)
+    r.work_s = spent.used_s
+    return r
+
+
+def _solve_exact(problems, *, time_limit_s, seed, hint, robust, workers, cutoff, ring_cap, wall_limit_s,
+                 ring_form, debug, spent) -> MappingResult:
     probs = problems if isinstance(problems, list) else [problems]
     p0 = probs[0]
     R, K, N = p0.layout.rows, p0.layout.cols, p0.n
@@ -71,12 +83,12 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         return MappingResult(a, obj, obj, "OPTIMAL", time.perf_counter() - t0, "exact")
     if K == 1 and p0.wrap is None:
         return _solve_single_column(probs, time_limit_s=time_limit_s, seed=seed, hint=hint, robust=robust,
-                                    workers=workers, cutoff=cutoff, t0=t0, debug=debug)
+                                    workers=workers, cutoff=cutoff, t0=t0, debug=debug, wall_limit_s=wall_limit_s)
     if hint is not None:
         # a hint in another column order would violate the symmetry breaking and be discarded by CP-SAT
         hint = canonical(np.asarray(hint))
     pre = _presolve(probs, hint=hint, cutoff=cutoff, robust=robust, ring_cap=ring_cap,
-                    time_limit_s=time_limit_s, seed=seed, t0=t0)
+                    time_limit_s=time_limit_s, seed=seed, t0=t0, wall_limit_s=wall_limit_s)
     if isinstance(pre, MappingResult):
         return pre
 
@@ -100,8 +112,9 @@ def solve_exact(problems: list[MappingProblem] | MappingProblem, *, time_limit_s
         _add_hint(g, hint)
 
     if wall_limit_s is not None:
-        solver = new_solver(time_limit_s, workers, seed)
-        solver.parameters.max_time_in_seconds = float(wall_limit_s)
+        # work-limited: what the pre-solve charged is deducted, never the seconds it took
+        solver = new_solver(max(0.05, time_limit_s - spent.used_s), workers, seed,
+                            wall_s=max(0.05, wall_limit_s - (time.perf_counter() - t0)))
     else:
         # the caller's limit covers this whole call: model building and the pre-solve ran out of it
         solver = new_solver(max(0.05, time_limit_s - (time.perf_counter() - t0)), workers, seed)
@@ -124,7 +137,8 @@ class _Presolve:
     better: np.ndarray | None = None       # a placement under the limit (canonical), as a hint
 
 
-def _presolve(probs, *, hint, cutoff, robust, ring_cap, time_limit_s, seed, t0) -> _Presolve | MappingResult:
+def _presolve(probs, *, hint, cutoff, robust, ring_cap, time_limit_s, seed, t0,
+              wall_limit_s=None) -> _Presolve | MappingResult:
     """With an incumbent (hint or cutoff): the ring slice and path bound of the binding scenario, the head
     bound, and the column decomposition, which may answer outright (a MappingResult)."""
     p0 = probs[0]
@@ -150,7 +164,8 @@ def _presolve(probs, *, hint, cutoff, robust, ring_cap, time_limit_s, seed, t0) 
         # no row-0 set leaves room for a path under the cutoff: nothing strictly better exists
         return _pruned(probs, hint, cutoff, robust, time.perf_counter() - t0)
     if COLUMNS and len(probs) == 1 and R > 1:
-        out = _try_columns(p, pre, limit_int, cut.path_lb, time_limit_s, seed)
+        wall = None if wall_limit_s is None else wall_limit_s - (time.perf_counter() - t0)
+        out = _try_columns(p, pre, limit_int, cut.path_lb, time_limit_s, seed, wall)
         if out is not None and out.proved:
             return _columns_answer(probs, out, hint, cutoff, robust, time.perf_counter() - t0)
         if out is not None:
@@ -162,7 +177,7 @@ def _presolve(probs, *, hint, cutoff, robust, ring_cap, time_limit_s, seed, t0) 
     return pre
 
 
-def _try_columns(p, pre: _Presolve, limit_int, path_lb, time_limit_s, seed):
+def _try_columns(p, pre: _Presolve, limit_int, path_lb, time_limit_s, seed, wall_s=None):
     """The column decomposition over the row-0 sets under the limit (columns.solve_columns); None: no sets."""
     sets = pre.row0
     if sets is None:
@@ -174,7 +189,9 @@ def _try_columns(p, pre: _Presolve, limit_int, path_lb, time_limit_s, seed):
     # CP-SAT keeps at least COLUMN_CPSAT_MIN of the limit: when the decomposition does not finish, short
     # limits still get CP-SAT's incumbents
     share = max(0.0, min(COLUMN_SHARE * time_limit_s, time_limit_s - min(COLUMN_CPSAT_MIN, 0.5 * time_limit_s)))
-    return solve_columns(p, sets, limit_int, lambda a_: int_objective(p, a_), share, seed, path_floor=path_lb)
+    # work-limited (wall_s given): the share is work and the wall clock a safety stop over what is left
+    return solve_columns(p, sets, limit_int, lambda a_: int_objective(p, a_), share, seed, path_floor=path_lb,
+                         wall_s=None if wall_s is None else max(0.05, wall_s))
 
 
 def _columns_answer(probs, out, hint, cutoff, robust, wall) -> MappingResult:
@@ -545,7 +562,7 @@ def _bound_without_solution(solver, probs, robust, pre: _Presolve) -> float:
 # --- one column: the circuit model ---------------------------------------------------------------------------
 
 def _solve_single_column(probs, *, time_limit_s, seed, hint, robust, workers, cutoff, t0,
-                         debug=None) -> MappingResult:
+                         debug=None, wall_limit_s=None) -> MappingResult:
     """One replica column (K = 1, no wrap link): the mapping is a Hamiltonian path through R of the
     N nodes, stage 0 first. CP-SAT's circuit constraint over the nodes plus a depot (whose arcs mark
     the path's ends; a node's self-loop means it stays idle) is far stronger than assignment variables."""
@@ -558,7 +575,10 @@ def _solve_single_column(probs, *, time_limit_s, seed, hint, robust, workers, cu
                    cutoff_int(cutoff, probs, robust) - int(to_units(max(p.dp_base.max() for p in probs))))
     if hint is not None and cutoff is None:
         _add_circuit_hint(m, lit, [int(v) for v in hint[:, 0]], R)
-    solver = new_solver(max(0.05, time_limit_s - (time.perf_counter() - t0)), workers, seed)
+    if wall_limit_s is not None:       # work-limited (see solve_exact)
+        solver = new_solver(time_limit_s, workers, seed, wall_s=max(0.05, wall_limit_s - (time.perf_counter() - t0)))
+    else:
+        solver = new_solver(max(0.05, time_limit_s - (time.perf_counter() - t0)), workers, seed)
     st = solve(solver, m, debug)
     wall = time.perf_counter() - t0
     if st == cp_model.INFEASIBLE and cutoff is not None:

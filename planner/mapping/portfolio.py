@@ -1,25 +1,20 @@
 """The public mapping entry point: a deterministic portfolio of the annealer and CP-SAT (issue #10).
 
-solve(problems, time_limit_s=T, seed=s) runs, on one shared budget:
-  1. the annealer (anneal.py) from the hint or Megatron's rank order;
-  2. on instances small enough for the exact model to prove (EXACT_NODES), cpsat.solve_exact with the
-     annealer's incumbent as hint and EXACT_SHARE of the limit: OPTIMAL ends the search, otherwise its
-     bound is kept and a better placement it finds replaces the incumbent (never a worse one).
-Above EXACT_NODES the portfolio is the annealer on the whole budget: on issue #10's family neither the
-exact model (it returns its hint unchanged), nor a column/row large-neighbourhood search repaired by CP-SAT,
-nor cooler annealer restarts beat one anneal of the same work (docs/notes/solver.md, "Mapping portfolio").
+solve(problems, time_limit_s=T, seed=s) turns T into work (work.py: WORK_PER_S work seconds per second) and
+runs, on that one budget:
+  1. the annealer (anneal.py) from the hint or Megatron's rank order, on its share of the iterations;
+  2. up to EXACT_NODES candidate nodes, cpsat.solve_exact (pre-solve bounds, the column decomposition, the
+     assignment model) with the annealer's incumbent as hint, on the rest of the work: OPTIMAL ends the search,
+     otherwise its bound is kept and a better placement it finds replaces the incumbent (never a worse one).
+Above EXACT_NODES the portfolio is the annealer on the whole budget. With a cutoff (branch and bound across
+configurations: only placements strictly better than it matter) and an exact phase, the annealer is skipped and
+the exact model gets the whole budget (it proves "nothing better", usually at once).
 
-Determinism: the search is limited by work, not by the clock. time_limit_s is turned into anneal
-iterations (ANNEAL_ITERS_PER_S) and CP-SAT deterministic time (DTIME_PER_S), constants calibrated once
-(docs/notes/solver.md, "Mapping portfolio"), never measured at run time; CP-SAT runs with the planner's
-deterministic portfolio (sat.new_solver: interleave_search, a deterministic-time limit). The wall clock is
-only a safety stop (WALL_SAFETY x the limit); the result records which limit ended the search (stopped_by:
-"proof", "work" or "wall"). Same seed, same problem: same plan, unless the safety stop fires
-(then stopped_by says "wall").
-
-The exact phase runs without the ring slice and the column decomposition (ring_cap=False): the
-decomposition sizes its probes from measured seconds per path (columns.solve_columns), so its answer
-under a limit depends on the machine's load.
+Determinism: the search is limited by work, never by a clock read during the search: anneal iterations, CP-SAT
+deterministic time (interleave_search, fixed workers and seed: sat.new_solver) and the decomposition's enumerated
+paths (columns.solve_columns). The wall clock is only a safety stop (wall_limit_s, default WALL_SAFETY x T); the
+result records which limit ended the search (stopped_by: "proof", "work" or "wall"). Same seed, same problem:
+same plan, unless the safety stop fires (then stopped_by says "wall").
 """
 from __future__ import annotations
 
@@ -29,90 +24,116 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner import interrupt
+from planner.mapping import work
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
 
-# Work per second of time_limit_s, calibrated once on the development machine (2 shared cores; see
-# docs/notes/solver.md): the annealer ran 22.7k-25.9k iterations/s on the issue #10 family (16-128 nodes)
-ANNEAL_ITERS_PER_S = 16000
-DTIME_PER_S = 0.5                # CP-SAT deterministic time per second of the limit (exact model, 16 nodes)
 WALL_SAFETY = 1.0                # the wall-clock safety stop, in units of time_limit_s
-EXACT_SHARE = 0.3                # of the limit: the exact model (small instances), in deterministic time
-EXACT_NODES = 16                 # the exact phase runs up to this many candidate nodes
+EXACT_SHARE = 0.7                # of the work: the exact phase (pre-solve, decomposition, CP-SAT)
+# the exact phase runs up to this many candidate nodes: it proves the shipped 32-node plans; at 64 nodes on issue
+# #10's family it returned its hint unchanged, and building its model took most of a 10 s limit
+EXACT_NODES = 32
+WALL_NEAR = 0.05                 # seconds before the safety stop that count as reaching it
 
 
 @dataclass
 class PortfolioResult(MappingResult):
-    stopped_by: str = "work"                       # proof | work | wall
-    work: dict = field(default_factory=dict)       # iterations, dtime, improvements
+    stopped_by: str = "work"                       # proof | work | wall: which limit ended the search
+    work: dict = field(default_factory=dict)       # iterations, exact_work_s, improvements
 
 
-def work_budget(time_limit_s: float, nodes: int = EXACT_NODES + 1) -> tuple[int, float]:
-    """time_limit_s -> (anneal iterations, CP-SAT deterministic time of the exact phase): the work a user's
-    --time-limit buys. Up to EXACT_NODES nodes EXACT_SHARE of the limit goes to the exact model; the annealer
-    alone (method="anneal") gets the same iterations, so the portfolio, which starts with that very anneal,
-    is never worse than it."""
-    share = EXACT_SHARE if nodes <= EXACT_NODES else 0.0
-    return int(ANNEAL_ITERS_PER_S * (1.0 - share) * time_limit_s), float(DTIME_PER_S * share * time_limit_s)
+def work_budget(time_limit_s: float, problems) -> tuple[int, float]:
+    """time_limit_s -> (anneal iterations, work seconds of the exact phase) on `problems` (one MappingProblem
+    or its scenarios): the work a user's --time-limit buys. Up to EXACT_NODES nodes EXACT_SHARE of it goes to
+    the exact model; the annealer alone (method="anneal") gets the same iterations as the portfolio's
+    annealer, so the portfolio, which starts with that very anneal, is never worse than it."""
+    probs = problems if isinstance(problems, list) else [problems]
+    p0 = probs[0]
+    total = work.WORK_PER_S * time_limit_s
+    share = EXACT_SHARE if p0.n <= EXACT_NODES else 0.0
+    return work.iterations_for((1.0 - share) * total, p0.layout.rows, len(probs)), float(share * total)
 
 
 def solve(problems, *, time_limit_s: float, seed: int = 0, method: str = "auto", robust: str = "worst",
-          hint: np.ndarray | None = None) -> PortfolioResult:
-    """Map blocks to nodes. method: "auto" (the portfolio), "anneal" (the annealer alone on the same
-    iteration budget), "exact" (cpsat.solve_exact alone on the same deterministic time)."""
-    probs = problems if isinstance(problems, list) else [problems]
-    p0 = probs[0]
-    t0 = time.perf_counter()
-    deadline = t0 + WALL_SAFETY * time_limit_s
-    iters, dtime = work_budget(time_limit_s, p0.n)
-    init = np.asarray(hint) if hint is not None else p0.rank_order()
-    if method == "anneal":
-        r = anneal(probs, seed=seed, iterations=max(1, iters), time_limit_s=WALL_SAFETY * time_limit_s,
-                   init=init, robust=robust)
-        stop = "wall" if time.perf_counter() >= deadline else "work"
-        return _result(r.assign, probs, robust, r.bound, "HEURISTIC", t0, "anneal", stop, {"iterations": iters})
-    if method == "exact":
-        dtime = DTIME_PER_S * time_limit_s
-        r = solve_exact(probs, time_limit_s=dtime, wall_limit_s=WALL_SAFETY * time_limit_s, seed=seed,
-                        hint=init, robust=robust, ring_cap=False)
-        stop = "proof" if r.status == "OPTIMAL" else ("wall" if time.perf_counter() >= deadline else "work")
-        return _result(r.assign, probs, robust, r.bound, r.status, t0, "exact", stop, {"dtime": dtime})
-    if method != "auto":
+          hint: np.ndarray | None = None, cutoff: float | None = None,
+          wall_limit_s: float | None = None) -> PortfolioResult:
+    """Map blocks to nodes. method: "auto" (the portfolio), "anneal" (the annealer alone on the portfolio's
+    iteration budget), "exact" (cpsat.solve_exact alone on the whole work budget). cutoff: only placements
+    strictly better matter; status "PRUNED" (bound = cutoff) when the exact model proves there is none.
+    wall_limit_s: the safety stop (default WALL_SAFETY x time_limit_s)."""
+    if method not in ("auto", "anneal", "exact"):
         raise ValueError(f"unknown mapping method {method!r} (auto, anneal, exact)")
+    probs = problems if isinstance(problems, list) else [problems]
+    t0 = time.perf_counter()
+    wall = WALL_SAFETY * time_limit_s if wall_limit_s is None else wall_limit_s
+    with work.metered(deadline=t0 + wall) as spent:
+        r = _run(probs, time_limit_s, seed, method, robust, hint, cutoff, t0 + wall)
+    if spent.wall_hit and r.stopped_by != "proof":
+        r.stopped_by = "wall"       # a solver inside stopped at the safety stop
+    r.work_s = spent.used_s
+    r.wall_s = time.perf_counter() - t0
+    return r
 
-    work = {"iterations": 0, "dtime": 0.0, "improvements": 0}
-    bound = robust_lower_bound(probs, robust)
-    exact = dtime > 0 and p0.layout.blocks > 1
 
-    def left():
+def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioResult:
+    p0 = probs[0]
+    iters, exact_w = work_budget(T, probs)
+    init = np.asarray(hint) if hint is not None else p0.rank_order()
+    trivial = p0.layout.blocks <= 1
+
+    def wall_left():
         return deadline - time.perf_counter()
 
-    it1 = max(1, iters)
-    r = anneal(probs, seed=seed, iterations=it1, time_limit_s=max(0.0, left()), init=init, robust=robust)
-    work["iterations"] += it1
-    best, best_v = r.assign.copy(), r.objective
-    if left() <= 0 or interrupt.requested():
-        return _result(best, probs, robust, bound, "HEURISTIC", t0, "portfolio", "wall", work)
+    if method == "anneal" or (method == "auto" and (exact_w <= 0 or trivial)):
+        r = anneal(probs, seed=seed, iterations=iters, time_limit_s=max(0.0, wall_left()), init=init, robust=robust)
+        stop = "wall" if wall_left() <= 0 else "work"
+        return _result(r.assign, probs, robust, r.bound, "HEURISTIC", method, stop, {"iterations": iters})
+    if method == "exact":
+        return _exact(probs, work.WORK_PER_S * T, seed, init, robust, cutoff, wall_left, None, {"iterations": 0})
 
-    if exact:
-        d = dtime
-        ex = solve_exact(probs, time_limit_s=d, wall_limit_s=max(0.05, left()), seed=seed, hint=best,
-                         robust=robust, ring_cap=False)
-        work["dtime"] += d
-        bound = max(bound, ex.bound)
-        if ex.objective < best_v:
-            best, best_v = ex.assign.copy(), ex.objective
-            work["improvements"] += 1
-        if ex.status == "OPTIMAL":
-            return _result(best, probs, robust, bound, "OPTIMAL", t0, "portfolio", "proof", work)
-
-    stop = "wall" if left() <= 0 else "work"
-    return _result(best, probs, robust, bound, "HEURISTIC", t0, "portfolio", stop, work)
+    info = {"iterations": 0, "exact_work_s": 0.0, "improvements": 0}
+    if cutoff is None:
+        r = anneal(probs, seed=seed, iterations=iters, time_limit_s=max(0.0, wall_left()), init=init, robust=robust)
+        info["iterations"] = iters
+        init = r.assign.copy()
+        if wall_left() <= 0 or interrupt.requested():
+            return _result(init, probs, robust, r.bound, "HEURISTIC", "portfolio", "wall", info)
+        exact_budget = exact_w
+    else:
+        exact_budget = work.WORK_PER_S * T          # only "is there better than the cutoff?": all of it
+    return _exact(probs, exact_budget, seed, init, robust, cutoff, wall_left, "portfolio", info)
 
 
-def _result(assign, probs, robust, bound, status, t0, method, stopped_by, work) -> PortfolioResult:
+def _exact(probs, budget, seed, init, robust, cutoff, wall_left, method, info) -> PortfolioResult:
+    """The exact phase on `budget` work seconds from the incumbent `init` (kept unless beaten)."""
+    best_v = robust_objective(probs, init, robust)
+    bound = robust_lower_bound(probs, robust)
+    if wall_left() <= 0.02 or interrupt.requested():
+        return _result(init, probs, robust, bound, "HEURISTIC", method or "exact", "wall", info)
+    with work.metered() as m:
+        ex = solve_exact(probs, time_limit_s=budget, wall_limit_s=max(0.02, wall_left()), seed=seed, hint=init,
+                         robust=robust, cutoff=cutoff)
+    info["exact_work_s"] = m.used_s
+    # CP-SAT stops a little before a wall limit (OR-Tools' TimeLimit keeps a safety margin): near the deadline
+    # counts as the safety stop (a work stop misread so only makes the record more cautious)
+    stop = "wall" if wall_left() <= WALL_NEAR else "work"
+    if ex.status == "PRUNED":
+        r = _result(init, probs, robust, bound, "PRUNED", method or "exact", "proof", info)
+        r.bound = float(cutoff)       # nothing strictly better than the cutoff exists
+        return r
+    best = init
+    if ex.objective < best_v:
+        best = ex.assign.copy()
+        info["improvements"] = info.get("improvements", 0) + 1
+    bound = max(bound, ex.bound)
+    status = "OPTIMAL" if ex.status == "OPTIMAL" else ("HEURISTIC" if method else ex.status)
+    return _result(best, probs, robust, bound, status, method or "exact", "proof" if status == "OPTIMAL" else stop,
+                   info)
+
+
+def _result(assign, probs, robust, bound, status, method, stopped_by, info) -> PortfolioResult:
     obj = robust_objective(probs, assign, robust)
-    return PortfolioResult(np.asarray(assign).copy(), obj, min(bound, obj), status, time.perf_counter() - t0,
-                           method, stopped_by=stopped_by, work=dict(work))
+    return PortfolioResult(np.asarray(assign).copy(), obj, min(bound, obj), status, 0.0, method,
+                           stopped_by=stopped_by, work=dict(info))

@@ -14,6 +14,7 @@ class MappingResult:
     status: str              # OPTIMAL | FEASIBLE | TIME_LIMIT | HEURISTIC
     wall_s: float
     method: str
+    work_s: float = 0.0      # work seconds spent (mapping/work.py), where the solver counts them
 
     @property
     def gap(self) -> float:

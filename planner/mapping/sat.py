@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from planner import interrupt
+from planner.mapping import work
 
 EXPORT_ENV = "PLANNER_CPSAT_EXPORT"
 PARAMS_ENV = "PLANNER_CPSAT_PARAMS"
 
 _exported = itertools.count()
+WALL_NEAR = 0.05      # seconds: a call that ran to within this of its wall limit was stopped by it
 
 
 @dataclass(frozen=True)
@@ -34,15 +37,20 @@ class Debug:
         return cls(export, params) if (export or params) else None
 
 
-def new_solver(time_limit_s: float, workers: int, seed: int) -> cp_model.CpSolver:
-    """The planner's settings: a deterministic portfolio (interleave_search), so the same seed and the same
-    deterministic-time limit give the same answer on any load; the wall clock is a safety stop."""
+def new_solver(time_limit_s: float, workers: int, seed: int, wall_s: float | None = None) -> cp_model.CpSolver:
+    """The planner's settings: a deterministic portfolio (interleave_search with a fixed number of workers:
+    OR-Tools' DeterministicLoop, whose batch size is 3 x workers), so the same seed and the same
+    deterministic-time limit give the same answer on any load; the wall clock (wall_s, default the same
+    number of seconds) is a safety stop."""
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.max_time_in_seconds = float(time_limit_s)
+    prm.max_time_in_seconds = float(time_limit_s if wall_s is None else wall_s)
     prm.num_workers = max(1, workers)
     prm.random_seed = int(seed)
     prm.interleave_search = True
+    # one task per worker per batch: a batch runs to its end past the deterministic limit, and with the default
+    # 3 x workers a 1.0 limit was overrun to 2.4 (16 nodes); with 2 the overrun is ~0.5
+    prm.interleave_batch_size = max(1, workers)
     prm.max_deterministic_time = float(time_limit_s)
     prm.catch_sigint_signal = False     # Ctrl-C belongs to the command line (planner.interrupt)
     return solver
@@ -50,12 +58,25 @@ def new_solver(time_limit_s: float, workers: int, seed: int) -> cp_model.CpSolve
 
 def run(solver: cp_model.CpSolver, model: cp_model.CpModel) -> int:
     """solver.solve(model), stoppable by planner.interrupt.request(); once a stop is requested, no new
-    solve starts (UNKNOWN, as a time limit with no solution)."""
+    solve starts (UNKNOWN, as a time limit with no solution). Its deterministic time is charged to the open
+    work meters (work.py)."""
     solver.parameters.catch_sigint_signal = False
+    left = work.wall_left()
+    if left is not None:
+        # inside a work-limited search the one wall-clock stop is its safety stop (work.py), never a clock
+        # limit of this call's own: those fire earlier on a loaded machine and would change the answer
+        solver.parameters.max_time_in_seconds = max(0.01, left)
+    t0 = time.perf_counter()
     with interrupt.running(solver):
         if interrupt.requested():
             return cp_model.UNKNOWN
-        return solver.solve(model)
+        st = solver.solve(model)
+    if left is not None and st not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and \
+            time.perf_counter() - t0 >= solver.parameters.max_time_in_seconds - WALL_NEAR:
+        work.note_wall()
+    # the work the caller's budget pays (work.py): CP-SAT's deterministic time and the call's fixed cost
+    work.charge(solver.response_proto.deterministic_time + work.CPSAT_CALL_WORK_S)
+    return st
 
 
 def solve(solver: cp_model.CpSolver, model: cp_model.CpModel, debug: Debug | None = None) -> int:

@@ -1,8 +1,9 @@
-"""Improvement and proof of the screened candidates, most promising first.
+"""Improvement and proof of the screened candidates, most promising first, through planner.mapping.solve.
 
-The incumbent is optimised to a proof; every other candidate only has to be shown unable to beat it
-(a CP-SAT cutoff, usually fast). Beyond EXACT_MAX_NODES (method auto), or with method anneal, the
-candidates are annealed further instead.
+The incumbent gets the work left (the portfolio: the annealer, then, up to EXACT_NODES nodes, the exact model
+hinted with its result); every other candidate only has to be shown unable to beat it (a CP-SAT cutoff,
+usually fast; beyond EXACT_NODES, or with method anneal, it is annealed further on its share of the work).
+Work, not the clock, decides how far each call goes (mapping/work.py); the wall clock is a safety stop.
 """
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import time
 from dataclasses import dataclass
 
 from planner import interrupt
-from planner.mapping.anneal import anneal
-from planner.mapping.cpsat import EXACT_MAX_NODES, solve_exact
+from planner.mapping import portfolio, work
+from planner.mapping import solve as solve_mapping
 from planner.mapping.result import MappingResult
 from planner.search.screen import Candidate
+
+# how the command line's --method maps onto planner.mapping.solve's methods
+MAPPING_METHOD = {"auto": "auto", "exact": "exact", "anneal": "anneal"}
 
 
 @dataclass
@@ -21,43 +25,48 @@ class Proof:
     best: Candidate
     proved: int               # candidates CP-SAT settled (proved optimal, or unable to beat the incumbent)
     exact_calls: int
+    wall_stop: bool = False   # the wall-clock safety stop ended a mapping search (the plan may depend on the load)
 
 
 def prove(cands: list[Candidate], best: Candidate, *, method: str, seed: int, robust: str,
-          deadline: float) -> Proof:
-    """Improve or settle each candidate within the deadline; sorts `cands` by objective and updates their
-    results in place. Returns the best candidate after it."""
+          budget: float, spent, deadline: float) -> Proof:
+    """Improve or settle each candidate on the work left (budget - spent.used_s work seconds); sorts `cands` by
+    objective and updates their results in place. Returns the best candidate after it."""
     cands.sort(key=lambda c: c.result.objective)
-    run_exact = method in ("exact", "auto")
-    proved = 0
-    exact_calls = 0
-    for c in cands:
-        if (c.result.bound >= best.result.objective or deadline - time.perf_counter() <= 0.05
-                or interrupt.requested()):
+    mmethod = MAPPING_METHOD[method]
+    proved = exact_calls = 0
+    wall_stop = False
+    todo = list(cands)
+    for k, c in enumerate(todo):
+        if c.result.bound >= best.result.objective or interrupt.requested():
             continue
+        left = budget - spent.used_s
+        if left <= 0:
+            break
+        if time.perf_counter() >= deadline:
+            wall_stop = True
+            break
+        is_best = c is best
         n = c.probs[0].n
-        if not run_exact or (method == "auto" and n > EXACT_MAX_NODES):
-            res = anneal(c.probs, seed=seed, init=c.result.assign, robust=robust,
-                         time_limit_s=deadline - time.perf_counter())
-            if res.objective < c.result.objective:
-                c.result = MappingResult(res.assign, res.objective, c.result.bound, res.status, res.wall_s,
-                                         res.method)
+        exact = mmethod == "exact" or (mmethod == "auto" and n <= portfolio.EXACT_NODES)
+        # the incumbent may use everything left; a challenger annealed (no cutoff to prove) gets its share
+        share = left if (is_best or exact) else left / (len(todo) - k)
+        r = solve_mapping(c.probs, time_limit_s=share / work.WORK_PER_S, seed=seed, method=mmethod,
+                          robust=robust, hint=c.result.assign, cutoff=None if is_best else best.result.objective,
+                          wall_limit_s=max(0.02, deadline - time.perf_counter()))
+        wall_stop |= r.stopped_by == "wall"
+        exact_calls += r.work.get("exact_work_s", 0.0) > 0 or mmethod == "exact"
+        if r.status == "PRUNED":
+            c.result = MappingResult(c.result.assign, c.result.objective, r.bound, c.result.status, r.wall_s,
+                                     "exact")
+            proved += 1
+        elif r.objective <= c.result.objective + 1e-12:
+            c.result = MappingResult(r.assign, r.objective, max(r.bound, c.result.bound), r.status, r.wall_s,
+                                     r.method)
+            proved += r.status == "OPTIMAL"
         else:
-            budget = max(0.05, deadline - time.perf_counter())
-            is_best = c is best
-            exact_calls += 1
-            ex = solve_exact(c.probs, time_limit_s=budget, seed=seed, hint=c.result.assign, robust=robust,
-                             cutoff=None if is_best else best.result.objective)
-            if ex.status == "PRUNED":
-                c.result = MappingResult(c.result.assign, c.result.objective, ex.bound, c.result.status,
-                                         ex.wall_s, "exact")
-                proved += 1
-            elif ex.objective <= c.result.objective + 1e-12:
-                c.result = ex
-                proved += ex.status == "OPTIMAL"
-            else:
-                c.result = MappingResult(c.result.assign, c.result.objective, max(ex.bound, c.result.bound),
-                                         c.result.status, ex.wall_s, "exact")
+            c.result = MappingResult(c.result.assign, c.result.objective, max(r.bound, c.result.bound),
+                                     c.result.status, r.wall_s, r.method)
         if c.result.objective < best.result.objective:
             best = c
-    return Proof(best, proved, exact_calls)
+    return Proof(best, proved, exact_calls, wall_stop)

@@ -15,16 +15,14 @@ import numpy as np
 
 from planner.costs import default_costs
 from planner.costs.iteration import build_problem
-from planner.mapping.anneal import anneal
-from planner.mapping.cpsat import EXACT_MAX_NODES, solve_exact
+from planner.mapping import solve as solve_mapping
 from planner.mapping.problem import physical_nodes
 from planner.mapping.problem import scenario_summary as _score
 
 
 def _solve(probs, robust, limit, seed, hint=None):
-    if probs[0].n <= EXACT_MAX_NODES:
-        return solve_exact(probs, robust=robust, time_limit_s=limit, seed=seed, hint=hint)
-    return anneal(probs, robust=robust, seed=seed, init=hint, time_limit_s=limit)
+    """The mapping entry point (the portfolio: work-limited, deterministic) for one robust objective."""
+    return solve_mapping(probs, robust=robust, time_limit_s=limit, seed=seed, hint=hint)
 
 
 def _summary(m: dict, w: dict) -> dict:
@@ -38,10 +36,10 @@ def robust_report(spec, cfg, layout, snapshots, *, time_limit_s: float = 20.0, s
                   polish: bool = True) -> dict:
     """Solve the mapping for the mean and for the worst case over snapshots; score both on both.
 
-    Each objective is solved from scratch by CP-SAT with the full limit (a hint from the other
+    Each objective is solved from scratch by planner.mapping.solve with the full limit (a hint from the other
     objective measurably kept CP-SAT near it, where a cold start found a better worst case). With
     `polish`, the worst case is then annealed (fixed iteration count: deterministic) from the better of
-    the two mappings, since CP-SAT's max-over-scenarios model often stops FEASIBLE at the limit on 16+
+    the two mappings, since the max-over-scenarios model often stops unproved at the limit on 16+
     nodes. Both mappings are candidates for both objectives: the worst-case-optimal mapping is never
     reported worse on the worst case than the mean-optimal one (on a tie, the one with the better mean
     is kept, so robustness costs nothing on the mean when it saves nothing); `picked_other` says
@@ -56,7 +54,8 @@ def robust_report(spec, cfg, layout, snapshots, *, time_limit_s: float = 20.0, s
     polished = False
     if polish and probs[0].layout.blocks > 1:
         init = aw if w["worst_s"] <= m["worst_s"] else am
-        pol = anneal(probs, robust="worst", seed=seed, init=init, time_limit_s=max(1.0, time_limit_s))
+        pol = solve_mapping(probs, robust="worst", seed=seed, hint=init, time_limit_s=max(1.0, time_limit_s),
+                            method="anneal")
         pw = _score(probs, pol.assign)
         if pw["worst_s"] < min(w["worst_s"], m["worst_s"]) - 1e-12:
             aw, w, polished = pol.assign, pw, True

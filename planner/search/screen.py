@@ -3,6 +3,8 @@
 A configuration's compute time (bubbles included) is a valid lower bound for every mapping of it, and
 MappingProblem.lower_bound() a tighter one per layout, so whole candidates are pruned without solving
 their mapping; the survivors are mapped by annealing (a fast incumbent for the proof step).
+Screening is limited by work (mapping/work.py: each anneal charges its iterations), not by the clock, so the
+candidates it keeps do not depend on the machine's load; the wall clock is a safety stop (Screening.wall_stop).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from planner.mapping.result import MappingResult
 from planner.search.space import enumerate_configs
 
 SCREEN_ITERS = 1500           # annealing iterations per candidate while screening
+SCREEN_SHARE = 0.9            # screening stops, once it has an incumbent, when it has spent this share of the work
 
 
 @dataclass
@@ -42,6 +45,7 @@ class Screening:
     open_bounds: list[float] = field(default_factory=list)   # bounds of candidates never mapped (time ran out)
     pruned_bound: int = 0
     screened_all: bool = True
+    wall_stop: bool = False     # the wall-clock safety stop ended screening (the candidates then depend on the load)
 
 
 def scenarios(spec, robust: str | None) -> list[np.ndarray]:
@@ -103,23 +107,27 @@ def _infeasible_message(spec, total, closest) -> str:
             f"(largest term: {top} {parts[top]:.1f} GiB). Try more GPUs, full recompute, ZeRO, or a smaller batch.")
 
 
-def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, limit: float, deadline: float,
+def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: float, spent, deadline: float,
            progress=None) -> Screening:
     """Branch and bound over (config, layout), fits sorted by compute bound, with annealed mappings as
     incumbents. Stops at the first config whose bound cannot beat the incumbent (all later ones are
-    pruned too), or, with an incumbent, when only a tenth of the time limit is left."""
+    pruned too), or, with an incumbent, when SCREEN_SHARE of the work budget (work seconds; `spent` the open
+    work meter) is spent, or at the wall-clock safety stop `deadline`."""
     best: Candidate | None = None
     cands: list[Candidate] = []
     open_bounds: list[float] = []
     pruned_bound = 0
     screened_all = True
+    wall_stop = False
     for k, (lb, cfg) in enumerate(fits):
         if best is not None and lb >= best.result.objective:
             pruned_bound += sum(len(layouts(c.tp * c.cp, c.pp, c.dp, spec.cluster.gpus_per_node, c.dp_shard))
                                 for _, c in fits[k:])
             break
-        if best is not None and (time.perf_counter() > deadline - 0.1 * limit or interrupt.requested()):
+        wall = time.perf_counter() > deadline
+        if best is not None and (spent.used_s > SCREEN_SHARE * budget or wall or interrupt.requested()):
             screened_all = False
+            wall_stop = wall
             open_bounds.append(lb)       # the rest are sorted by lb, so this one bounds them all
             break
         for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard):
@@ -131,6 +139,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, limit: flo
             init = probs[0].rank_order()
             res = anneal(probs, seed=seed, iterations=SCREEN_ITERS, init=init, robust=robust,
                          time_limit_s=max(0.05, deadline - time.perf_counter()))
+            wall_stop |= time.perf_counter() > deadline     # the safety stop may have cut this anneal short
             c = Candidate(cfg, lay, probs, res)
             cands.append(c)
             if best is None or res.objective < best.result.objective:
@@ -138,4 +147,4 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, limit: flo
         if progress:
             progress(k + 1, len(fits))
     assert best is not None
-    return Screening(best, cands, open_bounds, pruned_bound, screened_all)
+    return Screening(best, cands, open_bounds, pruned_bound, screened_all, wall_stop)

@@ -1,9 +1,14 @@
 """Orchestration: space -> memory feasibility -> bounds -> mapping (anneal, then CP-SAT) -> best plan.
 
 The steps, each its own module: screen (configs that fit, branch and bound over (config, layout) with
-annealed incumbents), prove (CP-SAT proves or tightens the most promising within the time limit),
+annealed incumbents), prove (planner.mapping.solve, the portfolio, proves or tightens the most promising),
 rerank (the simulator judges the close ones), summary (record, alternatives, Solution). The reported
 bound is the smallest bound over every candidate not proven worse.
+
+The time limit is turned into work (mapping/work.py: WORK_PER_S work seconds per second) that screening and
+proof share and charge; the clock is only a safety stop at the limit, and the record says which ended the
+search (stopped_by: proof, work or wall). Same spec and seed: same plan, on a busy or a quiet machine, unless
+the safety stop fires.
 """
 from __future__ import annotations
 
@@ -14,15 +19,17 @@ from planner.config import V_SHAPES, ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate
 from planner.errors import SpecError
+from planner.mapping import work
 from planner.mapping.problem import layouts
-from planner.search.prove import EXACT_MAX_NODES, prove
+from planner.search.prove import prove
 from planner.search.rerank import SimulationVeto, rerank_by_simulation
 from planner.search.screen import fitting_configs, scenarios, screen
 from planner.search.summary import note_overruled, solver_record, summarise
 from planner.solution import Solution, mapping_to_assign
 
-# EXACT_MAX_NODES is re-exported: code that tunes or mirrors the auto method reads it from here
-__all__ = ["EXACT_MAX_NODES", "check_config", "estimate_plan", "solve"]
+__all__ = ["check_config", "estimate_plan", "solve"]
+
+WALL_SAFETY = 1.0     # the wall-clock safety stop of a search, in units of its time limit
 
 
 def solve(spec, method: str | None = None, time_limit_s: float | None = None, seed: int | None = None,
@@ -36,18 +43,22 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     robust = spec.solver.robust if robust is None else robust
     mats = scenarios(spec, robust)
     rob = robust if robust and robust != "none" else "worst"
-    deadline = t0 + limit
+    deadline = t0 + WALL_SAFETY * limit   # the safety stop; work decides (below)
+    budget = work.WORK_PER_S * limit
 
     fits, total = fitting_configs(spec, costs, num_gpus)
     vetoed: set = set()
     while True:
         kept = [f for f in fits if f[1] not in vetoed]
-        screening = screen(spec, kept, mats, costs, seed=seed, robust=rob, limit=limit, deadline=deadline,
-                           progress=progress)
-        solved = len(screening.cands)
-        proof = prove(screening.cands, screening.best, method=method, seed=seed, robust=rob, deadline=deadline)
+        with work.metered(deadline=deadline) as spent:
+            screening = screen(spec, kept, mats, costs, seed=seed, robust=rob, budget=budget, spent=spent,
+                               deadline=deadline, progress=progress)
+            solved = len(screening.cands)
+            proof = prove(screening.cands, screening.best, method=method, seed=seed, robust=rob, budget=budget,
+                          spent=spent, deadline=deadline)
         rec = solver_record(screening, proof, method=method, robust=robust, t0=t0, total=total,
-                            pruned_mem=total - len(kept), solved=solved)
+                            pruned_mem=total - len(kept), solved=solved, work_s=spent.used_s,
+                            wall_hit=spent.wall_hit)
         best, reranked = proof.best, None
         if not simulate:
             break

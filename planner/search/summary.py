@@ -18,7 +18,8 @@ BOUND_TOL = 2e-5
 
 
 def solver_record(screening: Screening, proof: Proof, *, method: str, robust: str | None, t0: float,
-                  total: int, pruned_mem: int, solved: int) -> SolverRecord:
+                  total: int, pruned_mem: int, solved: int, work_s: float = 0.0, wall_hit: bool = False
+                  ) -> SolverRecord:
     """The record of the closed-form search: the smallest bound over every candidate not proven worse."""
     best, cands = proof.best, screening.cands
     bounds = [min(c.result.bound, c.result.objective) for c in cands] + screening.open_bounds
@@ -29,10 +30,15 @@ def solver_record(screening: Screening, proof: Proof, *, method: str, robust: st
         status = "OPTIMAL" if bound >= best.result.objective - BOUND_TOL else "FEASIBLE"
     wall = time.perf_counter() - t0
     p0 = best.probs[0]
-    used_method = method if method != "auto" else ("exact" if proof.exact_calls else "anneal")
+    used_method = method if method != "auto" else ("portfolio" if proof.exact_calls else "anneal")
+    if screening.wall_stop or proof.wall_stop or wall_hit:
+        stopped_by = "wall"
+    else:
+        stopped_by = "proof" if status == "OPTIMAL" else "work"
     return SolverRecord(used_method, status, best.result.objective, bound, wall, total, pruned_mem,
                         screening.pruned_bound, solved, proof.proved, best.result.objective - p0.const,
-                        max(0.0, best.result.bound - p0.const), robust=robust or "none")
+                        max(0.0, best.result.bound - p0.const), robust=robust or "none", stopped_by=stopped_by,
+                        work_s=work_s)
 
 
 def note_overruled(rec: SolverRecord, est_best: Candidate, best: Candidate) -> None:

@@ -14,6 +14,8 @@ MAX_INT = 2**31 - 1
 # Floats in a spec are seconds, GB/s, GiB, TFLOP/s, tokens (Llama 3: 1.5e13) or dollars: 1e15 bounds them
 # all, and keeps 1e308 or 2**70 from overflowing a product later.
 MAX_FLOAT = 1e15
+MIN_POSITIVE = 1e-9
+"""The smallest positive number a spec field takes: tinier values (1e-308) are typos that overflow the cost model."""
 
 DEFAULT: Any = object()
 """Pass as an accessor's default to mean "the dataclass's own default": `Fields.build` leaves the keyword out,
@@ -90,6 +92,8 @@ class Fields:
             raise self.error(key, f"must be a finite number, got {v}")
         if positive and not v > 0:
             raise self.error(key, f"must be positive, got {v}")
+        if positive and v < MIN_POSITIVE:   # 1e-308 TFLOP/s or GB/s overflow the cost model's powers and sums
+            raise self.error(key, f"must be at least {MIN_POSITIVE:g}, got {v:g}")
         if min_value is not None and v < min_value:
             raise self.error(key, f"must be >= {min_value}, got {v}")
         if v > max_value:

@@ -19,6 +19,7 @@ METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
 ATTENTION = ("fused", "unfused")
 CP_COMM = ("ring", "all_to_all", "auto")
+KERNELS = ("fused", "eager")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +111,12 @@ class TrainingSpec:
     (--cp-comm-type a2a, DeepSpeed-Ulysses style: Q, K, V and the output exchanged between sequence and heads, not
     overlapped; needs the local heads and kv heads divisible by cp), or auto (per configuration, the one of the two
     the cost model finds faster; costs/context_parallel.cp_mode)."""
+    kernels: str = "fused"
+    """How the element-wise work of a layer runs (KERNELS). fused: Megatron-Core / Transformer Engine's fused norm,
+    bias-activation and residual kernels (costs.compute ELEM_* bytes). eager: PyTorch eager mode as torchtitan runs
+    its Llama block without torch.compile: RMSNorm, rotary embedding, repeat_kv, SiLU, the gate product, residual
+    adds and every dtype cast each a separate kernel (costs.compute.eager_elementwise_bytes, counted from
+    torchtitan's model code). Needs a Llama-style model (gated MLP) and bf16."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +195,9 @@ class Spec:
             why = fp8_refusal(self.cluster.gpu)
             if why:
                 raise FieldError("training.precision", why)
+        if self.training.kernels == "eager" and not self.model.gated_mlp:
+            raise FieldError("training.kernels", "eager counts torchtitan's Llama block (RMSNorm, rotary, SwiGLU); "
+                             f"model {self.model.name} has no gated MLP")
 
     def digest(self) -> str:
         blob = json.dumps(self.raw or {}, sort_keys=True, default=str).encode()
@@ -298,8 +308,12 @@ def _parse_training(f: Fields) -> TrainingSpec:
         attention=f.str("attention", DEFAULT, choices=ATTENTION),
         cp_comm=f.str("cp_comm", DEFAULT, choices=CP_COMM),
         grad_reduce_in_fp32=f.bool("grad_reduce_in_fp32", DEFAULT),
+        kernels=f.str("kernels", DEFAULT, choices=KERNELS),
     )
     f.done()
+    if t.kernels == "eager" and t.precision != "bf16":
+        raise f.error("kernels", f"eager counts torchtitan's bf16 block (bf16 activations, fp32 norms and rotary); "
+                      f"training.precision is {t.precision}")
     # DeepSpeed's engine overlaps none of them (the cost model ignores `overlap` there: iteration.overlap_of);
     # saying otherwise in the file is a mistake worth stopping for
     if t.pipeline_engine == "deepspeed" and f.has("overlap") and t.overlap.any:

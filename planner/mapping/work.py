@@ -1,0 +1,97 @@
+"""Work accounting: how a mapping search spends a time limit without reading the clock (issue #10).
+
+A user's time limit of T seconds buys WORK_PER_S x T *work seconds*; each solver charges what it did, in units
+that do not depend on the machine's load:
+- CP-SAT: its deterministic time (solver.deterministic_time(), charged by sat.run after every solve);
+- the annealer: iterations x iteration_cost(rows, scenarios) / ANNEAL_ITERS_PER_S (an iteration scores the
+  objective, whose row loop and scenarios make it up to ~3x dearer on tall grids and robust problems);
+- the column decomposition's path enumeration: enumerated items / COLUMN_ITEMS_PER_S, and its depth-first
+  cover search: DFS_NODE_WORK_S per node;
+- a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
+  costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
+  small calls.
+The rates were calibrated once (docs/notes/solver.md, "Deterministic work budget") so that a work second
+takes less than a wall second on the development machine with two solves at once; they are never measured
+at run time. The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
+
+Meters nest (a solve inside a solve): a charge counts in every open meter of the current context, so a
+caller sees what its callees spent. Context variables keep concurrent solves in threads apart. A meter may
+carry the wall-clock safety stop (deadline): inside it, every CP-SAT call stops at that deadline and at no
+earlier clock limit of its own (sat.run), so that only the one safety stop can end a search by the clock, and
+a stop there is noted (Meter.wall_hit) for the record.
+"""
+from __future__ import annotations
+
+import contextvars
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+# calibration: docs/notes/solver.md, "Deterministic work budget"
+WORK_PER_S = 0.35                # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
+ANNEAL_ITERS_PER_S = 20000       # annealer iterations of cost 1 per work second (7,000 per second of the limit)
+COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
+DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
+CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
+
+_meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
+
+
+@dataclass
+class Meter:
+    """Work charged while the meter was open."""
+    used_s: float = 0.0              # work seconds charged so far
+    deadline: float | None = None   # the wall-clock safety stop (time.perf_counter() value); None: none here
+    wall_hit: bool = False           # a solver inside stopped at the safety stop (its answer depends on the load)
+
+
+@contextmanager
+def metered(deadline: float | None = None):
+    """with metered() as m: ... ; m.used_s = the work charged inside the block (nested meters included).
+    deadline: the safety stop of the block (perf_counter seconds); the earliest open one applies."""
+    m = Meter(deadline=deadline)
+    token = _meters.set(_meters.get() + (m,))
+    try:
+        yield m
+    finally:
+        _meters.reset(token)
+
+
+def charge(work_s: float) -> None:
+    """Count work_s work seconds in every open meter."""
+    for m in _meters.get():
+        m.used_s += float(work_s)
+
+
+def deadline() -> float | None:
+    """The earliest safety stop of the open meters (None: no meter carries one)."""
+    ds = [m.deadline for m in _meters.get() if m.deadline is not None]
+    return min(ds) if ds else None
+
+
+def wall_left() -> float | None:
+    """Seconds to the safety stop (None: none)."""
+    d = deadline()
+    return None if d is None else d - time.perf_counter()
+
+
+def note_wall() -> None:
+    """A solver stopped at the wall clock: every open meter's search now depends on the load."""
+    for m in _meters.get():
+        m.wall_hit = True
+
+
+def iteration_cost(rows: int, scenarios: int = 1) -> float:
+    """Relative cost of one annealer iteration: the objective loops over rows and is scored per scenario (fitted
+    on iterations/s measured side by side: 1 x 16 grids ~1.5x faster than 16 x 8 ones, docs/notes/solver.md)."""
+    return (1.0 + rows / 16.0) * (0.3 + 0.7 * scenarios)
+
+
+def anneal_work(iterations: int, rows: int = 1, scenarios: int = 1) -> float:
+    """Work seconds of `iterations` annealer iterations on a grid of `rows` rows and `scenarios` scenarios."""
+    return iterations * iteration_cost(rows, scenarios) / ANNEAL_ITERS_PER_S
+
+
+def iterations_for(work_s: float, rows: int = 1, scenarios: int = 1) -> int:
+    """Annealer iterations that work_s work seconds buy (at least one)."""
+    return max(1, int(ANNEAL_ITERS_PER_S * work_s / iteration_cost(rows, scenarios)))

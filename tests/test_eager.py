@@ -1,0 +1,66 @@
+"""training.kernels: eager (#9): torchtitan's eager Llama block charged as the separate kernels it runs."""
+import importlib.util
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from planner.config import ParallelConfig
+from planner.costs import default_costs
+from planner.costs.compute import ELEM_BACKWARD, eager_elementwise_bytes
+from planner.errors import SpecError
+from planner.spec import parse_spec
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+@pytest.mark.parametrize("h, a, kv, f, s, b", [(256, 4, 2, 512, 32, 2), (256, 4, 4, 384, 16, 1)])
+def test_eager_bytes_equal_the_dispatched_kernels_of_torchtitans_block(h, a, kv, f, s, b):
+    """The closed form equals the bytes of every aten kernel a torchtitan Llama block dispatches (GQA and MHA),
+    counted on fake tensors, forward and backward."""
+    from planner.profile.torchtitan_block import eager_bytes
+    model = SimpleNamespace(hidden_size=h, head_dim=h // a, ffn_hidden_size=f, num_attention_heads=a,
+                            num_kv_heads=kv, kv_channels=kv * (h // a))
+    cfg = SimpleNamespace(tp=1, micro_batch_size=b, sequence_parallel=False)
+    assert eager_elementwise_bytes(model, SimpleNamespace(seq_length=s), cfg) == eager_bytes(h, a, kv, f, s, b)
+
+
+def _spec(model="llama3-8b.yaml", **training):
+    d = {"model": os.path.join(ROOT, "models", model),
+         "cluster": os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.yaml"),
+         "training": {"global_batch_size": 16, "seq_length": 8192, **training}}
+    return parse_spec(d, os.path.join(ROOT, "specs", "x.yaml"))
+
+
+def test_kernels_knob_default_and_refusals_name_the_field():
+    assert _spec().training.kernels == "fused"
+    for bad in ({"kernels": "compiled"}, {"kernels": "eager", "precision": "fp32"}):
+        with pytest.raises(SpecError, match="training.kernels"):
+            _spec(**bad)
+    with pytest.raises(SpecError, match="training.kernels"):
+        _spec(model="gpt3-1.3b.yaml", kernels="eager")
+
+
+def test_eager_charges_the_counted_bytes_and_fused_is_unchanged():
+    fused, eager = _spec(), _spec(kernels="eager")
+    cfg = ParallelConfig(1, 1, 8, 2, 1, "1f1b", 1, "selective", 3, False)
+    cm = default_costs(fused.cluster).compute
+    assert cm.hbm_GBps == 2400.0          # the benchmark page's HBM2e, not the SXM5's 3350
+    pf = cm.layer_parts(fused.model, fused.cluster, fused.training, cfg)
+    pe = cm.layer_parts(eager.model, eager.cluster, eager.training, cfg)
+    fwd, bwd = eager_elementwise_bytes(eager.model, eager.training, cfg)
+    assert "elem_backward" not in pf and pe["elem"] == fwd / 2400e9 and pe["elem_backward"] == bwd / 2400e9
+    same = ("gemm", "attn", "attn_backward")
+    assert {k: pe[k] for k in same} == {k: pf[k] for k in same}
+    (ff, fb), (ef, eb) = cm.pass_times(pf), cm.pass_times(pe)
+    assert ef - ff == pytest.approx(pe["elem"] - pf["elem"], rel=0.01)
+    assert eb - fb == pytest.approx(pe["elem_backward"] - ELEM_BACKWARD * pf["elem"], rel=0.01)
+
+
+def test_grand_teton_profile_is_its_derivation():
+    spec = importlib.util.spec_from_file_location("mk", os.path.join(ROOT, "benchmarks", "make_grand_teton_profile.py"))
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    with open(os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.compute.json")) as f:
+        assert json.load(f) == mk.build()
