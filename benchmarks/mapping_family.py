@@ -8,7 +8,7 @@ N//5 node pairs chosen from the upper triangle are set to 7.5 GB/s both ways; pi
 constant, no tied embedding.
 
 Run:  python benchmarks/mapping_family.py [--grids 2x4 4x4 4x8 8x8 8x16] [--seeds 3 4 5] [--time-limit 10]
-          [--pipette-time 10] [--iters-per-s N] [--portfolio-only]
+          [--pipette-time 10] [--iters-per-s N] [--portfolio-only] [--clusters a100-64x8-het:8x8 ...]
 Figures are mapping objectives in ms (the constant is 0). "bound" is the best proven lower bound of the
 three runs (the portfolio's CP-SAT bound, else MappingProblem.lower_bound); gap = (objective - bound) /
 objective. Annealer and Pipette are wall-clock runs (their published form: run to the time limit); the
@@ -57,6 +57,24 @@ def family_problem(rows: int, cols: int, seed: int) -> MappingProblem:
     return MappingProblem(Layout(1, 1, rows, cols), np.arange(n), hop, None, np.zeros(rows), dp_link, 0.0)
 
 
+def cluster_problem(name: str, rows: int, cols: int) -> MappingProblem:
+    """A second family with other link statistics (not tuned on): the shipped cluster's node-level matrix
+    clusters/NAME.bandwidth.csv (GB/s, row i sends to column j), its first rows*cols nodes, costed as the family
+    above (same hop and ring volumes)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "clusters", f"{name}.bandwidth.csv")
+    n = rows * cols
+    full = np.loadtxt(path, delimiter=",", comments="#")
+    if full.shape[0] < n:
+        raise SystemExit(f"{path}: {full.shape[0]} nodes, grid {rows}x{cols} needs {n}")
+    bw = full[:n, :n].copy()
+    np.fill_diagonal(bw, np.inf)
+    bw_bps = bw * GB
+    hop = P2P_GB * GB / bw_bps + P2P_GB * GB / bw_bps.T
+    ring = 2.0 * (cols - 1) / cols * DP_GB * GB / bw_bps
+    dp_link = np.broadcast_to(ring, (rows, n, n)).copy()
+    return MappingProblem(Layout(1, 1, rows, cols), np.arange(n), hop, None, np.zeros(rows), dp_link, 0.0)
+
+
 def parse_grid(s: str) -> tuple[int, int]:
     r, c = s.lower().split("x")
     return int(r), int(c)
@@ -72,6 +90,9 @@ def main() -> None:
     ap.add_argument("--iters-per-s", type=int, default=None,
                     help="calibration study: annealer iterations per second of the limit (work.ANNEAL_ITERS_PER_S "
                          "/ work.WORK_PER_S) for this run")
+    ap.add_argument("--clusters", nargs="+", default=None, metavar="NAME:RxC",
+                    help="instead of the random family: shipped cluster matrices, e.g. a100-64x8-het:8x8 "
+                         "(the seed column is then 0)")
     args = ap.parse_args()
     if args.iters_per_s:
         work.ANNEAL_ITERS_PER_S = args.iters_per_s / work.WORK_PER_S
@@ -89,28 +110,34 @@ def main() -> None:
         print(f"{'grid':>5} {'seed':>4} {'portfolio':>10} {'stop':>5} {'wall s':>6} {'anneal=':>9} {'anneal~':>9} "
               f"{'pipette':>9} {'bound':>9} {'gap P':>6} {'gap A=':>6} {'gap A~':>6} {'gap pip':>7} {'P vs A~':>8} "
               f"{'P vs pip':>8}")
-    for g in args.grids:
+    if args.clusters:
+        cases = [(c.split(":")[1], 0, c.split(":")[0]) for c in args.clusters]
+    else:
+        cases = [(g, seed, None) for g in args.grids for seed in args.seeds]
+    for g, seed, cluster in cases:
         R, C = parse_grid(g)
-        for seed in args.seeds:
-            t = time.perf_counter()
-            p = family_problem(R, C, seed)            # building the instance counts too
-            port = solve(p, time_limit_s=T, seed=0)
-            wall = time.perf_counter() - t
-            if args.portfolio_only:
-                bound = max(port.bound, p.lower_bound())
-                print(f"{g:>5} {seed:>4} {port.objective * 1e3:>10.3f} {port.stopped_by:>5} {port.work_s:>6.2f} "
-                      f"{wall:>6.2f} {wall / T - 1:>+6.1%} {bound * 1e3:>9.3f} "
-                      f"{(port.objective - bound) / port.objective:>6.2%}", flush=True)
-                continue
-            same = solve(p, time_limit_s=T, seed=0, method="anneal")
-            timed = anneal(p, seed=0, time_limit_s=T, init=p.rank_order(), iterations=10 ** 9, cooling="time")
-            pip = anneal(p, seed=0, style="pipette", time_limit_s=tp, init=p.rank_order())
+        t = time.perf_counter()
+        # building the instance counts too
+        p = cluster_problem(cluster, R, C) if cluster else family_problem(R, C, seed)
+        if cluster:
+            g = f"{cluster}:{g}"
+        port = solve(p, time_limit_s=T, seed=0)
+        wall = time.perf_counter() - t
+        if args.portfolio_only:
             bound = max(port.bound, p.lower_bound())
-            v = [port.objective, same.objective, timed.objective, pip.objective]
-            gaps = [(x - bound) / x for x in v]
-            print(f"{g:>5} {seed:>4} {v[0] * 1e3:>10.3f} {port.stopped_by:>5} {wall:>6.1f} {v[1] * 1e3:>9.3f} "
-                  f"{v[2] * 1e3:>9.3f} {v[3] * 1e3:>9.3f} {bound * 1e3:>9.3f} {gaps[0]:>6.2%} {gaps[1]:>6.2%} "
-                  f"{gaps[2]:>6.2%} {gaps[3]:>7.2%} {v[0] / v[2] - 1:>+8.2%} {v[0] / v[3] - 1:>+8.2%}", flush=True)
+            print(f"{g:>5} {seed:>4} {port.objective * 1e3:>10.3f} {port.stopped_by:>5} {port.work_s:>6.2f} "
+                  f"{wall:>6.2f} {wall / T - 1:>+6.1%} {bound * 1e3:>9.3f} "
+                  f"{(port.objective - bound) / port.objective:>6.2%}", flush=True)
+            continue
+        same = solve(p, time_limit_s=T, seed=0, method="anneal")
+        timed = anneal(p, seed=0, time_limit_s=T, init=p.rank_order(), iterations=10 ** 9, cooling="time")
+        pip = anneal(p, seed=0, style="pipette", time_limit_s=tp, init=p.rank_order())
+        bound = max(port.bound, p.lower_bound())
+        v = [port.objective, same.objective, timed.objective, pip.objective]
+        gaps = [(x - bound) / x for x in v]
+        print(f"{g:>5} {seed:>4} {v[0] * 1e3:>10.3f} {port.stopped_by:>5} {wall:>6.1f} {v[1] * 1e3:>9.3f} "
+              f"{v[2] * 1e3:>9.3f} {v[3] * 1e3:>9.3f} {bound * 1e3:>9.3f} {gaps[0]:>6.2%} {gaps[1]:>6.2%} "
+              f"{gaps[2]:>6.2%} {gaps[3]:>7.2%} {v[0] / v[2] - 1:>+8.2%} {v[0] / v[3] - 1:>+8.2%}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,11 @@ import pytest
 from planner.config import ParallelConfig
 from planner.costs.iteration import build_problem
 from planner.mapping import layouts
-from planner.mapping.anneal import anneal
+from planner.mapping.anneal import _migrate, anneal
 from planner.mapping.bounds import head_bound, path_lower_bound_int, ring_cap
 from planner.mapping.bruteforce import all_placements, int_path_costs, set_bottlenecks
 from planner.mapping.cpsat import solve_exact
-from planner.mapping.problem import ring_bottleneck_bound
+from planner.mapping.problem import MappingProblem, ring_bottleneck_bound
 from planner.mapping.sat import Debug
 from planner.mapping.units import int_objective
 
@@ -222,3 +222,24 @@ def test_head_bound_is_valid(make_spec, int_values, case):
     for limit in (best_obj, best_obj - 1, best_obj + 10 ** 4):
         hb = head_bound(prob, limit, plb, 10.0, 0)
         assert hb is not None and hb <= min(best_obj, limit + 1)
+
+
+def test_migrate_is_delete_then_insert():
+    s = np.arange(9)[::-1].copy()
+    for i in range(9):
+        for j in range(9):
+            if i != j:
+                assert _migrate(s, i, j).tolist() == np.insert(np.delete(s, i), j, s[i]).tolist()
+
+
+def test_dp_costs_charge_each_ring_link_its_slower_direction():
+    """dp_costs reads a cached symmetric table: it must equal the formula in MappingProblem's docstring."""
+    rng = np.random.default_rng(3)
+    R, K, N = 3, 4, 14
+    link = rng.uniform(1.0, 2.0, size=(R, N, N))
+    p = MappingProblem(layouts(8, R, K, 8)[0], np.arange(N), np.zeros((N, N)), None, np.arange(R) * 0.1, link, 0.0)
+    for _ in range(20):
+        a = rng.permutation(N)[:R * K].reshape(R, K)
+        want = [0.1 * i + max(max(link[i, a[i, j], a[i, (j + 1) % K]], link[i, a[i, (j + 1) % K], a[i, j]])
+                              for j in range(K)) for i in range(R)]
+        assert np.allclose(p.dp_costs(a), want)

@@ -10,6 +10,7 @@ the gradient all-reduce between each column's first- and last-stage nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache, cached_property
 
 import numpy as np
 
@@ -93,10 +94,15 @@ class MappingProblem:
         R, K = assign.shape
         if K == 1:
             return self.dp_base.astype(float)
-        nxt = np.roll(assign, -1, axis=1)                          # column (j + 1) mod K
-        rows = np.arange(R)[:, None]
-        ring = np.maximum(self.dp_link[rows, assign, nxt], self.dp_link[rows, nxt, assign])   # R x K
+        nxt = assign[:, _next_col(K)]                              # column (j + 1) mod K
+        ring = self._dp_sym[_row_index(R), assign, nxt]            # R x K, max of both directions
         return self.dp_base + ring.max(axis=1)
+
+    @cached_property
+    def _dp_sym(self) -> np.ndarray:
+        """max(dp_link[i, n, q], dp_link[i, q, n]): each ring link charged both ways (computed once; the annealer
+        scores dp_costs tens of thousands of times)."""
+        return np.maximum(self.dp_link, self.dp_link.transpose(0, 2, 1))
 
     def dp_costs_pairs(self, assign: np.ndarray) -> np.ndarray:
         """The former pair model (each row charged its slowest pair of nodes, any two): an upper bound on
@@ -179,6 +185,20 @@ class MappingProblem:
         m = sym.min(axis=1)                       # cheapest hop at each node, either direction
         mn = float(np.sort(m)[::-1][self._spare()])
         return float(pair[:L.rows - 2].sum() + max(mn, pair[L.rows - 2]))
+
+
+@cache
+def _next_col(k: int) -> np.ndarray:
+    a = np.roll(np.arange(k), -1)
+    a.setflags(write=False)
+    return a
+
+
+@cache
+def _row_index(r: int) -> np.ndarray:
+    a = np.arange(r)[:, None]
+    a.setflags(write=False)
+    return a
 
 
 def robust_objective(probs: list[MappingProblem], assign: np.ndarray, robust: str) -> float:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 # calibration: docs/notes/solver.md, "Deterministic work budget"
 WORK_PER_S = 0.35                # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
-ANNEAL_ITERS_PER_S = 20000       # annealer iterations of cost 1 per work second (7,000 per second of the limit)
+ANNEAL_ITERS_PER_S = 31000       # annealer iterations of cost 1 per work second (10,850 per second of the limit)
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
