@@ -18,9 +18,9 @@ from planner.mapping import work
 from planner.mapping.problem import MappingProblem, robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
 
-T_START_SCALE = 0.5        # initial temperature: this many times the mean |delta| of 30 random moves
+T_START_SCALE = 2.0        # initial temperature: this many times the mean |delta| of 30 random moves
 T_END_RATIO = 1e-4         # final / initial temperature (geometric cooling over the iteration budget)
-TARGETED_SHARE = 0.5       # of the moves: a block of the critical column or row swapped elsewhere
+TARGETED_SHARE = 0.3       # of the moves: a block of the critical column or row swapped elsewhere
 
 
 def default_iterations(problem: MappingProblem) -> int:
