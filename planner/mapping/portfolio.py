@@ -4,7 +4,8 @@ solve(problems, time_limit_s=T, seed=s) turns T into work (work.py: WORK_PER_S w
 runs, on that one budget:
   1. the annealer (anneal.py) from the hint or Megatron's rank order, on its share of the iterations;
   2. up to EXACT_NODES candidate nodes, cpsat.solve_exact (pre-solve bounds, the column decomposition, the
-     assignment model) with the annealer's incumbent as hint, on the rest of the work: OPTIMAL ends the search,
+     assignment model) with the annealer's incumbent as hint, on the rest of the work (EXACT_SHARE of it up to
+     SMALL_NODES nodes, EXACT_SHARE_LARGE above): OPTIMAL ends the search,
      otherwise its bound is kept and a better placement it finds replaces the incumbent (never a worse one).
 Above EXACT_NODES the portfolio is the annealer on the whole budget. With a cutoff (branch and bound across
 configurations: only placements strictly better than it matter) and an exact phase, the annealer is skipped and

@@ -10,7 +10,8 @@ that do not depend on the machine's load:
 - a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
   costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
   small calls.
-The rates were calibrated once (docs/notes/solver.md, "Deterministic work budget") so that a work second
+The rates were calibrated once (docs/notes/solver.md, "Deterministic work budget"; the annealer's rate scaled
+by its measured speed-up in "A faster annealer and the 32-node share") so that a work second
 takes less than a wall second on the development machine with two solves at once; they are never measured
 at run time. The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
 
