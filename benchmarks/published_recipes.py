@@ -44,7 +44,8 @@ KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", 
          "distributed_optimizer", "attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
          "tp_comm_overlap", "uneven_stages", "grad_reduce_in_fp32",
          "fsdp", "gpu_memory_GiB",     # fsdp: ZeRO-3 shard degree (< dp: HSDP); gpu_memory_GiB: the run's GPU
-         "kernels", "cluster")         # kernels: training.kernels; cluster: clusters/<name>.yaml (default CLUSTER)
+         "kernels", "cluster",         # kernels: training.kernels; cluster: clusters/<name>.yaml (default CLUSTER)
+         "zero")                       # zero: ZeRO stage where the source states one beyond the distributed optimizer
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
@@ -182,11 +183,19 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
         notes.append(f"cp{cp} folded into dp ({dp} -> {dp * cp})")
         dp *= cp
         cp = 1
-    # uneven stages (Megatron's account_for_embedding/loss_in_pipeline_split, or fewer layers on the ends):
-    # the planner splits layers evenly; where pp*vp does not divide the layers, the model is padded to the
-    # next multiple (126 -> 128 for Llama 3 405B on pp 8 x vp 8: the two slots Megatron gives the embedding
-    # and the loss become transformer layers, +1.6% compute)
-    if kn.get("uneven_stages"):
+    # uneven stages, as the source states them (docs/notes/published_recipes.md): `account_embedding_loss` is
+    # Megatron-Core's --account-for-embedding/loss-in-pipeline-split (Megatron-Bridge's 405B recipe); `ends_minus_one`
+    # puts one layer fewer on the first and on the last stage (the Llama 3 paper, sec. 3.3.2), written as
+    # --decoder-first/last-pipeline-num-layers; Megatron-Core's rules (config.split_layers) decide whether it is legal
+    # (`true`, the old form: not modelled, the layers are padded to a multiple of pp*vp and the knob is `missing`)
+    uneven = {}
+    how = kn.get("uneven_stages")
+    if how == "account_embedding_loss":
+        uneven = {"account_embedding": True, "account_loss": True}
+    elif how == "ends_minus_one":
+        per = (model["num_layers"] + 2) // pp - 1
+        uneven = {"first_stage_layers": per, "last_stage_layers": per}
+    elif how:
         missing.append("uneven_stages")
         chunks = pp * vp
         if model["num_layers"] % chunks:
@@ -228,8 +237,12 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
     if vp > 1 and m % pp:
         notes.append(f"m={m} not a multiple of pp={pp}")
     cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, vp, kn.get("recompute", "none"),
-                         1 if kn.get("distributed_optimizer") else 0, bool(kn.get("sequence_parallel")) and tp > 1,
-                         **({"cp": cp} if cp > 1 else {}))
+                         kn.get("zero", 1 if kn.get("distributed_optimizer") else 0),
+                         bool(kn.get("sequence_parallel")) and tp > 1, **uneven, **({"cp": cp} if cp > 1 else {}))
+    if uneven:
+        from planner.config import split_layers
+        split_layers(model["num_layers"], pp, cfg.chunks, cfg.first_stage_layers, cfg.last_stage_layers,
+                     cfg.account_embedding, cfg.account_loss)     # ValueError where Megatron-Core would refuse
     if kn.get("fsdp"):          # ZeRO-3 over `fsdp` GPUs (HSDP when fewer than dp)
         from dataclasses import replace
         cfg = replace(cfg, zero=3, dp_shard=kn["fsdp"] if kn["fsdp"] < dp else 0)

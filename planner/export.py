@@ -85,6 +85,11 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
         raise SpecError(file, "precision", f"has {precision!r}, expected one of {list(PRECISIONS)}")
     if precision == "fp8":
         args += fp8_args()
+    if solution.get("pipeline_engine", "megatron") == "megatron" and int(c.get("zero", 0)) < 3:
+        # the plan's gradient buffer dtype (costs/memory.py grad_buffer_bytes): Megatron-LM @ d98e8a64
+        # megatron/training/arguments.py turns fp32 accumulation on with --bf16 unless --grad-reduce-in-bf16
+        args.append("--accumulate-allreduce-grads-in-fp32" if solution.get("grad_reduce_in_fp32")
+                    else "--grad-reduce-in-bf16")
     args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args += nemo_overrides(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
