@@ -42,7 +42,7 @@ CLUSTER = os.path.join(ROOT, "clusters", "dgx-h100.yaml")
 
 KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", "sequence_parallel",
          "distributed_optimizer", "attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-         "tp_comm_overlap", "uneven_stages", "grad_reduce_in_fp32",
+         "tp_comm_overlap", "uneven_stages", "grad_reduce_in_fp32", "fp8_param_gather",
          "fsdp", "gpu_memory_GiB",     # fsdp: ZeRO-3 shard degree (< dp: HSDP); gpu_memory_GiB: the run's GPU
          "kernels", "cluster",         # kernels: training.kernels; cluster: clusters/<name>.yaml (default CLUSTER)
          "zero")                       # zero: ZeRO stage where the source states one beyond the distributed optimizer
@@ -53,7 +53,7 @@ METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 # an unknown key or a refused value (today: all of these, and precision fp8) makes the knob `missing` and the
 # row falls back to the value in FALLBACK (None: the key is left out, the planner's own default applies).
 TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
-                 "kernels": "kernels"}
+                 "kernels": "kernels", "fp8_param_gather": "fp8_param_gather"}
 # recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
 OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
                 "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm"}
@@ -61,7 +61,7 @@ FALLBACK = {"precision": "bf16"}
 # a knob whose value is the planner's behaviour today needs no key: not missing
 IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
             "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "grad_reduce_in_fp32": False,
-            "kernels": "fused"}
+            "kernels": "fused", "fp8_param_gather": False}
 
 
 # ---- the data file ---------------------------------------------------------------------------------------------
