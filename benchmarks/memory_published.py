@@ -46,7 +46,8 @@ def published_rows(estimator=None) -> list[dict]:
     t = 8, 1F1B; activations of the first stage, which holds p micro-batches of L/p layers)."""
     from planner.costs import default_costs
     est = estimator or default_costs().memory
-    tr = TrainingSpec(global_batch_size=512, seq_length=SEQ, attention="unfused")
+    # fp32 gradients: the guide's 18 B/param ("bf16 parameters, fp32 gradients"), Megatron-LM's default with --bf16
+    tr = TrainingSpec(global_batch_size=512, seq_length=SEQ, attention="unfused", grad_reduce_in_fp32=True)
     by_name = {p.name: p for p in KORTHIKANTI}
     rows = []
 
@@ -86,7 +87,7 @@ def published_rows(estimator=None) -> list[dict]:
 def korthikanti_rows() -> list[dict]:
     rows = []
     an = AnalyticalMemory()
-    tr = TrainingSpec(global_batch_size=512, seq_length=SEQ, attention="unfused")
+    tr = TrainingSpec(global_batch_size=512, seq_length=SEQ, attention="unfused", grad_reduce_in_fp32=True)
     for p in KORTHIKANTI:
         model = p.model()
         for tech, (rc, sp) in TECHNIQUES.items():
@@ -109,7 +110,7 @@ def korthikanti_profiled_rows(models=KORTHIKANTI) -> list[dict]:
     """Activations per layer measured by the fake-tensor profiler at the published shapes (t = 8, s = 2048,
     b = 1; two profiles differing by one layer per stage), against Table 2."""
     from planner.profile.memory import measure_stage
-    tr = TrainingSpec(global_batch_size=512, seq_length=SEQ, attention="unfused")
+    tr = TrainingSpec(global_batch_size=512, seq_length=SEQ, attention="unfused", grad_reduce_in_fp32=True)
     rows = []
     for p in models:
         for tech, (rc, sp) in TECHNIQUES.items():
@@ -130,7 +131,7 @@ def korthikanti_profiled_rows(models=KORTHIKANTI) -> list[dict]:
 def sc21_rows(estimator=None, limit_GiB: float = 80.0) -> list[dict]:
     """The SC21 weak-scaling runs: 1F1B, micro-batch 1, full recompute (as the paper's runs), no ZeRO / SP."""
     est = estimator or load_default()
-    tr = TrainingSpec(global_batch_size=512, seq_length=SEQ, attention="unfused")
+    tr = TrainingSpec(global_batch_size=512, seq_length=SEQ, attention="unfused", grad_reduce_in_fp32=True)
     rows = []
     for p in SC21:
         model = p.model()

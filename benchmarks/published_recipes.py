@@ -42,9 +42,10 @@ CLUSTER = os.path.join(ROOT, "clusters", "dgx-h100.yaml")
 
 KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", "sequence_parallel",
          "distributed_optimizer", "attention", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-         "tp_comm_overlap", "uneven_stages", "grad_reduce_in_fp32",
+         "tp_comm_overlap", "uneven_stages", "grad_reduce_in_fp32", "fp8_param_gather",
          "fsdp", "gpu_memory_GiB",     # fsdp: ZeRO-3 shard degree (< dp: HSDP); gpu_memory_GiB: the run's GPU
-         "kernels", "cluster")         # kernels: training.kernels; cluster: clusters/<name>.yaml (default CLUSTER)
+         "kernels", "cluster",         # kernels: training.kernels; cluster: clusters/<name>.yaml (default CLUSTER)
+         "zero")                       # zero: ZeRO stage where the source states one beyond the distributed optimizer
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
@@ -52,7 +53,7 @@ METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 # an unknown key or a refused value (today: all of these, and precision fp8) makes the knob `missing` and the
 # row falls back to the value in FALLBACK (None: the key is left out, the planner's own default applies).
 TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
-                 "kernels": "kernels"}
+                 "kernels": "kernels", "fp8_param_gather": "fp8_param_gather"}
 # recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
 OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
                 "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm"}
@@ -60,7 +61,7 @@ FALLBACK = {"precision": "bf16"}
 # a knob whose value is the planner's behaviour today needs no key: not missing
 IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
             "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "grad_reduce_in_fp32": False,
-            "kernels": "fused"}
+            "kernels": "fused", "fp8_param_gather": False}
 
 
 # ---- the data file ---------------------------------------------------------------------------------------------
@@ -182,11 +183,19 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
         notes.append(f"cp{cp} folded into dp ({dp} -> {dp * cp})")
         dp *= cp
         cp = 1
-    # uneven stages (Megatron's account_for_embedding/loss_in_pipeline_split, or fewer layers on the ends):
-    # the planner splits layers evenly; where pp*vp does not divide the layers, the model is padded to the
-    # next multiple (126 -> 128 for Llama 3 405B on pp 8 x vp 8: the two slots Megatron gives the embedding
-    # and the loss become transformer layers, +1.6% compute)
-    if kn.get("uneven_stages"):
+    # uneven stages, as the source states them (docs/notes/published_recipes.md): `account_embedding_loss` is
+    # Megatron-Core's --account-for-embedding/loss-in-pipeline-split (Megatron-Bridge's 405B recipe); `ends_minus_one`
+    # puts one layer fewer on the first and on the last stage (the Llama 3 paper, sec. 3.3.2), written as
+    # --decoder-first/last-pipeline-num-layers; Megatron-Core's rules (config.split_layers) decide whether it is legal
+    # (`true`, the old form: not modelled, the layers are padded to a multiple of pp*vp and the knob is `missing`)
+    uneven = {}
+    how = kn.get("uneven_stages")
+    if how == "account_embedding_loss":
+        uneven = {"account_embedding": True, "account_loss": True}
+    elif how == "ends_minus_one":
+        per = (model["num_layers"] + 2) // pp - 1
+        uneven = {"first_stage_layers": per, "last_stage_layers": per}
+    elif how:
         missing.append("uneven_stages")
         chunks = pp * vp
         if model["num_layers"] % chunks:
@@ -228,8 +237,12 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
     if vp > 1 and m % pp:
         notes.append(f"m={m} not a multiple of pp={pp}")
     cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, vp, kn.get("recompute", "none"),
-                         1 if kn.get("distributed_optimizer") else 0, bool(kn.get("sequence_parallel")) and tp > 1,
-                         **({"cp": cp} if cp > 1 else {}))
+                         kn.get("zero", 1 if kn.get("distributed_optimizer") else 0),
+                         bool(kn.get("sequence_parallel")) and tp > 1, **uneven, **({"cp": cp} if cp > 1 else {}))
+    if uneven:
+        from planner.config import split_layers
+        split_layers(model["num_layers"], pp, cfg.chunks, cfg.first_stage_layers, cfg.last_stage_layers,
+                     cfg.account_embedding, cfg.account_loss)     # ValueError where Megatron-Core would refuse
     if kn.get("fsdp"):          # ZeRO-3 over `fsdp` GPUs (HSDP when fewer than dp)
         from dataclasses import replace
         cfg = replace(cfg, zero=3, dp_shard=kn["fsdp"] if kn["fsdp"] < dp else 0)
@@ -326,7 +339,8 @@ def summary(results: list[dict]) -> dict:
                if any("memory_error" in r for r in results) else {})}
 
 
-def print_table(results: list[dict], s: dict) -> None:
+def print_table(results: list[dict], s: dict, targets: str = "<= 8%, <= 15%") -> None:
+    """targets: the issue's time targets for the full-knob rows (#8: 8% / 15%; #9: 10% / 20%)."""
     print(f"{'row':<30} {'GPUs':>5} {'config':<48} {'pub s':>7} {'pred s':>7} {'error':>7} "
           f"{'peak GiB':>8} {'fits':>4}  kind     missing / notes")
     for r in results:
@@ -342,7 +356,7 @@ def print_table(results: list[dict], s: dict) -> None:
     print(f"\nfit (peak <= GPU memory, 80 GiB): {s['fit']} of {s['rows']} rows; full-knob rows: {s['full_knob_fit']} "
           f"of {s['full_knob_rows']}")
     if med is not None:
-        print(f"full-knob rows: median |error| {med:.1%}, max |error| {mx:.1%} (target: <= 8%, <= 15%)")
+        print(f"full-knob rows: median |error| {med:.1%}, max |error| {mx:.1%} (target: {targets})")
     if s["partial_median_abs_error"] is not None:
         print(f"partial rows (not in the target): median |error| {s['partial_median_abs_error']:.1%}")
     if "memory_rows" in s:
@@ -395,7 +409,7 @@ def main(argv=None) -> int:
         if more:
             print(f"\nFSDP / ZeRO-3 rows (#9, {os.path.relpath(DATA_FSDP, ROOT)}; targets: median |error| <= 10%, "
                   "max <= 20%, memory within 10%)")
-            print_table(more, summary(more))
+            print_table(more, summary(more), targets="<= 10%, <= 20%")
     return 0
 
 

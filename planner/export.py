@@ -84,7 +84,12 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     if precision not in PRECISIONS:
         raise SpecError(file, "precision", f"has {precision!r}, expected one of {list(PRECISIONS)}")
     if precision == "fp8":
-        args += fp8_args()
+        args += fp8_args(bool(solution.get("fp8_param_gather")))
+    if solution.get("pipeline_engine", "megatron") == "megatron" and int(c.get("zero", 0)) < 3:
+        # the plan's gradient buffer dtype (costs/memory.py grad_buffer_bytes): Megatron-LM @ d98e8a64
+        # megatron/training/arguments.py turns fp32 accumulation on with --bf16 unless --grad-reduce-in-bf16
+        args.append("--accumulate-allreduce-grads-in-fp32" if solution.get("grad_reduce_in_fp32")
+                    else "--grad-reduce-in-bf16")
     args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args += nemo_overrides(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
@@ -134,14 +139,20 @@ def uneven_stage_args(c: dict) -> list[str]:
     return out
 
 
-def fp8_args() -> list[str]:
+def fp8_args(param_gather: bool = False) -> list[str]:
     """Transformer Engine FP8 as planned (docs/notes/compute.md, "FP8"): bf16 weights and activations, the layers'
     GEMMs in fp8, E4M3 forward / E5M2 gradients ('hybrid'), delayed scaling over a 1024-step amax history. Flag
     names: Megatron-LM @ d98e8a6, megatron/core/transformer/transformer_config.py (fp8 -> --fp8-format, fp8_recipe,
     fp8_amax_history_len, fp8_amax_compute_algo; megatron/training/argument_utils.py turns fields into flags);
     values: NeMo's bf16_with_fp8_mixed (NVIDIA/NeMo @ 0a07447, nemo/collections/llm/recipes/precision/
     mixed_precision.py), which also turns on fp8_param_gather: the plan does not (its memory keeps the bf16 weights
-    beside TE's cached fp8 copies), so the NeMo line turns it off."""
+    beside TE's cached fp8 copies), so the NeMo line turns it off -- unless the plan's training.fp8_param_gather
+    says otherwise (then --fp8-param-gather and True)."""
+    if param_gather:
+        return ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
+                "--fp8-amax-compute-algo max", "--fp8-param-gather",
+                "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_mixed() (fp8_param_gather = True, "
+                "as planned)"]
     return ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
             "--fp8-amax-compute-algo max",
             "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_mixed(); "

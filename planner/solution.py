@@ -104,6 +104,9 @@ class Solution:
             "pipeline_engine": self.spec.training.pipeline_engine,
             # fp8 plans say so (export emits Transformer Engine's flags); 16-bit solutions stay as they were
             **({"precision": "fp8"} if self.spec.training.precision == "fp8" else {}),
+            # fp32 gradient buffer and reduction (the memory and the DP time assume it); absent: 16-bit, as before
+            **({"grad_reduce_in_fp32": True} if self.spec.training.grad_reduce_in_fp32 else {}),
+            **({"fp8_param_gather": True} if self.spec.training.fp8_param_gather else {}),
             "overlap": dict(vars(self.spec.training.overlap)),        # training.overlap, for export's flags
             **self._cp_comm(),
             # ZeRO-3 plans (torchtitan's FSDP2): what its job config needs beyond the parallel config

@@ -9,7 +9,8 @@ from planner.profile.memory import measure_stage
 from planner.spec.model import ModelSpec
 from planner.spec.plan import TrainingSpec
 
-TR = TrainingSpec(global_batch_size=64, seq_length=1024, attention="unfused")   # the profiler builds the unfused layer
+# the profiler builds the unfused layer and accumulates gradients in an fp32 main_grad (grad_reduce_in_fp32)
+TR = TrainingSpec(global_batch_size=64, seq_length=1024, attention="unfused", grad_reduce_in_fp32=True)
 
 
 def _model(family, layers, kv=16):

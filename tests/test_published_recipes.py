@@ -65,10 +65,18 @@ def test_knob_mapping_flags_what_the_planner_lacks():
     spec, cfg, missing, notes = pr.build(row)
     assert cfg.num_gpus == row["gpus"] and cfg.global_batch_size == row["knobs"]["gbs"]
     assert (cfg.tp, cfg.pp, cfg.vpp, cfg.schedule, cfg.zero, cfg.sequence_parallel) == (8, 8, 8, "interleaved", 1, True)
-    assert spec.model.num_layers % (cfg.pp * cfg.vpp) == 0           # 126 padded for the even split
-    if not hasattr(pr.ParallelConfig, "cp"):
-        assert "cp" in missing and cfg.dp == 16                      # cp 2 folded into dp 8
-    assert "uneven_stages" in missing
+    # Megatron-Bridge's 405B recipe counts the embedding and the loss as layers: 126 + 2 over 8 x 8 chunks
+    assert spec.model.num_layers == 126 and cfg.account_embedding and cfg.account_loss
+    assert cfg.stage_layers(126) == (15,) + (16,) * 6 + (15,) and "uneven_stages" not in missing
+    # the Llama 3 paper's one layer fewer on the first and last stage: --decoder-first/last-pipeline-num-layers
+    paper = next(r for r in rows if r["id"] == "llama3-paper-405b-8192")
+    _, pcfg, pmissing, _ = pr.build(paper)
+    assert (pcfg.first_stage_layers, pcfg.last_stage_layers, pcfg.zero) == (7, 7, 2) and not pmissing
+    # the old form (`true`) still pads to an even split and flags the knob
+    old = copy.deepcopy(row)
+    old["knobs"]["uneven_stages"] = True
+    ospec, _, omissing, _ = pr.build(old)
+    assert ospec.model.num_layers == 128 and "uneven_stages" in omissing
     # a stated knob equal to what the planner does anyway is not missing
     plain = copy.deepcopy(row)
     plain["knobs"].update(attention="unfused", tp_comm_overlap=False, precision="bf16")

@@ -247,10 +247,11 @@ def row_case(r: dict):
                       num_kv_heads=int(r["num_kv_heads"]), ffn_hidden_size=int(r["ffn_hidden_size"]),
                       vocab_size=int(r["vocab_size"]), tied_embeddings=r["tied_embeddings"] == "True",
                       max_position_embeddings=int(r["max_position_embeddings"]))
-    # samples without an `attention` column were profiled on the explicit softmax path
+    # samples without an `attention` column were profiled on the explicit softmax path; the profiler accumulates
+    # gradients in an fp32 main_grad buffer (planner/profile/memory.py), Megatron's grad_reduce_in_fp32
     training = TrainingSpec(global_batch_size=int(r["global_batch_size"]), seq_length=int(r["seq_length"]),
                             precision=r["precision"], optimizer=r["optimizer"],
-                            attention=r.get("attention") or "unfused")
+                            attention=r.get("attention") or "unfused", grad_reduce_in_fp32=True)
     cfg = ParallelConfig.from_dict(r)
     return model, training, cfg, int(r["stage"])
 

@@ -418,11 +418,19 @@ def fp8_weight_copy_bytes(model, training, cfg: ParallelConfig, stage: int = 0) 
       `_fp8_workspaces["weight"]` across micro-batches when is_first_microbatch is not None, which Megatron-Core's
       TE wrappers pass unless --disable-parameter-transpose-cache. Kept per model replica: ZeRO does not shard it.
     - the delayed-scaling state: per GEMM 5 fp8 tensors x (amax history + scale) fp32 (quantization.py).
-    Not modelled: --fp8-param-gather (fp8 primary weights: the bf16 copy goes, 2 bytes/param less)."""
+    With training.fp8_param_gather (--fp8-param-gather, fp8 primary weights) the GEMM weights are TE fp8 tensors: the
+    distributed optimizer's param buffer holds them as 1-byte storage (Megatron-LM @ d98e8a64
+    megatron/core/distributed/param_and_grad_buffer.py group_params_for_buffers: "torch.uint8 for FP8/NVFP4
+    parameters") and base.py quantize_weight takes an "already-quantized weight (primary FP8 parameters)" as it is,
+    only adding its column-wise (transpose) data: 1 + 1 bytes, in place of the bf16 weight's 2 that `weights` counts,
+    so nothing beyond it. Their gradients keep the bf16 nominal dtype (param.dtype) and the fp32 main weights stay."""
     if training.precision != "fp8":
         return 0.0
     gemms = stage_layer_count(model, cfg, stage) * 4
-    return 2.0 * fp8_gemm_weights(model, cfg, stage) + gemms * FP8_TENSORS_PER_GEMM * (FP8_AMAX_HISTORY_LEN + 1) * 4.0
+    state = gemms * FP8_TENSORS_PER_GEMM * (FP8_AMAX_HISTORY_LEN + 1) * 4.0
+    if getattr(training, "fp8_param_gather", False):
+        return state
+    return 2.0 * fp8_gemm_weights(model, cfg, stage) + state
 
 
 def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
@@ -478,6 +486,20 @@ def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int) -> float:
     return 4.0 * sum(units) + 4.0 * big
 
 
+def grad_buffer_bytes(training) -> float:
+    """Bytes per parameter of the gradient buffer Megatron-Core's DDP accumulates into (param.main_grad, a view of it).
+
+    NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/distributed/param_and_grad_buffer.py
+    group_params_for_buffers: `grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype`, and the buffer's
+    grad_data is allocated in that dtype (the same line at core_r0.8.0, distributed_data_parallel.py:108). So with
+    16-bit weights the buffer is 16-bit unless training.grad_reduce_in_fp32; fp32 weights give fp32 gradients. The
+    DeepSpeed engine keeps its own fp32 gradient accumulation (unchanged: 4 bytes)."""
+    if training.precision not in ("bf16", "fp16", "fp8") or getattr(training, "pipeline_engine", "megatron") != \
+            "megatron":
+        return 4.0
+    return 4.0 if getattr(training, "grad_reduce_in_fp32", False) else 2.0
+
+
 @dataclass(frozen=True)
 class AnalyticalMemory:
     """The memory estimator interface: stage_memory(model, cluster, training, cfg, stage) -> MemoryBreakdown.
@@ -495,7 +517,7 @@ class AnalyticalMemory:
         P = stage_params(model, cfg, stage) + replicated_params(model, cfg, stage)
         half = training.precision in ("bf16", "fp16", "fp8")     # fp8 (TE): bf16 weights, fp32 master as for bf16
         w_bytes = 2 if half else 4
-        g_bytes = 4                                    # fp32 gradient accumulation (main_grad buffer)
+        g_bytes = grad_buffer_bytes(training)          # the main_grad buffer: fp32, or 16-bit (grad_reduce_in_fp32)
         if training.optimizer == "sgd":                # momentum (+ fp32 master with 16-bit weights)
             o_bytes = 4 + (4 if half and self.master_weights else 0)
         else:                                          # Adam: m, v (+ fp32 master)
@@ -509,7 +531,7 @@ class AnalyticalMemory:
             # group, and the optimizer state of its shard; the bf16 copies exist only while gathered (fsdp_buffer_bytes)
             S = cfg.shard_size
             weights = P * 4.0 / S
-            grads = P * g_bytes / S
+            grads = P * 4.0 / S                        # fp32 parameters, so fp32 gradients (reduce_dtype float32)
             optim = P * (o_bytes - (4 if half and self.master_weights else 0)) / S
         L = stage_layer_count(model, cfg, stage)
         acts = L * layer_activation_bytes(model, training, cfg) * stage_inflight(cfg, stage)

@@ -628,9 +628,11 @@ def sample_case(rng: random.Random, max_gpus: int = 512, max_held: int = 48):
                           tied_embeddings=fam == "gpt" and rng.random() < 0.7, max_position_embeddings=max(2048, seq))
         if cfg.sequence_parallel and seq % tp:
             continue
-        # the profiled layer runs Megatron's explicit softmax path (Stage._core_attention)
+        # the profiled layer runs Megatron's explicit softmax path (Stage._core_attention) and accumulates into an
+        # fp32 main_grad (grad_reduce_in_fp32)
         training = TrainingSpec(global_batch_size=cfg.global_batch_size, seq_length=seq,
-                                precision=rng.choice(("bf16", "bf16", "fp16")), optimizer="adam", attention="unfused")
+                                precision=rng.choice(("bf16", "bf16", "fp16")), optimizer="adam", attention="unfused",
+                                grad_reduce_in_fp32=True)
         return model, training, cfg, stage, lpc
 
 

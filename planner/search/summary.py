@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 from planner.costs import Costs
-from planner.costs.iteration import evaluate, memory_limit_GiB, stage_memory
+from planner.costs.iteration import build_problem, evaluate, memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
+from planner.mapping.problem import layouts
 from planner.search.prove import Proof
 from planner.search.rerank import simulate_candidate
 from planner.search.screen import Candidate, Screening, feasible_configs
@@ -66,6 +67,10 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs) ->
     return alts
 
 
+# configs of the other family scored (at rank order) for the FSDP comparison: bounds the note's cost
+FSDP_COMPARE_CONFIGS = 32
+
+
 def _family(cfg) -> str:
     return "FSDP (ZeRO-3)" if cfg.zero == 3 else "tp/pp with ZeRO 0-2"
 
@@ -91,15 +96,29 @@ def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs)
             head += (f"; the same split with ZeRO-{max(lower)} needs {need:.1f} GiB, over the "
                      f"{memory_limit_GiB(spec):.1f} GiB usable")
     others = [c for c in cands if (c.cfg.zero == 3) != mine]
-    if others:
-        o = min(others, key=lambda c: c.result.objective)
-        return (f"{head}; best {_family(o.cfg)} plan {o.cfg.label()}: {o.result.objective:.4f} s "
-                f"({o.result.objective / t - 1:+.1%}), {peak(o.cfg):.1f} GiB")
     fits, _, _ = feasible_configs(spec, costs, best.cfg.num_gpus)
     rest = [(lb, c) for lb, c in fits if (c.zero == 3) != mine]
     other = "tp/pp with ZeRO 0-2" if mine else "FSDP (ZeRO-3)"
     if not rest:
         return f"{head}; no {other} plan fits in memory"
+    # the best plan of the other family that the search saw: its mapped candidates, and the configs it pruned by
+    # their bounds (never mapped) at their rank-order mapping. A mapped few alone can mislead: a pruned config
+    # may be close behind the chosen plan.
+    found = [(c.result.objective, c.cfg) for c in others]
+    mapped = {c.cfg for c in others}
+    cut = min((o for o, _ in found), default=float("inf"))
+    for lb, cfg in rest[:FSDP_COMPARE_CONFIGS]:
+        if lb >= cut:
+            break
+        if cfg in mapped:
+            continue
+        for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard):
+            prob = build_problem(spec, cfg, lay, costs)
+            found.append((prob.objective(prob.rank_order()), cfg))
+    if found:
+        o, cfg = min(found, key=lambda x: (x[0], x[1]))
+        return (f"{head}; best {other} plan found {cfg.label()}: {o:.4f} s ({o / t - 1:+.1%}), "
+                f"{peak(cfg):.1f} GiB")
     lb, cfg = rest[0]
     return (f"{head}; best {other} plan {cfg.label()}: its compute alone takes {lb:.4f} s ({lb / t - 1:+.1%}), "
             f"{peak(cfg):.1f} GiB")

@@ -117,6 +117,12 @@ class TrainingSpec:
     its Llama block without torch.compile: RMSNorm, rotary embedding, repeat_kv, SiLU, the gate product, residual
     adds and every dtype cast each a separate kernel (costs.compute.eager_elementwise_bytes, counted from
     torchtitan's model code). Needs a Llama-style model (gated MLP) and bf16."""
+    fp8_param_gather: bool = False
+    """precision fp8 only: the transformer layers' GEMM weights are Transformer Engine fp8 tensors (Megatron-Core
+    --fp8-param-gather; Megatron-Bridge's FP8 current-scaling recipe sets it): per weight 1 fp8 byte in the
+    distributed optimizer's param buffer and its 1-byte transpose, instead of the bf16 weight plus TE's cached fp8
+    copy and transpose (costs/memory.py fp8_weight_copy_bytes). The fp32 main weights and gradients are as without it.
+    Memory only: the all-gather time still counts 16-bit parameters."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,8 +315,12 @@ def _parse_training(f: Fields) -> TrainingSpec:
         cp_comm=f.str("cp_comm", DEFAULT, choices=CP_COMM),
         grad_reduce_in_fp32=f.bool("grad_reduce_in_fp32", DEFAULT),
         kernels=f.str("kernels", DEFAULT, choices=KERNELS),
+        fp8_param_gather=f.bool("fp8_param_gather", DEFAULT),
     )
     f.done()
+    if t.fp8_param_gather and t.precision != "fp8":
+        raise f.error("fp8_param_gather", f"stores fp8 weights (Transformer Engine); training.precision is "
+                      f"{t.precision}, not fp8")
     if t.kernels == "eager" and t.precision != "bf16":
         raise f.error("kernels", f"eager counts torchtitan's bf16 block (bf16 activations, fp32 norms and rotary); "
                       f"training.precision is {t.precision}")
