@@ -76,9 +76,12 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
             rec.note = ((rec.note + "; ") if rec.note else "") + (
                 f"{len(vetoed)} configuration(s) the estimate fits were over memory in simulation and excluded")
         break
+    sol = summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked)
+    # checked after the summary (its simulation takes a while): a Ctrl-C at any point of the solve is reported,
+    # so the command line's exit code (130) always matches the file's status
     if interrupt.requested():
-        rec.status = "INTERRUPTED"     # the best plan so far; its bound and gap still hold
-    return summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked)
+        sol.solver.status = "INTERRUPTED"     # the best plan so far; its bound and gap still hold
+    return sol
 
 
 def estimate_plan(spec, cfg: ParallelConfig, mapping=None, costs: Costs | None = None, file: str | None = None):
