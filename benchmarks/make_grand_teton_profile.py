@@ -16,41 +16,27 @@ Run: python benchmarks/make_grand_teton_profile.py [-o clusters/grand-teton-h100
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, ROOT)
+sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."), os.path.dirname(os.path.abspath(__file__))]
 
-H100 = os.path.join(ROOT, "planner", "data", "h100_compute_profile.json")
+from derived_profile import H100_SXM5_HBM_GBPS, ROOT, from_h100, write_main  # noqa: E402
+
 OUT = os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.compute.json")
-HBM_GBPS = {"H100-SXM5": 3350.0, "H100-HBM2e-96GB": 2400.0}   # NVIDIA datasheet; torchtitan's benchmark page
+HBM_GBPS = {"H100-SXM5": H100_SXM5_HBM_GBPS, "H100-HBM2e-96GB": 2400.0}   # NVIDIA datasheet; torchtitan's page
 
 
 def build() -> dict:
-    with open(H100) as f:
-        h100 = json.load(f)
-    compute = dict(h100["compute"])
-    compute["hbm_GBps"] = round(compute["hbm_GBps"] * HBM_GBPS["H100-HBM2e-96GB"] / HBM_GBPS["H100-SXM5"], 1)
-    fit = {"kind": "derived", "source": "planner/data/h100_compute_profile.json", "measured": [],
-           "note": ("Derived, not measured: the H100 profile with the element-wise bandwidth scaled by 2400/3350 "
-                    "(torchtitan's stated 2.4 TB/s HBM2e over the H100 SXM5 datasheet's 3.35 TB/s); the 500 W power "
-                    "cap's effect on the GEMM rate is not in it (no published figure). Built by "
-                    "benchmarks/make_grand_teton_profile.py.")}
-    return {"comm": dict(h100["comm"]), "compute": compute, "fit": fit}
+    return from_h100(HBM_GBPS["H100-HBM2e-96GB"], note=(
+        "Derived, not measured: the H100 profile with the element-wise bandwidth scaled by 2400/3350 "
+        "(torchtitan's stated 2.4 TB/s HBM2e over the H100 SXM5 datasheet's 3.35 TB/s); the 500 W power "
+        "cap's effect on the GEMM rate is not in it (no published figure). Built by "
+        "benchmarks/make_grand_teton_profile.py."))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-o", "--output", default=OUT)
-    args = ap.parse_args(argv)
-    from planner.io import atomic_write_text
-    prof = build()
-    atomic_write_text(args.output, json.dumps(prof, indent=2) + "\n")
-    print(json.dumps(prof["compute"], indent=1))
-    return 0
+    return write_main(build, OUT, argv)
 
 
 if __name__ == "__main__":

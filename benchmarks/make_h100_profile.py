@@ -13,7 +13,6 @@ Run: python benchmarks/make_h100_profile.py [-o planner/data/h100_compute_profil
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -21,7 +20,9 @@ import sys
 import numpy as np
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
+
+from derived_profile import write_main  # noqa: E402
 
 from planner.costs.comm import CommModel  # noqa: E402
 from planner.costs.compute import ComputeModel  # noqa: E402
@@ -67,15 +68,7 @@ def build() -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-o", "--output", default=OUT)
-    args = ap.parse_args(argv)
-    from planner.io import atomic_write_text
-    prof = build()
-    atomic_write_text(args.output, json.dumps(prof, indent=2) + "\n")
-    print(json.dumps(prof["compute"], indent=1))
-    print({k: prof["fit"][k] for k in ("mape_pct", "max_abs_pct_error", "compute_bound_mape_pct")})
-    return 0
+    return write_main(build, OUT, argv, summary_keys=("mape_pct", "max_abs_pct_error", "compute_bound_mape_pct"))
 
 
 if __name__ == "__main__":

@@ -231,6 +231,19 @@ def _layers(v) -> int | None:
     return int(v)
 
 
+def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
+    """Why torchtitan cannot run `cfg`'s split, as (config field, reason), or None. ZeRO-3 plans are costed as
+    torchtitan's FSDP2 (docs/notes/fsdp.md), so the command line checks these for them and the torchtitan export for
+    every plan; the search enumerates only configurations that pass them (search.space)."""
+    if cfg.schedule not in TORCHTITAN_SCHEDULES:
+        return "schedule", f"{cfg.schedule} has no torchtitan schedule (it runs {sorted(TORCHTITAN_SCHEDULES)})"
+    if cfg.account_embedding or cfg.account_loss:
+        return "account_embedding", "an accounted embedding / loss split is Megatron-Core's; torchtitan has none"
+    if cfg.tp > 1 and not cfg.sequence_parallel:
+        return "sequence_parallel", "torchtitan's tensor parallelism always shards the norms (sequence parallel)"
+    return None
+
+
 def dp_shard_problem(cfg: ParallelConfig) -> str | None:
     """Why cfg.dp_shard is illegal (None if it is fine): HSDP needs ZeRO-3 and a shard group that divides dp and lies
     strictly between 1 and dp (dp_shard = dp is plain FSDP, written 0)."""

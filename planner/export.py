@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from planner.config import TORCHTITAN_SCHEDULES, ParallelConfig
+from planner.config import TORCHTITAN_SCHEDULES, ParallelConfig, torchtitan_problem
 from planner.errors import SpecError
 from planner.spec.hosts import check_hostname
 from planner.spec.plan import PRECISIONS
@@ -277,15 +277,9 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     (add [model], [optimizer], dataset and the rest from torchtitan's own llama3 preset)."""
     c = _config(solution, file)
     cfg = ParallelConfig.from_dict(c, file)
-    if cfg.schedule not in TORCHTITAN_SCHEDULES:
-        raise SpecError(file, "config.schedule", f"{cfg.schedule} has no torchtitan schedule (it runs "
-                                                 f"{sorted(TORCHTITAN_SCHEDULES)})")
-    if cfg.account_embedding or cfg.account_loss:
-        raise SpecError(file, "config.account_embedding", "an accounted embedding / loss is Megatron-Core's; "
-                                                          "torchtitan has no such split")
-    if cfg.tp > 1 and not cfg.sequence_parallel:
-        raise SpecError(file, "config.sequence_parallel", "torchtitan's tensor parallelism always shards the norms "
-                                                          "(sequence parallel); the plan must say so")
+    why = torchtitan_problem(cfg)
+    if why:
+        raise SpecError(file, f"config.{why[0]}", why[1])
     if cfg.zero not in (0, 3):
         raise SpecError(file, "config.zero", f"{cfg.zero}: torchtitan runs FSDP (zero 3) or DDP (zero 0), not ZeRO 1-2")
     precision = solution.get("precision", "bf16")

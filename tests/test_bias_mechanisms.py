@@ -5,33 +5,22 @@ doubles the data-parallel and tied-embedding bytes."""
 import dataclasses
 
 import pytest
+from plan_fixtures import estimate_and_simulate as _estimate_and_sim
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
 from planner.costs.iteration import (
-    build_problem,
-    default_layout,
-    evaluate,
     grad_bytes,
     stage_times,
     tp_backward_saving,
     tp_overlap_saving,
 )
 from planner.errors import SpecError
-from planner.simulator import simulate
 from planner.spec.plan import OverlapSpec
 
 
 def _with(spec, **training):
     return dataclasses.replace(spec, training=dataclasses.replace(spec.training, **training))
-
-
-def _estimate_and_sim(spec, cfg):
-    costs = default_costs(spec.cluster)
-    lay = default_layout(cfg, spec.cluster.gpus_per_node)
-    prob = build_problem(spec, cfg, lay, costs)
-    a = prob.rank_order()
-    return evaluate(spec, cfg, prob, a, costs), simulate(spec, cfg, layout=lay, assign=a, costs=costs)
 
 
 NO_OVERLAP = OverlapSpec.none()

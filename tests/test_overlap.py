@@ -8,13 +8,12 @@ import dataclasses
 
 import numpy as np
 import pytest
+from plan_fixtures import estimate_and_simulate as _run
 
 from planner.config import ParallelConfig
-from planner.costs import default_costs
-from planner.costs.iteration import build_problem, default_layout, evaluate, exposed_s, p2p_exposed_hops
+from planner.costs.iteration import exposed_s, p2p_exposed_hops
 from planner.errors import SpecError
 from planner.export import megatron_args
-from planner.simulator import simulate
 from planner.simulator.replay import simulate_uniform
 from planner.spec import parse_spec
 from planner.spec.plan import OverlapSpec
@@ -38,14 +37,6 @@ OLD_MODEL = OverlapSpec(grad_reduce=False, param_gather=False, p2p=True, tp_comm
 def _with(spec, overlap):
     # the pinned numbers predate fused attention: the comparisons run unfused
     return dataclasses.replace(spec, training=dataclasses.replace(spec.training, overlap=overlap, attention="unfused"))
-
-
-def _run(spec, cfg):
-    costs = default_costs(spec.cluster)
-    lay = default_layout(cfg, spec.cluster.gpus_per_node)
-    prob = build_problem(spec, cfg, lay, costs)
-    a = prob.rank_order()
-    return evaluate(spec, cfg, prob, a, costs), simulate(spec, cfg, layout=lay, assign=a, costs=costs)
 
 
 @pytest.mark.parametrize("i", range(len(CFGS)))

@@ -1,4 +1,5 @@
 import pytest
+from plan_fixtures import mini_spec_dict as _spec
 
 from planner.errors import SpecError
 from planner.spec import load_spec, parse_spec
@@ -12,19 +13,6 @@ def test_example_spec_loads():
     assert s.cluster.num_gpus == 128
     assert s.cluster.bandwidth.shape == (16, 16)
     assert 12.5e9 < s.model.num_params() < 13.5e9
-
-
-def _spec(**over):
-    d = {
-        "model": {"name": "m", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "vocab_size": 1000},
-        "cluster": {"name": "c", "gpu": {"type": "X", "memory_GiB": 16, "peak_tflops": {"bf16": 100}},
-                    "nodes": 2, "gpus_per_node": 4,
-                    "network": {"intra_node": {"bandwidth_GBps": 100}, "inter_node": {"bandwidth_Gbps": 100}}},
-        "training": {"global_batch_size": 16, "seq_length": 128},
-    }
-    for k, v in over.items():
-        d[k] = v
-    return d
 
 
 def test_unknown_key_named():

@@ -8,6 +8,7 @@ import inspect
 import numpy as np
 import pytest
 import yaml
+from plan_fixtures import mini_spec_dict as _spec
 
 from planner.config import ParallelConfig
 from planner.errors import SpecError
@@ -29,18 +30,6 @@ from planner.spec.cluster import INTER_NODE_LATENCY_US, INTRA_NODE_LATENCY_US
 from planner.spec.fields import DEFAULT, FieldError, Fields
 
 SPEC_CLASSES = (ModelSpec, GPUSpec, Link, ClusterSpec, TrainingSpec, SearchSpec, SolverSpec, Spec)
-
-
-def _spec(**over):
-    d = {
-        "model": {"name": "m", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "vocab_size": 1000},
-        "cluster": {"name": "c", "gpu": {"type": "X", "memory_GiB": 16, "peak_tflops": {"bf16": 100}},
-                    "nodes": 2, "gpus_per_node": 4,
-                    "network": {"intra_node": {"bandwidth_GBps": 100}, "inter_node": {"bandwidth_Gbps": 100}}},
-        "training": {"global_batch_size": 16, "seq_length": 128},
-    }
-    d.update(over)
-    return d
 
 
 def _error(d, file="x.yaml") -> SpecError:

@@ -7,13 +7,16 @@ from planner.config import (
     PIPELINE_ENGINES,
     RECOMPUTE,
     SCHEDULES,
-    TORCHTITAN_SCHEDULES,
     V_SHAPES,
     ZERO_STAGES,
     ParallelConfig,
     dp_shard_problem,
+    torchtitan_problem,
 )
 from planner.errors import SpecError
+
+# the flag that sets each field config.torchtitan_problem may name
+TORCHTITAN_FLAGS = {"schedule": "--schedule", "account_embedding": "--account-embedding", "sequence_parallel": "--sp"}
 
 
 def finite_float(text: str) -> float:
@@ -101,18 +104,12 @@ def config_from_args(args, spec) -> ParallelConfig:
     if why:
         raise SpecError(None, "--dp-shard", why)
     if cfg.zero == 3:        # ZeRO-3 is costed as torchtitan's FSDP2 (docs/notes/fsdp.md)
-        if cfg.schedule not in TORCHTITAN_SCHEDULES:
-            raise SpecError(None, "--schedule", f"{cfg.schedule}: ZeRO-3 plans run on torchtitan's schedules "
-                                                f"{sorted(TORCHTITAN_SCHEDULES)}")
-        if cfg.account_embedding or cfg.account_loss:
-            raise SpecError(None, "--account-embedding", "ZeRO-3 plans are torchtitan's, which has no accounted "
-                                                         "embedding / loss split")
+        why = torchtitan_problem(cfg)
+        if why:
+            raise SpecError(None, TORCHTITAN_FLAGS[why[0]], f"ZeRO-3 plans are torchtitan's: {why[1]}")
         if cfg.cp > 1:
             raise SpecError(None, "--cp", "context parallelism with ZeRO-3 (torchtitan's FSDP + CP) is not modelled: "
                                           "the cp model is Megatron-Core's (docs/notes/context_parallel.md)")
-        if cfg.tp > 1 and not cfg.sequence_parallel:
-            raise SpecError(None, "--sp", "ZeRO-3 plans with --tp > 1 are torchtitan's, whose tensor parallelism "
-                                          "always shards the norms: add --sp")
     return cfg
 
 

@@ -66,6 +66,20 @@ def _block(x, p, heads: int, kv_heads: int, cos, sin):
     return x + (F.silu(n @ p["w1"].t()) * (n @ p["w3"].t())) @ p["w2"].t()
 
 
+def _block_params(hidden: int, heads: int, kv_heads: int, ffn: int) -> dict:
+    """A Llama block's bf16 weights, requiring gradients (call inside FakeTensorMode: nothing is allocated)."""
+    dt = torch.bfloat16
+    d = hidden // heads
+    p = {"attn_norm": torch.ones(hidden, dtype=dt), "ffn_norm": torch.ones(hidden, dtype=dt),
+         "wq": torch.empty(hidden, hidden, dtype=dt), "wk": torch.empty(kv_heads * d, hidden, dtype=dt),
+         "wv": torch.empty(kv_heads * d, hidden, dtype=dt), "wo": torch.empty(hidden, hidden, dtype=dt),
+         "w1": torch.empty(ffn, hidden, dtype=dt), "w3": torch.empty(ffn, hidden, dtype=dt),
+         "w2": torch.empty(hidden, ffn, dtype=dt)}
+    for w in p.values():
+        w.requires_grad_()
+    return p
+
+
 def saved_bytes(hidden: int, heads: int, kv_heads: int, ffn: int, seq: int, batch: int = 1) -> float:
     """Bytes one block keeps from its forward to its backward (its output, the next block's input, included), as
     costs.memory.op_sac_bytes counts them: live bytes after the forward less those before it."""
@@ -74,13 +88,7 @@ def saved_bytes(hidden: int, heads: int, kv_heads: int, ffn: int, seq: int, batc
     dt = torch.bfloat16
     d = hidden // heads
     with FakeTensorMode():
-        p = {"attn_norm": torch.ones(hidden, dtype=dt), "ffn_norm": torch.ones(hidden, dtype=dt),
-             "wq": torch.empty(hidden, hidden, dtype=dt), "wk": torch.empty(kv_heads * d, hidden, dtype=dt),
-             "wv": torch.empty(kv_heads * d, hidden, dtype=dt), "wo": torch.empty(hidden, hidden, dtype=dt),
-             "w1": torch.empty(ffn, hidden, dtype=dt), "w3": torch.empty(ffn, hidden, dtype=dt),
-             "w2": torch.empty(hidden, ffn, dtype=dt)}
-        for w in p.values():
-            w.requires_grad_()
+        p = _block_params(hidden, heads, kv_heads, ffn)
         ang = torch.empty(seq, 1, d // 2)
         cos, sin = ang.cos(), ang.sin()
         x = torch.empty(batch, seq, hidden, dtype=dt, requires_grad=True)
@@ -173,13 +181,7 @@ def eager_bytes(hidden: int, heads: int, kv_heads: int, ffn: int, seq: int, batc
     dt = torch.bfloat16
     d = hidden // heads
     with FakeTensorMode():
-        p = {"attn_norm": torch.ones(hidden, dtype=dt), "ffn_norm": torch.ones(hidden, dtype=dt),
-             "wq": torch.empty(hidden, hidden, dtype=dt), "wk": torch.empty(kv_heads * d, hidden, dtype=dt),
-             "wv": torch.empty(kv_heads * d, hidden, dtype=dt), "wo": torch.empty(hidden, hidden, dtype=dt),
-             "w1": torch.empty(ffn, hidden, dtype=dt), "w3": torch.empty(ffn, hidden, dtype=dt),
-             "w2": torch.empty(hidden, ffn, dtype=dt)}
-        for w in p.values():
-            w.requires_grad_()
+        p = _block_params(hidden, heads, kv_heads, ffn)
         freqs_cis = torch.empty(seq, d // 2, dtype=torch.complex64)
         x = torch.empty(batch, seq, hidden, dtype=dt, requires_grad=True)
         fwd, bwd = _ElementwiseBytes(), _ElementwiseBytes()

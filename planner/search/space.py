@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from planner.config import TORCHTITAN_SCHEDULES, V_SHAPES, ParallelConfig, split_layers
+from planner.config import V_SHAPES, ParallelConfig, split_layers, torchtitan_problem
 from planner.costs.context_parallel import cp_refusal
 from planner.mapping.problem import layouts
 
@@ -56,21 +56,15 @@ def _configs(spec, G: int, tp: int, cp: int) -> Iterator[ParallelConfig]:
                 for rc in s.recompute:
                     # ZeRO shards over the data-parallel-with-context-parallel group (Megatron-Core)
                     for z in (s.zero if dp * cp > 1 else (0,)):
-                        if z == 3 and (cp > 1 or dp == 1 or not fsdp_ok(sched, split)):
+                        if z == 3 and (cp > 1 or dp == 1):
                             continue      # ZeRO-3 is torchtitan's FSDP here; its CP is not modelled
                         for sp in (s.sequence_parallel if tp > 1 else (False,)):
-                            if z == 3 and tp > 1 and not sp:
-                                continue      # torchtitan's tensor parallelism always shards the norms (SP)
                             for shard in (shard_sizes(spec, tp, pp, dp) if z == 3 else (0,)):
-                                yield ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split, cp=cp,
+                                cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split, cp=cp,
                                                      dp_shard=shard)
-
-
-def fsdp_ok(schedule: str, split: tuple) -> bool:
-    """ZeRO-3 plans are torchtitan's: its schedules (config.TORCHTITAN_SCHEDULES) and split forms (explicit first /
-    last stage counts map to pipeline_parallel_first/last_stage_less_layers; an accounted embedding or loss has no
-    torchtitan equivalent)."""
-    return schedule in TORCHTITAN_SCHEDULES and not (split[2] or split[3])
+                                if z == 3 and torchtitan_problem(cfg):
+                                    continue      # ZeRO-3 plans are torchtitan's: its schedules, splits and SP
+                                yield cfg
 
 
 def shard_sizes(spec, tp: int, pp: int, dp: int) -> list[int]:

@@ -1,0 +1,26 @@
+"""Helpers several test files share (imported like batch_fixtures)."""
+from planner.costs import default_costs
+from planner.costs.iteration import build_problem, default_layout, evaluate
+from planner.simulator import simulate
+
+
+def mini_spec_dict(**over) -> dict:
+    """The smallest valid spec as a YAML-like dict; top-level keys in `over` replace the defaults."""
+    d = {
+        "model": {"name": "m", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "vocab_size": 1000},
+        "cluster": {"name": "c", "gpu": {"type": "X", "memory_GiB": 16, "peak_tflops": {"bf16": 100}},
+                    "nodes": 2, "gpus_per_node": 4,
+                    "network": {"intra_node": {"bandwidth_GBps": 100}, "inter_node": {"bandwidth_Gbps": 100}}},
+        "training": {"global_batch_size": 16, "seq_length": 128},
+    }
+    d.update(over)
+    return d
+
+
+def estimate_and_simulate(spec, cfg):
+    """(estimate, simulation) of `cfg` in Megatron's rank order, scored with the same costs."""
+    costs = default_costs(spec.cluster)
+    lay = default_layout(cfg, spec.cluster.gpus_per_node)
+    prob = build_problem(spec, cfg, lay, costs)
+    a = prob.rank_order()
+    return evaluate(spec, cfg, prob, a, costs), simulate(spec, cfg, layout=lay, assign=a, costs=costs)
