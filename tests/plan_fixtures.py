@@ -24,3 +24,11 @@ def estimate_and_simulate(spec, cfg):
     prob = build_problem(spec, cfg, lay, costs)
     a = prob.rank_order()
     return evaluate(spec, cfg, prob, a, costs), simulate(spec, cfg, layout=lay, assign=a, costs=costs)
+
+
+def tp2_solution(**extra) -> dict:
+    """A minimal solution dict (tp 2 on one node) for the exporters; `extra` adds top-level keys (precision, ...)."""
+    c = {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 1, "num_microbatches": 4, "schedule": "1f1b", "vpp": 1,
+         "recompute": "none", "zero": 0, "sequence_parallel": False}
+    mapping = [{"stage": 0, "tp_rank": t, "dp_rank": 0, "node": 0, "gpu": t} for t in range(2)]
+    return {"config": c, "mapping": mapping, **extra}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from plan_fixtures import tp2_solution as _solution
 
 from planner.config import ParallelConfig
 from planner.costs.compute import FP8_GEMM_RELATIVE_EFFICIENCY, ComputeModel
@@ -164,13 +165,6 @@ def test_fp8_needs_the_peak_on_an_unknown_gpu():
 
 def test_fp8_on_h100_is_accepted():
     assert parse_spec(_spec("clusters/dgx-h100.yaml", "fp8"), "plan.yaml").training.precision == "fp8"
-
-
-def _solution(**extra):
-    c = {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 1, "num_microbatches": 4, "schedule": "1f1b", "vpp": 1,
-         "recompute": "none", "zero": 0, "sequence_parallel": False}
-    mapping = [{"stage": 0, "tp_rank": t, "dp_rank": 0, "node": 0, "gpu": t} for t in range(2)]
-    return {"config": c, "mapping": mapping, **extra}
 
 
 def test_export_emits_the_te_fp8_flags_for_fp8_plans_only():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from plan_fixtures import tp2_solution as _solution
 
 from planner.config import ParallelConfig
 from planner.costs.memory import AnalyticalMemory, fp8_gemm_weights, grad_buffer_bytes, stage_params
@@ -60,13 +61,6 @@ def test_fp8_param_gather_needs_fp8_and_is_named_when_wrong():
         parse_spec(_spec(precision="bf16", fp8_param_gather=True), "p.yaml")
     with pytest.raises(SpecError, match="training.fp8_param_gather"):
         parse_spec(_spec(precision="fp8", fp8_param_gather="yes please"), "p.yaml")
-
-
-def _solution(**extra):
-    c = {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 1, "num_microbatches": 4, "schedule": "1f1b", "vpp": 1,
-         "recompute": "none", "zero": 0, "sequence_parallel": False}
-    mapping = [{"stage": 0, "tp_rank": t, "dp_rank": 0, "node": 0, "gpu": t} for t in range(2)]
-    return {"config": c, "mapping": mapping, **extra}
 
 
 def test_export_matches_the_planned_gradient_buffer_and_fp8_weights():
