@@ -10,10 +10,13 @@ that do not depend on the machine's load:
 - a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
   costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
   small calls.
-The rates were calibrated once (docs/notes/solver.md, "Deterministic work budget"; the annealer's rate scaled
-by its measured speed-up in "A faster annealer and the 32-node share") so that a work second
-takes less than a wall second on the development machine with two solves at once; they are never measured
-at run time. The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
+The rates were calibrated once (docs/notes/solver.md, "Deterministic work budget"; the annealer's in
+"Incremental annealer") so that a work second takes less than a wall second on the development machine (2
+cores) with two solves at once; they are never measured at run time. The annealer's rule: run
+benchmarks/anneal_speed.py twice side by side (two solves at once), take the least cost-1 rate over its grids
+(1x16 .. 16x8, 1 and 3 scenarios), and give a second of the limit 75% of it (25% margin), i.e.
+ANNEAL_ITERS_PER_S = 0.75 x that rate / WORK_PER_S; a 10 s limit must then end within 10.5 s of wall with two
+solves at once. The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
 
 Meters nest (a solve inside a solve): a charge counts in every open meter of the current context, so a
 caller sees what its callees spent. Context variables keep concurrent solves in threads apart. A meter may
@@ -30,7 +33,8 @@ from dataclasses import dataclass
 
 # calibration: docs/notes/solver.md, "Deterministic work budget"
 WORK_PER_S = 0.35                # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
-ANNEAL_ITERS_PER_S = 31000       # annealer iterations of cost 1 per work second (10,850 per second of the limit)
+ANNEAL_ITERS_PER_S = 171000      # annealer iterations of cost 1 per work second (60,000 per second of the limit:
+#                                  75% of the least rate measured with two solves at once, ~80,000)
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
@@ -83,8 +87,9 @@ def note_wall() -> None:
 
 
 def iteration_cost(rows: int, scenarios: int = 1) -> float:
-    """Relative cost of one annealer iteration: the objective loops over rows and is scored per scenario (fitted
-    on iterations/s measured side by side: 1 x 16 grids ~1.5x faster than 16 x 8 ones, docs/notes/solver.md)."""
+    """Relative cost of one annealer iteration (a swap scored incrementally: a column's path terms per row, and
+    every scenario; refitted on iterations/s measured side by side, docs/notes/solver.md "Incremental annealer":
+    1 x 16 grids ~1.7-2x faster than 16 x 8 ones, 3 scenarios ~2.2x dearer than 1)."""
     return (1.0 + rows / 16.0) * (0.3 + 0.7 * scenarios)
 
 
