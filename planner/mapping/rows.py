@@ -29,8 +29,12 @@ from planner.mapping import work
 from planner.mapping.units import to_units
 
 CYCLE_CAP = 200_000        # oriented cycles under the cap; more: the decomposition does not apply
-PART_NODES_CAP = 200_000   # exact-cover search nodes; more: it does not apply
 PART_CAP = 50_000          # partitions; more: it does not apply
+# the partition search's most work: ENUM_SHARE of the budget, at most ENUM_MAX_S (the family's 16-node instances
+# need <= 0.1; 8 x 4 grids and rows with pipeline slack need far more, and are left to the other solvers)
+ENUM_SHARE = 0.25
+ENUM_MAX_S = 0.5
+STEP_CAP = 2_000_000       # partial arrangements of one partition at one depth; more: that partition stays open
 MAX_MASK = 62              # nodes that fit an int64 mask
 
 
@@ -70,22 +74,23 @@ def dihedral(K: int) -> np.ndarray:
     return np.array(list(dict.fromkeys(perms)), dtype=np.int64)
 
 
-def cycles_under(link: np.ndarray, K: int, cap: int):
+def cycles_under(link: np.ndarray, K: int, cap: int, max_paths: int = CYCLE_CAP):
     """Every K-cycle of nodes, up to rotation and reflection, whose K links (ring order, wrap included) all cost
     <= cap in at least one row: (C x K nodes starting at their least node, R x C slowest link per row). K = 2: one
-    pair, whose one link the ring uses both ways. None: more than CYCLE_CAP paths at some length."""
+    pair, whose one link the ring uses both ways. None: more than max_paths paths at some length."""
     R, N, _ = link.shape
     low = link.min(axis=0)
     adj = low <= cap
     np.fill_diagonal(adj, False)
     P = np.arange(N, dtype=np.int64)[:, None]
     for _ in range(K - 1):
-        s, q = np.nonzero(adj[P[:, -1]] & (np.arange(N)[None, :] > P[:, :1]))
+        ext = adj[P[:, -1]] & (np.arange(N)[None, :] > P[:, :1])
+        if int(ext.sum()) > max_paths:            # (an upper bound on the next layer) before building it
+            return None
+        s, q = np.nonzero(ext)
         keep = (P[s] != q[:, None]).all(axis=1)
         P = np.concatenate([P[s[keep]], q[keep, None]], axis=1)
         work.charge(len(P) / work.ROWS_ITEMS_PER_S)
-        if len(P) > CYCLE_CAP:
-            return None
     P = P[adj[P[:, -1], P[:, 0]]]
     if K >= 3:
         P = P[P[:, 1] < P[:, -1]]                 # one of each cycle and its reflection
@@ -95,30 +100,34 @@ def cycles_under(link: np.ndarray, K: int, cap: int):
     return P[ok], val[:, ok]
 
 
-def partitions(masks: np.ndarray, floors: np.ndarray, N: int, R: int, limit_ring: int):
-    """Every split of the N nodes into R of the node sets `masks` (distinct int64 bit masks) whose floors are all
-    <= limit_ring: a list of (floor = the largest floor of its sets, tuple of set indices). None: more than
-    PART_NODES_CAP search nodes or PART_CAP partitions."""
+def partitions(masks: np.ndarray, floors: np.ndarray, N: int, limit_ring: int, max_work_s: float = 1.0):
+    """Every split of the N nodes into node sets of `masks` (distinct int64 bit masks) whose floors are all
+    <= limit_ring, by the set that holds the lowest uncovered node: a list of (floor = the largest floor of its
+    sets, tuple of set indices). None: its work (search nodes and sets scanned) would exceed max_work_s, or more
+    than PART_CAP partitions."""
     full = (1 << N) - 1
     by_low = {}
     for k in np.argsort(floors, kind="stable"):
         if floors[k] <= limit_ring:
             m = int(masks[k])
             by_low.setdefault(m & -m, []).append((m, int(k)))
-    out, nodes = [], [0]
+    out, count = [], [0, 0]                    # search nodes, sets scanned
+    max_nodes = max_work_s / work.ROWS_NODE_WORK_S
 
     class _Over(Exception):
         pass
 
     def rec(cov, chosen, fl):
-        nodes[0] += 1
-        if nodes[0] > PART_NODES_CAP or len(out) > PART_CAP:
+        count[0] += 1
+        if count[0] + count[1] * work.ROWS_SCAN_WORK_S / work.ROWS_NODE_WORK_S > max_nodes or len(out) > PART_CAP:
             raise _Over
         if cov == full:
             out.append((fl, tuple(chosen)))
             return
         free = ~cov & full
-        for m, k in by_low.get(free & -free, []):
+        cand = by_low.get(free & -free, ())
+        count[1] += len(cand)
+        for m, k in cand:
             if not m & cov:
                 rec(cov | m, chosen + [k], max(fl, int(floors[k])))
 
@@ -127,16 +136,43 @@ def partitions(masks: np.ndarray, floors: np.ndarray, N: int, R: int, limit_ring
     except _Over:
         return None
     finally:
-        work.charge(nodes[0] * work.ROWS_NODE_WORK_S)
+        work.charge(count[0] * work.ROWS_NODE_WORK_S + count[1] * work.ROWS_SCAN_WORK_S)
     return out
 
 
-def _arrangements(sets, cyc, val, D, hop, wrap, emb, ring_floor, limit, rem, ef):
-    """The best placement of one partition with integer objective <= limit: (value, R x K assignment) or None,
-    and the partial arrangements scored (for the work charge). sets: the partition's set indices; cyc[s]: the
-    cycles (node arrays) on set s; val[s]: their R x c slowest links per row; D: the ring's rotations and
-    reflections; rem[d]: what the hops after row d cost at least (wrap included); ef: the embedding floor."""
+def _tails(pm: list[int], hop: np.ndarray, wmin: int) -> tuple[np.ndarray, np.ndarray]:
+    """What a column still costs at least once some of the partition's sets are placed: per mask u of placed sets
+    (bit t: set pm[t]) and per last node n, the next hop's cheapest link from n into the sets not placed (nxt), and
+    the cheapest link among those sets (further hops, inner); both inf when none is left."""
+    R, N = len(pm), hop.shape[0]
+    big = np.int64(1) << 40
+    nodes = np.arange(N)
+    h = np.where(np.eye(N, dtype=bool), big, hop)
+    nxt = np.full((1 << R, N), big, dtype=np.int64)
+    inner = np.full(1 << R, big, dtype=np.int64)
+    for u in range(1 << R):
+        left = 0
+        for t in range(R):
+            if not (u >> t) & 1:
+                left |= pm[t]
+        if not left:
+            continue
+        on = ((left >> nodes) & 1).astype(bool)
+        nxt[u] = h[:, on].min(axis=1)
+        inner[u] = h[np.ix_(on, on)].min() if on.sum() > 1 else big
+    return nxt, inner
+
+
+def _arrangements(sets, pm, cyc, val, D, hop, wrap, emb, ring_floor, limit, path_lb, ef, max_items):
+    """The best placement of one partition with integer objective <= limit: ((value, R x K assignment) or None,
+    partial arrangements scored (the work charge), complete: False when a depth held more than max_items partial
+    arrangements, so the partition was left unsearched). sets: the partition's set indices, pm their node masks;
+    cyc[s]: the cycles (node arrays) on set s; val[s]: their R x c slowest links per row; D: the ring's rotations
+    and reflections; path_lb: a bound on the slowest column's path; ef: the embedding floor."""
     R, K = len(sets), D.shape[1]
+    off = ~np.eye(hop.shape[0], dtype=bool)
+    wmin = int(wrap[off].min()) if wrap is not None else 0
+    nxt, inner = _tails(pm, hop, wmin)
     # candidates per row d: (set slot, cycle index within the set, alignment) -> nodes by column, ring value
     cand = []
     for d in range(R):
@@ -144,54 +180,54 @@ def _arrangements(sets, cyc, val, D, hop, wrap, emb, ring_floor, limit, rem, ef)
         for t, s in enumerate(sets):
             for c in range(len(cyc[s])):
                 v = int(val[s][d, c])
-                if v + ef > limit:
+                if v + path_lb + ef > limit:
                     continue
-                al = D[:1] if d == 0 else D
-                for g in al:
+                for g in (D[:1] if d == 0 else D):
                     slot.append(t)
                     nodes.append(cyc[s][c][g])
                     ring.append(v)
         cand.append((np.array(slot, dtype=np.int64), np.array(nodes, dtype=np.int64).reshape(-1, K),
-                     np.array(ring, dtype=np.int64), ))
-    slot0, nodes0, ring0 = cand[0]
-    used = np.left_shift(1, slot0)
-    first = nodes0
-    last = nodes0
-    part = np.zeros((len(slot0), K), dtype=np.int64)
-    ring = np.maximum(ring0, ring_floor)
-    hist = np.arange(len(slot0))[:, None]
-    scored = len(slot0)
-    keep = ring + rem[0] + ef <= limit
-    used, first, last, part, ring, hist = used[keep], first[keep], last[keep], part[keep], ring[keep], hist[keep]
+                     np.array(ring, dtype=np.int64)))
+    slot, nodes, rv = cand[0]
+    used = np.left_shift(1, slot)
+    first = last = nodes
+    part = np.zeros((len(slot), K), dtype=np.int64)
+    ring = np.maximum(rv, ring_floor)
+    hist = np.arange(len(slot))[:, None]
+    scored = len(slot)
     for d in range(1, R):
-        if not len(used):
-            return None, scored
         slot, nodes, rv = cand[d]
-        if not len(slot):
-            return None, scored
+        if not len(used) or not len(slot):
+            return None, scored, True
         ok = (used[:, None] >> slot[None, :]) & 1 == 0
+        if int(ok.sum()) > max_items:
+            return None, scored, False
         si, ci = np.nonzero(ok)
         scored += len(si)
+        u_new = used[si] | np.left_shift(1, slot[ci])
         p_new = part[si] + hop[last[si], nodes[ci]]
         r_new = np.maximum(ring[si], rv[ci])
-        tail = p_new
-        if d == R - 1 and wrap is not None:
-            tail = p_new + wrap[nodes[ci], first[si]]
-        e = emb[first[si], nodes[ci]].max(axis=1) if (d == R - 1 and emb is not None) else ef
-        score = r_new + tail.max(axis=1) + (rem[d] if d < R - 1 else 0) + e
+        if d < R - 1:
+            # each column's next hop leaves its last node for a set not placed yet; the hops after it are at
+            # least the cheapest link among those sets; then the wrap
+            lb = p_new + nxt[u_new][np.arange(len(si))[:, None], nodes[ci]] + (R - 2 - d) * inner[u_new][:, None]
+            score = r_new + np.maximum(path_lb, lb.max(axis=1)) + wmin + ef
+        else:
+            tail = p_new + wrap[nodes[ci], first[si]] if wrap is not None else p_new
+            e = emb[first[si], nodes[ci]].max(axis=1) if emb is not None else 0
+            score = r_new + tail.max(axis=1) + e
         keep = score <= limit
         si, ci = si[keep], ci[keep]
-        used = used[si] | np.left_shift(1, slot[ci])
-        first, last, part, ring = first[si], nodes[ci], p_new[keep], r_new[keep]
+        used, first, last, part, ring = u_new[keep], first[si], nodes[ci], p_new[keep], r_new[keep]
         hist = np.concatenate([hist[si], ci[:, None]], axis=1)
         if d == R - 1:
             if not len(si):
-                return None, scored
+                return None, scored, True
             sc = score[keep]
             b = int(np.argmin(sc))                 # the first of the best: deterministic
             a = np.stack([cand[r][1][hist[b, r]] for r in range(R)])
-            return (int(sc[b]), a), scored
-    return None, scored
+            return (int(sc[b]), a), scored, True
+    return None, scored, True
 
 
 def solve_rows(p, limit_int: int, path_lb: int, time_limit_s: float, emb_floor: int = 0,
@@ -211,11 +247,16 @@ def solve_rows(p, limit_int: int, path_lb: int, time_limit_s: float, emb_floor: 
 
 def _solve_rows(p, limit_int, path_lb, time_limit_s, ef, wall_s, spent):
     t0 = time.perf_counter()
-    R, K, N = p.layout.rows, p.layout.cols, p.n
+    K, N = p.layout.cols, p.n
     link = ring_tables(p)
     ring_floor = int(to_units(p.dp_base).max())
     cap = limit_int - path_lb - ef
-    found = cycles_under(link, K, cap)
+
+    def items_left():
+        """Enumerated or scored items the work left buys."""
+        return max(0, int((time_limit_s - spent.used_s) * work.ROWS_ITEMS_PER_S))
+
+    found = cycles_under(link, K, cap, min(CYCLE_CAP, items_left()))
     if found is None:
         return None
     P, val = found
@@ -224,38 +265,36 @@ def _solve_rows(p, limit_int, path_lb, time_limit_s, ef, wall_s, spent):
     cyc = [P[inv == s] for s in range(len(masks))]
     vals = [val[:, inv == s] for s in range(len(masks))]
     floors = np.array([int(max(ring_floor, v.min())) for v in vals], dtype=np.int64)
-    parts = partitions(masks, floors, N, R, cap)
+    parts = partitions(masks, floors, N, cap, min(ENUM_MAX_S, ENUM_SHARE * time_limit_s))
     if parts is None:
         return None
     parts.sort()
     hop = to_units(p.hop)
     wrap = to_units(p.wrap) if p.wrap is not None else None
     emb = to_units(p.emb) if p.emb is not None else None
-    off = ~np.eye(N, dtype=bool)
-    hmin = int(hop[off].min())
-    wmin = int(wrap[off].min()) if wrap is not None else 0
-    # what the hops after row d cost at least, and never less than the path bound minus the hops so far
-    rem = np.array([(R - 1 - d) * hmin + wmin for d in range(R)], dtype=np.int64)
-    rem[0] = max(int(rem[0]), path_lb + wmin)
     D = dihedral(K)
     best_a, best_v, limit = None, None, limit_int
     examined = 0
     open_floor = None
     wall_stop = False
     for fl, sets in parts:
-        if fl + path_lb + ef > limit:
+        lo = fl + path_lb + ef                 # every arrangement of this partition and the ones after it
+        if lo > limit:
             break
-        if spent.used_s >= time_limit_s:
-            open_floor = fl + path_lb + ef
+        if spent.used_s >= time_limit_s or (wall_s is not None and time.perf_counter() - t0 >= wall_s):
+            if spent.used_s < time_limit_s:
+                wall_stop = True
+                work.note_wall()
+            open_floor = lo if open_floor is None else min(open_floor, lo)
             break
-        if wall_s is not None and time.perf_counter() - t0 >= wall_s:
-            wall_stop = True
-            work.note_wall()
-            open_floor = fl + path_lb + ef
-            break
-        r, scored = _arrangements(sets, cyc, vals, D, hop, wrap, emb, ring_floor, limit, rem, ef)
+        pm = [int(masks[s]) for s in sets]
+        r, scored, complete = _arrangements(sets, pm, cyc, vals, D, hop, wrap, emb, ring_floor, limit, path_lb, ef,
+                                            min(STEP_CAP, max(1, items_left())))
         work.charge(scored / work.ROWS_ITEMS_PER_S)
         examined += 1
+        if not complete:
+            open_floor = lo if open_floor is None else min(open_floor, lo)
+            continue
         if r is not None:
             best_v, best_a = r
             limit = best_v - 1
@@ -264,4 +303,3 @@ def _solve_rows(p, limit_int, path_lb, time_limit_s, ef, wall_s, spent):
         bound = min(bound, open_floor)
     return RowsOutcome(best_a, best_v, open_floor is None, int(bound), wall_stop=wall_stop, cycles=len(P),
                        partitions=len(parts), examined=examined)
-

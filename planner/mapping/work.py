@@ -34,8 +34,9 @@ ANNEAL_ITERS_PER_S = 31000       # annealer iterations of cost 1 per work second
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
-ROWS_ITEMS_PER_S = 2_000_000     # the row decomposition's enumerated cycle paths and scored arrangements (rows.py)
-ROWS_NODE_WORK_S = 2e-5          # one node of its exact-cover search over the rows' node sets
+ROWS_ITEMS_PER_S = 1_000_000     # the row decomposition's enumerated cycle paths and scored arrangements (rows.py)
+ROWS_NODE_WORK_S = 2e-6          # one node of its exact-cover search over the rows' node sets
+ROWS_SCAN_WORK_S = 2e-7          # one candidate set scanned at such a node
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
 
