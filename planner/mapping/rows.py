@@ -34,6 +34,7 @@ PART_CAP = 50_000          # partitions; more: it does not apply
 # need <= 0.1; 8 x 4 grids and rows with pipeline slack need far more, and are left to the other solvers)
 ENUM_SHARE = 0.25
 ENUM_MAX_S = 0.5
+SLICE_FIRST = 7            # the first slice of the ring: the 8 lowest set floors (then 16, 32, ...)
 STEP_CAP = 2_000_000       # partial arrangements of one partition at one depth; more: that partition stays open
 MAX_MASK = 62              # nodes that fit an int64 mask
 
@@ -262,44 +263,72 @@ def _solve_rows(p, limit_int, path_lb, time_limit_s, ef, wall_s, spent):
     P, val = found
     bit = np.left_shift(np.int64(1), P).sum(axis=1)
     masks, inv = np.unique(bit, return_inverse=True)
-    cyc = [P[inv == s] for s in range(len(masks))]
-    vals = [val[:, inv == s] for s in range(len(masks))]
-    floors = np.array([int(max(ring_floor, v.min())) for v in vals], dtype=np.int64)
-    parts = partitions(masks, floors, N, cap, min(ENUM_MAX_S, ENUM_SHARE * time_limit_s))
-    if parts is None:
-        return None
-    parts.sort()
+    inv = inv.ravel()
+    order = np.argsort(inv, kind="stable")
+    cut = np.cumsum(np.bincount(inv, minlength=len(masks)))[:-1]
+    cyc = np.split(P[order], cut)
+    vals = np.split(val[:, order], cut, axis=1)
+    # a set's floor: its cheapest cycle in its cheapest row
+    floors = (np.maximum(ring_floor, np.minimum.reduceat(val.min(axis=0)[order], np.concatenate([[0], cut])))
+              if len(P) else np.zeros(0, dtype=np.int64))
     hop = to_units(p.hop)
     wrap = to_units(p.wrap) if p.wrap is not None else None
     emb = to_units(p.emb) if p.emb is not None else None
     D = dihedral(K)
     best_a, best_v, limit = None, None, limit_int
-    examined = 0
+    examined = n_parts = 0
     open_floor = None
     wall_stop = False
-    for fl, sets in parts:
-        lo = fl + path_lb + ef                 # every arrangement of this partition and the ones after it
-        if lo > limit:
+    enum_left = min(ENUM_MAX_S, ENUM_SHARE * time_limit_s)
+    # slices of the ring: partitions whose floor is at most tau, tau rising over the sets' floors (the number of
+    # sets under it doubling) up to the cap, which falls with every better placement; so a loose incumbent costs a
+    # few small enumerations instead of one large one. Partitions of an earlier slice are not searched again.
+    levels = np.unique(floors[floors <= cap])
+    done_tau = None                            # every partition with floor <= done_tau has been searched
+    i = min(len(levels) - 1, SLICE_FIRST)
+    while len(levels) and open_floor is None:
+        cap = limit - path_lb - ef
+        tau = min(int(levels[i]), cap)
+        with work.metered() as enum:
+            parts = partitions(masks, floors, N, tau, enum_left)
+        enum_left -= enum.used_s
+        if parts is None:
+            if done_tau is None:
+                return None
+            # every placement not yet searched has a row ring above done_tau: at least the next level
+            nxt = levels[levels > done_tau]
+            open_floor = (int(nxt[0]) if len(nxt) else cap + 1) + path_lb + ef
             break
-        if spent.used_s >= time_limit_s or (wall_s is not None and time.perf_counter() - t0 >= wall_s):
-            if spent.used_s < time_limit_s:
-                wall_stop = True
-                work.note_wall()
-            open_floor = lo if open_floor is None else min(open_floor, lo)
+        n_parts = max(n_parts, len(parts))
+        for fl, sets in sorted(parts):
+            if done_tau is not None and fl <= done_tau:
+                continue
+            lo = fl + path_lb + ef             # every arrangement of this partition and the ones after it
+            if lo > limit:
+                break
+            if spent.used_s >= time_limit_s or (wall_s is not None and time.perf_counter() - t0 >= wall_s):
+                if spent.used_s < time_limit_s:
+                    wall_stop = True
+                    work.note_wall()
+                open_floor = lo if open_floor is None else min(open_floor, lo)
+                break
+            pm = [int(masks[s]) for s in sets]
+            r, scored, complete = _arrangements(sets, pm, cyc, vals, D, hop, wrap, emb, ring_floor, limit, path_lb,
+                                                ef, min(STEP_CAP, max(1, items_left())))
+            work.charge(scored / work.ROWS_ITEMS_PER_S + work.ROWS_PART_WORK_S)
+            examined += 1
+            if not complete:
+                open_floor = lo if open_floor is None else min(open_floor, lo)
+                continue
+            if r is not None:
+                best_v, best_a = r
+                limit = best_v - 1
+        done_tau = tau
+        if tau >= limit - path_lb - ef or i == len(levels) - 1:
             break
-        pm = [int(masks[s]) for s in sets]
-        r, scored, complete = _arrangements(sets, pm, cyc, vals, D, hop, wrap, emb, ring_floor, limit, path_lb, ef,
-                                            min(STEP_CAP, max(1, items_left())))
-        work.charge(scored / work.ROWS_ITEMS_PER_S)
-        examined += 1
-        if not complete:
-            open_floor = lo if open_floor is None else min(open_floor, lo)
-            continue
-        if r is not None:
-            best_v, best_a = r
-            limit = best_v - 1
+        i = min(len(levels) - 1, 2 * i + 1)
     bound = best_v if best_v is not None else limit_int + 1
     if open_floor is not None:
         bound = min(bound, open_floor)
     return RowsOutcome(best_a, best_v, open_floor is None, int(bound), wall_stop=wall_stop, cycles=len(P),
-                       partitions=len(parts), examined=examined)
+                       partitions=n_parts, examined=examined)
