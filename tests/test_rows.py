@@ -35,9 +35,12 @@ CASES = [(2, 2, 0, False, False), (2, 3, 1, False, False), (3, 2, 2, True, False
 
 
 @pytest.mark.parametrize("R,K,seed,wrap,emb", CASES)
-def test_solve_rows_equals_brute_force(R, K, seed, wrap, emb):
+def test_solve_rows_equals_brute_force(R, K, seed, wrap, emb, monkeypatch):
     """From a random placement's value it finds the optimum and proves it; asked for better than the optimum it
-    finds nothing and says so; with a path bound of 0 or a real one; cut short by its budget, its bound stays valid."""
+    finds nothing and says so; with a path bound of 0 or a real one; cut short by its budget, its bound stays valid.
+    Odd seeds slice the ring from its lowest level up (one level more per slice at first)."""
+    if seed % 2:
+        monkeypatch.setattr(rows, "SLICE_FIRST", 0)
     p = _problem(R, K, seed, wrap, emb)
     vals, _ = int_objectives(p)
     opt = int(vals.min())
@@ -52,10 +55,21 @@ def test_solve_rows_equals_brute_force(R, K, seed, wrap, emb):
                 p.check(out.assign)
             else:
                 assert out.assign is None and out.bound == limit + 1
-        for budget in (0.0, 1e-5, 1e-4, 1e-3):
+        for budget in (0.0, 1e-5, 1e-4, 3e-4, 1e-3, 3e-3):
             short = rows.solve_rows(p, start, plb, budget, ef)
             assert short is None or short.bound <= opt
             assert short is None or short.assign is None or short.value == int_objective(p, short.assign)
+
+
+def test_partitions_too_large_to_search_stay_open(monkeypatch):
+    """A partition whose arrangements exceed the step cap is not searched: the answer is not proved and the bound
+    stays at most the optimum."""
+    monkeypatch.setattr(rows, "STEP_CAP", 1)
+    for R, K, seed, wrap, emb in CASES[:5]:
+        p = _problem(R, K, seed, wrap, emb)
+        opt = int(int_objectives(p)[0].min())
+        out = rows.solve_rows(p, int_objective(p, p.rank_order()), 0, 30.0, emb_floor(p))
+        assert not out.proved and out.bound <= opt
 
 
 def test_cycles_are_the_rings_under_the_cap():

@@ -20,6 +20,8 @@ as units.int_objective scores them. Only for grids that use every node (N = R x 
 """
 from __future__ import annotations
 
+import itertools
+import math
 import time
 from dataclasses import dataclass
 
@@ -31,9 +33,11 @@ from planner.mapping.units import to_units
 CYCLE_CAP = 200_000        # oriented cycles under the cap; more: the decomposition does not apply
 PART_CAP = 50_000          # partitions; more: it does not apply
 # the partition search's most work: ENUM_SHARE of the budget, at most ENUM_MAX_S (the family's 16-node instances
-# need <= 0.1; 8 x 4 grids and rows with pipeline slack need far more, and are left to the other solvers)
-ENUM_SHARE = 0.25
-ENUM_MAX_S = 0.5
+# need <= 0.2 at a 10 s limit; 8 x 4 grids and rows with pipeline slack need far more: left to the other solvers)
+ENUM_SHARE = 0.5
+ENUM_MAX_S = 1.0
+PAIR_CYCLES_MAX = 3000     # cycles up to which the sets' pair costs (a cycles x cycles table) are computed
+PAIR_ROWS_MAX = 7          # rows up to which each partition's cheapest set order is found by trying them all
 SLICE_FIRST = 7            # the first slice of the ring: the 8 lowest set floors (then 16, 32, ...)
 STEP_CAP = 2_000_000       # partial arrangements of one partition at one depth; more: that partition stays open
 MAX_MASK = 62              # nodes that fit an int64 mask
@@ -139,6 +143,31 @@ def partitions(masks: np.ndarray, floors: np.ndarray, N: int, limit_ring: int, m
     finally:
         work.charge(count[0] * work.ROWS_NODE_WORK_S + count[1] * work.ROWS_SCAN_WORK_S)
     return out
+
+
+def pair_costs(P: np.ndarray, start: np.ndarray, hop: np.ndarray, D: np.ndarray) -> np.ndarray:
+    """S x S: the least total of the K hops from set a's row to set b's row when b sits right under a, over the
+    cycles on each set and the ring's rotations and reflections between them (every column's hop between the
+    two rows is one of those K). P: the cycles grouped by set, start: each set's first cycle."""
+    best = None
+    for g in D:
+        c = hop[P[:, 0][:, None], P[:, g[0]][None, :]].copy()
+        for j in range(1, P.shape[1]):
+            c += hop[P[:, j][:, None], P[:, g[j]][None, :]]
+        best = c if best is None else np.minimum(best, c)
+    return np.minimum.reduceat(np.minimum.reduceat(best, start, axis=0), start, axis=1)
+
+
+def partition_path_bounds(parts: np.ndarray, pair: np.ndarray, K: int) -> np.ndarray:
+    """Per partition (rows: its R set indices), a lower bound on its slowest column's path (wrap left out): the
+    K columns' hops sum to at least the cheapest order of its sets (the pair costs along it), so the slowest
+    column costs at least that sum / K."""
+    R = parts.shape[1]
+    best = None
+    for o in itertools.permutations(range(R)):
+        c = sum(pair[parts[:, o[k]], parts[:, o[k + 1]]] for k in range(R - 1))
+        best = c if best is None else np.minimum(best, c)
+    return -(-best // K)
 
 
 def _tails(pm: list[int], hop: np.ndarray, wmin: int) -> tuple[np.ndarray, np.ndarray]:
@@ -275,58 +304,78 @@ def _solve_rows(p, limit_int, path_lb, time_limit_s, ef, wall_s, spent):
     wrap = to_units(p.wrap) if p.wrap is not None else None
     emb = to_units(p.emb) if p.emb is not None else None
     D = dihedral(K)
+    R = p.layout.rows
+    pair = None
+    if len(P) <= PAIR_CYCLES_MAX and R <= PAIR_ROWS_MAX:
+        pair = pair_costs(P[order], np.concatenate([[0], cut]), hop, D)
+        work.charge(len(P) ** 2 * len(D) * K * work.ROWS_PAIR_WORK_S)
+    wmin = int(wrap[~np.eye(N, dtype=bool)].min()) if wrap is not None else 0
     best_a, best_v, limit = None, None, limit_int
     examined = n_parts = 0
-    open_floor = None
-    wall_stop = False
+    open_floor = None                          # the least bound of a partition left unsearched
+    stopped = wall_stop = False
+
+    def keep_open(b):
+        nonlocal open_floor
+        open_floor = b if open_floor is None else min(open_floor, b)
+
     enum_left = min(ENUM_MAX_S, ENUM_SHARE * time_limit_s)
     # slices of the ring: partitions whose floor is at most tau, tau rising over the sets' floors (the number of
     # sets under it doubling) up to the cap, which falls with every better placement; so a loose incumbent costs a
     # few small enumerations instead of one large one. Partitions of an earlier slice are not searched again.
     levels = np.unique(floors[floors <= cap])
-    done_tau = None                            # every partition with floor <= done_tau has been searched
+    done_tau = None                            # every partition with floor <= done_tau has been enumerated
     i = min(len(levels) - 1, SLICE_FIRST)
-    while len(levels) and open_floor is None:
-        cap = limit - path_lb - ef
-        tau = min(int(levels[i]), cap)
+    while len(levels) and not stopped:
+        tau = min(int(levels[i]), limit - path_lb - ef)
         with work.metered() as enum:
             parts = partitions(masks, floors, N, tau, enum_left)
         enum_left -= enum.used_s
         if parts is None:
             if done_tau is None:
                 return None
-            # every placement not yet searched has a row ring above done_tau: at least the next level
-            nxt = levels[levels > done_tau]
-            open_floor = (int(nxt[0]) if len(nxt) else cap + 1) + path_lb + ef
+            stopped = True
             break
         n_parts = max(n_parts, len(parts))
-        for fl, sets in sorted(parts):
-            if done_tau is not None and fl <= done_tau:
-                continue
-            lo = fl + path_lb + ef             # every arrangement of this partition and the ones after it
+        if done_tau is not None:
+            parts = [(fl, sets) for fl, sets in parts if fl > done_tau]
+        done_tau = tau
+        # each partition's own path bound, when the pair costs are known; lowest bound first, so the search stops
+        # at the first partition whose bound exceeds the limit
+        plbs = (np.maximum(path_lb, partition_path_bounds(np.array([q for _, q in parts], dtype=np.int64)
+                                                          .reshape(len(parts), R), pair, K))
+                if pair is not None and parts else np.full(len(parts), path_lb, dtype=np.int64))
+        work.charge(len(parts) * math.factorial(R) * R * work.ROWS_PAIR_WORK_S)
+        for key, k in sorted((fl + int(pb), k) for k, ((fl, _), pb) in enumerate(zip(parts, plbs, strict=True))):
+            lo = key + wmin + ef               # every arrangement of this partition and the ones after it
             if lo > limit:
                 break
             if spent.used_s >= time_limit_s or (wall_s is not None and time.perf_counter() - t0 >= wall_s):
                 if spent.used_s < time_limit_s:
                     wall_stop = True
                     work.note_wall()
-                open_floor = lo if open_floor is None else min(open_floor, lo)
+                keep_open(lo)
+                stopped = True
                 break
+            sets = parts[k][1]
             pm = [int(masks[s]) for s in sets]
-            r, scored, complete = _arrangements(sets, pm, cyc, vals, D, hop, wrap, emb, ring_floor, limit, path_lb,
-                                                ef, min(STEP_CAP, max(1, items_left())))
+            r, scored, complete = _arrangements(sets, pm, cyc, vals, D, hop, wrap, emb, ring_floor, limit,
+                                                int(plbs[k]), ef, min(STEP_CAP, max(1, items_left())))
             work.charge(scored / work.ROWS_ITEMS_PER_S + work.ROWS_PART_WORK_S)
             examined += 1
             if not complete:
-                open_floor = lo if open_floor is None else min(open_floor, lo)
-                continue
-            if r is not None:
+                keep_open(lo)
+            elif r is not None:
                 best_v, best_a = r
                 limit = best_v - 1
-        done_tau = tau
         if tau >= limit - path_lb - ef or i == len(levels) - 1:
             break
         i = min(len(levels) - 1, 2 * i + 1)
+    if stopped and done_tau is not None:
+        # the partitions not enumerated yet hold a set above done_tau: at least the next level
+        nxt = levels[levels > done_tau]
+        if len(nxt):
+            keep_open(int(nxt[0]) + path_lb + ef)
     bound = best_v if best_v is not None else limit_int + 1
     if open_floor is not None:
         bound = min(bound, open_floor)

@@ -35,8 +35,9 @@ COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (colu
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
 ROWS_ITEMS_PER_S = 1_000_000     # the row decomposition's enumerated cycle paths and scored arrangements (rows.py)
-ROWS_NODE_WORK_S = 2e-6          # one node of its exact-cover search over the rows' node sets
-ROWS_SCAN_WORK_S = 2e-7          # one candidate set scanned at such a node
+ROWS_NODE_WORK_S = 1e-6          # one node of its exact-cover search over the rows' node sets
+ROWS_SCAN_WORK_S = 1e-7          # one candidate set scanned at such a node (~50 ns measured at load 1.2)
+ROWS_PAIR_WORK_S = 2e-9          # one cycle pair x alignment x column of its pair costs (numpy)
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search (~0.8 ms measured at load 3.5)
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
