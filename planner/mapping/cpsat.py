@@ -16,9 +16,10 @@ Formulation (stronger than Pipette's integer node variables with element constra
   put in that form first (canonical), else CP-SAT discards it as infeasible.
 - pre-solve (one scenario, or the worst case over several; with an incumbent): every better placement
   has slowest ring <= U - P_LB, P_LB a path-cover lower bound (bounds.py), so row pairs above that cap
-  are forbidden (as ring neighbours when K >= 4) and tpp >= P_LB is a cut. The column decomposition
-  (columns.py) is tried first when the row-0 sets under the incumbent are enumerated: it proves, or hands
-  CP-SAT a better hint and bound.
+  are forbidden (as ring neighbours when K >= 4) and tpp >= P_LB is a cut. On grids that use every node the
+  row decomposition (rows.py: every row a ring under that cap) is tried first, then the column decomposition
+  (columns.py) when the row-0 sets under the incumbent are enumerated: each proves, or hands CP-SAT a better
+  hint and bound.
 Costs are integers in units of 0.1 us (units.py); the reported objective is recomputed in floating point.
 Several scenarios (bandwidth snapshots) give the robust problem: minimise the worst (or the mean).
 Measurements behind these choices: docs/notes/solver.md ("Solver design measurements").

@@ -7,6 +7,8 @@ that do not depend on the machine's load:
   objective, whose row loop and scenarios make it up to ~3x dearer on tall grids and robust problems);
 - the column decomposition's path enumeration: enumerated items / COLUMN_ITEMS_PER_S, and its depth-first
   cover search: DFS_NODE_WORK_S per node;
+- the row decomposition (rows.py): enumerated cycle paths and scored partial arrangements at ROWS_ITEMS_PER_S,
+  its exact-cover search per node and per candidate set scanned, a fixed charge per partition searched;
 - a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
   costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
   small calls.
