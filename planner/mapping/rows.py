@@ -41,6 +41,7 @@ PAIR_ROWS_MAX = 7          # rows up to which each partition's cheapest set orde
 SLICE_FIRST = 7            # the first slice of the ring: the 8 lowest set floors (then 16, 32, ...)
 STEP_CAP = 2_000_000       # partial arrangements of one partition at one depth; more: that partition stays open
 MAX_MASK = 62              # nodes that fit an int64 mask
+MAX_ROWS = 8               # rows: an arrangement search keeps a table per subset of the partition's sets (2^R)
 
 
 @dataclass
@@ -57,9 +58,10 @@ class RowsOutcome:
 
 
 def applies(p) -> bool:
-    """The decomposition covers grids of R >= 2 rows and K >= 2 columns that use every node (at most MAX_MASK)."""
+    """The decomposition covers grids of 2..MAX_ROWS rows and K >= 2 columns that use every node (at most
+    MAX_MASK)."""
     L = p.layout
-    return L.rows >= 2 and L.cols >= 2 and p.n == L.rows * L.cols and p.n <= MAX_MASK
+    return 2 <= L.rows <= MAX_ROWS and L.cols >= 2 and p.n == L.rows * L.cols and p.n <= MAX_MASK
 
 
 def ring_tables(p) -> np.ndarray:
@@ -361,7 +363,7 @@ def _solve_rows(p, limit_int, path_lb, time_limit_s, ef, wall_s, spent):
             pm = [int(masks[s]) for s in sets]
             r, scored, complete = _arrangements(sets, pm, cyc, vals, D, hop, wrap, emb, ring_floor, limit,
                                                 int(plbs[k]), ef, min(STEP_CAP, max(1, items_left())))
-            work.charge(scored / work.ROWS_ITEMS_PER_S + work.ROWS_PART_WORK_S)
+            work.charge(scored / work.ROWS_ITEMS_PER_S + work.ROWS_PART_WORK_S * max(1, (1 << R) // 16))
             examined += 1
             if not complete:
                 keep_open(lo)
