@@ -16,9 +16,10 @@ Formulation (stronger than Pipette's integer node variables with element constra
   put in that form first (canonical), else CP-SAT discards it as infeasible.
 - pre-solve (one scenario, or the worst case over several; with an incumbent): every better placement
   has slowest ring <= U - P_LB, P_LB a path-cover lower bound (bounds.py), so row pairs above that cap
-  are forbidden (as ring neighbours when K >= 4) and tpp >= P_LB is a cut. The column decomposition
-  (columns.py) is tried first when the row-0 sets under the incumbent are enumerated: it proves, or hands
-  CP-SAT a better hint and bound.
+  are forbidden (as ring neighbours when K >= 4) and tpp >= P_LB is a cut. On grids that use every node the
+  row decomposition (rows.py: every row a ring under that cap) is tried first, then the column decomposition
+  (columns.py) when the row-0 sets under the incumbent are enumerated: each proves, or hands CP-SAT a better
+  hint and bound.
 Costs are integers in units of 0.1 us (units.py); the reported objective is recomputed in floating point.
 Several scenarios (bandwidth snapshots) give the robust problem: minimise the worst (or the mean).
 Measurements behind these choices: docs/notes/solver.md ("Solver design measurements").
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner.mapping import bounds, work
+from planner.mapping import bounds, rows, work
 from planner.mapping.columns import solve_columns
 from planner.mapping.problem import MappingProblem, robust_const, robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
@@ -44,6 +45,8 @@ COLUMNS = True           # try the column decomposition (columns.py) first when 
 COLUMN_SHARE = 0.75      # of the time limit
 COLUMN_CPSAT_MIN = 10.0  # seconds (at most half the limit) left to CP-SAT whatever the decomposition takes
 COLUMN_SETS_MAX = 5000   # row-0 sets the decomposition takes on (sorted by ring; most are skipped by their floor)
+ROWS = True              # try the row decomposition (rows.py) first on grids that use every node
+ROWS_SHARE = 0.5         # of the time limit (work)
 # with an incumbent, row 0 must hold one of the row-0 sets (exact, tested); off: fixing the heads did not make
 # the path part easier to prove
 ROW0_TABLE = False
@@ -158,15 +161,28 @@ def _presolve(probs, *, hint, cutoff, robust, ring_cap, time_limit_s, seed, t0,
     p = probs[s_]
     cut = bounds.ring_cap(p, limit_int, time_limit_s, seed)
     pre.path_lbs[s_] = cut.path_lb
+    if ROWS and len(probs) == 1 and rows.applies(p):
+        wall = None if wall_limit_s is None else wall_limit_s - (time.perf_counter() - t0)
+        out = rows.solve_rows(p, limit_int, cut.path_lb, ROWS_SHARE * time_limit_s, bounds.emb_floor(p),
+                              wall_s=max(0.05, time_limit_s - (time.perf_counter() - t0)) if wall is None
+                              else max(0.05, wall))
+        if out is not None and out.proved:
+            return _columns_answer(probs, out, hint, cutoff, robust, time.perf_counter() - t0)
+        if out is not None:
+            pre.head_lb = max(pre.head_lb, out.bound)
+            if out.assign is not None:
+                # what follows searches under this placement's value (it is the incumbent now)
+                pre.better = canonical(out.assign)
+                limit_int = out.value
     pre.row0 = bounds.row0_sets(p, limit_int - cut.path_lb - bounds.emb_floor(p))
-    pre.head_lb = bounds.head_bound(p, limit_int, cut.path_lb, time_limit_s, seed, sets=pre.row0) or 0
+    pre.head_lb = max(pre.head_lb, bounds.head_bound(p, limit_int, cut.path_lb, time_limit_s, seed, sets=pre.row0) or 0)
     if cutoff is not None and pre.head_lb > limit_int:
         # no row-0 set leaves room for a path under the cutoff: nothing strictly better exists
         return _pruned(probs, hint, cutoff, robust, time.perf_counter() - t0)
     if COLUMNS and len(probs) == 1 and R > 1:
         wall = None if wall_limit_s is None else wall_limit_s - (time.perf_counter() - t0)
         out = _try_columns(p, pre, limit_int, cut.path_lb, time_limit_s, seed, wall)
-        if out is not None and out.proved:
+        if out is not None and out.proved and (out.assign is not None or pre.better is None):
             return _columns_answer(probs, out, hint, cutoff, robust, time.perf_counter() - t0)
         if out is not None:
             pre.head_lb = max(pre.head_lb, out.bound)

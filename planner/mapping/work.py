@@ -7,6 +7,8 @@ that do not depend on the machine's load:
   objective, whose row loop and scenarios make it up to ~3x dearer on tall grids and robust problems);
 - the column decomposition's path enumeration: enumerated items / COLUMN_ITEMS_PER_S, and its depth-first
   cover search: DFS_NODE_WORK_S per node;
+- the row decomposition (rows.py): enumerated cycle paths and scored partial arrangements at ROWS_ITEMS_PER_S,
+  its exact-cover search per node and per candidate set scanned, a fixed charge per partition searched;
 - a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
   costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
   small calls.
@@ -38,6 +40,11 @@ ANNEAL_ITERS_PER_S = 171000      # annealer iterations of cost 1 per work second
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
+ROWS_ITEMS_PER_S = 1_000_000     # the row decomposition's enumerated cycle paths and scored arrangements (rows.py)
+ROWS_NODE_WORK_S = 1e-6          # one node of its exact-cover search over the rows' node sets
+ROWS_SCAN_WORK_S = 1e-7          # one candidate set scanned at such a node (~50 ns measured at load 1.2)
+ROWS_PAIR_WORK_S = 2e-9          # one cycle pair x alignment x column of its pair costs (numpy)
+ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
 
