@@ -2,6 +2,8 @@
 import csv
 import json
 
+import pytest
+
 from planner.cli.main import main
 from planner.costs.learned import LearnedMemory
 from planner.profile.memory import COLUMNS
@@ -25,6 +27,7 @@ def test_profile_fit_validate_roundtrip(tmp_path, capsys):
     assert rep["samples"] == 12 and "heldout" in rep
 
 
+@pytest.mark.slow
 def test_replay_measures_the_same_cases_again(tmp_path, capsys):
     samples, again = tmp_path / "s.csv", tmp_path / "r.csv"
     assert main(["profile", "memory", "-n", "3", "--seed", "5", "--max-gpus", "64", "-o", str(samples), "--json"]) == 0

@@ -242,6 +242,7 @@ def test_robust_simulation_rerank_judges_every_snapshot(make_spec):
         assert worst_t > mean_t > main_t
 
 
+@pytest.mark.slow
 def test_compare_reports_robust_mapping_and_robust_plan(tmp_path, capsys, monkeypatch):
     """`planner compare` on a cluster with snapshots: robust vs mean for the mapping and (with
     --robust-plan) for the whole plan, through the real CLI."""

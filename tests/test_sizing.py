@@ -111,6 +111,7 @@ def test_size_cli_bad_input(argv, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_sizing_within_a_sweep_and_resume(tmp_path, monkeypatch):
     from batch_fixtures import sweep_dict, write_sweep
 

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 
 # calibration: docs/notes/solver.md, "Deterministic work budget"
 WORK_PER_S = 0.35                # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
-ANNEAL_ITERS_PER_S = 171000      # annealer iterations of cost 1 per work second (60,000 per second of the limit:
-#                                  75% of the least rate measured with two solves at once, ~80,000)
+ANNEAL_ITERS_PER_S = 365000      # annealer iterations of cost 1 per work second (128,000 per second of the limit:
+#                                  75% of the least rate measured with two solves at once on a machine with no
+#                                  other load, 170,600 at 1x16; the first calibration, 80,000, had other jobs on top)
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)

@@ -24,7 +24,10 @@ from planner.mapping.problem import layouts
 from planner.mapping.result import MappingResult
 from planner.search.space import enumerate_configs
 
-SCREEN_ITERS = 1500           # annealing iterations per candidate while screening
+# annealing iterations per candidate while screening: the work of the 1,500 the numpy annealer ran here before the
+# incremental one (work.ANNEAL_ITERS_PER_S 31,000 -> 171,000: 1,500 x 5.5); 1,500 swap-only iterations left the
+# 128-node spec's screening anneals far from converged (docs/notes/solver.md, "Incremental annealer")
+SCREEN_ITERS = 8000
 SCREEN_SHARE = 0.9            # screening stops, once it has an incumbent, when it has spent this share of the work
 
 
