@@ -3,6 +3,7 @@ same work, deterministic (work limits, not the clock), and the result says which
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -113,3 +114,28 @@ def test_cutoff_prunes_what_cannot_beat_it():
 def test_unknown_method_is_refused():
     with pytest.raises(ValueError, match="method"):
         solve(family_problem(2, 2, 0), time_limit_s=0.1, method="magic")
+
+
+def test_exact_phase_not_started_near_the_safety_stop(monkeypatch):
+    """With under EXACT_WALL_FLOOR of the limit left after the anneal (a machine far slower than the
+    calibration), the exact phase, whose model building does not look at the clock, is skipped and the result
+    says the clock ended the search."""
+    real_anneal = portfolio.anneal
+
+    def slow_anneal(*a, **k):
+        r = real_anneal(*a, **k)
+        deadline = t_start + 1.0
+        while time.perf_counter() < deadline - 0.1:
+            pass                                    # the anneal "took" until 10% of the limit is left
+        return r
+
+    def no_exact(*a, **k):
+        raise AssertionError("the exact phase started near the safety stop")
+
+    monkeypatch.setattr(portfolio, "anneal", slow_anneal)
+    monkeypatch.setattr(portfolio, "solve_exact", no_exact)
+    p = family_problem(2, 4, 0)
+    t_start = time.perf_counter()
+    r = solve(p, time_limit_s=1.0, seed=0, wall_limit_s=1.0)
+    assert r.stopped_by == "wall" and r.status == "HEURISTIC"
+    assert r.objective == pytest.approx(p.objective(r.assign))

@@ -69,6 +69,12 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
                          "anneal" if style == "planner" else "anneal-pipette")
 
 
+def _accepts(new: float, cur: float, temp: float, draw) -> bool:
+    """Metropolis: always downhill or level, uphill with probability exp(-delta / temp). `draw` is called only
+    uphill, so a trajectory's random numbers do not depend on how many moves were level or better."""
+    return new <= cur or draw() < math.exp(-(new - cur) / max(temp, 1e-15))
+
+
 def _stop(t0, time_limit_s) -> bool:
     """The safety stop (the clock or a Ctrl-C); a clock stop is noted in the open work meters."""
     if time.perf_counter() - t0 > time_limit_s or interrupt.requested():
@@ -133,7 +139,7 @@ def _planner(probs, s, rng, iterations, time_limit_s, robust, cooling, t0):
         p, q = pick()
         v = ev.propose_swap(p, q)
         e = v + eps * ev.pending_tie
-        if e <= cur_e or u() < math.exp(-(e - cur_e) / max(temp, 1e-15)):
+        if _accepts(e, cur_e, temp, u):
             ev.accept()
             cur, cur_e = v, e
             if v < best:
@@ -172,7 +178,7 @@ def _pipette(probs, s, rng, iterations, time_limit_s, robust, alpha, t0):
         ran = it + 1
         cand = _random_move(s, rng, N)
         v = val(cand)
-        if v <= cur or rng.random() < math.exp(-(v - cur) / max(temp, 1e-15)):
+        if _accepts(v, cur, temp, rng.random):
             s, cur = cand, v
             if v < best:
                 best, best_s = v, cand.copy()

@@ -67,11 +67,8 @@ def applies(p) -> bool:
 def ring_tables(p) -> np.ndarray:
     """R x N x N: row i's ring charge of link (n, q) in integer units, base included (units.int_objective)."""
     base = to_units(p.dp_base)
-    out = []
-    for i in range(p.layout.rows):
-        lc = to_units(p.dp_link[i])
-        out.append(int(base[i]) + np.maximum(lc, lc.T))
-    return np.stack(out)
+    # each link charged both ways: the objective's own symmetric table (rounding is monotone, so the max commutes)
+    return np.stack([int(base[i]) + to_units(p._dp_sym[i]) for i in range(p.layout.rows)])
 
 
 def dihedral(K: int) -> np.ndarray:
