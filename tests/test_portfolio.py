@@ -139,3 +139,18 @@ def test_exact_phase_not_started_near_the_safety_stop(monkeypatch):
     r = solve(p, time_limit_s=1.0, seed=0, wall_limit_s=1.0)
     assert r.stopped_by == "wall" and r.status == "HEURISTIC"
     assert r.objective == pytest.approx(p.objective(r.assign))
+
+
+def test_lns_after_the_anneal_never_worse_and_deterministic(monkeypatch):
+    """Above EXACT_NODES (lowered here) the LNS runs on its share after the anneal: never worse than the annealer
+    alone on the same iterations, the same plan twice, its steps in the record."""
+    monkeypatch.setattr(portfolio, "EXACT_NODES", 16)
+    p = family_problem(4, 5, 3)
+    alone = solve(p, time_limit_s=0.3, seed=0, method="anneal")
+    a = solve(p, time_limit_s=0.3, seed=0)
+    b = solve(p, time_limit_s=0.3, seed=0)
+    assert a.work["lns_steps"] == portfolio.lns_steps(0.3, p) > 0
+    assert a.work["iterations"] == alone.work["iterations"] == work_budget(0.3, p)[0]
+    assert a.objective <= alone.objective + 1e-12
+    assert np.array_equal(a.assign, b.assign) and a.work == b.work and a.stopped_by == b.stopped_by == "work"
+    p.check(a.assign)

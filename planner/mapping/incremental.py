@@ -246,3 +246,9 @@ class SwapEvaluator:
 
 def _excess(vals, level: float) -> float:
     return sum(v - level for v in vals if v > level)
+
+
+def tie_score(vals, level: float) -> float:
+    """SwapEvaluator's tie of one kind of values (the columns' paths or the rows' rings): their excess over
+    level x their maximum (lns.py keeps its search on the same plateaus)."""
+    return _excess(vals, level * max(vals))

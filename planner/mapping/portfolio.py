@@ -3,11 +3,15 @@
 solve(problems, time_limit_s=T, seed=s) turns T into work (work.py: WORK_PER_S work seconds per second) and
 runs, on that one budget:
   1. the annealer (anneal.py) from the hint or Megatron's rank order, on its share of the iterations;
-  2. up to EXACT_NODES candidate nodes, cpsat.solve_exact (pre-solve bounds, the column decomposition, the
+  2. above EXACT_NODES nodes (one scenario, >= 3 columns: lns.applies), large-neighbourhood search with exact
+     repair (lns.py) from the annealer's plan, on LNS_SHARE of the work (taken from the annealer's share: on
+     issue #10's family at 64-128 nodes it lowers the objective more per unit of work than annealing longer;
+     at 32 nodes it found nothing; docs/notes/solver.md "LNS after the anneal");
+  3. up to EXACT_NODES candidate nodes, cpsat.solve_exact (pre-solve bounds, the column decomposition, the
      assignment model) with the annealer's incumbent as hint, on the rest of the work (EXACT_SHARE of it up to
      SMALL_NODES nodes, EXACT_SHARE_LARGE above): OPTIMAL ends the search,
      otherwise its bound is kept and a better placement it finds replaces the incumbent (never a worse one).
-Above EXACT_NODES the portfolio is the annealer on the whole budget. With a cutoff (branch and bound across
+Above EXACT_NODES the portfolio is the annealer and the LNS on the whole budget. With a cutoff (branch and bound across
 configurations: only placements strictly better than it matter) and an exact phase, the annealer is skipped and
 the exact model gets the whole budget (it proves "nothing better", usually at once).
 
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner import interrupt
-from planner.mapping import work
+from planner.mapping import lns, work
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import robust_lower_bound, robust_objective
@@ -46,6 +50,10 @@ WALL_NEAR = 0.05                 # seconds before the safety stop that count as 
 # 12-20%. Only a machine far slower than the calibration (work.py) leaves this little, so the search was already
 # the clock's (stopped_by "wall")
 EXACT_WALL_FLOOR = 0.2
+# of the work, above EXACT_NODES nodes where lns.applies: the LNS after the anneal (tuning seeds 100 101 0-2 24 of
+# issue #10's family; docs/notes/solver.md "LNS after the anneal")
+LNS_SHARE = 0.2
+LNS_CHUNK = 200                  # LNS steps between looks at the safety stop
 
 
 @dataclass
@@ -63,7 +71,25 @@ def work_budget(time_limit_s: float, problems) -> tuple[int, float]:
     p0 = probs[0]
     total = work.WORK_PER_S * time_limit_s
     share = EXACT_SHARE if p0.n <= SMALL_NODES else (EXACT_SHARE_LARGE if p0.n <= EXACT_NODES else 0.0)
-    return work.iterations_for((1.0 - share) * total, p0.layout.rows, len(probs)), float(share * total)
+    left = 1.0 - share - _lns_share(probs)
+    return work.iterations_for(left * total, p0.layout.rows, len(probs)), float(share * total)
+
+
+def lns_steps(time_limit_s: float, problems) -> int:
+    """LNS steps (lns.py) the portfolio runs after its anneal: LNS_SHARE of the work above EXACT_NODES nodes where
+    lns.applies, else none."""
+    probs = problems if isinstance(problems, list) else [problems]
+    share = _lns_share(probs)
+    if share <= 0:
+        return 0
+    p0 = probs[0]
+    # a step places up to 2K freed nodes and the spares; charged as the mean of one and two per column
+    size = int(1.5 * p0.layout.cols) + p0.n - p0.layout.blocks
+    return int(share * work.WORK_PER_S * time_limit_s / work.lns_step_work(p0.layout.blocks, size))
+
+
+def _lns_share(probs) -> float:
+    return LNS_SHARE if (probs[0].n > EXACT_NODES and probs[0].layout.blocks > 1 and lns.applies(probs)) else 0.0
 
 
 def solve(problems, *, time_limit_s: float, seed: int = 0, method: str = "auto", robust: str = "worst",
@@ -96,7 +122,7 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
     def wall_left():
         return deadline - time.perf_counter()
 
-    if method == "anneal" or (method == "auto" and (exact_w <= 0 or trivial)):
+    if method == "anneal" or (method == "auto" and trivial):
         r = anneal(probs, seed=seed, iterations=iters, time_limit_s=max(0.0, wall_left()), init=init, robust=robust)
         stop = "wall" if wall_left() <= 0 else "work"
         return _result(r.assign, probs, robust, r.bound, "HEURISTIC", method, stop, {"iterations": iters})
@@ -104,10 +130,13 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
         return _exact(probs, work.WORK_PER_S * T, seed, init, robust, cutoff, wall_left, None, {"iterations": 0})
 
     info = {"iterations": 0, "exact_work_s": 0.0, "improvements": 0}
-    if cutoff is None:
+    if exact_w <= 0 or cutoff is None:
         r = anneal(probs, seed=seed, iterations=iters, time_limit_s=max(0.0, wall_left()), init=init, robust=robust)
         info["iterations"] = iters
-        init = r.assign.copy()
+        init, info = _lns(probs, T, seed, r.assign.copy(), wall_left, info)
+        if exact_w <= 0:                            # above EXACT_NODES: the annealer and the LNS
+            stop = "wall" if wall_left() <= 0 else "work"
+            return _result(init, probs, robust, r.bound, "HEURISTIC", method, stop, info)
         if wall_left() <= EXACT_WALL_FLOOR * T or interrupt.requested():
             if not interrupt.requested():
                 work.note_wall()
@@ -116,6 +145,25 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
     else:
         exact_budget = work.WORK_PER_S * T          # only "is there better than the cutoff?": all of it
     return _exact(probs, exact_budget, seed, init, robust, cutoff, wall_left, "portfolio", info)
+
+
+def _lns(probs, T, seed, init, wall_left, info):
+    """The LNS after the anneal on its steps (none where it does not apply or the safety stop is near)."""
+    steps = lns_steps(T, probs)
+    if steps <= 0 or wall_left() <= WALL_NEAR or interrupt.requested():
+        return init, info
+    # the steps in chunks, so the safety stop and a Ctrl-C are seen (a chunk is ~0.1 s of wall)
+    done, moved, a = 0, 0, init
+    while done < steps:
+        n = min(LNS_CHUNK, steps - done)
+        a, k = lns.improve(probs[0], a, steps=n, seed=seed * 1_000_003 + done)
+        done, moved = done + n, moved + k
+        if wall_left() <= WALL_NEAR or interrupt.requested():
+            if not interrupt.requested():
+                work.note_wall()
+            break
+    info = dict(info, lns_steps=done, lns_moves=moved)
+    return a, info
 
 
 def _exact(probs, budget, seed, init, robust, cutoff, wall_left, method, info) -> PortfolioResult:

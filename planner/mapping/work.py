@@ -9,6 +9,8 @@ that do not depend on the machine's load:
   cover search: DFS_NODE_WORK_S per node;
 - the row decomposition (rows.py): enumerated cycle paths and scored partial arrangements at ROWS_ITEMS_PER_S,
   its exact-cover search per node and per candidate set scanned, a fixed charge per partition searched;
+- the LNS after the anneal (lns.py): per step, the annealer iterations of cost 1 it takes as long as
+  (lns_step_work: a fixed part, the grid's blocks, the nodes it places; timed against the annealer in one process);
 - a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
   costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
   small calls.
@@ -45,6 +47,11 @@ ROWS_ITEMS_PER_S = 1_000_000     # the row decomposition's enumerated cycle path
 ROWS_NODE_WORK_S = 1e-6          # one node of its exact-cover search over the rows' node sets
 ROWS_SCAN_WORK_S = 1e-7          # one candidate set scanned at such a node (~50 ns measured at load 1.2)
 ROWS_PAIR_WORK_S = 2e-9          # one cycle pair x alignment x column of its pair costs (numpy)
+# one LNS step (lns.py), in annealer iterations of cost 1: LNS_STEP_ITERS + LNS_BLOCK_ITERS x the grid's blocks +
+# LNS_NODE_ITERS x the nodes it places (benchmarks/lns_speed.py: 59-87 on 4x8 .. 16x8, charged 64-103)
+LNS_STEP_ITERS = 45
+LNS_BLOCK_ITERS = 0.3
+LNS_NODE_ITERS = 0.8
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
@@ -104,6 +111,13 @@ def iteration_cost(rows: int, scenarios: int = 1) -> float:
 def anneal_work(iterations: int, rows: int = 1, scenarios: int = 1) -> float:
     """Work seconds of `iterations` annealer iterations on a grid of `rows` rows and `scenarios` scenarios."""
     return iterations * iteration_cost(rows, scenarios) / ANNEAL_ITERS_PER_S
+
+
+def lns_step_work(blocks: int, size: int) -> float:
+    """Work seconds of one LNS step (lns.py) on a grid of `blocks` blocks whose assignment problem places `size`
+    nodes: the annealer iterations of cost 1 that take as long, timed in one process (benchmarks/lns_speed.py), so
+    the step inherits the annealer's calibration and margin."""
+    return (LNS_STEP_ITERS + LNS_BLOCK_ITERS * blocks + LNS_NODE_ITERS * size) / ANNEAL_ITERS_PER_S
 
 
 def iterations_for(work_s: float, rows: int = 1, scenarios: int = 1) -> int:
