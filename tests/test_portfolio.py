@@ -154,3 +154,5 @@ def test_lns_after_the_anneal_never_worse_and_deterministic(monkeypatch):
     assert a.objective <= alone.objective + 1e-12
     assert np.array_equal(a.assign, b.assign) and a.work == b.work and a.stopped_by == b.stopped_by == "work"
     p.check(a.assign)
+    p.dp_base = np.array([0.0, -0.01, -0.02, -0.03])      # pipeline slack: one row's ring dominates, no LNS
+    assert portfolio.lns_steps(0.3, p) == 0 and work_budget(0.3, p)[0] > a.work["iterations"]
