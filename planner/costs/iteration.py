@@ -245,12 +245,9 @@ def dp_allreduce_s(spec, cfg: ParallelConfig, costs: Costs, params: float, repli
     Megatron-Core reduces over the data-parallel-with-context-parallel group: each replica brings its cp ranks (the
     same parameters), so a node holds replicas_per_node * cp GPUs of each ring."""
     nbytes = params * grad_bytes(spec, costs)
-    per, span = replicas_per_node * cfg.cp, 1
-    if per * cfg.tp > spec.cluster.gpus_per_node:       # a tp x cp group spans `span` nodes: its cp ranks spread
-        span = per * cfg.tp // spec.cluster.gpus_per_node
-        per, nodes = per // span, nodes * span
+    per, nodes, span = cpar.dp_ring(spec, cfg, replicas_per_node, nodes)
     return costs.comm.dp_allreduce_time(nbytes, per, nodes, cfg.tp, spec.cluster,
-                                        pair_GBps if nodes > 1 and span == 1 or nodes > span else None)
+                                        cpar.ring_pair(pair_GBps, nodes, span))
 
 
 def grad_bytes(spec, costs: Costs) -> float:
