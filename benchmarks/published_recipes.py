@@ -47,7 +47,7 @@ KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", 
          "kernels", "cluster",         # kernels: training.kernels; cluster: clusters/<name>.yaml (default CLUSTER)
          "zero",                       # zero: ZeRO stage where the source states one beyond the distributed optimizer
          "compile",                    # torchtitan's training.compile: sets `kernels` (fused) unless stated
-         "fsdp_float8_all_gather",     # torchao Float8 weights all-gathered in fp8 by FSDP2 (no such spec key yet)
+         "fsdp_float8_all_gather",     # training.fsdp_float8_all_gather: torchao's fp8 all-gather of FSDP2
          "tp_backward_overlap",        # training.overlap.tp_backward (Megatron's async backward TP collectives)
          "cp_comm")                    # training.cp_comm (torchtitan's CP rotate method `allgather`: no such mode)
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}

@@ -21,7 +21,14 @@ from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES, activation_precision
 from planner.costs.fsdp import fsdp_collectives
-from planner.costs.memory import GiB, MemoryBreakdown, fsdp_units, stage_layer_count, stage_params
+from planner.costs.memory import (
+    GiB,
+    MemoryBreakdown,
+    fsdp_gather_bytes,
+    fsdp_units,
+    stage_layer_count,
+    stage_params,
+)
 from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
@@ -329,7 +336,9 @@ def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, 
       forward, one reduce-scatter (+ all-reduce) after the last backward, hidden behind one micro-batch's F (B).
     The overlap flags of training.overlap are Megatron-Core's and do not apply: FSDP2 always overlaps."""
     units = fsdp_units(spec.model, cfg, stage)
-    ag, rs, rep = fsdp_collectives(spec, cfg, costs, sum(units), b, K, pair_GBps)
+    gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage)
+    ag, rs, rep = fsdp_collectives(spec, cfg, costs, sum(units), b, K, pair_GBps,
+                                   None if gathered is None else sum(gathered))
     n = len(units)
     hb, hf = max(st[stage].backward, 0.0), max(st[stage].forward, 0.0)
     if cfg.pp == 1:
