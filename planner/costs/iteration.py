@@ -119,11 +119,36 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
         p = parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg))
         comm, gemm = p["tp_comm"], p["gemm"]
         r = getattr(costs.compute, "backward_ratio", 2.0)
-        return (float(comm - exposed_s(comm, gemm, cfg.tp)), float(comm - exposed_s(comm, r * gemm, cfg.tp)))
+        of, ob = userbuffers_overhead_s(costs.compute, spec.cluster.gpu.peak_flops("bf16"), cfg.tp)
+        return (float(comm - exposed_s(comm, gemm, cfg.tp) - of), float(comm - exposed_s(comm, r * gemm, cfg.tp) - ob))
     if ov.tp_backward:
         return 0.0, tp_backward_saving(parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg)),
                                        cfg.sequence_parallel)
     return 0.0, 0.0
+
+
+# Transformer Engine's default userbuffers methods per GEMM (NVIDIA/TransformerEngine@d0067d0d
+# transformer_engine/pytorch/module/base.py, initialize_ub; the same lists and split counts at 67b67432, July 2024):
+# "ring_exchange" (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad) runs the GEMM as tp chunks, one per exchanged
+# piece; "pipeline" (proj_fprop, fc2_fprop) as UB_PIPELINE_SPLITS chunks; "bulk" (qkv/fc1 dgrad and wgrad) and the
+# proj/fc2 wgrads do not split their GEMM. Recipes may override them per shape (Megatron-Bridge comm_overlap.py).
+UB_RING_EXCHANGE_FWD = 2          # qkv_fprop, fc1_fprop
+UB_PIPELINE_FWD = 2               # proj_fprop, fc2_fprop
+UB_RING_EXCHANGE_BWD = 2          # proj_dgrad, fc2_dgrad
+UB_PIPELINE_SPLITS = 4
+
+
+def userbuffers_overhead_s(compute, peak_bf16: float, tp: int) -> tuple[float, float]:
+    """(forward, backward) seconds per layer that TE's userbuffers overlap adds by splitting GEMMs into chunks:
+    each extra chunk pays the GEMM curve's fixed part again (ComputeModel.gemm_fixed_s; fp8 GEMMs keep that part's
+    bf16 time, fp8_gemm_time). Not charged: the SMs the pipeline / bulk methods' communication kernels take
+    beside the GEMM (set_sm_margin and num_sm differ between TE versions and recipes)."""
+    fixed = getattr(compute, "gemm_fixed_s", None)
+    if fixed is None or tp <= 1:
+        return 0.0, 0.0
+    f = fixed(peak_bf16)
+    fwd = UB_RING_EXCHANGE_FWD * (tp - 1) * f + UB_PIPELINE_FWD * (UB_PIPELINE_SPLITS - 1) * f
+    return fwd, UB_RING_EXCHANGE_BWD * (tp - 1) * f
 
 
 def tp_backward_saving(parts: dict, sequence_parallel: bool) -> float:
