@@ -332,13 +332,16 @@ def evaluate_row(row: dict, strict: bool = False, nvl_peak: bool = False) -> dic
 def solve_search(row: dict) -> dict:
     """The space `--solve` searches for a row: what Megatron-Core offers and the recipe itself can be found in
     (1F1B and interleaved with v 2 and the recipe's vp, every recompute mode, ZeRO 0/1, sequence parallel off/on,
-    uneven end stages), so the recipe is one of the candidates whenever the memory model lets it fit."""
-    vp = knobs_of(row).get("vp", 1) or 1
+    uneven end stages, context parallelism 1 and the recipe's cp), so the recipe is one of the candidates whenever
+    the memory model lets it fit."""
+    kn = knobs_of(row)
+    vp = kn.get("vp", 1) or 1
     return {"schedules": ["1f1b", "interleaved"], "virtual_stages": sorted({2, vp} - {1}),
-            "recompute": ["none", "selective", "full"], "zero": [0, 1], "sequence_parallel": [False, True]}
+            "recompute": ["none", "selective", "full"], "zero": [0, 1], "sequence_parallel": [False, True],
+            "context_parallel": sorted({1, kn.get("cp", 1) or 1})}
 
 
-CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch_size", "schedule", "vpp", "recompute", "zero", "sequence_parallel",
+CONFIG_FIELDS = ("tp", "cp", "pp", "dp", "micro_batch_size", "schedule", "vpp", "recompute", "zero", "sequence_parallel",
                  "first_stage_layers", "last_stage_layers")
 
 
