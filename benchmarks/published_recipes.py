@@ -16,7 +16,7 @@ Knobs the planner lacks map to the nearest thing it has (`nearest` below) and ar
 that are spec keys are tried on the spec parser first, so a key another branch adds (training.attention,
 training.precision: fp8, overlap keys) is used as soon as the parser accepts it.
 
-Run:  python benchmarks/published_recipes.py [--rows ID,ID] [--json]
+Run:  python benchmarks/published_recipes.py [--rows ID,ID] [--json] [--nvl-peak]
       python benchmarks/published_recipes.py --solve [--rows ID,ID] [--time-limit S] [--no-sim]
          (`planner solve` per row, default the full-knob rows: its plan against the recipe, both predicted)
 """
@@ -45,7 +45,11 @@ KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", 
          "tp_comm_overlap", "uneven_stages", "grad_reduce_in_fp32", "fp8_param_gather",
          "fsdp", "gpu_memory_GiB",     # fsdp: ZeRO-3 shard degree (< dp: HSDP); gpu_memory_GiB: the run's GPU
          "kernels", "cluster",         # kernels: training.kernels; cluster: clusters/<name>.yaml (default CLUSTER)
-         "zero")                       # zero: ZeRO stage where the source states one beyond the distributed optimizer
+         "zero",                       # zero: ZeRO stage where the source states one beyond the distributed optimizer
+         "compile",                    # torchtitan's training.compile: sets `kernels` (fused) unless stated
+         "fsdp_float8_all_gather",     # training.fsdp_float8_all_gather: torchao's fp8 all-gather of FSDP2
+         "tp_backward_overlap",        # training.overlap.tp_backward (Megatron's async backward TP collectives)
+         "cp_comm")                    # training.cp_comm (torchtitan's CP rotate method `allgather`: no such mode)
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
@@ -53,15 +57,17 @@ METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 # an unknown key or a refused value (today: all of these, and precision fp8) makes the knob `missing` and the
 # row falls back to the value in FALLBACK (None: the key is left out, the planner's own default applies).
 TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
-                 "kernels": "kernels", "fp8_param_gather": "fp8_param_gather"}
+                 "kernels": "kernels", "fp8_param_gather": "fp8_param_gather",
+                 "fsdp_float8_all_gather": "fsdp_float8_all_gather", "cp_comm": "cp_comm"}
 # recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
 OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
-                "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm"}
+                "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm", "tp_backward_overlap": "tp_backward"}
 FALLBACK = {"precision": "bf16"}
 # a knob whose value is the planner's behaviour today needs no key: not missing
 IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
             "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "grad_reduce_in_fp32": False,
-            "kernels": "fused", "fp8_param_gather": False}
+            "kernels": "fused", "fp8_param_gather": False, "fsdp_float8_all_gather": False, "cp_comm": "ring",
+            "tp_backward_overlap": True}
 
 
 # ---- the data file ---------------------------------------------------------------------------------------------
@@ -160,6 +166,37 @@ def cluster_dict(gpus: int, name: str | None = None) -> dict:
     return c
 
 
+def torchtitan_split(L: int, pp: int, vp: int, missing: list, notes: list) -> dict:
+    """torchtitan's generated split (pytorch/torchtitan @ 9dec370a torchtitan/parallelisms/pipelining_utils.py
+    generate_split_points: pp * vp stages, the first base = L // stages layers, middle stages one more while the
+    remainder lasts, the last what is left; rank r holds stages r, r + pp, ...) as per-rank first / last counts.
+    Where Megatron-Core's form cannot hold it (a rank's layers must split evenly over its vp chunks), the nearest
+    legal split with the same busiest rank is used and the knob is `missing`."""
+    from planner.config import split_layers
+    stages, base = pp * vp, L // (pp * vp)
+    extra, per_stage = L % stages, []
+    for i in range(stages - 1):
+        add = 1 if i > 0 and extra > 0 else 0
+        extra -= add
+        per_stage.append(base + add)
+    per_stage.append(L - sum(per_stage))
+    ranks = [sum(per_stage[r::pp]) for r in range(pp)]
+    if len(set(ranks)) == 1:
+        return {}
+    try:
+        split_layers(L, pp, vp, ranks[0], ranks[-1])
+        return {"first_stage_layers": ranks[0], "last_stage_layers": ranks[-1]}
+    except ValueError:
+        pass
+    mid = -(-max(ranks) // vp) * vp
+    ends = L - (pp - 2) * mid
+    last = ends // 2 // vp * vp
+    missing.append("uneven_stages")
+    notes.append(f"torchtitan's stages {per_stage[0]}/{per_stage[1]}../{per_stage[-1]} (ranks "
+                 f"{ranks[0]}/{ranks[1]}../{ranks[-1]}) -> {ends - last}/{mid}../{last}")
+    return {"first_stage_layers": ends - last, "last_stage_layers": last}
+
+
 def build(row: dict, search: dict | None = None, solver: dict | None = None):
     """(spec, config, missing, notes) for one row: knobs -> spec keys and ParallelConfig fields.
 
@@ -167,6 +204,10 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
     spec's sections for `--solve` (default: the planner's own)."""
     from planner.spec import parse_spec
     kn = knobs_of(row)
+    if "compile" in kn and "kernels" not in kn:
+        # torch.compile of each TransformerBlock (Inductor fuses its element-wise ops into Triton kernels; GEMMs and
+        # SDPA stay library calls): the fused element-wise model; without it torchtitan's eager kernels
+        kn["kernels"] = "fused" if kn["compile"] else "eager"
     missing, notes = [], []
     model = model_dict(row)
     tp, pp, cp, vp = kn["tp"], kn["pp"], kn.get("cp", 1), kn.get("vp", 1) or 1
@@ -195,6 +236,8 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
     elif how == "ends_minus_one":
         per = (model["num_layers"] + 2) // pp - 1
         uneven = {"first_stage_layers": per, "last_stage_layers": per}
+    elif how == "torchtitan":
+        uneven = torchtitan_split(model["num_layers"], pp, vp, missing, notes)
     elif how:
         missing.append("uneven_stages")
         chunks = pp * vp
@@ -255,14 +298,29 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
 
 # ---- run -------------------------------------------------------------------------------------------------------
 
-def evaluate_row(row: dict) -> dict:
+# H100 NVL dense peaks (NVIDIA H100 datasheet, with sparsity / 2: bf16 1,671 / 2, fp8 3,341 / 2): the lower end of
+# the bracket torchtitan's footnote gives for its 500 W HBM2e parts ("between SXM and NVL"); --nvl-peak reports the
+# Grand Teton rows at it, a sensitivity from the page's own words, not a fit
+NVL_PEAK = {"bf16": 835.0, "fp16": 835.0, "fp8": 1670.5}
+GRAND_TETON = "grand-teton-h100-hbm2e"
+
+
+def evaluate_row(row: dict, strict: bool = False, nvl_peak: bool = False) -> dict:
+    """strict (the #9 rows): a row with a knob the planner could not take is partial as well. nvl_peak: the Grand
+    Teton rows at the H100 NVL peaks (NVL_PEAK)."""
     from planner.search.solve import estimate_plan
     spec, cfg, missing, notes = build(row)
+    if nvl_peak and knobs_of(row).get("cluster") == GRAND_TETON:
+        from dataclasses import replace
+        gpu = spec.cluster.gpu
+        spec = replace(spec, cluster=replace(spec.cluster, gpu=replace(gpu, peak_tflops={**gpu.peak_tflops,
+                                                                                         **NVL_PEAK})))
+        notes = notes + ["NVL peak"]
     est = estimate_plan(spec, cfg)[0]
     published, via = published_step_s(row, spec.model)
     gpu_GiB = spec.cluster.gpu.memory_GiB
     return {"id": row["id"], "source": row["source"], "gpus": row["gpus"], "config": cfg.label(),
-            "partial": is_partial(row), "unstated": list(row.get("unstated") or []), "missing": missing,
+            "partial": is_partial(row) or (strict and bool(missing)), "unstated": list(row.get("unstated") or []), "missing": missing,
             "notes": notes, "published_s": published, "published_via": via, "predicted_s": est.iteration_s,
             "error": est.iteration_s / published - 1, "peak_GiB": est.peak_memory_GiB, "gpu_GiB": gpu_GiB,
             "usable_GiB": est.memory_limit_GiB, "fits": est.peak_memory_GiB <= gpu_GiB,
@@ -274,13 +332,16 @@ def evaluate_row(row: dict) -> dict:
 def solve_search(row: dict) -> dict:
     """The space `--solve` searches for a row: what Megatron-Core offers and the recipe itself can be found in
     (1F1B and interleaved with v 2 and the recipe's vp, every recompute mode, ZeRO 0/1, sequence parallel off/on,
-    uneven end stages), so the recipe is one of the candidates whenever the memory model lets it fit."""
-    vp = knobs_of(row).get("vp", 1) or 1
+    uneven end stages, context parallelism 1 and the recipe's cp), so the recipe is one of the candidates whenever
+    the memory model lets it fit."""
+    kn = knobs_of(row)
+    vp = kn.get("vp", 1) or 1
     return {"schedules": ["1f1b", "interleaved"], "virtual_stages": sorted({2, vp} - {1}),
-            "recompute": ["none", "selective", "full"], "zero": [0, 1], "sequence_parallel": [False, True]}
+            "recompute": ["none", "selective", "full"], "zero": [0, 1], "sequence_parallel": [False, True],
+            "context_parallel": sorted({1, kn.get("cp", 1) or 1})}
 
 
-CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch_size", "schedule", "vpp", "recompute", "zero", "sequence_parallel",
+CONFIG_FIELDS = ("tp", "cp", "pp", "dp", "micro_batch_size", "schedule", "vpp", "recompute", "zero", "sequence_parallel",
                  "first_stage_layers", "last_stage_layers")
 
 
@@ -374,6 +435,9 @@ def main(argv=None) -> int:
                          "ones) and compare its plan with the recipe; slow (a benchmark)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per row with --solve")
     ap.add_argument("--no-sim", action="store_true", help="with --solve: skip the simulator's re-ranking")
+    ap.add_argument("--nvl-peak", action="store_true",
+                    help="the Grand Teton (torchtitan) rows at the H100 NVL peaks, the lower end of the page's "
+                         "bracket (a sensitivity)")
     args = ap.parse_args(argv)
     _, rows = load_rows(args.data)
     # the FSDP rows (#9) are their own set with their own summary, after the #8 table
@@ -399,7 +463,7 @@ def main(argv=None) -> int:
         return 0
     results = [evaluate_row(r) for r in rows]
     s = summary(results)
-    more = [evaluate_row(r) for r in extra]
+    more = [evaluate_row(r, strict=True, nvl_peak=args.nvl_peak) for r in extra]
     if args.json:
         print(json.dumps({"rows": results, "summary": s,
                           **({"fsdp_rows": more, "fsdp_summary": summary(more)} if more else {})}, indent=1))

@@ -14,6 +14,7 @@ from planner.costs.iteration import (
     stage_times,
     tp_backward_saving,
     tp_overlap_saving,
+    userbuffers_overhead_s,
 )
 from planner.errors import SpecError
 from planner.spec.plan import OverlapSpec
@@ -81,7 +82,7 @@ def test_userbuffers_take_precedence_and_tp1_has_nothing(make_spec):
     sp_cfg = ParallelConfig(8, 2, 2, 1, 16, "1f1b", 1, "none", 0, True)
     ub = tp_overlap_saving(spec, sp_cfg, costs)
     only_bwd = tp_overlap_saving(_with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False)), sp_cfg, costs)
-    assert ub[0] > 0 and only_bwd[0] == 0.0 and ub != only_bwd
+    assert ub[0] != 0.0 and only_bwd[0] == 0.0 and ub != only_bwd
     assert tp_overlap_saving(spec, ParallelConfig(1, 2, 16, 1, 2, "1f1b", 1, "none", 0, False), costs) == (0.0, 0.0)
 
 
@@ -127,3 +128,23 @@ def test_export_names_the_nemo_overrides():
         assert part in line
     assert nemo_overrides(None, c, "deepspeed") == []
     assert "MegatronCommOverlapCallback" not in nemo_overrides(None, {**c, "schedule": "1f1b"}, "megatron")[0]
+
+
+def test_userbuffers_pay_for_their_gemm_chunks(make_spec, monkeypatch):
+    """TE's ring-exchange / pipeline overlaps split GEMMs into chunks: the saving is the hidden transfer less one GEMM
+    fixed part per extra chunk (qkv, fc1 forward and proj, fc2 dgrad in tp chunks; proj, fc2 forward in 4)."""
+    import planner.costs.iteration as it
+    spec = _with(make_spec(nodes=4, seed=3, gbs=64), attention="unfused")
+    costs = default_costs(spec.cluster)
+    cfg = ParallelConfig(4, 2, 4, 1, 16, "1f1b", 1, "none", 0, True)
+    with_chunks = tp_overlap_saving(spec, cfg, costs)
+    monkeypatch.setattr(it, "userbuffers_overhead_s", lambda *a: (0.0, 0.0))
+    free = tp_overlap_saving(spec, cfg, costs)
+    fixed = costs.compute.gemm_fixed_s(spec.cluster.gpu.peak_flops("bf16"))
+    assert fixed > 0
+    assert free[0] - with_chunks[0] == pytest.approx((2 * 3 + 2 * 3) * fixed)
+    assert free[1] - with_chunks[1] == pytest.approx(2 * 3 * fixed)
+    assert userbuffers_overhead_s(costs.compute, 1e15, 1) == (0.0, 0.0)
+    # a GEMM on the curve is its throughput part plus exactly that fixed part
+    cm = costs.compute
+    assert cm._gemm_time(1e12, 1e15) == pytest.approx(1e12 / (1e15 * cm.max_efficiency) + cm.gemm_fixed_s(1e15))

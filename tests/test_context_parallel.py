@@ -202,3 +202,48 @@ def test_cp_group_across_nodes_blocks_of_whole_nodes(make_spec, optimum):
     import planner
     sim = planner.simulate(whole, cfg, layout=lay, assign=assign, nodes=p8.nodes)
     assert abs(est.iteration_s / sim.iteration_s - 1) < 0.05
+
+
+def test_zero3_with_cp_is_fsdp_over_dp_x_cp():
+    """torchtitan's FSDP + CP: the parameters shard over dp x cp (its dp_shard_cp mesh). The cp terms (compute,
+    attention, exchange, activations) are ZeRO-1 + cp's; the sharded state and the FSDP collectives are those of a
+    cp = 1 ZeRO-3 rank with dp * cp replicas; the search enumerates it on the ring, not TE's all-to-all or HSDP."""
+    from planner.costs.fsdp import fsdp_collectives
+    spec = long_spec(cp=(1, 2))
+    spec = replace(spec, search=replace(spec.search, zero=(1, 3), dp_shard=(0, 2)))
+    costs = default_costs(spec.cluster)
+    z3 = ParallelConfig(1, 1, 8, 1, 2, "1f1b", 1, "full", 3, False, cp=2)
+    z1 = replace(z3, zero=1)
+    flat = ParallelConfig(1, 1, 16, 1, 1, "1f1b", 1, "full", 3, False)    # the shard view, at s / cp
+    half = replace(spec, training=replace(spec.training, seq_length=spec.training.seq_length // 2))
+    m3, m1 = stage_memory(spec, z3, costs)[0], stage_memory(spec, z1, costs)[0]
+    mf = stage_memory(half, flat, costs)[0]
+    assert (m3.weights, m3.gradients, m3.optimizer, m3.fsdp) == (mf.weights, mf.gradients, mf.optimizer, mf.fsdp)
+    assert m3.fsdp > 0 and m1.fsdp == 0
+    assert (m3.activations, m3.transient) == (m1.activations, m1.transient) != (mf.activations, mf.transient)
+    assert stage_times(spec, z3, costs) == stage_times(spec, z1, costs)
+    P = 1e9
+    assert fsdp_collectives(spec, z3, costs, P, 4, 2) == fsdp_collectives(half, flat, costs, P, 8, 2)
+    assert estimate_plan(spec, z3)[0].iteration_s > estimate_plan(spec, z1)[0].iteration_s
+    got = [c for c in enumerate_configs(spec) if c.zero == 3 and c.cp == 2]
+    assert got and all(c.dp_shard == 0 for c in got)
+    a2a = replace(spec, training=replace(spec.training, cp_comm="all_to_all"))
+    assert not [c for c in enumerate_configs(a2a) if c.zero == 3 and c.cp > 1]
+    assert [c for c in enumerate_configs(a2a) if c.zero == 1 and c.cp > 1]
+    assert "all_to_all" in cpar.cp_refusal(a2a, z3) and "HSDP" in cpar.cp_refusal(spec, replace(z3, dp_shard=2))
+
+
+def test_cli_and_export_of_zero3_with_cp(capsys):
+    import tomllib
+
+    from planner.cli.main import main
+    from planner.export import torchtitan_toml
+    base = ["estimate", "specs/llama3-8b-h100-fsdp-128.yaml", "--tp", "1", "--pp", "1", "--mbs", "1", "--zero", "3",
+            "--cp", "2"]
+    assert main(base + ["--dp", "64"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--dp", "64", "--dp-shard", "2"]) == 2
+    assert "--dp-shard" in capsys.readouterr().err
+    cfg = ParallelConfig(2, 1, 4, 1, 4, "1f1b", 1, "full", 3, True, cp=2)
+    p = tomllib.loads(torchtitan_toml({"config": cfg.as_dict(), "seq_length": 32768, "num_layers": 8}))["parallelism"]
+    assert (p["context_parallel_degree"], p["data_parallel_shard_degree"], p["tensor_parallel_degree"]) == (2, 4, 2)

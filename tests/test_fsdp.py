@@ -157,3 +157,35 @@ def test_op_sac_bytes_match_a_fake_tensor_torchtitan_block(h, a, kv, f, s):
     cfg = ParallelConfig(1, 1, 8, 1, 1, "1f1b", 1, "selective", 3, False)
     lin, core = op_sac_bytes(model, SimpleNamespace(seq_length=s), cfg)
     assert lin + core == saved_bytes(h, a, kv, f, s)
+
+
+def test_fsdp_float8_all_gather_gathers_linear_weights_in_one_byte(make_spec):
+    """torchao's fp8 all-gather (training.fsdp_float8_all_gather): a block's Linear weights move and stay gathered
+    at 1 byte, the rest at bf16's 2; the reduce-scatter is unchanged; it needs precision fp8."""
+    from dataclasses import replace
+
+    from planner.costs import default_costs
+    from planner.costs.fsdp import fsdp_collectives
+    from planner.costs.memory import fp8_gemm_weights, fsdp_gather_bytes, fsdp_units
+    from planner.spec import parse_spec
+    spec = make_spec()
+    f8 = replace(spec.training, precision="fp8")
+    on = replace(f8, fsdp_float8_all_gather=True)
+    for cfg in (_cfg(tp=2, dp=16, m=4), _cfg(tp=2, pp=2, dp=8, m=8)):
+        assert fsdp_gather_bytes(spec.model, f8, cfg, 0) is None
+        lin = fp8_gemm_weights(spec.model, cfg, 0)
+        assert sum(fsdp_gather_bytes(spec.model, on, cfg, 0)) == pytest.approx(
+            2 * sum(fsdp_units(spec.model, cfg, 0)) - lin)
+        assert fsdp_buffer_bytes(spec.model, cfg, 0, f8) == fsdp_buffer_bytes(spec.model, cfg, 0)
+        assert fsdp_buffer_bytes(spec.model, cfg, 0, on) <= fsdp_buffer_bytes(spec.model, cfg, 0)  # pp 1: the
+        # largest unit in flight counts, here the (bf16) embedding
+    pp2 = _cfg(tp=2, pp=2, dp=8, m=8)           # the whole stage gathered: exactly the Linear weights' second byte
+    assert fsdp_buffer_bytes(spec.model, pp2, 0) - fsdp_buffer_bytes(spec.model, pp2, 0, on) == pytest.approx(
+        fp8_gemm_weights(spec.model, pp2, 0))
+    costs, P = default_costs(spec.cluster), 1e9
+    ag2, rs2, _ = fsdp_collectives(spec, pp2, costs, P, 4, 2)
+    ag1, rs1, _ = fsdp_collectives(spec, pp2, costs, P, 4, 2, gathered=P)
+    assert ag1 == pytest.approx(ag2 / 2) and rs1 == rs2
+    with pytest.raises(SpecError, match="fsdp_float8_all_gather"):
+        parse_spec({**spec.raw, "training": {"global_batch_size": 64, "seq_length": 2048,
+                                             "fsdp_float8_all_gather": True}}, "x.yaml")

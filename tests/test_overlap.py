@@ -49,16 +49,23 @@ def test_off_gives_the_old_numbers(make_spec, i):
 
 
 @pytest.mark.parametrize("i", range(len(CFGS)))
-def test_on_never_slower_and_estimate_agrees_with_simulation(make_spec, i):
+def test_on_never_slower_and_estimate_agrees_with_simulation(make_spec, monkeypatch, i):
+    import planner.costs.iteration as it
     spec = make_spec(nodes=4, seed=3, gbs=64)
     est_off, sim_off = _run(_with(spec, OverlapSpec.none()), CFGS[i])
-    est_on, sim_on = _run(_with(spec, OverlapSpec()), CFGS[i])
-    assert est_on.iteration_s <= est_off.iteration_s + 1e-12
-    assert sim_on.iteration_s <= sim_off.iteration_s + 1e-12
+    # the overlap moves estimate and simulation together (below); hiding alone never makes a plan slower, but
+    # userbuffers' GEMM chunks (userbuffers_overhead_s) may cost more than a small model's TP transfers
+    with monkeypatch.context() as mp:
+        mp.setattr(it, "userbuffers_overhead_s", lambda *a: (0.0, 0.0))
+        est_free, sim_free = _run(_with(spec, OverlapSpec()), CFGS[i])
+    assert est_free.iteration_s <= est_off.iteration_s + 1e-12
+    assert sim_free.iteration_s <= sim_off.iteration_s + 1e-12
     cfg = CFGS[i]
     if cfg.dp > 1 or (cfg.sequence_parallel and cfg.tp > 1):
-        assert est_on.iteration_s < est_off.iteration_s          # something was hidden
-    # the overlap moves estimate and simulation together: their gap changes by < 1% of the iteration
+        assert est_free.iteration_s < est_off.iteration_s          # something was hidden
+    est_on, sim_on = _run(_with(spec, OverlapSpec()), CFGS[i])
+    if cfg.sequence_parallel and cfg.tp > 1:
+        assert est_on.iteration_s > est_free.iteration_s          # the chunks cost something
     gap_on = (est_on.iteration_s - sim_on.iteration_s) / sim_on.iteration_s
     gap_off = (est_off.iteration_s - sim_off.iteration_s) / sim_off.iteration_s
     assert abs(gap_on - gap_off) < 0.01

@@ -107,9 +107,9 @@ def config_from_args(args, spec) -> ParallelConfig:
         why = torchtitan_problem(cfg)
         if why:
             raise SpecError(None, TORCHTITAN_FLAGS[why[0]], f"ZeRO-3 plans are torchtitan's: {why[1]}")
-        if cfg.cp > 1:
-            raise SpecError(None, "--cp", "context parallelism with ZeRO-3 (torchtitan's FSDP + CP) is not modelled: "
-                                          "the cp model is Megatron-Core's (docs/notes/context_parallel.md)")
+        if cfg.cp > 1 and cfg.dp_shard:
+            raise SpecError(None, "--dp-shard", "HSDP with context parallelism (torchtitan's dp_replicate x "
+                                                "(dp_shard x cp)) is not modelled; FSDP + CP shards over dp x cp")
     return cfg
 
 

@@ -163,6 +163,11 @@ class ComputeModel:
     def with_params(self, **kw) -> ComputeModel:
         return replace(self, **kw)
 
+    def gemm_fixed_s(self, peak: float) -> float:
+        """The fixed part of one GEMM on the curve below, t = (flops + half_size) / (peak * max_efficiency): launch,
+        fill and tail, worth half_size FLOPs. A GEMM split into n pieces pays it n times (userbuffers_overhead_s)."""
+        return self.half_size / (peak * self.max_efficiency)
+
     def _gemm_time(self, flops: float, peak: float) -> float:
         if flops <= 0:
             return 0.0

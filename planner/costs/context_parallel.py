@@ -22,6 +22,11 @@ What the shard view misses, added here:
   estimator, which sees only the shard view: docs/notes/context_parallel.md).
 The cp group lies inside a node (tp * cp GPUs of a block, docs/ARCHITECTURE.md): its transfers use the node's
 NVLink (the cluster's intra-node link).
+With ZeRO-3 (torchtitan's FSDP2) the same shard view holds: torchtitan shards the parameters over dp_shard x cp
+(pytorch/torchtitan @ 9dec370a parallel_dims.py, the `dp_shard_cp` mesh that parallelize_llama.py gives apply_fsdp;
+the `fsdp` mesh of dp_shard * cp at 238fa995), i.e. over the shard view's dp * cp replicas. Its exchange
+(context_parallel_rotate_method `allgather`, PyTorch's ring attention: K/V of every shard gathered after the first
+local step, no Megatron all-to-all) is costed as the ring; TE's all_to_all is not torchtitan's and is refused.
 """
 from __future__ import annotations
 
@@ -60,6 +65,8 @@ def legal_modes(spec, cfg: ParallelConfig) -> tuple[str, ...]:
     """The exchange modes the spec allows for this config (training.cp_comm; auto: both where legal)."""
     want = spec.training.cp_comm
     modes = MODES if want == "auto" else (want,)
+    if cfg.zero == 3:            # torchtitan's CP exchanges K/V around the cp group: the ring only
+        modes = tuple(m for m in modes if m == "ring")
     return tuple(m for m in modes if m == "ring" or all_to_all_ok(spec.model, cfg))
 
 
@@ -76,6 +83,12 @@ def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
         return f"seq_length {tr.seq_length} is not a multiple of 2 * cp = {2 * cp} (Megatron-Core)"
     if tr.attention != "fused":
         return "context parallelism runs inside fused attention (Transformer Engine), not training.attention: unfused"
+    if cfg.zero == 3 and cfg.dp_shard:
+        return ("HSDP (dp_shard) with context parallelism, torchtitan's dp_replicate x (dp_shard x cp), is not "
+                "modelled: ZeRO-3 with cp shards over all of dp x cp (docs/notes/context_parallel.md)")
+    if not legal_modes(spec, cfg) and cfg.zero == 3:
+        return ("training.cp_comm all_to_all is Transformer Engine's exchange (Megatron-Core); ZeRO-3 plans are "
+                "torchtitan's, whose context parallelism exchanges K/V around the cp group (cp_comm ring or auto)")
     if not legal_modes(spec, cfg):
         return (f"training.cp_comm all_to_all needs the {spec.model.num_attention_heads // cfg.tp} local heads and "
                 f"{spec.model.num_kv_heads // cfg.tp} local kv heads (tp={cfg.tp}) divisible by cp={cp} (TE's a2a)")
@@ -112,6 +125,23 @@ def a2a_bytes(model, training, cfg: ParallelConfig) -> float:
     s = training.seq_length // cfg.cp
     width = 2 * model.hidden_size + 2 * model.kv_channels      # q + out, k + v
     return (cfg.cp - 1) / cfg.cp * s * cfg.micro_batch_size * width / cfg.tp * BYTES[training.precision]
+
+
+def dp_ring(spec, cfg: ParallelConfig, replicas_per_node: int, nodes: int) -> tuple[int, int, int]:
+    """The data-parallel-with-context-parallel ring of a row: (its GPUs per node, its nodes, span). Megatron-Core
+    reduces gradients, and torchtitan's FSDP2 gathers and reduce-scatters, over dp * cp GPUs: each replica brings its
+    cp ranks (the same parameters), so a node holds replicas_per_node * cp GPUs of each ring; when a tp x cp group
+    spans `span` nodes its cp ranks spread over them. (b, K, 1) for cp = 1."""
+    per, span = replicas_per_node * cfg.cp, 1
+    if per * cfg.tp > spec.cluster.gpus_per_node:
+        span = per * cfg.tp // spec.cluster.gpus_per_node
+        per, nodes = per // span, nodes * span
+    return per, nodes, span
+
+
+def ring_pair(pair_GBps, nodes: int, span: int):
+    """The measured slowest link the ring's time takes, or None (nominal): only when the ring crosses blocks."""
+    return pair_GBps if nodes > 1 and span == 1 or nodes > span else None
 
 
 def spans_nodes(spec, cfg: ParallelConfig) -> bool:

@@ -12,26 +12,32 @@ node, on NVLink). How much of each is hidden behind compute is costs/iteration.p
 """
 from __future__ import annotations
 
+from planner.costs.context_parallel import dp_ring, ring_pair
+
 PARAM_BYTES = 2      # bf16 all-gather (mixed_precision_param)
 REDUCE_BYTES = 4     # fp32 reduce-scatter / all-reduce (mixed_precision_reduce)
 
 
-def fsdp_collectives(spec, cfg, costs, params: float, b: int, K: int, pair_GBps=None):
+def fsdp_collectives(spec, cfg, costs, params: float, b: int, K: int, pair_GBps=None, gathered: float | None = None):
     """(all-gather, reduce-scatter, replicate all-reduce) seconds for `params` parameters per GPU, gathered or reduced
     once, by a row whose nodes hold `b` replicas each over `K` nodes (columns), limited by pair_GBps, the ring's
     slowest inter-node link (a scalar or a matrix of candidate links; monotone in it).
 
-    FSDP (dp_shard 0): both collectives run over the whole data-parallel ring; the replicate term is 0.
+    FSDP (dp_shard 0): both collectives run over the whole data-parallel ring, with context parallelism the
+    dp x cp ring (torchtitan shards over dp_shard x cp; context_parallel.dp_ring); the replicate term is 0.
     HSDP: the shard group (dp_shard GPUs) is inside the node (mapping.problem.layouts), so the gather and the scatter
     are NVLink collectives of dp_shard GPUs; the replicate group of each shard rank has b / dp_shard members per node
-    over the K nodes, and the node's dp_shard x tp replicate communicators share its rails."""
+    over the K nodes, and the node's dp_shard x tp replicate communicators share its rails.
+    gathered: bytes the all-gather moves per GPU when not PARAM_BYTES per parameter (memory.fsdp_gather_bytes)."""
     cl, comm = spec.cluster, costs.comm
     if not (1 < cfg.dp_shard < cfg.dp):
-        ar = comm.dp_allreduce_time(params * REDUCE_BYTES, b, K, cfg.tp, cl, pair_GBps if K > 1 else None)
+        per, nodes, span = dp_ring(spec, cfg, b, K)
+        ar = comm.dp_allreduce_time(params * REDUCE_BYTES, per, nodes, cfg.tp, cl, ring_pair(pair_GBps, nodes, span))
         # a ring all-reduce = reduce-scatter + all-gather of the same buffer; the gather moves bf16
-        return ar / 2 * PARAM_BYTES / REDUCE_BYTES, ar / 2, 0.0
+        per_param = PARAM_BYTES if gathered is None else gathered / params
+        return ar / 2 * per_param / REDUCE_BYTES, ar / 2, 0.0
     S = cfg.dp_shard
-    ag = comm.intra_allreduce_time(params * PARAM_BYTES, S, cl) / 2
+    ag = comm.intra_allreduce_time(params * PARAM_BYTES if gathered is None else gathered, S, cl) / 2
     rs = comm.intra_allreduce_time(params * REDUCE_BYTES, S, cl) / 2
     rep = comm.dp_allreduce_time(params * REDUCE_BYTES / S, b // S, K, cfg.tp * S, cl, pair_GBps if K > 1 else None)
     return ag, rs, rep

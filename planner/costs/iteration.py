@@ -21,7 +21,14 @@ from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES, activation_precision
 from planner.costs.fsdp import fsdp_collectives
-from planner.costs.memory import GiB, MemoryBreakdown, fsdp_units, stage_layer_count, stage_params
+from planner.costs.memory import (
+    GiB,
+    MemoryBreakdown,
+    fsdp_gather_bytes,
+    fsdp_units,
+    stage_layer_count,
+    stage_params,
+)
 from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
@@ -112,11 +119,36 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
         p = parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg))
         comm, gemm = p["tp_comm"], p["gemm"]
         r = getattr(costs.compute, "backward_ratio", 2.0)
-        return (float(comm - exposed_s(comm, gemm, cfg.tp)), float(comm - exposed_s(comm, r * gemm, cfg.tp)))
+        of, ob = userbuffers_overhead_s(costs.compute, spec.cluster.gpu.peak_flops("bf16"), cfg.tp)
+        return (float(comm - exposed_s(comm, gemm, cfg.tp) - of), float(comm - exposed_s(comm, r * gemm, cfg.tp) - ob))
     if ov.tp_backward:
         return 0.0, tp_backward_saving(parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg)),
                                        cfg.sequence_parallel)
     return 0.0, 0.0
+
+
+# Transformer Engine's default userbuffers methods per GEMM (NVIDIA/TransformerEngine@d0067d0d
+# transformer_engine/pytorch/module/base.py, initialize_ub; the same lists and split counts at 67b67432, July 2024):
+# "ring_exchange" (qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad) runs the GEMM as tp chunks, one per exchanged
+# piece; "pipeline" (proj_fprop, fc2_fprop) as UB_PIPELINE_SPLITS chunks; "bulk" (qkv/fc1 dgrad and wgrad) and the
+# proj/fc2 wgrads do not split their GEMM. Recipes may override them per shape (Megatron-Bridge comm_overlap.py).
+UB_RING_EXCHANGE_FWD = 2          # qkv_fprop, fc1_fprop
+UB_PIPELINE_FWD = 2               # proj_fprop, fc2_fprop
+UB_RING_EXCHANGE_BWD = 2          # proj_dgrad, fc2_dgrad
+UB_PIPELINE_SPLITS = 4
+
+
+def userbuffers_overhead_s(compute, peak_bf16: float, tp: int) -> tuple[float, float]:
+    """(forward, backward) seconds per layer that TE's userbuffers overlap adds by splitting GEMMs into chunks:
+    each extra chunk pays the GEMM curve's fixed part again (ComputeModel.gemm_fixed_s; fp8 GEMMs keep that part's
+    bf16 time, fp8_gemm_time). Not charged: the SMs the pipeline / bulk methods' communication kernels take
+    beside the GEMM (set_sm_margin and num_sm differ between TE versions and recipes)."""
+    fixed = getattr(compute, "gemm_fixed_s", None)
+    if fixed is None or tp <= 1:
+        return 0.0, 0.0
+    f = fixed(peak_bf16)
+    fwd = UB_RING_EXCHANGE_FWD * (tp - 1) * f + UB_PIPELINE_FWD * (UB_PIPELINE_SPLITS - 1) * f
+    return fwd, UB_RING_EXCHANGE_BWD * (tp - 1) * f
 
 
 def tp_backward_saving(parts: dict, sequence_parallel: bool) -> float:
@@ -245,12 +277,9 @@ def dp_allreduce_s(spec, cfg: ParallelConfig, costs: Costs, params: float, repli
     Megatron-Core reduces over the data-parallel-with-context-parallel group: each replica brings its cp ranks (the
     same parameters), so a node holds replicas_per_node * cp GPUs of each ring."""
     nbytes = params * grad_bytes(spec, costs)
-    per, span = replicas_per_node * cfg.cp, 1
-    if per * cfg.tp > spec.cluster.gpus_per_node:       # a tp x cp group spans `span` nodes: its cp ranks spread
-        span = per * cfg.tp // spec.cluster.gpus_per_node
-        per, nodes = per // span, nodes * span
+    per, nodes, span = cpar.dp_ring(spec, cfg, replicas_per_node, nodes)
     return costs.comm.dp_allreduce_time(nbytes, per, nodes, cfg.tp, spec.cluster,
-                                        pair_GBps if nodes > 1 and span == 1 or nodes > span else None)
+                                        cpar.ring_pair(pair_GBps, nodes, span))
 
 
 def grad_bytes(spec, costs: Costs) -> float:
@@ -332,7 +361,9 @@ def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, 
       forward, one reduce-scatter (+ all-reduce) after the last backward, hidden behind one micro-batch's F (B).
     The overlap flags of training.overlap are Megatron-Core's and do not apply: FSDP2 always overlaps."""
     units = fsdp_units(spec.model, cfg, stage)
-    ag, rs, rep = fsdp_collectives(spec, cfg, costs, sum(units), b, K, pair_GBps)
+    gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage)
+    ag, rs, rep = fsdp_collectives(spec, cfg, costs, sum(units), b, K, pair_GBps,
+                                   None if gathered is None else sum(gathered))
     n = len(units)
     hb, hf = max(st[stage].backward, 0.0), max(st[stage].forward, 0.0)
     if cfg.pp == 1:

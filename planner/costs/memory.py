@@ -467,7 +467,20 @@ def fsdp_units(model, cfg: ParallelConfig, stage: int) -> list[float]:
     return units
 
 
-def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int) -> float:
+def fsdp_gather_bytes(model, training, cfg: ParallelConfig, stage: int) -> list[float] | None:
+    """Bytes per GPU of each FSDP unit of a stage once gathered, where they differ from bf16's 2 per parameter: with
+    training.fsdp_float8_all_gather (torchao's Float8Linear weights all-gathered in fp8, pytorch/torchtitan @ 9dec370a
+    torchtitan/float8.py: every nn.Linear but `output`) a transformer block's Linear weights take 1 byte, its norms 2;
+    the embedding and [norm, output] stay bf16. None otherwise (every unit 2 bytes per parameter)."""
+    if not (training is not None and getattr(training, "fsdp_float8_all_gather", False)
+            and training.precision == "fp8" and cfg.zero == 3):
+        return None
+    L = stage_layer_count(model, cfg, stage)
+    linear = fp8_gemm_weights(model, cfg, stage) / L if L else 0.0
+    return [2.0 * u - (linear if i < L else 0.0) for i, u in enumerate(fsdp_units(model, cfg, stage))]
+
+
+def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int, training=None) -> float:
     """What FSDP2 holds beyond the sharded state, per GPU of a stage (0 unless ZeRO-3):
     - resharded after forward (pp = 1): the bf16 all-gather output of the unit computing and of the next one, prefetched
       (2 x 2 bytes per parameter of the largest unit), and in backward that unit's bf16 gradient and its fp32
@@ -481,6 +494,11 @@ def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int) -> float:
         return 0.0
     units = fsdp_units(model, cfg, stage)
     big = max(units)
+    gathered = fsdp_gather_bytes(model, training, cfg, stage)
+    if gathered is not None:         # fp8-gathered Linear weights (their gradients stay bf16)
+        if cfg.pp == 1:
+            return 2 * max(gathered) + (2 + 4) * big
+        return sum(gathered) + 2.0 * sum(units) + 4.0 * big
     if cfg.pp == 1:
         return 2 * 2.0 * big + (2 + 4) * big
     return 4.0 * sum(units) + 4.0 * big
@@ -548,4 +566,4 @@ class AnalyticalMemory:
                  if logits else 0.0)
         transient = max(0.0, work - freed, output_backward_bytes(model, training, cfg, stage))
         return MemoryBreakdown(weights, grads, optim, acts, logits, self.overhead_GiB * GiB, transient,
-                               fsdp=fsdp_buffer_bytes(model, cfg, stage))
+                               fsdp=fsdp_buffer_bytes(model, cfg, stage, training))

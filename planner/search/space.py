@@ -56,10 +56,11 @@ def _configs(spec, G: int, tp: int, cp: int) -> Iterator[ParallelConfig]:
                 for rc in s.recompute:
                     # ZeRO shards over the data-parallel-with-context-parallel group (Megatron-Core)
                     for z in (s.zero if dp * cp > 1 else (0,)):
-                        if z == 3 and (cp > 1 or dp == 1):
-                            continue      # ZeRO-3 is torchtitan's FSDP here; its CP is not modelled
+                        if z == 3 and (dp * cp == 1 or (cp > 1 and cp_refusal(spec, ParallelConfig(
+                                tp, 1, dp, 1, 1, zero=3, cp=cp)))):
+                            continue      # ZeRO-3 is torchtitan's FSDP: over dp x cp, its CP exchange the ring
                         for sp in (s.sequence_parallel if tp > 1 else (False,)):
-                            for shard in (shard_sizes(spec, tp, pp, dp) if z == 3 else (0,)):
+                            for shard in (shard_sizes(spec, tp, pp, dp) if z == 3 and cp == 1 else (0,)):
                                 cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split, cp=cp,
                                                      dp_shard=shard)
                                 if z == 3 and torchtitan_problem(cfg):

@@ -123,6 +123,11 @@ class TrainingSpec:
     distributed optimizer's param buffer and its 1-byte transpose, instead of the bf16 weight plus TE's cached fp8
     copy and transpose (costs/memory.py fp8_weight_copy_bytes). The fp32 main weights and gradients are as without it.
     Memory only: the all-gather time still counts 16-bit parameters."""
+    fsdp_float8_all_gather: bool = False
+    """precision fp8 with ZeRO-3 only (torchtitan --float8.enable_fsdp_float8_all_gather, torchao's Float8Linear):
+    FSDP2 casts each transformer block's Linear weights to fp8 before its all-gather, so they move and stay gathered
+    at 1 byte instead of bf16's 2 (norms, embedding and output stay bf16; memory.fsdp_gather_bytes). ZeRO 0-2 plans
+    are unaffected."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -316,11 +321,15 @@ def _parse_training(f: Fields) -> TrainingSpec:
         grad_reduce_in_fp32=f.bool("grad_reduce_in_fp32", DEFAULT),
         kernels=f.str("kernels", DEFAULT, choices=KERNELS),
         fp8_param_gather=f.bool("fp8_param_gather", DEFAULT),
+        fsdp_float8_all_gather=f.bool("fsdp_float8_all_gather", DEFAULT),
     )
     f.done()
     if t.fp8_param_gather and t.precision != "fp8":
         raise f.error("fp8_param_gather", f"stores fp8 weights (Transformer Engine); training.precision is "
                       f"{t.precision}, not fp8")
+    if t.fsdp_float8_all_gather and t.precision != "fp8":
+        raise f.error("fsdp_float8_all_gather", f"all-gathers Float8 weights; training.precision is {t.precision}, "
+                      "not fp8")
     if t.kernels == "eager" and t.precision != "bf16":
         raise f.error("kernels", f"eager counts torchtitan's bf16 block (bf16 activations, fp32 norms and rotary); "
                       f"training.precision is {t.precision}")

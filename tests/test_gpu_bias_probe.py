@@ -1,0 +1,40 @@
+"""The GPU bias probe (benchmarks/gpu_bias_probe.py) runs end to end on tiny CPU shapes: every part writes its JSON,
+timings are positive, and the planner's layer prediction is computed for the probe's layer. The GPU figures
+themselves are a benchmark's, never a test's."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+
+import gpu_bias_probe as probe
+import pytest
+
+
+@pytest.mark.slow          # ~2 s: first calls of the fp8 and SDPA kernels on a CPU
+def test_probe_smoke_on_cpu(tmp_path):
+    rc = probe.main(["--out", str(tmp_path), "--device", "cpu", "--quick", "--sustain-s", "0.05", "--repeats", "2"])
+    assert rc == 0
+    for part in ("info", "gemm", "sustained", "attention", "elementwise", "layer"):
+        assert '"error"' not in (tmp_path / f"{part}.json").read_text(), part
+    gemm = json.loads((tmp_path / "gemm.json").read_text())
+    assert all(r["seconds"] > 0 for r in gemm if r["dtype"] == "bf16")
+    elem = json.loads((tmp_path / "elementwise.json").read_text())
+    assert {r["name"] for r in elem} == {"copy", "residual_add", "silu_mul", "rmsnorm_eager"}
+    assert all(r["GBps"] > 0 for r in elem)
+    layer = json.loads((tmp_path / "layer.json").read_text())
+    assert layer[0]["burst_s"] > 0 and layer[0]["sustained_s"] > 0
+    pred = probe.model_layer_s(layer[0], "H100")
+    assert pred is not None and pred > 0
+
+
+def test_a_failing_part_is_recorded_and_the_rest_still_run(tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("no such kernel")
+    monkeypatch.setattr(probe, "part_attention", boom)
+    rc = probe.main(["--out", str(tmp_path), "--device", "cpu", "--quick", "--parts", "attention,elementwise",
+                     "--repeats", "2"])
+    assert rc == 1
+    assert "no such kernel" in json.loads((tmp_path / "attention.json").read_text())["error"]
+    assert json.loads((tmp_path / "elementwise.json").read_text())[0]["GBps"] > 0
+    assert not (tmp_path / "gemm.json").exists()         # parts not asked for are not run
