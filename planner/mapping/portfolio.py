@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner import interrupt
-from planner.mapping import lns, work
+from planner.mapping import lns, tworows, work
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import robust_lower_bound, robust_objective
@@ -55,6 +55,10 @@ EXACT_WALL_FLOOR = 0.2
 # issue #10's family; docs/notes/solver.md "LNS after the anneal")
 LNS_SHARE = 0.2
 LNS_CHUNK = 200                  # LNS steps between looks at the safety stop
+# of the work, from SMALL_NODES + 1 to EXACT_NODES nodes where tworows.applies and the rings count alike: two rows
+# re-solved exactly after the anneal (tworows.py), taken from the annealer's share (at 4 x 8 the annealer on 0.35x
+# its budget gave plans within its seed noise; docs/notes/solver.md "Two rows re-solved exactly")
+TWO_ROWS_SHARE = 0.45
 
 
 @dataclass
@@ -72,7 +76,7 @@ def work_budget(time_limit_s: float, problems) -> tuple[int, float]:
     p0 = probs[0]
     total = work.WORK_PER_S * time_limit_s
     share = EXACT_SHARE if p0.n <= SMALL_NODES else (EXACT_SHARE_LARGE if p0.n <= EXACT_NODES else 0.0)
-    left = 1.0 - share - _lns_share(probs)
+    left = 1.0 - share - _lns_share(probs) - _two_rows_share(probs)
     return work.iterations_for(left * total, p0.layout.rows, len(probs)), float(share * total)
 
 
@@ -92,6 +96,12 @@ def lns_steps(time_limit_s: float, problems) -> int:
 def _lns_share(probs) -> float:
     p0 = probs[0]
     return LNS_SHARE if (p0.n > EXACT_NODES and p0.layout.blocks > 1 and lns.applies(probs) and _rings_alike(p0)) \
+        else 0.0
+
+
+def _two_rows_share(probs) -> float:
+    p0 = probs[0]
+    return TWO_ROWS_SHARE if (SMALL_NODES < p0.n <= EXACT_NODES and tworows.applies(probs) and _rings_alike(p0)) \
         else 0.0
 
 
@@ -146,6 +156,7 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
         r = anneal(probs, seed=seed, iterations=iters, time_limit_s=max(0.0, wall_left()), init=init, robust=robust)
         info["iterations"] = iters
         init, info = _lns(probs, T, seed, r.assign.copy(), wall_left, info)
+        init, info = _two_rows(probs, T, seed, init, wall_left, info)
         if exact_w <= 0:                            # above EXACT_NODES: the annealer and the LNS
             stop = "wall" if wall_left() <= 0 else "work"
             return _result(init, probs, robust, r.bound, "HEURISTIC", method, stop, info)
@@ -176,6 +187,16 @@ def _lns(probs, T, seed, init, wall_left, info):
             break
     info = dict(info, lns_steps=done, lns_moves=moved)
     return a, info
+
+
+def _two_rows(probs, T, seed, init, wall_left, info):
+    """Two rows re-solved exactly after the anneal (tworows.py) on their share of the work, if any."""
+    share = _two_rows_share(probs)
+    if share <= 0 or wall_left() <= WALL_NEAR or interrupt.requested():
+        return init, info
+    a, calls, moved = tworows.improve(probs[0], init, budget_s=share * work.WORK_PER_S * T, seed=seed,
+                                      stop=lambda: wall_left() <= WALL_NEAR or interrupt.requested())
+    return a, dict(info, two_row_calls=calls, two_row_moves=moved)
 
 
 def _exact(probs, budget, seed, init, robust, cutoff, wall_left, method, info) -> PortfolioResult:

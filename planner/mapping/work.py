@@ -52,6 +52,7 @@ ROWS_PAIR_WORK_S = 2e-9          # one cycle pair x alignment x column of its pa
 LNS_STEP_ITERS = 45
 LNS_BLOCK_ITERS = 0.3
 LNS_NODE_ITERS = 0.8
+ROWS2_MODEL_WORK_S = 0.07        # building one two-row model (tworows.py; ~65 ms measured at 4x8, load ~0)
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
