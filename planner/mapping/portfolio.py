@@ -59,6 +59,10 @@ LNS_CHUNK = 200                  # LNS steps between looks at the safety stop
 # re-solved exactly after the anneal (tworows.py), taken from the annealer's share (at 4 x 8 the annealer on 0.35x
 # its budget gave plans within its seed noise; docs/notes/solver.md "Two rows re-solved exactly")
 TWO_ROWS_SHARE = 0.45
+# from EXACT_NODES + 1 to TWO_ROWS_NODES nodes (8 x 8 on the family: after the LNS, tuning seeds -0.24% on average;
+# larger grids not tried: there the LNS alone beats anneal~)
+TWO_ROWS_SHARE_LARGE = 0.25
+TWO_ROWS_NODES = 64
 
 
 @dataclass
@@ -101,8 +105,9 @@ def _lns_share(probs) -> float:
 
 def _two_rows_share(probs) -> float:
     p0 = probs[0]
-    return TWO_ROWS_SHARE if (SMALL_NODES < p0.n <= EXACT_NODES and tworows.applies(probs) and _rings_alike(p0)) \
-        else 0.0
+    if not (SMALL_NODES < p0.n <= TWO_ROWS_NODES and tworows.applies(probs) and _rings_alike(p0)):
+        return 0.0
+    return TWO_ROWS_SHARE if p0.n <= EXACT_NODES else TWO_ROWS_SHARE_LARGE
 
 
 def _rings_alike(p) -> bool:
