@@ -199,8 +199,16 @@ def _two_rows(probs, T, seed, init, wall_left, info):
     share = _two_rows_share(probs)
     if share <= 0 or wall_left() <= WALL_NEAR or interrupt.requested():
         return init, info
-    a, calls, moved = tworows.improve(probs[0], init, budget_s=share * work.WORK_PER_S * T, seed=seed,
-                                      stop=lambda: wall_left() <= WALL_NEAR or interrupt.requested())
+
+    def stop():
+        if interrupt.requested():
+            return True
+        if wall_left() <= WALL_NEAR:
+            work.note_wall()              # the safety stop ended the search: the record says so
+            return True
+        return False
+    a, calls, moved = tworows.improve(probs[0], init, budget_s=share * work.WORK_PER_S * T, seed=seed, stop=stop,
+                                      wall_left=wall_left)
     return a, dict(info, two_row_calls=calls, two_row_moves=moved)
 
 

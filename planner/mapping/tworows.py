@@ -38,15 +38,20 @@ def applies(problems) -> bool:
     return (len(probs) == 1 and R >= 2 and K >= 3 and p.n == R * K and p.wrap is None and p.emb is None)
 
 
+WALL_UNSET_S = 3600.0     # no safety stop given: CP-SAT's wall limit far beyond any call's deterministic time
+
+
 def call_work() -> float:
     """Work seconds one pair's solve may charge: its deterministic time, the call's fixed cost, the model build."""
     return CALL_DTIME + work.CPSAT_CALL_WORK_S + work.ROWS2_MODEL_WORK_S
 
 
 def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int = 0,
-            stop=lambda: False) -> tuple[np.ndarray, int, int]:
+            stop=lambda: False, wall_left=None) -> tuple[np.ndarray, int, int]:
     """Row pairs (0, 1), (0, 2), ... cyclically, each re-solved on CALL_DTIME, while budget_s covers one more call
-    and the last full round of pairs changed something: (assignment, calls, improvements)."""
+    and the last full round of pairs changed something: (assignment, calls, improvements). wall_left: seconds to
+    the caller's safety stop, CP-SAT's wall limit (default none: its deterministic time alone ends a call, as it
+    must for the same answer on any load)."""
     R, K = p.layout.rows, p.layout.cols
     a = np.asarray(assign).reshape(R, K).copy()
     # the slowest rings' pairs first (on 8 x 8 a budget covers a few of the 28 pairs)
@@ -58,7 +63,8 @@ def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int
         i, j = pairs[calls % len(pairs)]
         with work.metered() as m:
             work.charge(work.ROWS2_MODEL_WORK_S)
-            b = solve_pair(p, a, (i, j), seed=seed)
+            b = solve_pair(p, a, (i, j), seed=seed,
+                           wall_s=WALL_UNSET_S if wall_left is None else max(0.02, wall_left()))
         spent += m.used_s
         calls += 1
         if p.objective(b) < p.objective(a):
@@ -68,7 +74,8 @@ def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int
     return a, calls, moved
 
 
-def solve_pair(p: MappingProblem, a: np.ndarray, rows: tuple[int, int], *, seed: int = 0) -> np.ndarray:
+def solve_pair(p: MappingProblem, a: np.ndarray, rows: tuple[int, int], *, seed: int = 0,
+               wall_s: float = None) -> np.ndarray:
     """Rows `rows` of `a` re-placed by CP-SAT (the others fixed) on CALL_DTIME: its best placement found (the
     current one, the hint, if nothing better)."""
     R, K = a.shape
@@ -134,7 +141,9 @@ def solve_pair(p: MappingProblem, a: np.ndarray, rows: tuple[int, int], *, seed:
     for u in range(n):
         for k, (r, c) in enumerate(pos):
             m.add_hint(x[u][k], int(a[r, c] == X[u]))
-    solver = sat.new_solver(CALL_DTIME, WORKERS, seed)
+    # the wall clock only as the caller's safety stop: a wall limit of CALL_DTIME seconds would end a loaded run
+    # before its deterministic time and make the answer depend on the load
+    solver = sat.new_solver(CALL_DTIME, WORKERS, seed, wall_s=WALL_UNSET_S if wall_s is None else wall_s)
     st = sat.run(solver, m)
     b = a.copy()
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
