@@ -70,15 +70,36 @@ def timed(fn, dev: str, repeats: int, warmup: int = 3) -> list[float]:
     return out
 
 
-def gpu_state() -> dict:
-    """SM clock (MHz), power (W) and temperature (C) now, from nvidia-smi; {} where there is none."""
+def _smi(fields: str) -> list[str] | None:
     try:
-        r = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active",
-                            "--format=csv,noheader,nounits", "-i", "0"], capture_output=True, text=True, timeout=10)
-        clk, pw, temp, why = [x.strip() for x in r.stdout.strip().split(",")[:4]]
-        return {"sm_MHz": float(clk), "power_W": float(pw), "temp_C": float(temp), "throttle": why}
-    except Exception:            # no driver, no GPU, or a field this driver lacks: the timings still count
+        r = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"],
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0 or not r.stdout.strip():
+        return None
+    return [x.strip() for x in r.stdout.strip().split(",")]
+
+
+def gpu_state() -> dict:
+    """SM clock (MHz), power (W) and temperature (C) now, from nvidia-smi, and why the clock is held down where the
+    driver names it (`clocks_event_reasons` in recent drivers, `clocks_throttle_reasons` before); {} without one.
+    The reason is asked separately: a field this driver does not know must not cost the clocks."""
+    base = _smi("clocks.sm,power.draw,temperature.gpu")
+    if not base or len(base) < 3:
         return {}
+    out = {}
+    for key, v in zip(("sm_MHz", "power_W", "temp_C"), base):
+        try:
+            out[key] = float(v)
+        except ValueError:       # "[N/A]" on some parts
+            pass
+    for field in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
+        why = _smi(field)
+        if why:
+            out["throttle"] = why[0]
+            break
+    return out
 
 
 def _gemm_fn(m, k, n, dtype, dev):

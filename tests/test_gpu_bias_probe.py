@@ -38,3 +38,14 @@ def test_a_failing_part_is_recorded_and_the_rest_still_run(tmp_path, monkeypatch
     assert "no such kernel" in json.loads((tmp_path / "attention.json").read_text())["error"]
     assert json.loads((tmp_path / "elementwise.json").read_text())[0]["GBps"] > 0
     assert not (tmp_path / "gemm.json").exists()         # parts not asked for are not run
+
+
+def test_gpu_state_keeps_the_clocks_when_the_driver_lacks_a_field(monkeypatch):
+    """Recent drivers renamed clocks_throttle_reasons to clocks_event_reasons: an unknown field must not cost the
+    clock, power and temperature readings (asked for separately); no nvidia-smi gives {}."""
+    answers = {"clocks.sm,power.draw,temperature.gpu": ["1755", "690.50", "[N/A]"],
+               "clocks_event_reasons.active": None, "clocks_throttle_reasons.active": ["0x0000000000000004"]}
+    monkeypatch.setattr(probe, "_smi", answers.get)
+    assert probe.gpu_state() == {"sm_MHz": 1755.0, "power_W": 690.5, "throttle": "0x0000000000000004"}
+    monkeypatch.setattr(probe, "_smi", lambda fields: None)
+    assert probe.gpu_state() == {}

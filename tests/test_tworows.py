@@ -45,3 +45,34 @@ def test_improve_never_worse_deterministic_charged():
     b2, _, _ = tworows.improve(p, a, budget_s=1.0)
     assert np.array_equal(b, b2)
     assert tworows.applies(p) and not tworows.applies([p, p])
+
+
+def test_cp_sat_stops_on_its_deterministic_time_not_on_the_clock(monkeypatch):
+    """A pair's CP-SAT call ends on CALL_DTIME of deterministic time; the wall clock is only the caller's safety stop
+    (a wall limit of CALL_DTIME seconds would end a loaded run first and make the plan depend on the load)."""
+    from planner.mapping import sat
+    seen = []
+    real = sat.new_solver
+
+    def spy(dtime, workers, seed, wall_s=None):
+        seen.append((dtime, wall_s))
+        return real(dtime, workers, seed, wall_s=wall_s)
+    monkeypatch.setattr(sat, "new_solver", spy)
+    p = _problem(3, 3, 0)
+    a = np.arange(9).reshape(3, 3)
+    tworows.improve(p, a, budget_s=tworows.call_work())
+    tworows.improve(p, a, budget_s=tworows.call_work(), wall_left=lambda: 7.5)
+    assert seen[0] == (tworows.CALL_DTIME, tworows.WALL_UNSET_S) and seen[0][1] > 100 * tworows.CALL_DTIME
+    assert seen[1] == (tworows.CALL_DTIME, 7.5)
+
+
+def test_a_stop_at_the_safety_stop_is_recorded(monkeypatch):
+    """The portfolio's two-row phase stopped by the wall clock says so (stopped_by wall), never 'work'."""
+    from planner.mapping import portfolio
+    p = _problem(4, 5, 3)            # 20 nodes: the two-row phase's range, one scenario, rows alike
+    p = MappingProblem(p.layout, p.nodes, p.hop, None, np.zeros(4), p.dp_link, 0.0)
+    assert portfolio._two_rows_share([p]) > 0
+    calls = iter([10.0, 10.0] + [0.0] * 1000)        # the clock runs out right after the phase starts
+    with work.metered() as m:
+        portfolio._two_rows([p], 10.0, 0, np.arange(20).reshape(4, 5), lambda: next(calls), {})
+    assert m.wall_hit

@@ -127,7 +127,8 @@ class TrainingSpec:
     """precision fp8 with ZeRO-3 only (torchtitan --float8.enable_fsdp_float8_all_gather, torchao's Float8Linear):
     FSDP2 casts each transformer block's Linear weights to fp8 before its all-gather, so they move and stay gathered
     at 1 byte instead of bf16's 2 (norms, embedding and output stay bf16; memory.fsdp_gather_bytes). ZeRO 0-2 plans
-    are unaffected."""
+    are unaffected. fp8 with 3 in search.zero is refused today, so only a ZeRO-3 fp8 configuration estimated directly
+    (the torchtitan Float8 rows of benchmarks/published_recipes.py) reaches it."""
 
 
 @dataclass(frozen=True, kw_only=True)
