@@ -290,7 +290,7 @@ def test_spec_solver_robust_key(tmp_path, capsys):
     raw = yaml.safe_load(open(src))
     for k in ("model", "cluster"):
         raw[k] = os.path.normpath(os.path.join(os.path.dirname(src), raw[k]))
-    raw["solver"] = {"method": "anneal", "time_limit_s": 5, "seed": 0, "robust": "worst"}
+    raw["solver"] = {"method": "anneal", "time_limit_s": 2, "seed": 0, "robust": "worst"}
     spec = tmp_path / "robust.yaml"
     spec.write_text(yaml.safe_dump(raw))
     out = tmp_path / "sol.yaml"
