@@ -358,7 +358,9 @@ def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, 
     - pp = 1 (reshard after forward): every micro-batch gathers in forward, gathers again in backward and
       reduce-scatters (+ HSDP's replicate all-reduce), torchtitan's gradient accumulation syncing each one;
     - pp > 1 (no reshard after forward; gradient sync only on the last micro-batch): one gather before the first
-      forward, one reduce-scatter (+ all-reduce) after the last backward, hidden behind one micro-batch's F (B).
+      forward, hidden behind one micro-batch's F; the reduce-scatter (+ all-reduce) runs once, exposed: PyTorch
+      pipelining (stage.py backward_maybe_with_nosync, last_backward) calls every FSDP group's post_backward one after
+      another only once the stage's last backward has finished, so no compute of the device is left to hide it.
     The overlap flags of training.overlap are Megatron-Core's and do not apply: FSDP2 always overlaps."""
     units = fsdp_units(spec.model, cfg, stage)
     gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage)
@@ -368,7 +370,7 @@ def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, 
     hb, hf = max(st[stage].backward, 0.0), max(st[stage].forward, 0.0)
     if cfg.pp == 1:
         return exposed_s(ag, hf, n), exposed_s(ag + rs + rep, hb, n), 0.0 * ag
-    return 0.0 * ag, 0.0 * ag, exposed_s(ag, hf, n) + exposed_s(rs + rep, hb, n)
+    return 0.0 * ag, 0.0 * ag, exposed_s(ag, hf, n) + rs + rep
 
 
 def fsdp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, b: int, K: int, pair_GBps=None):

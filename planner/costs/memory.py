@@ -487,9 +487,12 @@ def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int, training=None) -> 
       reduce-scatter input (2 + 4 bytes); the [norm, output] unit is not resharded after forward, so it counts among
       the units in flight;
     - not resharded (pp > 1, torchtitan's default): the whole stage stays gathered in bf16 from the first forward to the
-      last backward (2 bytes per parameter) and, with gradient sync only on the last micro-batch (PyTorch pipelining's
-      no-sync backward), the unsharded bf16 gradients accumulate there (2 more), plus one unit's fp32 reduce-scatter
-      input (4)."""
+      last backward (2 bytes per parameter). PyTorch pipelining (stage.py backward_maybe_with_nosync) runs every
+      backward with set_requires_gradient_sync(False) and set_reshard_after_backward(False), then calls each group's
+      post_backward once after the last one; without gradient sync FSDP2's post_backward moves each unsharded gradient
+      into `unsharded_accumulated_grad` in the reduce dtype (FSDPParam.to_accumulated_grad_if_needed: fp32, torchtitan's
+      mixed_precision_reduce), so the whole stage's unsharded gradients accumulate in fp32 (4 more), plus one unit's
+      fp32 reduce-scatter input (4); plus the pipelining stage's receive buffers (pipelining_buffer_bytes)."""
     if cfg.zero != 3:
         return 0.0
     units = fsdp_units(model, cfg, stage)
@@ -498,10 +501,33 @@ def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int, training=None) -> 
     if gathered is not None:         # fp8-gathered Linear weights (their gradients stay bf16)
         if cfg.pp == 1:
             return 2 * max(gathered) + (2 + 4) * big
-        return sum(gathered) + 2.0 * sum(units) + 4.0 * big
+        return sum(gathered) + 4.0 * sum(units) + 4.0 * big + pipelining_buffer_bytes(model, training, cfg, stage)
     if cfg.pp == 1:
         return 2 * 2.0 * big + (2 + 4) * big
-    return 4.0 * sum(units) + 4.0 * big
+    return (2.0 + 4.0) * sum(units) + 4.0 * big + pipelining_buffer_bytes(model, training, cfg, stage)
+
+
+def pipelining_buffer_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
+    """PyTorch pipelining's stage buffers beyond the saved activations, per GPU of a pipeline rank (ZeRO-3, pp > 1).
+
+    torch/distributed/pipelining/stage.py (PipelineStage, the torch 2.5/2.6 code torchtitan 9dec370a ran on): the stage
+    allocates a receive buffer per micro-batch up front, for its input (`args_recv_info[chunk_id]`, every stage but the
+    first) and for the gradient of its output (`grad_recv_info[mb_index]`, every stage but the last), and keeps them
+    for the whole step. Each is one stage boundary tensor: torchtitan's blocks end in a sequence-parallel layout, so
+    s x mbs x h / tp bf16 values (the shard view's s under cp). The input buffers of the micro-batches in flight are
+    the saved block inputs already counted, while `fwd_cache` keeps each in-flight micro-batch's output (the same
+    size, not otherwise held): counted as cancelling, so m buffers per direction and chunk of the device."""
+    if training is None or cfg.pp == 1:
+        return 0.0
+    boundary = 2.0 * training.seq_length * cfg.micro_batch_size * model.hidden_size / cfg.tp
+    v = chunks_per_device(cfg.schedule, cfg.vpp)
+    if cfg.schedule in V_SHAPES:
+        virtual = [stage, 2 * cfg.pp - 1 - stage]
+    else:
+        virtual = [c * cfg.pp + stage for c in range(v)]
+    last = cfg.pp * v - 1
+    directions = sum((vs != 0) + (vs != last) for vs in virtual)
+    return boundary * cfg.num_microbatches * directions
 
 
 def grad_buffer_bytes(training) -> float:
