@@ -95,6 +95,24 @@ def test_fsdp_time_grows_with_slower_links_and_exposes_per_microbatch(make_spec)
     assert t[1] > evaluate(slow, z1, p1, p1.rank_order()).dp_comm_s
 
 
+def test_torchtitan_pipelining_schedule_and_loss_terms(make_spec):
+    from planner.costs.memory import logits_bytes, padded_vocab, stage_inflight
+    from planner.costs.pipeline import inflight_microbatches
+    # m == pp: Megatron's interleaved runs every forward first, PyTorch's ScheduleInterleaved1F1B does not
+    assert inflight_microbatches("interleaved", 8, 8, 2, 7) == 8.0
+    assert inflight_microbatches("interleaved", 8, 8, 2, 7, pytorch=True) == 4.5      # (8 + 0 + 1) / 2
+    assert stage_inflight(_cfg(tp=2, pp=8, dp=1, m=8, sched="interleaved", v=2), 7) == 4.5
+    assert stage_inflight(_cfg(tp=2, pp=8, dp=1, m=8, sched="interleaved", v=2, zero=1), 7) == 8.0
+    spec = make_spec()
+    s = spec.training.seq_length
+
+    def per_logit(cfg, stage):
+        return logits_bytes(spec.model, spec.training, cfg, stage) / (s * padded_vocab(spec.model, cfg.tp) / cfg.tp)
+    assert per_logit(_cfg(tp=1, dp=16, m=4), 0) == pytest.approx(4 + 8)       # plain cross_entropy
+    assert per_logit(_cfg(tp=2, dp=8, m=8), 0) == pytest.approx(4 + 12)       # loss_parallel's backward
+    assert per_logit(_cfg(tp=2, pp=2, dp=4, m=8), 1) == pytest.approx(4 + 12 + 2 * 8)   # + output_chunks
+    assert per_logit(_cfg(tp=2, pp=2, dp=4, m=8, zero=1), 1) == pytest.approx(4 + 2)
+
 def test_pp_reduce_scatter_runs_once_after_the_last_backward_exposed(make_spec):
     from planner.costs import default_costs
     from planner.costs.fsdp import fsdp_collectives

@@ -317,7 +317,8 @@ def _fused_transient_bytes(model, training, cfg: ParallelConfig, P: dict) -> flo
 
 
 def stage_inflight(cfg: ParallelConfig, stage: int) -> float:
-    return inflight_microbatches(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, stage)
+    # ZeRO-3 plans run on torchtitan, i.e. PyTorch pipelining's schedules (docs/notes/fsdp.md)
+    return inflight_microbatches(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, stage, pytorch=cfg.zero == 3)
 
 
 def chunk_order(cfg: ParallelConfig, count: int) -> list[int]:
@@ -361,7 +362,17 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     # train.py loss_fn): log_softmax keeps its fp32 output per held micro-batch, and its backward has the dense fp32
     # gradient of that output and its own fp32 result live together (8 bytes per logit instead of one 16-bit buffer)
     live = 8 if cfg.zero == 3 else 2
-    return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (4 * held + live)
+    if cfg.zero == 3 and cfg.tp > 1:
+        # torchtitan's loss_parallel (on whenever tp > 1: parallel_dims.loss_parallel_enabled) runs DTensor's own
+        # kernels, torch/distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward:
+        # (zeros_like(x) + exp(x)) * grad_output with the saved fp32 output x: three fp32 tensors live beside it
+        live = 12
+    kept = 0
+    if cfg.zero == 3 and cfg.pp > 1:
+        # PyTorch pipelining's last stage keeps every micro-batch's output (the bf16 logits) in
+        # stage.output_chunks for the schedule's final merge (torch/distributed/pipelining/stage.py forward_one_chunk)
+        kept = 2 * cfg.num_microbatches
+    return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (4 * held + live + kept)
 
 
 def edge_activation_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:

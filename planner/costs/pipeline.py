@@ -90,8 +90,12 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
     return m * t[k] + sum(x) - x[k]
 
 
-def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) -> float:
+def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int, pytorch: bool = False) -> float:
     """Activations a device holds at its peak, in micro-batches of its full layer set (a chunk = 1/v).
+
+    pytorch: the schedule is torch.distributed.pipelining's (torchtitan, i.e. ZeRO-3 plans). Its
+    ScheduleInterleaved1F1B (get_rank_warmup_ops, torch 2.5/2.6) warms up (v - 1) * pp + 2 * (pp - 1 - stage)
+    chunk forwards capped at m * v, with no all-forwards-first case for m == pp (Megatron's).
 
     V-Min / V-Half: the seed's targets, which the simulator's block search keeps as caps (V-Min's is
     exact for equal per-chunk F, B, W; V-Half takes the fastest block under its cap, often V-Min's).
@@ -106,7 +110,7 @@ def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) ->
     if schedule == "zb-h1":
         return float(min(pp, m))            # stage i defers i weight-gradients: every stage holds pp
     if schedule == "interleaved":
-        if m == pp:                        # Megatron runs every forward first when m == pp
+        if m == pp and not pytorch:        # Megatron runs every forward first when m == pp
             return float(m)
         chunks = (v - 1) * pp + 2 * (pp - stage - 1) + 1   # Megatron warm-up count, plus the one in flight
         return min(chunks, m * v) / v
