@@ -66,6 +66,26 @@ def test_memory_shards_state_and_adds_gathered_buffers(make_spec):
     # pp > 1 keeps the whole stage gathered (no reshard after forward): more than the per-unit buffers of pp = 1
     assert fsdp_buffer_bytes(spec.model, _cfg(tp=2, pp=2, dp=8, m=8), 0) > fsdp_buffer_bytes(spec.model, _cfg(
         tp=2, pp=1, dp=16, m=4), 0)
+    # pp > 1, exactly: the stage's bf16 parameters (2 B) and its unsharded gradients accumulated in the fp32
+    # reduce dtype (4 B: FSDPParam.to_accumulated_grad_if_needed), plus one unit's fp32 reduce-scatter input
+    from planner.costs.memory import fsdp_units
+    units = fsdp_units(spec.model, _cfg(tp=2, pp=2, dp=8, m=8), 0)
+    assert fsdp_buffer_bytes(spec.model, _cfg(tp=2, pp=2, dp=8, m=8), 0) == pytest.approx(
+        6 * sum(units) + 4 * max(units))
+
+
+def test_fsdp_with_pp_exposes_the_whole_reduce_scatter_once(make_spec):
+    """PyTorch pipelining issues FSDP's reduce-scatters after the stage's last backward: nothing hides them."""
+    from planner.costs import default_costs
+    from planner.costs.fsdp import fsdp_collectives
+    from planner.costs.iteration import fsdp_exposed_parts, stage_times
+    from planner.costs.memory import fsdp_units
+    spec = make_spec(spread=(0.01, 0.02))
+    cfg, costs = _cfg(tp=2, pp=2, dp=8, m=8), default_costs(spec.cluster)
+    st = stage_times(spec, cfg, costs)
+    f, b, once = fsdp_exposed_parts(spec, cfg, costs, st, 0, 4, 2)
+    _, rs, rep = fsdp_collectives(spec, cfg, costs, sum(fsdp_units(spec.model, cfg, 0)), 4, 2)
+    assert f == 0 and b == 0 and rs > 0 and once >= rs + rep
 
 
 def test_fsdp_time_grows_with_slower_links_and_exposes_per_microbatch(make_spec):
