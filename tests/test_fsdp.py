@@ -140,6 +140,34 @@ def test_torchtitan_toml_names_the_degrees():
     assert d["training"]["local_batch_size"] == 8 and d["training"]["seq_len"] == 2048
 
 
+def test_fp8_zero3_plans_are_torchao_float8():
+    """fp8 with ZeRO-3 is searched (torchao's Float8 as torchtitan runs it) and exported as its tables; fp8 without
+    ZeRO-3 stays Transformer Engine's, which torchtitan cannot run."""
+    import os
+
+    import yaml
+
+    from planner.spec import parse_spec
+    path = os.path.join(os.path.dirname(__file__), "..", "specs", "llama3-8b-h100-fsdp-128.yaml")
+    with open(path) as f:
+        raw = yaml.safe_load(f)
+    raw["training"] = {**raw["training"], "precision": "fp8", "fsdp_float8_all_gather": True}
+    spec = parse_spec(raw, path)
+    assert any(c.zero == 3 for c in enumerate_configs(spec)) and any(c.zero < 3 for c in enumerate_configs(spec))
+    cfg = ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "selective", 3, True)
+    for f8 in (False, True):
+        d = tomllib.loads(torchtitan_toml(_solution(cfg, precision="fp8", fsdp_float8_all_gather=f8)))
+        assert d["model"]["converters"] == ["quantize.linear.float8"] and d["compile"]["enable"] is True
+        q = d["quantize"]["linear"]["float8"]
+        assert q["enable_fsdp_float8_all_gather"] is f8 and q["filter_fqns"] == ["output"] and "recipe_name" not in q
+        assert d["activation_checkpoint"]["selective_ac_option"] == "op"
+        assert d["training"]["mixed_precision_param"] == "bfloat16"     # Float8 GEMMs under bf16 FSDP2 parameters
+    bf16 = tomllib.loads(torchtitan_toml(_solution(cfg, kernels="eager")))
+    assert "model" not in bf16 and "compile" not in bf16 and "quantize" not in bf16
+    with pytest.raises(SpecError, match="precision"):
+        torchtitan_toml(_solution(ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "selective", 0, True), precision="fp8"))
+
+
 def test_exports_refuse_what_the_framework_cannot_run():
     pp2 = ParallelConfig(4, 2, 8, 1, 8, "1f1b", 1, "full", 3, True)
     with pytest.raises(SpecError, match="config.pp"):
