@@ -509,7 +509,7 @@ def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int, training=None) -> 
     units = fsdp_units(model, cfg, stage)
     big = max(units)
     gathered = fsdp_gather_bytes(model, training, cfg, stage)
-    if gathered is not None:         # fp8-gathered Linear weights (their gradients stay bf16)
+    if gathered is not None:         # fp8-gathered Linear weights (their gradients accumulate as the others)
         if cfg.pp == 1:
             return 2 * max(gathered) + (2 + 4) * big
         return sum(gathered) + 4.0 * sum(units) + 4.0 * big + pipelining_buffer_bytes(model, training, cfg, stage)
