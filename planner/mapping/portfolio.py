@@ -10,7 +10,8 @@ runs, on that one budget:
      the anneal");
   3. up to EXACT_NODES candidate nodes, cpsat.solve_exact (pre-solve bounds, the column decomposition, the
      assignment model) with the annealer's incumbent as hint, on the rest of the work (EXACT_SHARE of it up to
-     SMALL_NODES nodes, EXACT_SHARE_LARGE above): OPTIMAL ends the search,
+     SMALL_NODES nodes, EXACT_SHARE_LARGE above, only EXACT_PROBE_SHARE where the two-row re-solve runs and gets
+     the rest): OPTIMAL ends the search,
      otherwise its bound is kept and a better placement it finds replaces the incumbent (never a worse one).
 Above EXACT_NODES the portfolio is the annealer (and the LNS) on the whole budget. With a cutoff (branch and bound
 across configurations: only placements strictly better than it matter) and an exact phase, the annealer is skipped

@@ -50,7 +50,8 @@ def call_work() -> float:
 def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int = 0,
             stop=lambda: False, wall_left=None) -> tuple[np.ndarray, int, int]:
     """Row pairs (0, 1), (0, 2), ... cyclically, each re-solved on CALL_DTIME, while budget_s covers one more call
-    and the last full round of pairs changed something: (assignment, calls, improvements). wall_left: seconds to
+    and one of the last STALL_ROUNDS full rounds of pairs changed something (round r on CP-SAT seed seed + r):
+    (assignment, calls, improvements). wall_left: seconds to
     the caller's safety stop, CP-SAT's wall limit (default none: its deterministic time alone ends a call, as it
     must for the same answer on any load)."""
     R, K = p.layout.rows, p.layout.cols
