@@ -16,7 +16,7 @@ Knobs the planner lacks map to the nearest thing it has (`nearest` below) and ar
 that are spec keys are tried on the spec parser first, so a key another branch adds (training.attention,
 training.precision: fp8, overlap keys) is used as soon as the parser accepts it.
 
-Run:  python benchmarks/published_recipes.py [--rows ID,ID] [--json] [--nvl-peak]
+Run:  python benchmarks/published_recipes.py [--rows ID,ID] [--json]
       python benchmarks/published_recipes.py --solve [--rows ID,ID] [--time-limit S] [--no-sim]
          (`planner solve` per row, default the full-knob rows: its plan against the recipe, both predicted)
 """
@@ -298,24 +298,12 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
 
 # ---- run -------------------------------------------------------------------------------------------------------
 
-# H100 NVL dense peaks (NVIDIA H100 datasheet, with sparsity / 2: bf16 1,671 / 2, fp8 3,341 / 2): the lower end of
-# the bracket torchtitan's footnote gives for its 500 W HBM2e parts ("between SXM and NVL"); --nvl-peak reports the
-# Grand Teton rows at it, a sensitivity from the page's own words, not a fit
-NVL_PEAK = {"bf16": 835.0, "fp16": 835.0, "fp8": 1670.5}
-GRAND_TETON = "grand-teton-h100-hbm2e"
 
 
-def evaluate_row(row: dict, strict: bool = False, nvl_peak: bool = False) -> dict:
-    """strict (the #9 rows): a row with a knob the planner could not take is partial as well. nvl_peak: the Grand
-    Teton rows at the H100 NVL peaks (NVL_PEAK)."""
+def evaluate_row(row: dict, strict: bool = False) -> dict:
+    """strict (the #9 rows): a row with a knob the planner could not take is partial as well."""
     from planner.search.solve import estimate_plan
     spec, cfg, missing, notes = build(row)
-    if nvl_peak and knobs_of(row).get("cluster") == GRAND_TETON:
-        from dataclasses import replace
-        gpu = spec.cluster.gpu
-        spec = replace(spec, cluster=replace(spec.cluster, gpu=replace(gpu, peak_tflops={**gpu.peak_tflops,
-                                                                                         **NVL_PEAK})))
-        notes = notes + ["NVL peak"]
     est = estimate_plan(spec, cfg)[0]
     published, via = published_step_s(row, spec.model)
     gpu_GiB = spec.cluster.gpu.memory_GiB
@@ -435,9 +423,6 @@ def main(argv=None) -> int:
                          "ones) and compare its plan with the recipe; slow (a benchmark)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per row with --solve")
     ap.add_argument("--no-sim", action="store_true", help="with --solve: skip the simulator's re-ranking")
-    ap.add_argument("--nvl-peak", action="store_true",
-                    help="the Grand Teton (torchtitan) rows at the H100 NVL peaks, the lower end of the page's "
-                         "bracket (a sensitivity)")
     args = ap.parse_args(argv)
     _, rows = load_rows(args.data)
     # the FSDP rows (#9) are their own set with their own summary, after the #8 table
@@ -463,7 +448,7 @@ def main(argv=None) -> int:
         return 0
     results = [evaluate_row(r) for r in rows]
     s = summary(results)
-    more = [evaluate_row(r, strict=True, nvl_peak=args.nvl_peak) for r in extra]
+    more = [evaluate_row(r, strict=True) for r in extra]
     if args.json:
         print(json.dumps({"rows": results, "summary": s,
                           **({"fsdp_rows": more, "fsdp_summary": summary(more)} if more else {})}, indent=1))

@@ -5,11 +5,12 @@ torchtitan"). Nothing here is fitted on the rows: each column changes one stated
 Columns (step time, s, and error against the published TPS/GPU):
   fused/SXM    training.kernels fused on clusters/dgx-h100.yaml (the planner before this change)
   eager/SXM    training.kernels eager, same GPUs (H100 SXM5 profile: element-wise at 3350 GB/s)
-  fused/HBM2e  fused kernels on clusters/grand-teton-h100-hbm2e.yaml (element-wise at 2400 GB/s)
-  eager/HBM2e  both: what the data file's rows now state
-  NVL peak     eager/HBM2e with the dense bf16 peak of the H100 NVL (835 TFLOPS = 1671 / 2, NVIDIA H100 datasheet),
-               the lower end torchtitan's footnote gives for its 500 W parts (the upper end is the SXM's 989)
-  eager-stack  eager/HBM2e with element-wise work at the fraction of the datasheet bandwidth that the measured eager
+  eager/HBM2e  eager kernels on clusters/grand-teton-h100-hbm2e.yaml with the 700 W SXM5 GEMM ceiling (0.800):
+               element-wise at 2400 GB/s, the GEMMs as on the SXM5 (the rows before the 500 W GEMM rate)
+  fused/500W   fused kernels on clusters/grand-teton-h100-hbm2e.yaml as shipped: 2400 GB/s and the GEMM ceiling of
+               cuBLAS on a 500 W H100 (pytorch/FBGEMM#2546, benchmarks/make_grand_teton_profile.py)
+  eager/500W   both: what the data file's rows now state
+  eager-stack  eager/500W with element-wise work at the fraction of the datasheet bandwidth that the measured eager
                block reached on one H100 SXM (planner/data/h100_compute_profile.json fit.eager_stack_fit.hbm_GBps,
                1295 of 3350 GB/s, times 2400): a sensitivity, as that fit shares its bytes with an eager softmax
                and dropout path torchtitan does not run
@@ -22,7 +23,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
@@ -31,7 +31,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import published_recipes as pr  # noqa: E402
 
 ROWS = ("tt2412-llama31-8b-fsdp-8", "tt2412-llama31-8b-fsdp-128")
-NVL_PEAK_BF16 = 835.0          # H100 NVL dense bf16 TFLOPS: 1,671 with sparsity / 2 (NVIDIA H100 datasheet)
 SXM_HBM_GBPS = 3350.0          # H100 SXM5 datasheet
 
 
@@ -41,7 +40,7 @@ def _eager_stack_GBps(hbm_GBps: float) -> float:
     return fit / SXM_HBM_GBPS * hbm_GBps
 
 
-def step_s(row: dict, kernels: str, cluster: str | None, peak: float | None = None, hbm: float | None = None):
+def step_s(row: dict, kernels: str, cluster: str | None, hbm: float | None = None, ceiling: float | None = None):
     from planner.costs import costs_with_compute, default_costs
     from planner.search.solve import estimate_plan
     knobs = {k: v for k, v in row["knobs"].items() if k not in ("kernels", "cluster")}
@@ -49,13 +48,11 @@ def step_s(row: dict, kernels: str, cluster: str | None, peak: float | None = No
     if cluster:
         knobs["cluster"] = cluster
     spec, cfg, _, _ = pr.build({**row, "knobs": knobs})
-    if peak:
-        gpu = spec.cluster.gpu
-        spec = replace(spec, cluster=replace(spec.cluster, gpu=replace(
-            gpu, peak_tflops={**gpu.peak_tflops, "bf16": peak, "fp16": peak})))
     costs = default_costs(spec.cluster)
-    if hbm:
-        costs = costs_with_compute(costs.compute.with_params(hbm_GBps=hbm), costs.memory)
+    if hbm or ceiling:
+        costs = costs_with_compute(costs.compute.with_params(hbm_GBps=hbm or costs.compute.hbm_GBps,
+                                                             max_efficiency=ceiling or costs.compute.max_efficiency),
+                                   costs.memory)
     return estimate_plan(spec, cfg, costs=costs)[0].iteration_s
 
 
@@ -65,11 +62,11 @@ def evaluate(row: dict) -> dict:
     gt = "grand-teton-h100-hbm2e"
     from planner.costs import default_costs
     hbm = default_costs(pr.build({**row, "knobs": {**row["knobs"], "cluster": gt}})[0].cluster).compute.hbm_GBps
+    sxm = default_costs(pr.build({**row, "knobs": {**row["knobs"], "cluster": "dgx-h100"}})[0].cluster)
     cols = {"fused/SXM": step_s(row, "fused", None), "eager/SXM": step_s(row, "eager", None),
-            "fused/HBM2e": step_s(row, "fused", gt), "eager/HBM2e": step_s(row, "eager", gt),
-            "NVL peak": step_s(row, "eager", gt, peak=NVL_PEAK_BF16),
-            "eager-stack": step_s(row, "eager", gt, hbm=_eager_stack_GBps(hbm)),
-            "NVL + eager-stack": step_s(row, "eager", gt, peak=NVL_PEAK_BF16, hbm=_eager_stack_GBps(hbm))}
+            "eager/HBM2e": step_s(row, "eager", gt, ceiling=sxm.compute.max_efficiency),
+            "fused/500W": step_s(row, "fused", gt), "eager/500W": step_s(row, "eager", gt),
+            "eager-stack": step_s(row, "eager", gt, hbm=_eager_stack_GBps(hbm))}
     return {"id": row["id"], "published_s": published,
             "columns": {k: {"s": v, "error": v / published - 1} for k, v in cols.items()}}
 

@@ -269,12 +269,16 @@ def _toml_value(v) -> str:
         return "true" if v else "false"
     if isinstance(v, int):
         return str(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     return json.dumps(str(v), ensure_ascii=True)      # a TOML basic string: quotes and controls escaped
 
 
 def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
-    """The [training], [parallelism] and [activation_checkpoint] tables of a torchtitan job config that runs the plan
-    (add [model], [optimizer], dataset and the rest from torchtitan's own llama3 preset)."""
+    """The tables of a torchtitan job config that runs the plan: [training], [parallelism], [activation_checkpoint],
+    [compile] (the plan's fused kernels; absent for training.kernels eager) and, for fp8 (ZeRO-3 only), [model]
+    converters and [quantize.linear.float8] (torchao's tensorwise Float8). Merge them into torchtitan's own llama3
+    preset, which adds the model name and flavor, [optimizer], the dataset and the rest."""
     c = _config(solution, file)
     cfg = ParallelConfig.from_dict(c, file)
     why = torchtitan_problem(cfg)
@@ -283,9 +287,9 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     if cfg.zero not in (0, 3):
         raise SpecError(file, "config.zero", f"{cfg.zero}: torchtitan runs FSDP (zero 3) or DDP (zero 0), not ZeRO 1-2")
     precision = solution.get("precision", "bf16")
-    if precision == "fp8":
-        raise SpecError(file, "precision", "fp8 plans are Transformer Engine's (Megatron-Core); torchtitan's Float8 is "
-                                           "torchao's and is not modelled")
+    if precision == "fp8" and cfg.zero != 3:
+        raise SpecError(file, "precision", "fp8 plans without ZeRO-3 are Transformer Engine's (Megatron-Core); "
+                                           "torchtitan's Float8 (torchao) is planned with FSDP (zero 3) only")
     seq = solution.get("seq_length")
     if cfg.zero == 3:
         shard, replicate = cfg.shard_size, cfg.replicas
@@ -295,7 +299,7 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
                 cfg.micro_batch_size, "global_batch_size": cfg.global_batch_size}
     if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
         training["seq_len"] = seq
-    training.update({"mixed_precision_param": "bfloat16" if precision in ("bf16", "fp16") else "float32",
+    training.update({"mixed_precision_param": "bfloat16" if precision in ("bf16", "fp16", "fp8") else "float32",
                      "mixed_precision_reduce": "float32"})
     par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
            "fsdp_reshard_after_forward": "default", "tensor_parallel_degree": cfg.tp,
@@ -316,14 +320,31 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
             par["pipeline_parallel_first_stage_less_layers"] = 0
             par["pipeline_parallel_last_stage_less_layers"] = 0
     ac = {"mode": {"none": "none", "selective": "selective", "full": "full"}[cfg.recompute]}
+    tables = [("training", training), ("parallelism", par), ("activation_checkpoint", ac)]
+    if cfg.recompute == "selective" and cfg.zero == 3:
+        ac["selective_ac_option"] = "op"            # the per-op policy the ZeRO-3 plan's memory and time assume
+    eager = solution.get("kernels") == "eager"
+    if not eager:        # the plan's fused element-wise kernels: torch.compile of each block and the loss
+        tables.append(("compile", {"enable": True, "components": ["model", "loss"]}))
+    if precision == "fp8":
+        # torchao Float8Linear, tensorwise dynamic scaling (no recipe_name: torchtitan asserts it is not set with the
+        # fp8 all-gather); the output layer stays bf16 as the plan's compute model has it
+        f8 = bool(solution.get("fsdp_float8_all_gather"))
+        tables.insert(0, ("model", {"converters": ["quantize.linear.float8"]}))
+        tables.append(("quantize.linear.float8", {"enable_fsdp_float8_all_gather": f8,
+                                                  "precompute_float8_dynamic_scale_for_fsdp": f8,
+                                                  "filter_fqns": ["output"]}))
     lines = [f"# planner export: {cfg.label()}; torchtitan job config keys as of "
              f"pytorch/torchtitan@{TORCHTITAN_COMMIT}",
-             "# (add [model], [optimizer], [lr_scheduler] and the dataset from torchtitan's llama3 preset)",
+             "# (merge into torchtitan's llama3 preset: it adds the model name and flavor, [optimizer], "
+             "[lr_scheduler] and the dataset)",
              f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"]
-    if cfg.recompute == "selective":
+    if cfg.recompute == "selective" and cfg.zero != 3:
         lines.append("# selective: the plan's memory assumes Megatron-Core's core-attention recompute; torchtitan's "
                      "selective_ac_option differs (docs/notes/fsdp.md)")
-    for name, table in (("training", training), ("parallelism", par), ("activation_checkpoint", ac)):
+    if eager:
+        lines.append("# kernels eager: the plan assumes torchtitan without torch.compile ([compile] enable = false)")
+    for name, table in tables:
         lines.append(f"[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"

@@ -111,7 +111,10 @@ class Solution:
             **self._cp_comm(),
             # ZeRO-3 plans (torchtitan's FSDP2): what its job config needs beyond the parallel config
             **({"framework": "torchtitan", "precision": self.spec.training.precision,
-                "seq_length": self.spec.training.seq_length, "num_layers": self.spec.model.num_layers}
+                "seq_length": self.spec.training.seq_length, "num_layers": self.spec.model.num_layers,
+                # eager: torchtitan without torch.compile (training.kernels); fp8: torchao's Float8 all-gather
+                **({"kernels": "eager"} if self.spec.training.kernels == "eager" else {}),
+                **({"fsdp_float8_all_gather": True} if self.spec.training.fsdp_float8_all_gather else {})}
                if self.config.zero == 3 else {}),
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
                        # a tp x cp group wider than a node: each block on this many nodes from its grid entry on

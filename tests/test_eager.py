@@ -64,3 +64,17 @@ def test_grand_teton_profile_is_its_derivation():
     spec.loader.exec_module(mk)
     with open(os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.compute.json")) as f:
         assert json.load(f) == mk.build()
+
+
+def test_grand_teton_gemm_rate_is_the_500w_measurement():
+    """The profile's GEMM curve gives the cuBLAS bf16 rates measured on a 500 W H100 (pytorch/FBGEMM#2546) within 5%,
+    and, not used to build it, the same PR's fp8 row-wise rates (1126 / 1083 / 1141 TFLOP/s) through the fp8 model."""
+    spec = importlib.util.spec_from_file_location("mk", os.path.join(ROOT, "benchmarks", "make_grand_teton_profile.py"))
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    cm = default_costs(_spec().cluster).compute
+    assert cm.max_efficiency < 0.6           # the 700 W SXM5 profile measured 0.800
+    for (m, n, k, tf), tf8 in zip(mk.FBGEMM_500W, (1125.51, 1082.75, 1141.38)):
+        f = 2.0 * m * n * k
+        assert f / cm._gemm_time(f, 989e12) / 1e12 == pytest.approx(tf, rel=0.05)
+        assert f / cm.fp8_gemm_time(f, 989e12, 1979e12) / 1e12 == pytest.approx(tf8, rel=0.05)

@@ -66,6 +66,26 @@ def test_memory_shards_state_and_adds_gathered_buffers(make_spec):
     # pp > 1 keeps the whole stage gathered (no reshard after forward): more than the per-unit buffers of pp = 1
     assert fsdp_buffer_bytes(spec.model, _cfg(tp=2, pp=2, dp=8, m=8), 0) > fsdp_buffer_bytes(spec.model, _cfg(
         tp=2, pp=1, dp=16, m=4), 0)
+    # pp > 1, exactly: the stage's bf16 parameters (2 B) and its unsharded gradients accumulated in the fp32
+    # reduce dtype (4 B: FSDPParam.to_accumulated_grad_if_needed), plus one unit's fp32 reduce-scatter input
+    from planner.costs.memory import fsdp_units
+    units = fsdp_units(spec.model, _cfg(tp=2, pp=2, dp=8, m=8), 0)
+    assert fsdp_buffer_bytes(spec.model, _cfg(tp=2, pp=2, dp=8, m=8), 0) == pytest.approx(
+        6 * sum(units) + 4 * max(units))
+
+
+def test_fsdp_with_pp_exposes_the_whole_reduce_scatter_once(make_spec):
+    """PyTorch pipelining issues FSDP's reduce-scatters after the stage's last backward: nothing hides them."""
+    from planner.costs import default_costs
+    from planner.costs.fsdp import fsdp_collectives
+    from planner.costs.iteration import fsdp_exposed_parts, stage_times
+    from planner.costs.memory import fsdp_units
+    spec = make_spec(spread=(0.01, 0.02))
+    cfg, costs = _cfg(tp=2, pp=2, dp=8, m=8), default_costs(spec.cluster)
+    st = stage_times(spec, cfg, costs)
+    f, b, once = fsdp_exposed_parts(spec, cfg, costs, st, 0, 4, 2)
+    _, rs, rep = fsdp_collectives(spec, cfg, costs, sum(fsdp_units(spec.model, cfg, 0)), 4, 2)
+    assert f == 0 and b == 0 and rs > 0 and once >= rs + rep
 
 
 def test_fsdp_time_grows_with_slower_links_and_exposes_per_microbatch(make_spec):
@@ -118,6 +138,34 @@ def test_torchtitan_toml_names_the_degrees():
             p["pipeline_parallel_degree"], p["context_parallel_degree"]) == (2, 4, 4, 2, 1)
     assert p["pipeline_parallel_schedule"] == "Interleaved1F1B" and d["activation_checkpoint"]["mode"] == "full"
     assert d["training"]["local_batch_size"] == 8 and d["training"]["seq_len"] == 2048
+
+
+def test_fp8_zero3_plans_are_torchao_float8():
+    """fp8 with ZeRO-3 is searched (torchao's Float8 as torchtitan runs it) and exported as its tables; fp8 without
+    ZeRO-3 stays Transformer Engine's, which torchtitan cannot run."""
+    import os
+
+    import yaml
+
+    from planner.spec import parse_spec
+    path = os.path.join(os.path.dirname(__file__), "..", "specs", "llama3-8b-h100-fsdp-128.yaml")
+    with open(path) as f:
+        raw = yaml.safe_load(f)
+    raw["training"] = {**raw["training"], "precision": "fp8", "fsdp_float8_all_gather": True}
+    spec = parse_spec(raw, path)
+    assert any(c.zero == 3 for c in enumerate_configs(spec)) and any(c.zero < 3 for c in enumerate_configs(spec))
+    cfg = ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "selective", 3, True)
+    for f8 in (False, True):
+        d = tomllib.loads(torchtitan_toml(_solution(cfg, precision="fp8", fsdp_float8_all_gather=f8)))
+        assert d["model"]["converters"] == ["quantize.linear.float8"] and d["compile"]["enable"] is True
+        q = d["quantize"]["linear"]["float8"]
+        assert q["enable_fsdp_float8_all_gather"] is f8 and q["filter_fqns"] == ["output"] and "recipe_name" not in q
+        assert d["activation_checkpoint"]["selective_ac_option"] == "op"
+        assert d["training"]["mixed_precision_param"] == "bfloat16"     # Float8 GEMMs under bf16 FSDP2 parameters
+    bf16 = tomllib.loads(torchtitan_toml(_solution(cfg, kernels="eager")))
+    assert "model" not in bf16 and "compile" not in bf16 and "quantize" not in bf16
+    with pytest.raises(SpecError, match="precision"):
+        torchtitan_toml(_solution(ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "selective", 0, True), precision="fp8"))
 
 
 def test_exports_refuse_what_the_framework_cannot_run():

@@ -358,7 +358,10 @@ def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, 
     - pp = 1 (reshard after forward): every micro-batch gathers in forward, gathers again in backward and
       reduce-scatters (+ HSDP's replicate all-reduce), torchtitan's gradient accumulation syncing each one;
     - pp > 1 (no reshard after forward; gradient sync only on the last micro-batch): one gather before the first
-      forward, one reduce-scatter (+ all-reduce) after the last backward, hidden behind one micro-batch's F (B).
+      forward, hidden behind one micro-batch's F, and one reduce-scatter (+ all-reduce) of every unit, exposed: PyTorch
+      pipelining's stage issues them only after its last backward has returned (torch.distributed.pipelining stage.py
+      backward_maybe_with_nosync, run_post_backward: post_backward of each FSDP param group in turn), and the
+      optimizer step waits for them; stage 0, whose last backward ends the schedule, has no compute left to hide them.
     The overlap flags of training.overlap are Megatron-Core's and do not apply: FSDP2 always overlaps."""
     units = fsdp_units(spec.model, cfg, stage)
     gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage)
@@ -368,7 +371,7 @@ def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, 
     hb, hf = max(st[stage].backward, 0.0), max(st[stage].forward, 0.0)
     if cfg.pp == 1:
         return exposed_s(ag, hf, n), exposed_s(ag + rs + rep, hb, n), 0.0 * ag
-    return 0.0 * ag, 0.0 * ag, exposed_s(ag, hf, n) + exposed_s(rs + rep, hb, n)
+    return 0.0 * ag, 0.0 * ag, exposed_s(ag, hf, n) + rs + rep
 
 
 def fsdp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, b: int, K: int, pair_GBps=None):

@@ -488,20 +488,22 @@ def fsdp_buffer_bytes(model, cfg: ParallelConfig, stage: int, training=None) -> 
       the units in flight;
     - not resharded (pp > 1, torchtitan's default): the whole stage stays gathered in bf16 from the first forward to the
       last backward (2 bytes per parameter) and, with gradient sync only on the last micro-batch (PyTorch pipelining's
-      no-sync backward), the unsharded bf16 gradients accumulate there (2 more), plus one unit's fp32 reduce-scatter
-      input (4)."""
+      no-sync backward), the unsharded gradients accumulate there in the fp32 reduce dtype (4 more: FSDP2's
+      FSDPParam.to_accumulated_grad_if_needed upcasts each micro-batch's bf16 gradient into
+      unsharded_accumulated_grad when reduce_dtype differs from param_dtype), plus one unit's fp32 reduce-scatter
+      input or bf16 gradient in flight (4)."""
     if cfg.zero != 3:
         return 0.0
     units = fsdp_units(model, cfg, stage)
     big = max(units)
     gathered = fsdp_gather_bytes(model, training, cfg, stage)
-    if gathered is not None:         # fp8-gathered Linear weights (their gradients stay bf16)
+    if gathered is not None:         # fp8-gathered Linear weights (their gradients accumulate as the others)
         if cfg.pp == 1:
             return 2 * max(gathered) + (2 + 4) * big
-        return sum(gathered) + 2.0 * sum(units) + 4.0 * big
+        return sum(gathered) + 4.0 * sum(units) + 4.0 * big
     if cfg.pp == 1:
         return 2 * 2.0 * big + (2 + 4) * big
-    return 4.0 * sum(units) + 4.0 * big
+    return 6.0 * sum(units) + 4.0 * big
 
 
 def grad_buffer_bytes(training) -> float:
