@@ -76,3 +76,36 @@ def test_a_stop_at_the_safety_stop_is_recorded(monkeypatch):
     with work.metered() as m:
         portfolio._two_rows([p], 10.0, 0, np.arange(20).reshape(4, 5), lambda: next(calls), {})
     assert m.wall_hit
+
+
+def test_exact_share_goes_to_two_rows_only_where_they_run():
+    """At 17-32 nodes with the two-row re-solve on, the exact phase keeps EXACT_PROBE_SHARE and the two-row phase
+    gets the rest of its share; with pipeline slack (no two-row phase) the exact phase keeps EXACT_SHARE_LARGE."""
+    from planner.mapping import portfolio
+    p = _problem(4, 5, 3)
+    alike = MappingProblem(p.layout, p.nodes, p.hop, None, np.zeros(4), p.dp_link, 0.0)
+    slack = MappingProblem(p.layout, p.nodes, p.hop, None, -0.01 * np.arange(4), p.dp_link, 0.0)
+    assert portfolio._exact_share([alike]) == portfolio.EXACT_PROBE_SHARE < portfolio.EXACT_SHARE_LARGE
+    assert portfolio._two_rows_share([alike]) + portfolio._handed_share([alike]) == pytest.approx(
+        portfolio.TWO_ROWS_SHARE + portfolio.EXACT_SHARE_LARGE - portfolio.EXACT_PROBE_SHARE)
+    assert portfolio._exact_share([slack]) == portfolio.EXACT_SHARE_LARGE and portfolio._two_rows_share([slack]) == 0
+    assert portfolio._handed_share([slack]) == 0
+    iters, exact_w = portfolio.work_budget(10.0, alike)
+    total = work.WORK_PER_S * 10.0
+    # the annealer's share is what it was before: only the exact phase's moved
+    assert iters == work.iterations_for((1 - portfolio.EXACT_SHARE_LARGE - portfolio.TWO_ROWS_SHARE) * total, 4)
+    assert exact_w == pytest.approx(portfolio.EXACT_PROBE_SHARE * total)
+
+
+def test_each_round_of_pairs_gets_its_own_seed(monkeypatch):
+    """Round r of the pairs runs CP-SAT on seed + r, so a stalled round is not repeated move for move."""
+    seen = []
+
+    def spy(p, a, rows, *, seed=0, wall_s=None):
+        seen.append((rows, seed))
+        return a.copy()                                   # never a move: the search stalls
+    monkeypatch.setattr(tworows, "solve_pair", spy)
+    p = _problem(3, 3, 0)
+    _, calls, moved = tworows.improve(p, np.arange(9).reshape(3, 3), budget_s=100 * tworows.call_work(), seed=5)
+    assert moved == 0 and calls == tworows.STALL_ROUNDS * 3           # 3 pairs, STALL_ROUNDS rounds, then it stops
+    assert [s for _, s in seen] == [5, 5, 5, 6, 6, 6]

@@ -29,6 +29,7 @@ from planner.mapping.problem import MappingProblem
 SCALE = 1e7                 # seconds -> integer units of the model (0.1 us: costs are ms)
 CALL_DTIME = 0.15           # deterministic seconds per pair's model (tuning seeds: 0.1 too short to improve much)
 WORKERS = 2
+STALL_ROUNDS = 2            # full rounds of pairs without a move that end the search (each round a new seed)
 
 
 def applies(problems) -> bool:
@@ -49,7 +50,8 @@ def call_work() -> float:
 def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int = 0,
             stop=lambda: False, wall_left=None) -> tuple[np.ndarray, int, int]:
     """Row pairs (0, 1), (0, 2), ... cyclically, each re-solved on CALL_DTIME, while budget_s covers one more call
-    and the last full round of pairs changed something: (assignment, calls, improvements). wall_left: seconds to
+    and one of the last STALL_ROUNDS full rounds of pairs changed something (round r on CP-SAT seed seed + r):
+    (assignment, calls, improvements). wall_left: seconds to
     the caller's safety stop, CP-SAT's wall limit (default none: its deterministic time alone ends a call, as it
     must for the same answer on any load)."""
     R, K = p.layout.rows, p.layout.cols
@@ -59,11 +61,12 @@ def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int
     pairs = sorted(itertools.combinations(range(R), 2), key=lambda ij: (-max(ring[list(ij)]), -min(ring[list(ij)]), ij))
     calls = moved = since = 0
     spent = 0.0
-    while spent + call_work() <= budget_s + 1e-12 and since < len(pairs) and not stop():
+    while spent + call_work() <= budget_s + 1e-12 and since < STALL_ROUNDS * len(pairs) and not stop():
         i, j = pairs[calls % len(pairs)]
         with work.metered() as m:
             work.charge(work.ROWS2_MODEL_WORK_S)
-            b = solve_pair(p, a, (i, j), seed=seed,
+            # each round of pairs its own CP-SAT seed: a pair that found nothing last round may find a move now
+            b = solve_pair(p, a, (i, j), seed=seed + calls // len(pairs),
                            wall_s=WALL_UNSET_S if wall_left is None else max(0.02, wall_left()))
         spent += m.used_s
         calls += 1
