@@ -276,7 +276,8 @@ def _toml_value(v) -> str:
 
 def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     """The tables of a torchtitan job config that runs the plan: [training], [parallelism], [activation_checkpoint],
-    [compile] (the plan's fused kernels; absent for training.kernels eager) and, for fp8 (ZeRO-3 only), [model]
+    [compile] (the plan's fused kernels; absent for training.kernels eager), enable_async_tensor_parallel where the
+    plan credits TP-communication overlap (training.overlap.tp_comm with tp > 1) and, for fp8 (ZeRO-3 only), [model]
     converters and [quantize.linear.float8] (torchao's tensorwise Float8). Merge them into torchtitan's own llama3
     preset, which adds the model name and flavor, [optimizer], the dataset and the rest."""
     c = _config(solution, file)
@@ -319,6 +320,11 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
         else:
             par["pipeline_parallel_first_stage_less_layers"] = 0
             par["pipeline_parallel_last_stage_less_layers"] = 0
+    # the plan credits tensor-parallel communication hidden behind GEMMs (training.overlap.tp_comm, costs/iteration.py
+    # tp_overlap_saving); torchtitan's counterpart is its async TP (Inductor's micro-pipelined TP, compile only)
+    tp_overlap = cfg.tp > 1 and cfg.sequence_parallel and bool((solution.get("overlap") or {}).get("tp_comm"))
+    if tp_overlap:
+        par["enable_async_tensor_parallel"] = True
     ac = {"mode": {"none": "none", "selective": "selective", "full": "full"}[cfg.recompute]}
     tables = [("training", training), ("parallelism", par), ("activation_checkpoint", ac)]
     if cfg.recompute == "selective" and cfg.zero == 3:
@@ -344,6 +350,9 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
                      "selective_ac_option differs (docs/notes/fsdp.md)")
     if eager:
         lines.append("# kernels eager: the plan assumes torchtitan without torch.compile ([compile] enable = false)")
+        if tp_overlap:
+            lines.append("# the plan credits TP-communication overlap (training.overlap.tp_comm), which torchtitan's "
+                         "async TP gives only under torch.compile: re-plan with training.overlap.tp_comm false")
     for name, table in tables:
         lines.append(f"[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]

@@ -210,6 +210,11 @@ def test_fp8_zero3_plans_are_torchao_float8():
         assert d["training"]["mixed_precision_param"] == "bfloat16"     # Float8 GEMMs under bf16 FSDP2 parameters
     bf16 = tomllib.loads(torchtitan_toml(_solution(cfg, kernels="eager")))
     assert "model" not in bf16 and "compile" not in bf16 and "quantize" not in bf16
+    # the plan's TP-communication overlap is torchtitan's async TP (only under compile: eager says so)
+    assert "enable_async_tensor_parallel" not in bf16["parallelism"]
+    on = _solution(cfg, overlap={"tp_comm": True})
+    assert tomllib.loads(torchtitan_toml(on))["parallelism"]["enable_async_tensor_parallel"] is True
+    assert "async TP gives only under torch.compile" in torchtitan_toml({**on, "kernels": "eager"})
     with pytest.raises(SpecError, match="precision"):
         torchtitan_toml(_solution(ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "selective", 0, True), precision="fp8"))
 

@@ -109,3 +109,16 @@ def test_each_round_of_pairs_gets_its_own_seed(monkeypatch):
     _, calls, moved = tworows.improve(p, np.arange(9).reshape(3, 3), budget_s=100 * tworows.call_work(), seed=5)
     assert moved == 0 and calls == tworows.STALL_ROUNDS * 3           # 3 pairs, STALL_ROUNDS rounds, then it stops
     assert [s for _, s in seen] == [5, 5, 5, 6, 6, 6]
+
+
+def test_large_models_are_charged_by_size(monkeypatch):
+    """Up to 8 columns a model costs the fixed charge (the tuned family's calls are unchanged); two adjacent rows of
+    16 columns (17k variables, ~0.8 s of wall beyond the call's deterministic time) are charged by their size, and
+    improve charges each call what its pair's model costs."""
+    assert tworows.model_work(8, (0, 1)) == tworows.model_work(8, (0, 2)) == work.ROWS2_MODEL_WORK_S
+    assert tworows.model_work(16, (0, 1)) > 5 * work.ROWS2_MODEL_WORK_S > tworows.model_work(16, (0, 2))
+    monkeypatch.setattr(tworows, "solve_pair", lambda p, a, rows, **kw: a.copy())
+    p = _problem(2, 16, 3)
+    with work.metered() as m:
+        _, calls, _ = tworows.improve(p, np.arange(32).reshape(2, 16), budget_s=10.0)
+    assert calls == tworows.STALL_ROUNDS and m.used_s == pytest.approx(calls * tworows.model_work(16, (0, 1)))

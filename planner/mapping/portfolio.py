@@ -86,11 +86,11 @@ def work_budget(time_limit_s: float, problems) -> tuple[int, float]:
     probs = problems if isinstance(problems, list) else [problems]
     p0 = probs[0]
     total = work.WORK_PER_S * time_limit_s
-    # the annealer's share is computed as before the hand-off (same iterations, same anneal)
-    share = _exact_share(probs) + _handed_share(probs)
-    left = 1.0 - share - _lns_share(probs) - _two_rows_share(probs)
-    share = _exact_share(probs)
-    return work.iterations_for(left * total, p0.layout.rows, len(probs)), float(share * total)
+    exact = _exact_share(probs)
+    # what the exact phase hands the two-row phase leaves the annealer's share as it was (the same anneal)
+    # (summed first, as before the hand-off, so that the iteration count rounds the same)
+    left = 1.0 - (exact + _handed_share(probs)) - _lns_share(probs) - _two_rows_share(probs)
+    return work.iterations_for(left * total, p0.layout.rows, len(probs)), float(exact * total)
 
 
 def lns_steps(time_limit_s: float, problems) -> int:

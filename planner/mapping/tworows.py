@@ -14,7 +14,7 @@ The current placement is the hint and a result is kept only if its objective is 
 
 One scenario, no spare node, no wrap hop, no tied embedding (issue #10's family; `applies`). Deterministic: CP-SAT
 on a deterministic-time limit with fixed workers (sat.new_solver), pairs taken in a fixed order; each model's
-building is charged ROWS2_MODEL_WORK_S on top of sat.run's charge (work.py).
+building is charged by its size (model_work) on top of sat.run's charge (work.py).
 """
 from __future__ import annotations
 
@@ -42,9 +42,17 @@ def applies(problems) -> bool:
 WALL_UNSET_S = 3600.0     # no safety stop given: CP-SAT's wall limit far beyond any call's deterministic time
 
 
-def call_work() -> float:
+def model_work(K: int, rows: tuple[int, int] | None = None) -> float:
+    """Work seconds of building the model of `rows` on K columns (None: the smallest, two rows apart): 2K x 2K
+    placement literals, and where the rows are adjacent 2K (2K - 1) path literals per column."""
+    n = 2 * K
+    size = n * n + (K * n * (n - 1) if rows is not None and abs(rows[0] - rows[1]) == 1 else 0)
+    return max(work.ROWS2_MODEL_WORK_S, work.ROWS2_VAR_WORK_S * size)
+
+
+def call_work(K: int = 0, rows: tuple[int, int] | None = None) -> float:
     """Work seconds one pair's solve may charge: its deterministic time, the call's fixed cost, the model build."""
-    return CALL_DTIME + work.CPSAT_CALL_WORK_S + work.ROWS2_MODEL_WORK_S
+    return CALL_DTIME + work.CPSAT_CALL_WORK_S + model_work(K, rows)
 
 
 def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int = 0,
@@ -61,10 +69,11 @@ def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int
     pairs = sorted(itertools.combinations(range(R), 2), key=lambda ij: (-max(ring[list(ij)]), -min(ring[list(ij)]), ij))
     calls = moved = since = 0
     spent = 0.0
-    while spent + call_work() <= budget_s + 1e-12 and since < STALL_ROUNDS * len(pairs) and not stop():
+    while (spent + call_work(K, pairs[calls % len(pairs)]) <= budget_s + 1e-12 and since < STALL_ROUNDS * len(pairs)
+           and not stop()):
         i, j = pairs[calls % len(pairs)]
         with work.metered() as m:
-            work.charge(work.ROWS2_MODEL_WORK_S)
+            work.charge(model_work(K, (i, j)))
             # each round of pairs its own CP-SAT seed: a pair that found nothing last round may find a move now
             b = solve_pair(p, a, (i, j), seed=seed + calls // len(pairs),
                            wall_s=WALL_UNSET_S if wall_left is None else max(0.02, wall_left()))

@@ -11,6 +11,8 @@ that do not depend on the machine's load:
   its exact-cover search per node and per candidate set scanned, a fixed charge per partition searched;
 - the LNS after the anneal (lns.py): per step, the annealer iterations of cost 1 it takes as long as
   (lns_step_work: a fixed part, the grid's blocks, the nodes it places; timed against the annealer in one process);
+- the two-row re-solve (tworows.py): each model's building, by its size (ROWS2_MODEL_WORK_S, ROWS2_VAR_WORK_S),
+  besides its CP-SAT call;
 - a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
   costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
   small calls.
@@ -52,8 +54,13 @@ ROWS_PAIR_WORK_S = 2e-9          # one cycle pair x alignment x column of its pa
 LNS_STEP_ITERS = 45
 LNS_BLOCK_ITERS = 0.3
 LNS_NODE_ITERS = 0.8
-ROWS2_MODEL_WORK_S = 0.07        # building one two-row model (tworows.py; ~65 ms measured at 4x8, load ~0)
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
+# one two-row model (tworows.py): at least ROWS2_MODEL_WORK_S (~65 ms measured at 4x8, load ~0), or
+# ROWS2_VAR_WORK_S per variable where the model is larger: two adjacent rows of 16 columns (17k variables) took
+# 0.3 s to build and 0.5 s of CP-SAT presolve beyond its deterministic time (load ~1), which the fixed charge
+# missed by 2x; models up to 8 columns (<= 2,200 variables) stay at the fixed charge
+ROWS2_MODEL_WORK_S = 0.07
+ROWS2_VAR_WORK_S = 2.5e-5
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
 
