@@ -218,11 +218,18 @@ class ComputeModel:
                 elem_bwd += ELEM_BACKWARD * scores
         elem_t = elem / (self.hbm_GBps * 1e9)
         # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
-        # all-gather pairs of the same volume with sequence parallelism)
-        comm = 2 * self._tp_allreduce(tokens * h * by, t, cluster)
+        # all-gather pairs of the same volume with sequence parallelism); one all-gather and one reduce-scatter is
+        # half an all-reduce each (tp_gather_bytes: the gather's element size)
+        gather = self._tp_allreduce(tokens * h * tp_gather_bytes(training, cfg), t, cluster) / 2
+        scatter = self._tp_allreduce(tokens * h * by, t, cluster) / 2
+        comm = 2 * (gather + scatter)
         parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm,
+                 # one all-gather / one reduce-scatter of sequence parallelism (forward; backward mirrors them)
+                 "tp_gather": gather, "tp_scatter": scatter,
                  # the column-parallel GEMMs (QKV, fc1), forward; their dgrad and wgrad have the same FLOPs
-                 "gemm_column": (times[0], times[2])}
+                 "gemm_column": (times[0], times[2]),
+                 # the row-parallel GEMMs (proj, fc2), forward; likewise
+                 "gemm_row": (times[1], times[3])}
         if eager:                        # counted op by op, not ELEM_BACKWARD x forward
             parts["elem_backward"] = elem_bwd / (self.hbm_GBps * 1e9)
         if fused:
@@ -379,6 +386,17 @@ def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, floa
     fwd = tokens * (2 * h / sp + h / t + f / t)
     bwd = tokens * ((h + 2 * kv) / t + 2 * h / sp + f * (2 if model.gated_mlp else 1) / t)
     return fwd, bwd
+
+
+def tp_gather_bytes(training, cfg: ParallelConfig) -> float:
+    """Bytes per element of a sequence-parallel all-gather. torchao's Float8 tensor parallelism (ZeRO-3 fp8 plans:
+    torchtitan) casts before it gathers: PrepareFloat8ModuleInput casts the attention / FFN input to float8_e4m3fn
+    before its Shard(1) -> Replicate redistribute, and Float8RowwiseParallel's NoopFwToFloat8BwDynamic casts the
+    output gradient to e5m2 before the backward's all-gather (pytorch/ao torchao/float8/float8_tensor_parallel.py,
+    v0.8.0): 1 byte. Reduce-scatters move the bf16 GEMM output. Megatron / TE plans keep the profile's 16-bit bytes."""
+    if False and training.precision == "fp8" and cfg.zero == 3 and cfg.sequence_parallel:   # STEP2
+        return 1.0
+    return BYTES[training.precision]
 
 
 def smooth_max(a: float, b: float, p: float = 8.0) -> float:
