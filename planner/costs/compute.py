@@ -394,7 +394,7 @@ def tp_gather_bytes(training, cfg: ParallelConfig) -> float:
     before its Shard(1) -> Replicate redistribute, and Float8RowwiseParallel's NoopFwToFloat8BwDynamic casts the
     output gradient to e5m2 before the backward's all-gather (pytorch/ao torchao/float8/float8_tensor_parallel.py,
     v0.8.0): 1 byte. Reduce-scatters move the bf16 GEMM output. Megatron / TE plans keep the profile's 16-bit bytes."""
-    if False and training.precision == "fp8" and cfg.zero == 3 and cfg.sequence_parallel:   # STEP2
+    if training.precision == "fp8" and cfg.zero == 3 and cfg.sequence_parallel:
         return 1.0
     return BYTES[training.precision]
 
