@@ -63,7 +63,8 @@ def test_fused_ops_pay_chunks_the_reduce_kernel_and_the_local_copy():
 
 
 def _big(make_spec):
-    """Layers large enough (h 8192, 8K tokens per micro-batch: _cfg's mbs 4) that the hidden transfers outweigh the chunks' cost."""
+    """Layers large enough (h 8192, 8K tokens per micro-batch: _cfg's mbs 4) that the hidden transfers outweigh the
+    chunks' cost."""
     return _with(make_spec(nodes=4, seed=3, gbs=64, layers=4, hidden=8192, heads=64), attention="unfused")
 
 
