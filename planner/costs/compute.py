@@ -60,6 +60,12 @@ FP8_GEMM_RELATIVE_EFFICIENCY = 0.96
 # TE's cast of a GEMM operand to fp8 with delayed scaling (amax taken in the same kernel, the scale from the history):
 # read bf16 (2 bytes), write the fp8 row-wise and column-wise (transposed, Hopper's FP8 GEMMs need TN) copies (2).
 FP8_CAST_BYTES = 4.0
+# torchao's Float8 (ZeRO-3 fp8 plans: torchtitan), tensor-wise dynamic scaling: hp_tensor_to_float8_dynamic computes
+# the scale from tensor_to_amax (torch.max(torch.abs(x))) over the whole tensor before hp_tensor_and_scale_to_float8
+# casts it (pytorch/ao@00b36bcc torchao/float8/float8_scaling_utils.py, @00141f40 float8_utils.py): the cast needs
+# the finished reduction, so the bf16 operand is read once more (2 bytes per element) than TE's delayed scaling,
+# whose scale comes from the history and whose amax is taken in the cast kernel.
+TORCHAO_AMAX_READ_BYTES = 2.0
 
 # Bytes moved per token per hidden unit by the element-wise kernels of one GPT layer forward
 # (16-bit activations): two LayerNorms (read+write, 8) and two bias-dropout-adds (two reads, a
@@ -241,8 +247,9 @@ class ComputeModel:
         if fp8:
             fwd_cast, bwd_cast = fp8_cast_elements(model, training, cfg)
             hbm = self.hbm_GBps * 1e9
-            parts["fp8_cast"] = FP8_CAST_BYTES * fwd_cast / hbm
-            parts["fp8_cast_bwd"] = FP8_CAST_BYTES * bwd_cast / hbm
+            cast = fp8_cast_bytes(cfg)
+            parts["fp8_cast"] = cast * fwd_cast / hbm
+            parts["fp8_cast_bwd"] = cast * bwd_cast / hbm
         return parts
 
     def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
@@ -386,6 +393,12 @@ def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, floa
     fwd = tokens * (2 * h / sp + h / t + f / t)
     bwd = tokens * ((h + 2 * kv) / t + 2 * h / sp + f * (2 if model.gated_mlp else 1) / t)
     return fwd, bwd
+
+
+def fp8_cast_bytes(cfg: ParallelConfig) -> float:
+    """HBM bytes per element of one activation / gradient cast to fp8: TE's delayed scaling (FP8_CAST_BYTES) for
+    Megatron plans, plus torchao's amax read (TORCHAO_AMAX_READ_BYTES) for ZeRO-3 plans."""
+    return FP8_CAST_BYTES + (TORCHAO_AMAX_READ_BYTES if cfg.zero == 3 else 0.0)
 
 
 def tp_gather_bytes(training, cfg: ParallelConfig) -> float:
