@@ -1,6 +1,7 @@
 """torchtitan's async TP (training.overlap.tp_comm on ZeRO-3 plans): only the collectives Inductor's micro-pipeline TP
 pass fuses are credited, at the fused op's cost; Megatron / TE plans keep userbuffers' model."""
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 from plan_fixtures import estimate_and_simulate
@@ -85,6 +86,11 @@ def test_zero3_plans_take_async_tp_and_zero1_plans_keep_userbuffers(make_spec, m
     assert tp_overlap_saving(spec, _cfg(1), costs) == z1
     with pytest.raises(AssertionError, match="called"):
         tp_overlap_saving(spec, _cfg(3), costs)
+    # eager kernels: no Inductor pass, torchtitan refuses async TP without compile
+    # (the spec's own check wants a Llama block for eager kernels: only what tp_overlap_saving reads is kept here)
+    eager = SimpleNamespace(model=spec.model, cluster=spec.cluster,
+                            training=dataclasses.replace(spec.training, kernels="eager"))
+    assert tp_overlap_saving(eager, _cfg(3), costs) == (0.0, 0.0)
     # tp_comm off: nothing credited (ZeRO-3 has no Megatron asynchronous backward either way)
     off = _with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=False))
     assert tp_overlap_saving(off, _cfg(3), costs) == (0.0, 0.0)

@@ -117,6 +117,10 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
         return 0.0, 0.0
     ov = overlap_of(spec)
     if ov.tp_comm and cfg.sequence_parallel and cfg.zero == 3:      # torchtitan: async TP, not userbuffers
+        if getattr(spec.training, "kernels", "fused") == "eager":
+            # the pass is Inductor's: torchtitan refuses async TP without compile (parallelize_llama.py, 9dec370a:
+            # "Async TP requires --training.compile"), and DTensor's eager collectives all wait
+            return 0.0, 0.0
         tr, c = cpar.shard_view(spec.training, cfg)
         return async_tp_saving(parts_of(spec.model, spec.cluster, tr, c), costs.compute,
                                spec.cluster.gpu.peak_flops("bf16"), cfg.tp,
