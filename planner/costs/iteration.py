@@ -166,7 +166,7 @@ def userbuffers_overhead_s(compute, peak_bf16: float, tp: int) -> tuple[float, f
 # pass (torch/_inductor/fx_passes/micro_pipeline_tp.py) rewrites, in each compiled TransformerBlock's forward and
 # backward graphs, an all-gather whose result feeds matmuls into symm_mem.fused_all_gather_(scaled_)matmul and a
 # reduce-scatter of one matmul's output into symm_mem.fused_(scaled_)matmul_reduce_scatter
-# (torch/distributed/_symmetric_memory/__init__.py). docs/notes/fsdp.md "Async TP" has the reading.
+# (torch/distributed/_symmetric_memory/__init__.py). docs/notes/fsdp.md, "torchtitan's async TP, read from the source".
 ASYNC_TP_QKV_MATMULS = 3      # torchtitan's wq, wk, wv: three nn.Linear, each its own matmul in the fused op
 
 
