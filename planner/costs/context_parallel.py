@@ -19,7 +19,8 @@ What the shard view misses, added here:
   sequence and head sharding, (cp - 1) / cp of each tensor leaves the GPU, not overlapped;
 - memory: the ring's receive buffers and per-step outputs (TE keeps each step's output in fp32 until the layer's
   last step), or the all-to-all's copies, on top of the backward working set (an analytical term beside the fitted
-  estimator, which sees only the shard view: docs/notes/context_parallel.md).
+  estimator, which sees only the shard view: docs/notes/context_parallel.md); allgather: PyTorch's gathered K/V and
+  fp32 gradient buffers (`allgather_buffer_bytes`).
 The cp group lies inside a node (tp * cp GPUs of a block, docs/ARCHITECTURE.md): its transfers use the node's
 NVLink (the cluster's intra-node link).
 With ZeRO-3 (torchtitan's FSDP2) the same shard view holds: torchtitan shards the parameters over dp_shard x cp
@@ -216,7 +217,7 @@ def layer_times(spec, cfg: ParallelConfig, costs, mode: str | None = None) -> CP
 # Bytes per element of a local output (b * s/cp * hidden/tp), moved by the merge / accumulation kernels:
 AG_MERGE_FUSED = 10.0     # a merge step: read the fp32 running output and the bf16 step output, write fp32
 AG_MERGE_EAGER = 38.0     # cast to fp32 (6), out - block (12), sigmoid-weighted product (8), subtract (12)
-AG_FWD_FIXED_FUSED = 20.0   # K, V made contiguous and concatenated for the all-gather (8), first cast (6), last cast (6)
+AG_FWD_FIXED_FUSED = 20.0   # K, V made contiguous + concatenated for the all-gather (8), first and last casts (12)
 AG_FWD_FIXED_EAGER = 28.0   # contiguous (8) and cat (8) as separate copies, first and last casts (12)
 AG_BWD_STEP_FUSED = 30.0  # dK, dV: received fp32 + bf16 step gradient -> fp32 send buffer (20); dQ += (10)
 AG_BWD_STEP_EAGER = 52.0  # dK, dV partial_update adds and cats (26), cat for sending (16), dQ += (10)
