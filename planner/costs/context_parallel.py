@@ -210,8 +210,10 @@ def layer_times(spec, cfg: ParallelConfig, costs, mode: str | None = None) -> CP
 #   whatever the rotate method): each hidden behind the next step's SDPA backward, the last one waited after the
 #   loop (exposed in full);
 # - SDPA backend: torchtitan enters sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION]) under CP: flash, as
-#   without CP, so each step runs at the fused kernel's efficiency for s/cp (the causal table; no non-causal
-#   rectangular figure is used);
+#   without CP. Step 0 runs at the causal kernel's efficiency for s/cp (the shard view's attention); steps 1..cp-1
+#   at the unmasked kernel's efficiency for s/2cp, the rectangle's shorter side (a (s/cp x s/2cp) call has the
+#   k-loop of an s/2cp square and twice its q-blocks, a (s/2cp x s/cp) call its q-blocks and twice its k-loop:
+#   neither less efficient than the square; FlashAttention-2's published figures are squares);
 # - torchtitan compiles each TransformerBlock with fullgraph=True, so the ring loop is traced and Inductor fuses
 #   each merge / accumulation chain into one kernel (`kernels: eager` counts PyTorch's op-by-op passes instead).
 # Bytes per element of a local output (b * s/cp * hidden/tp), moved by the merge / accumulation kernels:
@@ -233,15 +235,20 @@ def allgather_kv_bytes(model, training, cfg: ParallelConfig) -> float:
 
 
 def allgather_layer_times(spec, cfg: ParallelConfig, costs, a_f: float, a_b: float) -> CPLayerTimes:
-    """CPLayerTimes of torchtitan's `allgather` rotation (comment block above): the SDPA steps (cp times the shard's
-    causal attention, as the ring), the fp32 merge / accumulation passes at the HBM rate, the all-gather's part
-    past step 0 (forward and backward), and the dK/dV permutes' part past each next step plus the last in full."""
+    """CPLayerTimes of torchtitan's `allgather` rotation (comment block above): the SDPA steps (the shard's causal
+    attention, then cp - 1 unmasked steps of its FLOPs at the unmasked kernel's efficiency), the fp32 merge /
+    accumulation passes at the HBM rate, the all-gather's part past step 0 (forward and backward), and the dK/dV
+    permutes' part past each next step plus the last in full."""
     model, tr, cp = spec.model, spec.training, cfg.cp
     out = (tr.seq_length // cp) * cfg.micro_batch_size * model.hidden_size / cfg.tp     # local output elements
     eager = getattr(tr, "kernels", "fused") == "eager"
     merge, fwd_fixed, bstep, bwd_fixed = ((AG_MERGE_EAGER, AG_FWD_FIXED_EAGER, AG_BWD_STEP_EAGER, AG_BWD_FIXED_EAGER)
                                           if eager else (AG_MERGE_FUSED, AG_FWD_FIXED_FUSED, AG_BWD_STEP_FUSED,
                                                          AG_BWD_FIXED_FUSED))
+    gpu = spec.cluster.gpu.type
+    s = tr.seq_length // cp
+    rate = fused_attention_efficiency(gpu, s) / fused_attention_efficiency(gpu, s // 2, causal=False)
+    step_f, step_b = a_f * rate, a_b * rate          # a non-causal step: a causal shard step's FLOPs
     hbm = costs.compute.hbm_GBps * 1e9
     elem_f = out * (fwd_fixed + (cp - 1) * merge) / hbm
     elem_b = out * (bwd_fixed + cp * bstep) / hbm
@@ -249,8 +256,8 @@ def allgather_layer_times(spec, cfg: ParallelConfig, costs, a_f: float, a_b: flo
     gather = (cp - 1) * link_s(spec, cfg, kv, costs)        # ring all-gather: cp - 1 transfers of one shard
     dkv = link_s(spec, cfg, kv * 4 / BYTES[tr.precision], costs)     # dK and dV in fp32
     ef = max(0.0, gather - a_f)
-    eb = max(0.0, gather - a_b) + (cp - 1) * max(0.0, dkv - a_b) + dkv
-    return CPLayerTimes((cp - 1) * a_f + elem_f + ef, (cp - 1) * a_b + elem_b + eb, ef, eb)
+    eb = max(0.0, gather - a_b) + (cp - 1) * max(0.0, dkv - step_b) + dkv
+    return CPLayerTimes((cp - 1) * step_f + elem_f + ef, (cp - 1) * step_b + elem_b + eb, ef, eb)
 
 
 def allgather_buffer_bytes(spec, cfg: ParallelConfig) -> float:
