@@ -259,7 +259,8 @@ def hostfile(solution: dict, file: str | None = None) -> str:
 # torchtitan/config/job_config.py: [training] local_batch_size, global_batch_size, seq_len, mixed_precision_param,
 # mixed_precision_reduce; [parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
 # fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree, pipeline_parallel_schedule,
-# pipeline_parallel_microbatch_size, pipeline_parallel_first/last_stage_less_layers, context_parallel_degree;
+# pipeline_parallel_microbatch_size, pipeline_parallel_first/last_stage_less_layers, context_parallel_degree,
+# context_parallel_rotate_method;
 # [activation_checkpoint] mode.
 TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"
 
@@ -305,6 +306,13 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
            "fsdp_reshard_after_forward": "default", "tensor_parallel_degree": cfg.tp,
            "pipeline_parallel_degree": cfg.pp, "context_parallel_degree": int(getattr(cfg, "cp", 1))}
+    if cfg.cp > 1:      # the plan's exchange (solution cp_comm): allgather, or the ring as PyTorch's alltoall rotation
+        from planner.costs.context_parallel import TORCHTITAN_ROTATE
+        mode = solution.get("cp_comm", "allgather")
+        if mode not in TORCHTITAN_ROTATE:
+            raise SpecError(file, "cp_comm", f"has {mode!r}; torchtitan's context parallel runs "
+                            f"{sorted(TORCHTITAN_ROTATE)}")
+        par["context_parallel_rotate_method"] = TORCHTITAN_ROTATE[mode]
     if cfg.pp > 1:
         par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[cfg.schedule]
         par["pipeline_parallel_microbatch_size"] = cfg.micro_batch_size

@@ -105,16 +105,25 @@ FUSED_ATTENTION_EFFICIENCY = {
     "H100": tuple(x / 989 for x in (163, 221, 265, 294, 308, 328)),
     "H200": tuple(x / 989 for x in (163, 221, 265, 294, 308, 328)),
 }
+# The same benchmark without the causal mask (panel b, FLOPs 4 b s^2 heads d forward, not halved): PyTorch's context
+# parallel runs its non-diagonal steps as non-causal SDPA calls (costs/context_parallel.py, allgather). A100's 512
+# label is hidden by the legend: 151 read from the bar height against the labelled bars (1.84 px per TFLOP/s).
+FUSED_ATTENTION_EFFICIENCY_NONCAUSAL = {
+    "A100": tuple(x / 312 for x in (151, 173, 187, 196, 201, 203)),
+    "H100": tuple(x / 989 for x in (248, 294, 320, 326, 335, 338)),
+    "H200": tuple(x / 989 for x in (248, 294, 320, 326, 335, 338)),
+}
 FUSED_ATTENTION_DEFAULT = "A100"
 FUSED_BACKWARD_FLOPS = 2.5     # backward / forward FLOPs of a fused kernel (recomputes QK^T): 5 GEMMs against 2
 
 
-def fused_attention_efficiency(gpu_type: str, seq: int) -> float:
-    """Fraction of the dense 16-bit peak a fused causal attention kernel reaches (forward + backward), linear in
-    log2(s) between the published sequence lengths, flat beyond them."""
+def fused_attention_efficiency(gpu_type: str, seq: int, causal: bool = True) -> float:
+    """Fraction of the dense 16-bit peak a fused causal (or, causal=False, unmasked) attention kernel reaches
+    (forward + backward), linear in log2(s) between the published sequence lengths, flat beyond them."""
     import math
-    key = next((k for k in FUSED_ATTENTION_EFFICIENCY if k in (gpu_type or "").upper()), FUSED_ATTENTION_DEFAULT)
-    ys, xs = FUSED_ATTENTION_EFFICIENCY[key], [math.log2(x) for x in FUSED_ATTENTION_SEQ]
+    table = FUSED_ATTENTION_EFFICIENCY if causal else FUSED_ATTENTION_EFFICIENCY_NONCAUSAL
+    key = next((k for k in table if k in (gpu_type or "").upper()), FUSED_ATTENTION_DEFAULT)
+    ys, xs = table[key], [math.log2(x) for x in FUSED_ATTENTION_SEQ]
     x = min(max(math.log2(max(seq, 1)), xs[0]), xs[-1])
     for i in range(len(xs) - 1):
         if x <= xs[i + 1]:
