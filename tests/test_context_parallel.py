@@ -220,7 +220,7 @@ def test_zero3_with_cp_is_fsdp_over_dp_x_cp():
     mf = stage_memory(half, flat, costs)[0]
     assert (m3.weights, m3.gradients, m3.optimizer, m3.fsdp) == (mf.weights, mf.gradients, mf.optimizer, mf.fsdp)
     assert m3.fsdp > 0 and m1.fsdp == 0
-    # the same, but for torchtitan's output edge (eager fp32 norm, gathered output-layer input; memory.output_edge_bytes)
+    # the same, but for torchtitan's output edge (eager fp32 norm, gathered output-layer input: output_edge_bytes)
     from planner.costs.memory import output_edge_bytes
     edge = output_edge_bytes(half.model, half.training, flat) - output_edge_bytes(half.model, half.training,
                                                                                  replace(flat, zero=1))
