@@ -323,13 +323,13 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     # the plan credits tensor-parallel communication hidden behind GEMMs (training.overlap.tp_comm, costs/iteration.py
     # tp_overlap_saving); torchtitan's counterpart is its async TP (Inductor's micro-pipelined TP, compile only)
     tp_overlap = cfg.tp > 1 and cfg.sequence_parallel and bool((solution.get("overlap") or {}).get("tp_comm"))
-    if tp_overlap:
+    eager = solution.get("kernels") == "eager"
+    if tp_overlap and not eager:     # eager: the plan credits none (iteration.tp_overlap_saving), torchtitan refuses it
         par["enable_async_tensor_parallel"] = True
     ac = {"mode": {"none": "none", "selective": "selective", "full": "full"}[cfg.recompute]}
     tables = [("training", training), ("parallelism", par), ("activation_checkpoint", ac)]
     if cfg.recompute == "selective" and cfg.zero == 3:
         ac["selective_ac_option"] = "op"            # the per-op policy the ZeRO-3 plan's memory and time assume
-    eager = solution.get("kernels") == "eager"
     if not eager:        # the plan's fused element-wise kernels: torch.compile of each block and the loss
         tables.append(("compile", {"enable": True, "components": ["model", "loss"]}))
     if precision == "fp8":
@@ -351,8 +351,8 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     if eager:
         lines.append("# kernels eager: the plan assumes torchtitan without torch.compile ([compile] enable = false)")
         if tp_overlap:
-            lines.append("# the plan credits TP-communication overlap (training.overlap.tp_comm), which torchtitan's "
-                         "async TP gives only under torch.compile: re-plan with training.overlap.tp_comm false")
+            lines.append("# training.overlap.tp_comm is not credited: torchtitan's async TP runs only under "
+                         "torch.compile, so enable_async_tensor_parallel is left out")
     for name, table in tables:
         lines.append(f"[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]

@@ -218,7 +218,9 @@ def test_fp8_zero3_plans_are_torchao_float8():
     assert "enable_async_tensor_parallel" not in bf16["parallelism"]
     on = _solution(cfg, overlap={"tp_comm": True})
     assert tomllib.loads(torchtitan_toml(on))["parallelism"]["enable_async_tensor_parallel"] is True
-    assert "async TP gives only under torch.compile" in torchtitan_toml({**on, "kernels": "eager"})
+    eager_on = torchtitan_toml({**on, "kernels": "eager"})
+    assert "async TP runs only under torch.compile" in eager_on
+    assert "enable_async_tensor_parallel" not in tomllib.loads(eager_on)["parallelism"]
     with pytest.raises(SpecError, match="precision"):
         torchtitan_toml(_solution(ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "selective", 0, True), precision="fp8"))
 

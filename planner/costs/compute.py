@@ -60,6 +60,12 @@ FP8_GEMM_RELATIVE_EFFICIENCY = 0.96
 # TE's cast of a GEMM operand to fp8 with delayed scaling (amax taken in the same kernel, the scale from the history):
 # read bf16 (2 bytes), write the fp8 row-wise and column-wise (transposed, Hopper's FP8 GEMMs need TN) copies (2).
 FP8_CAST_BYTES = 4.0
+# torchao's Float8 (ZeRO-3 fp8 plans: torchtitan), tensor-wise dynamic scaling: hp_tensor_to_float8_dynamic computes
+# the scale from tensor_to_amax (torch.max(torch.abs(x))) over the whole tensor before hp_tensor_and_scale_to_float8
+# casts it (pytorch/ao@00b36bcc torchao/float8/float8_scaling_utils.py, @00141f40 float8_utils.py): the cast needs
+# the finished reduction, so the bf16 operand is read once more (2 bytes per element) than TE's delayed scaling,
+# whose scale comes from the history and whose amax is taken in the cast kernel.
+TORCHAO_AMAX_READ_BYTES = 2.0
 
 # Bytes moved per token per hidden unit by the element-wise kernels of one GPT layer forward
 # (16-bit activations): two LayerNorms (read+write, 8) and two bias-dropout-adds (two reads, a
@@ -218,11 +224,18 @@ class ComputeModel:
                 elem_bwd += ELEM_BACKWARD * scores
         elem_t = elem / (self.hbm_GBps * 1e9)
         # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
-        # all-gather pairs of the same volume with sequence parallelism)
-        comm = 2 * self._tp_allreduce(tokens * h * by, t, cluster)
+        # all-gather pairs of the same volume with sequence parallelism); one all-gather and one reduce-scatter is
+        # half an all-reduce each (tp_gather_bytes: the gather's element size)
+        gather = self._tp_allreduce(tokens * h * tp_gather_bytes(training, cfg), t, cluster) / 2
+        scatter = self._tp_allreduce(tokens * h * by, t, cluster) / 2
+        comm = 2 * (gather + scatter)
         parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm,
+                 # one all-gather / one reduce-scatter of sequence parallelism (forward; backward mirrors them)
+                 "tp_gather": gather, "tp_scatter": scatter,
                  # the column-parallel GEMMs (QKV, fc1), forward; their dgrad and wgrad have the same FLOPs
-                 "gemm_column": (times[0], times[2])}
+                 "gemm_column": (times[0], times[2]),
+                 # the row-parallel GEMMs (proj, fc2), forward; likewise
+                 "gemm_row": (times[1], times[3])}
         if eager:                        # counted op by op, not ELEM_BACKWARD x forward
             parts["elem_backward"] = elem_bwd / (self.hbm_GBps * 1e9)
         if fused:
@@ -234,8 +247,9 @@ class ComputeModel:
         if fp8:
             fwd_cast, bwd_cast = fp8_cast_elements(model, training, cfg)
             hbm = self.hbm_GBps * 1e9
-            parts["fp8_cast"] = FP8_CAST_BYTES * fwd_cast / hbm
-            parts["fp8_cast_bwd"] = FP8_CAST_BYTES * bwd_cast / hbm
+            cast = fp8_cast_bytes(cfg)
+            parts["fp8_cast"] = cast * fwd_cast / hbm
+            parts["fp8_cast_bwd"] = cast * bwd_cast / hbm
         return parts
 
     def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
@@ -379,6 +393,23 @@ def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, floa
     fwd = tokens * (2 * h / sp + h / t + f / t)
     bwd = tokens * ((h + 2 * kv) / t + 2 * h / sp + f * (2 if model.gated_mlp else 1) / t)
     return fwd, bwd
+
+
+def fp8_cast_bytes(cfg: ParallelConfig) -> float:
+    """HBM bytes per element of one activation / gradient cast to fp8: TE's delayed scaling (FP8_CAST_BYTES) for
+    Megatron plans, plus torchao's amax read (TORCHAO_AMAX_READ_BYTES) for ZeRO-3 plans."""
+    return FP8_CAST_BYTES + (TORCHAO_AMAX_READ_BYTES if cfg.zero == 3 else 0.0)
+
+
+def tp_gather_bytes(training, cfg: ParallelConfig) -> float:
+    """Bytes per element of a sequence-parallel all-gather. torchao's Float8 tensor parallelism (ZeRO-3 fp8 plans:
+    torchtitan) casts before it gathers: PrepareFloat8ModuleInput casts the attention / FFN input to float8_e4m3fn
+    before its Shard(1) -> Replicate redistribute, and Float8RowwiseParallel's NoopFwToFloat8BwDynamic casts the
+    output gradient to e5m2 before the backward's all-gather (pytorch/ao torchao/float8/float8_tensor_parallel.py,
+    v0.8.0): 1 byte. Reduce-scatters move the bf16 GEMM output. Megatron / TE plans keep the profile's 16-bit bytes."""
+    if training.precision == "fp8" and cfg.zero == 3 and cfg.sequence_parallel:
+        return 1.0
+    return BYTES[training.precision]
 
 
 def smooth_max(a: float, b: float, p: float = 8.0) -> float:
