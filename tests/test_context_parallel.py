@@ -281,6 +281,19 @@ def test_allgather_is_torchtitans_mode_only():
     assert any(c.zero == 1 and c.cp == 1 for c in got)
 
 
+def test_all_to_all_with_only_zero3_is_refused_naming_the_field():
+    """The mirror of allgather without ZeRO-3: TE's a2a has no torchtitan plan, so a search of ZeRO-3 only would drop
+    every cp > 1 configuration (and `solve` said only that every (tp, pp, dp) breaks a rule, naming none)."""
+    d = dict(long_spec(cp=(2,)).raw)
+    d["training"] = {**d["training"], "cp_comm": "all_to_all"}
+    d["search"] = {**d["search"], "zero": [3]}
+    with pytest.raises(SpecError) as e:
+        parse_spec(d, "long.yaml")
+    assert e.value.field == "training.cp_comm" and "long.yaml" in str(e.value)
+    d["search"] = {**d["search"], "zero": [1, 3]}       # Megatron-Core's ZeRO-1 plans run it: accepted
+    assert parse_spec(d, "long.yaml").training.cp_comm == "all_to_all"
+
+
 def test_allgather_times_follow_pytorchs_loop():
     """Per layer: cp SDPA steps (the ring's attention), fp32 merges / accumulations at the HBM rate, the all-gather
     past step 0 and the dK/dV permutes: the last one exposed in full, the others past each next step."""
