@@ -13,8 +13,9 @@ which row and the column alignment, minimising max(paths) + max(rings) with ever
 The current placement is the hint and a result is kept only if its objective is strictly lower: never worse.
 
 One scenario, no spare node, no wrap hop, no tied embedding (issue #10's family; `applies`). Deterministic: CP-SAT
-on a deterministic-time limit with fixed workers (sat.new_solver), pairs taken in a fixed order; each model's
-building is charged by its size (model_work) on top of sat.run's charge (work.py).
+on a deterministic-time limit with fixed workers (sat.new_solver), pairs chosen by a descent whose choices depend
+only on the placements found (improve); each model's building is charged by what it built (build_work) on top of
+sat.run's charge (work.py).
 """
 from __future__ import annotations
 
