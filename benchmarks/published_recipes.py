@@ -49,7 +49,7 @@ KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", 
          "compile",                    # torchtitan's training.compile: sets `kernels` (fused) unless stated
          "fsdp_float8_all_gather",     # training.fsdp_float8_all_gather: torchao's fp8 all-gather of FSDP2
          "tp_backward_overlap",        # training.overlap.tp_backward (Megatron's async backward TP collectives)
-         "cp_comm")                    # training.cp_comm (torchtitan's CP rotate method `allgather`: no such mode)
+         "cp_comm")                    # training.cp_comm (torchtitan's CP rotate method `allgather`: allgather)
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 

@@ -259,7 +259,8 @@ def hostfile(solution: dict, file: str | None = None) -> str:
 # torchtitan/config/job_config.py: [training] local_batch_size, global_batch_size, seq_len, mixed_precision_param,
 # mixed_precision_reduce; [parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
 # fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree, pipeline_parallel_schedule,
-# pipeline_parallel_microbatch_size, pipeline_parallel_first/last_stage_less_layers, context_parallel_degree;
+# pipeline_parallel_microbatch_size, pipeline_parallel_first/last_stage_less_layers, context_parallel_degree,
+# context_parallel_rotate_method;
 # [activation_checkpoint] mode.
 TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"
 
@@ -305,6 +306,13 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
            "fsdp_reshard_after_forward": "default", "tensor_parallel_degree": cfg.tp,
            "pipeline_parallel_degree": cfg.pp, "context_parallel_degree": int(getattr(cfg, "cp", 1))}
+    if cfg.cp > 1:      # the plan's exchange (solution cp_comm): allgather, or the ring as PyTorch's alltoall rotation
+        from planner.costs.context_parallel import TORCHTITAN_ROTATE
+        mode = solution.get("cp_comm", "allgather")
+        if mode not in TORCHTITAN_ROTATE:
+            raise SpecError(file, "cp_comm", f"has {mode!r}; torchtitan's context parallel runs "
+                            f"{sorted(TORCHTITAN_ROTATE)}")
+        par["context_parallel_rotate_method"] = TORCHTITAN_ROTATE[mode]
     if cfg.pp > 1:
         par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[cfg.schedule]
         par["pipeline_parallel_microbatch_size"] = cfg.micro_batch_size
@@ -323,13 +331,13 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     # the plan credits tensor-parallel communication hidden behind GEMMs (training.overlap.tp_comm, costs/iteration.py
     # tp_overlap_saving); torchtitan's counterpart is its async TP (Inductor's micro-pipelined TP, compile only)
     tp_overlap = cfg.tp > 1 and cfg.sequence_parallel and bool((solution.get("overlap") or {}).get("tp_comm"))
-    if tp_overlap:
+    eager = solution.get("kernels") == "eager"
+    if tp_overlap and not eager:     # eager: the plan credits none (iteration.tp_overlap_saving), torchtitan refuses it
         par["enable_async_tensor_parallel"] = True
     ac = {"mode": {"none": "none", "selective": "selective", "full": "full"}[cfg.recompute]}
     tables = [("training", training), ("parallelism", par), ("activation_checkpoint", ac)]
     if cfg.recompute == "selective" and cfg.zero == 3:
         ac["selective_ac_option"] = "op"            # the per-op policy the ZeRO-3 plan's memory and time assume
-    eager = solution.get("kernels") == "eager"
     if not eager:        # the plan's fused element-wise kernels: torch.compile of each block and the loss
         tables.append(("compile", {"enable": True, "components": ["model", "loss"]}))
     if precision == "fp8":
@@ -351,8 +359,8 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     if eager:
         lines.append("# kernels eager: the plan assumes torchtitan without torch.compile ([compile] enable = false)")
         if tp_overlap:
-            lines.append("# the plan credits TP-communication overlap (training.overlap.tp_comm), which torchtitan's "
-                         "async TP gives only under torch.compile: re-plan with training.overlap.tp_comm false")
+            lines.append("# training.overlap.tp_comm is not credited: torchtitan's async TP runs only under "
+                         "torch.compile, so enable_async_tensor_parallel is left out")
     for name, table in tables:
         lines.append(f"[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]

@@ -220,7 +220,12 @@ def test_zero3_with_cp_is_fsdp_over_dp_x_cp():
     mf = stage_memory(half, flat, costs)[0]
     assert (m3.weights, m3.gradients, m3.optimizer, m3.fsdp) == (mf.weights, mf.gradients, mf.optimizer, mf.fsdp)
     assert m3.fsdp > 0 and m1.fsdp == 0
-    assert (m3.activations, m3.transient) == (m1.activations, m1.transient) != (mf.activations, mf.transient)
+    # the same, but for torchtitan's output edge (eager fp32 norm, gathered output-layer input: output_edge_bytes)
+    from planner.costs.memory import output_edge_bytes
+    edge = output_edge_bytes(half.model, half.training, flat) - output_edge_bytes(half.model, half.training,
+                                                                                 replace(flat, zero=1))
+    assert edge > 0 and m3.activations == pytest.approx(m1.activations + edge)
+    assert m3.transient == m1.transient and (m3.activations, m3.transient) != (mf.activations, mf.transient)
     assert stage_times(spec, z3, costs) == stage_times(spec, z1, costs)
     P = 1e9
     assert fsdp_collectives(spec, z3, costs, P, 4, 2) == fsdp_collectives(half, flat, costs, P, 8, 2)
@@ -247,3 +252,90 @@ def test_cli_and_export_of_zero3_with_cp(capsys):
     cfg = ParallelConfig(2, 1, 4, 1, 4, "1f1b", 1, "full", 3, True, cp=2)
     p = tomllib.loads(torchtitan_toml({"config": cfg.as_dict(), "seq_length": 32768, "num_layers": 8}))["parallelism"]
     assert (p["context_parallel_degree"], p["data_parallel_shard_degree"], p["tensor_parallel_degree"]) == (2, 4, 2)
+
+
+def _ag_spec(**kw):
+    d = dict(long_spec(cp=(1, 2, 4), **kw).raw)
+    d["training"] = {**d["training"], "cp_comm": "allgather"}
+    d["search"] = {**d["search"], "zero": [1, 3]}
+    return parse_spec(d, "long.yaml")
+
+
+def test_allgather_is_torchtitans_mode_only():
+    """training.cp_comm allgather (PyTorch's CP): ZeRO-3 plans only; auto gives ZeRO-3 allgather and Megatron's plans
+    ring / all_to_all; a spec without 3 in search.zero is refused naming the field."""
+    with pytest.raises(SpecError) as e:
+        long_spec(cp_comm="allgather")                 # search.zero [0, 1]
+    assert e.value.field == "training.cp_comm"
+    spec = _ag_spec()
+    z3 = ParallelConfig(1, 1, 4, 1, 4, "1f1b", 1, "full", 3, False, cp=4)
+    z1 = replace(z3, zero=1)
+    assert cpar.legal_modes(spec, z3) == ("allgather",) and cpar.legal_modes(spec, z1) == ()
+    assert "training.cp_comm" in cpar.cp_refusal(spec, z1) and cpar.cp_refusal(spec, z3) is None
+    auto = replace(spec, training=replace(spec.training, cp_comm="auto"))
+    assert cpar.legal_modes(auto, z3) == ("allgather",) and cpar.legal_modes(auto, z1) == ("ring", "all_to_all")
+    ring = replace(spec, training=replace(spec.training, cp_comm="ring"))
+    assert cpar.legal_modes(ring, z3) == ("ring",)     # kept: TE's ring model for torchtitan's alltoall rotation
+    got = list(enumerate_configs(spec))
+    assert all(c.zero == 3 for c in got if c.cp > 1) and any(c.cp > 1 for c in got)
+    assert any(c.zero == 1 and c.cp == 1 for c in got)
+
+
+def test_allgather_times_follow_pytorchs_loop():
+    """Per layer: cp SDPA steps (the ring's attention), fp32 merges / accumulations at the HBM rate, the all-gather
+    past step 0 and the dK/dV permutes: the last one exposed in full, the others past each next step."""
+    spec = _ag_spec()
+    costs = default_costs(spec.cluster)
+    cfg = ParallelConfig(1, 1, 4, 1, 4, "1f1b", 1, "full", 3, False, cp=4)
+    ring, ag = cpar.layer_times(spec, cfg, costs, "ring"), cpar.layer_times(spec, cfg, costs, "allgather")
+    tr, c1 = cpar.shard_view(spec.training, cfg)
+    p = costs.compute.layer_parts(spec.model, spec.cluster, tr, c1)
+    out = spec.training.seq_length // 4 * 4096            # b * s/cp * hidden/tp
+    hbm = costs.compute.hbm_GBps * 1e9
+    kv = cpar.allgather_kv_bytes(spec.model, spec.training, cfg)
+    assert kv == 2 * out * 2                             # K and V at the query heads (repeat_kv), bf16
+    dkv = cpar.link_s(spec, cfg, 2 * kv, costs)          # fp32
+    gather = 3 * cpar.link_s(spec, cfg, kv, costs)
+    assert gather < p["attn"] and dkv < p["attn_backward"]       # NVLink: hidden but the last permute
+    assert ag.exposed_forward == 0 and ag.exposed_backward == pytest.approx(dkv)
+    # steps 1..3: unmasked calls of a causal step's FLOPs, at the unmasked kernel's efficiency for s/2cp (H100: 4K)
+    from planner.costs.compute import fused_attention_efficiency
+    rate = fused_attention_efficiency("H100", 8192) / fused_attention_efficiency("H100", 4096, causal=False)
+    assert rate == pytest.approx((308 / 989) / (326 / 989))
+    assert ag.forward == pytest.approx(3 * rate * p["attn"]
+                                       + out * (cpar.AG_FWD_FIXED_FUSED + 3 * cpar.AG_MERGE_FUSED) / hbm)
+    assert ag.backward == pytest.approx(3 * rate * p["attn_backward"] + dkv
+                                        + out * (cpar.AG_BWD_FIXED_FUSED + 4 * cpar.AG_BWD_STEP_FUSED) / hbm)
+    assert ag.backward > ring.backward                   # fp32 accumulations and the last permute
+    eager = replace(spec, training=replace(spec.training, kernels="eager"))
+    assert cpar.layer_times(eager, cfg, costs, "allgather").forward > ag.forward
+    # a slow link: the all-gather shows past step 0, each permute past the next step's backward
+    slow = _ag_spec(intra=5)
+    t = cpar.layer_times(slow, cfg, costs, "allgather")
+    g, d = 3 * cpar.link_s(slow, cfg, kv, costs), cpar.link_s(slow, cfg, 2 * kv, costs)
+    assert t.exposed_forward > 0 and t.exposed_forward == pytest.approx(max(0.0, g - p["attn"]))
+    assert t.exposed_backward == pytest.approx(max(0.0, g - p["attn_backward"])
+                                               + 3 * max(0.0, d - rate * p["attn_backward"]) + d)
+
+
+def test_allgather_memory_and_export():
+    """The gathered K/V of every rank, fp32 dQ and three fp32 dK/dV buffers and one step's 16-bit gradients as the
+    backward working set; the torchtitan export names the rotate method."""
+    import tomllib
+
+    from planner.export import torchtitan_toml
+    spec = _ag_spec()
+    costs = default_costs(spec.cluster)
+    cfg = ParallelConfig(1, 1, 4, 1, 4, "1f1b", 1, "full", 3, False, cp=4)
+    out = spec.training.seq_length // 4 * 4096
+    assert cpar.buffer_bytes(spec, cfg, "allgather") == 4 * (2 * out * 2) + out * (4 + 24 + 6)
+    ring = replace(spec, training=replace(spec.training, cp_comm="ring"))
+    m_ag, m_ring = stage_memory(spec, cfg, costs)[0], stage_memory(ring, cfg, costs)[0]
+    assert m_ag.transient - m_ring.transient == pytest.approx(
+        cpar.buffer_bytes(spec, cfg, "allgather") - cpar.buffer_bytes(spec, cfg, "ring"))
+    sol = {"config": cfg.as_dict(), "seq_length": spec.training.seq_length, "num_layers": 8, "cp_comm": "allgather"}
+    assert tomllib.loads(torchtitan_toml(sol))["parallelism"]["context_parallel_rotate_method"] == "allgather"
+    assert tomllib.loads(torchtitan_toml({**sol, "cp_comm": "ring"}))["parallelism"][
+        "context_parallel_rotate_method"] == "alltoall"
+    with pytest.raises(SpecError, match="cp_comm"):
+        torchtitan_toml({**sol, "cp_comm": "all_to_all"})

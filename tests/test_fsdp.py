@@ -96,10 +96,14 @@ def test_pp_stage_keeps_fp32_accumulated_grads_and_receive_buffers(make_spec):
     units = fsdp_units(spec.model, cfg, 0)
     # bf16 gathered (2) + fp32 unsharded_accumulated_grad (4) per parameter, one unit's fp32 reduce-scatter input
     assert fsdp_buffer_bytes(spec.model, cfg, 0) == pytest.approx(6 * sum(units) + 4 * max(units))
-    # stage 0 of 2: one gradient receive buffer per micro-batch; interleaved v2: its chunks have both directions
-    assert pipelining_buffer_bytes(spec.model, spec.training, cfg, 0) == pytest.approx(8 * 2 * s * b * h / 2)
+    # stage 0 of 2: one gradient receive buffer per micro-batch, plus its m outputs (fwd_cache / output_chunks, no
+    # receive buffer to cancel them); interleaved v2: its chunks have both directions, plus virtual stage 0's held
+    # outputs (5 chunk forwards held at the peak, chunks 0 0 1 1 0)
+    assert pipelining_buffer_bytes(spec.model, spec.training, cfg, 0) == pytest.approx((8 + 8) * 2 * s * b * h / 2)
+    # stage 1 of 2 (the last): m input receive buffers, and the m - 1 input gradients left on them
+    assert pipelining_buffer_bytes(spec.model, spec.training, cfg, 1) == pytest.approx((8 + 7) * 2 * s * b * h / 2)
     il = _cfg(tp=2, pp=2, dp=8, m=8, sched="interleaved", v=2)
-    assert pipelining_buffer_bytes(spec.model, spec.training, il, 0) == pytest.approx(3 * 8 * 2 * s * b * h / 2)
+    assert pipelining_buffer_bytes(spec.model, spec.training, il, 0) == pytest.approx((3 * 8 + 3) * 2 * s * b * h / 2)
     assert pipelining_buffer_bytes(spec.model, spec.training, _cfg(tp=2, dp=16, m=4), 0) == 0.0
 
 def test_fsdp_time_grows_with_slower_links_and_exposes_per_microbatch(make_spec):
@@ -214,7 +218,9 @@ def test_fp8_zero3_plans_are_torchao_float8():
     assert "enable_async_tensor_parallel" not in bf16["parallelism"]
     on = _solution(cfg, overlap={"tp_comm": True})
     assert tomllib.loads(torchtitan_toml(on))["parallelism"]["enable_async_tensor_parallel"] is True
-    assert "async TP gives only under torch.compile" in torchtitan_toml({**on, "kernels": "eager"})
+    eager_on = torchtitan_toml({**on, "kernels": "eager"})
+    assert "async TP runs only under torch.compile" in eager_on
+    assert "enable_async_tensor_parallel" not in tomllib.loads(eager_on)["parallelism"]
     with pytest.raises(SpecError, match="precision"):
         torchtitan_toml(_solution(ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "selective", 0, True), precision="fp8"))
 
@@ -287,3 +293,25 @@ def test_fsdp_float8_all_gather_gathers_linear_weights_in_one_byte(make_spec):
     with pytest.raises(SpecError, match="fsdp_float8_all_gather"):
         parse_spec({**spec.raw, "training": {"global_batch_size": 64, "seq_length": 2048,
                                              "fsdp_float8_all_gather": True}}, "x.yaml")
+
+
+def test_pipelining_keeps_outputs_and_input_grads_of_1f1b(make_spec):
+    """torch of Dec 2024: every stage's outputs stay in output_chunks, every input gradient on its receive buffer."""
+    from planner.costs.memory import pipelining_kept_boundaries
+    cfg = _cfg(tp=2, pp=4, dp=4, m=8)
+    # held forwards 4, 3, 2, 1: first stage m outputs; middle stages (m - held) outputs and input gradients; last stage
+    # (m - 1) input gradients (its outputs are the logits)
+    assert [pipelining_kept_boundaries(cfg, st) for st in range(4)] == [8, 2 * 5, 2 * 6, 7]
+    assert pipelining_kept_boundaries(_cfg(tp=2, pp=4, dp=4, m=8, sched="gpipe"), 1) == 0
+
+
+def test_torchtitan_output_edge_keeps_fp32_norm_and_gathered_output_input(make_spec):
+    """ZeRO-3 (torchtitan): eager RMSNorm keeps x.float() and its bf16 output on the sequence shard; the
+    ColwiseParallel output layer keeps its all-gathered input. Megatron plans keep 4sbh/sp."""
+    from planner.costs.memory import output_edge_bytes
+    spec = make_spec()
+    s, h = spec.training.seq_length, spec.model.hidden_size
+    tt = _cfg(tp=4, pp=1, dp=4, m=16)
+    assert output_edge_bytes(spec.model, spec.training, tt) == pytest.approx(s * h * (6 / 4 + 2))
+    assert output_edge_bytes(spec.model, spec.training, _cfg(tp=1, dp=16)) == pytest.approx(8 * s * h)
+    assert output_edge_bytes(spec.model, spec.training, _cfg(tp=4, zero=1)) == pytest.approx(4 * s * h / 4)

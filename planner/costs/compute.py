@@ -60,6 +60,12 @@ FP8_GEMM_RELATIVE_EFFICIENCY = 0.96
 # TE's cast of a GEMM operand to fp8 with delayed scaling (amax taken in the same kernel, the scale from the history):
 # read bf16 (2 bytes), write the fp8 row-wise and column-wise (transposed, Hopper's FP8 GEMMs need TN) copies (2).
 FP8_CAST_BYTES = 4.0
+# torchao's Float8 (ZeRO-3 fp8 plans: torchtitan), tensor-wise dynamic scaling: hp_tensor_to_float8_dynamic computes
+# the scale from tensor_to_amax (torch.max(torch.abs(x))) over the whole tensor before hp_tensor_and_scale_to_float8
+# casts it (pytorch/ao@00b36bcc torchao/float8/float8_scaling_utils.py, @00141f40 float8_utils.py): the cast needs
+# the finished reduction, so the bf16 operand is read once more (2 bytes per element) than TE's delayed scaling,
+# whose scale comes from the history and whose amax is taken in the cast kernel.
+TORCHAO_AMAX_READ_BYTES = 2.0
 
 # Bytes moved per token per hidden unit by the element-wise kernels of one GPT layer forward
 # (16-bit activations): two LayerNorms (read+write, 8) and two bias-dropout-adds (two reads, a
@@ -99,16 +105,25 @@ FUSED_ATTENTION_EFFICIENCY = {
     "H100": tuple(x / 989 for x in (163, 221, 265, 294, 308, 328)),
     "H200": tuple(x / 989 for x in (163, 221, 265, 294, 308, 328)),
 }
+# The same benchmark without the causal mask (panel b, FLOPs 4 b s^2 heads d forward, not halved): PyTorch's context
+# parallel runs its non-diagonal steps as non-causal SDPA calls (costs/context_parallel.py, allgather). A100's 512
+# label is hidden by the legend: 151 read from the bar height against the labelled bars (1.84 px per TFLOP/s).
+FUSED_ATTENTION_EFFICIENCY_NONCAUSAL = {
+    "A100": tuple(x / 312 for x in (151, 173, 187, 196, 201, 203)),
+    "H100": tuple(x / 989 for x in (248, 294, 320, 326, 335, 338)),
+    "H200": tuple(x / 989 for x in (248, 294, 320, 326, 335, 338)),
+}
 FUSED_ATTENTION_DEFAULT = "A100"
 FUSED_BACKWARD_FLOPS = 2.5     # backward / forward FLOPs of a fused kernel (recomputes QK^T): 5 GEMMs against 2
 
 
-def fused_attention_efficiency(gpu_type: str, seq: int) -> float:
-    """Fraction of the dense 16-bit peak a fused causal attention kernel reaches (forward + backward), linear in
-    log2(s) between the published sequence lengths, flat beyond them."""
+def fused_attention_efficiency(gpu_type: str, seq: int, causal: bool = True) -> float:
+    """Fraction of the dense 16-bit peak a fused causal (or, causal=False, unmasked) attention kernel reaches
+    (forward + backward), linear in log2(s) between the published sequence lengths, flat beyond them."""
     import math
-    key = next((k for k in FUSED_ATTENTION_EFFICIENCY if k in (gpu_type or "").upper()), FUSED_ATTENTION_DEFAULT)
-    ys, xs = FUSED_ATTENTION_EFFICIENCY[key], [math.log2(x) for x in FUSED_ATTENTION_SEQ]
+    table = FUSED_ATTENTION_EFFICIENCY if causal else FUSED_ATTENTION_EFFICIENCY_NONCAUSAL
+    key = next((k for k in table if k in (gpu_type or "").upper()), FUSED_ATTENTION_DEFAULT)
+    ys, xs = table[key], [math.log2(x) for x in FUSED_ATTENTION_SEQ]
     x = min(max(math.log2(max(seq, 1)), xs[0]), xs[-1])
     for i in range(len(xs) - 1):
         if x <= xs[i + 1]:
@@ -218,11 +233,18 @@ class ComputeModel:
                 elem_bwd += ELEM_BACKWARD * scores
         elem_t = elem / (self.hbm_GBps * 1e9)
         # Megatron: one all-reduce after attention and one after the MLP (reduce-scatter +
-        # all-gather pairs of the same volume with sequence parallelism)
-        comm = 2 * self._tp_allreduce(tokens * h * by, t, cluster)
+        # all-gather pairs of the same volume with sequence parallelism); one all-gather and one reduce-scatter is
+        # half an all-reduce each (tp_gather_bytes: the gather's element size)
+        gather = self._tp_allreduce(tokens * h * tp_gather_bytes(training, cfg), t, cluster) / 2
+        scatter = self._tp_allreduce(tokens * h * by, t, cluster) / 2
+        comm = 2 * (gather + scatter)
         parts = {"gemm": mm, "attn": attn, "elem": elem_t, "overhead": self.layer_overhead_s, "tp_comm": comm,
+                 # one all-gather / one reduce-scatter of sequence parallelism (forward; backward mirrors them)
+                 "tp_gather": gather, "tp_scatter": scatter,
                  # the column-parallel GEMMs (QKV, fc1), forward; their dgrad and wgrad have the same FLOPs
-                 "gemm_column": (times[0], times[2])}
+                 "gemm_column": (times[0], times[2]),
+                 # the row-parallel GEMMs (proj, fc2), forward; likewise
+                 "gemm_row": (times[1], times[3])}
         if eager:                        # counted op by op, not ELEM_BACKWARD x forward
             parts["elem_backward"] = elem_bwd / (self.hbm_GBps * 1e9)
         if fused:
@@ -234,8 +256,9 @@ class ComputeModel:
         if fp8:
             fwd_cast, bwd_cast = fp8_cast_elements(model, training, cfg)
             hbm = self.hbm_GBps * 1e9
-            parts["fp8_cast"] = FP8_CAST_BYTES * fwd_cast / hbm
-            parts["fp8_cast_bwd"] = FP8_CAST_BYTES * bwd_cast / hbm
+            cast = fp8_cast_bytes(cfg)
+            parts["fp8_cast"] = cast * fwd_cast / hbm
+            parts["fp8_cast_bwd"] = cast * bwd_cast / hbm
         return parts
 
     def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
@@ -379,6 +402,23 @@ def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, floa
     fwd = tokens * (2 * h / sp + h / t + f / t)
     bwd = tokens * ((h + 2 * kv) / t + 2 * h / sp + f * (2 if model.gated_mlp else 1) / t)
     return fwd, bwd
+
+
+def fp8_cast_bytes(cfg: ParallelConfig) -> float:
+    """HBM bytes per element of one activation / gradient cast to fp8: TE's delayed scaling (FP8_CAST_BYTES) for
+    Megatron plans, plus torchao's amax read (TORCHAO_AMAX_READ_BYTES) for ZeRO-3 plans."""
+    return FP8_CAST_BYTES + (TORCHAO_AMAX_READ_BYTES if cfg.zero == 3 else 0.0)
+
+
+def tp_gather_bytes(training, cfg: ParallelConfig) -> float:
+    """Bytes per element of a sequence-parallel all-gather. torchao's Float8 tensor parallelism (ZeRO-3 fp8 plans:
+    torchtitan) casts before it gathers: PrepareFloat8ModuleInput casts the attention / FFN input to float8_e4m3fn
+    before its Shard(1) -> Replicate redistribute, and Float8RowwiseParallel's NoopFwToFloat8BwDynamic casts the
+    output gradient to e5m2 before the backward's all-gather (pytorch/ao torchao/float8/float8_tensor_parallel.py,
+    v0.8.0): 1 byte. Reduce-scatters move the bf16 GEMM output. Megatron / TE plans keep the profile's 16-bit bytes."""
+    if training.precision == "fp8" and cfg.zero == 3 and cfg.sequence_parallel:
+        return 1.0
+    return BYTES[training.precision]
 
 
 def smooth_max(a: float, b: float, p: float = 8.0) -> float:

@@ -19,14 +19,16 @@ What the shard view misses, added here:
   sequence and head sharding, (cp - 1) / cp of each tensor leaves the GPU, not overlapped;
 - memory: the ring's receive buffers and per-step outputs (TE keeps each step's output in fp32 until the layer's
   last step), or the all-to-all's copies, on top of the backward working set (an analytical term beside the fitted
-  estimator, which sees only the shard view: docs/notes/context_parallel.md).
+  estimator, which sees only the shard view: docs/notes/context_parallel.md); allgather: PyTorch's gathered K/V and
+  fp32 gradient buffers (`allgather_buffer_bytes`).
 The cp group lies inside a node (tp * cp GPUs of a block, docs/ARCHITECTURE.md): its transfers use the node's
 NVLink (the cluster's intra-node link).
 With ZeRO-3 (torchtitan's FSDP2) the same shard view holds: torchtitan shards the parameters over dp_shard x cp
 (pytorch/torchtitan @ 9dec370a parallel_dims.py, the `dp_shard_cp` mesh that parallelize_llama.py gives apply_fsdp;
-the `fsdp` mesh of dp_shard * cp at 238fa995), i.e. over the shard view's dp * cp replicas. Its exchange
-(context_parallel_rotate_method `allgather`, PyTorch's ring attention: K/V of every shard gathered after the first
-local step, no Megatron all-to-all) is costed as the ring; TE's all_to_all is not torchtitan's and is refused.
+the `fsdp` mesh of dp_shard * cp at 238fa995), i.e. over the shard view's dp * cp replicas. TE's all_to_all is not
+torchtitan's and is refused. Its exchange, PyTorch's experimental context parallel with torchtitan's default rotate
+method, is mode `allgather` (`allgather_layer_times`, read from the source, docs/notes/context_parallel.md "PyTorch's
+context parallel"); `ring` on a ZeRO-3 plan keeps TE's ring model (torchtitan's `alltoall` rotation, approximated).
 """
 from __future__ import annotations
 
@@ -37,8 +39,10 @@ from planner.config import ParallelConfig
 from planner.costs.comm import p2p_time
 from planner.costs.compute import BYTES, fused_attention_efficiency
 
-MODES = ("ring", "all_to_all")
+MODES = ("ring", "all_to_all", "allgather")
 MEGATRON_CP_COMM = {"ring": "p2p", "all_to_all": "a2a"}     # --cp-comm-type
+# torchtitan's experimental.context_parallel_rotate_method (9dec370a config_manager.py; [parallelism] at 238fa995)
+TORCHTITAN_ROTATE = {"allgather": "allgather", "ring": "alltoall"}
 
 
 def shard_view(training, cfg: ParallelConfig):
@@ -62,12 +66,14 @@ def all_to_all_ok(model, cfg: ParallelConfig) -> bool:
 
 
 def legal_modes(spec, cfg: ParallelConfig) -> tuple[str, ...]:
-    """The exchange modes the spec allows for this config (training.cp_comm; auto: both where legal)."""
+    """The exchange modes the spec allows for this config (training.cp_comm; auto: every legal one). ZeRO-3 plans are
+    torchtitan's: allgather (PyTorch's CP, auto's only choice) or ring (kept as TE's model); ZeRO 0-2 plans are
+    Megatron-Core's: ring or all_to_all."""
     want = spec.training.cp_comm
-    modes = MODES if want == "auto" else (want,)
-    if cfg.zero == 3:            # torchtitan's CP exchanges K/V around the cp group: the ring only
-        modes = tuple(m for m in modes if m == "ring")
-    return tuple(m for m in modes if m == "ring" or all_to_all_ok(spec.model, cfg))
+    if cfg.zero == 3:
+        return ("allgather",) if want in ("auto", "allgather") else ("ring",) if want == "ring" else ()
+    modes = ("ring", "all_to_all") if want == "auto" else (want,)
+    return tuple(m for m in modes if m == "ring" or m == "all_to_all" and all_to_all_ok(spec.model, cfg))
 
 
 def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
@@ -88,7 +94,11 @@ def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
                 "modelled: ZeRO-3 with cp shards over all of dp x cp (docs/notes/context_parallel.md)")
     if not legal_modes(spec, cfg) and cfg.zero == 3:
         return ("training.cp_comm all_to_all is Transformer Engine's exchange (Megatron-Core); ZeRO-3 plans are "
-                "torchtitan's, whose context parallelism exchanges K/V around the cp group (cp_comm ring or auto)")
+                "torchtitan's, whose context parallelism exchanges K/V around the cp group (cp_comm allgather, "
+                "ring or auto)")
+    if not legal_modes(spec, cfg) and tr.cp_comm == "allgather":
+        return (f"training.cp_comm allgather is PyTorch's context parallel (torchtitan), planned with ZeRO-3 only; "
+                f"zero={cfg.zero} plans are Megatron-Core's (cp_comm ring, all_to_all or auto)")
     if not legal_modes(spec, cfg):
         return (f"training.cp_comm all_to_all needs the {spec.model.num_attention_heads // cfg.tp} local heads and "
                 f"{spec.model.num_kv_heads // cfg.tp} local kv heads (tp={cfg.tp}) divisible by cp={cp} (TE's a2a)")
@@ -170,6 +180,8 @@ def layer_times(spec, cfg: ParallelConfig, costs, mode: str | None = None) -> CP
     p = costs.compute.layer_parts(spec.model, spec.cluster, tr, c1)
     a_f, a_b = p["attn"], p["attn_backward"]          # the shard's own causal attention (fused kernel)
     cp = cfg.cp
+    if mode == "allgather":
+        return allgather_layer_times(spec, cfg, costs, a_f, a_b)
     if mode == "ring":
         step = link_s(spec, cfg, kv_shard_bytes(spec.model, spec.training, cfg), costs)
         ef = (cp - 1) * max(0.0, step - a_f)
@@ -180,6 +192,83 @@ def layer_times(spec, cfg: ParallelConfig, costs, mode: str | None = None) -> CP
          / fused_attention_efficiency(gpu, spec.training.seq_length))
     comm = link_s(spec, cfg, a2a_bytes(spec.model, spec.training, cfg), costs)
     return CPLayerTimes((cp * r - 1) * a_f + comm, (cp * r - 1) * a_b + comm, comm, comm)
+
+
+# --- allgather: PyTorch's experimental context parallel as torchtitan runs it -------------------------------------
+# Read from pytorch/pytorch torch/distributed/tensor/experimental/_attention.py (the late-2024 form of
+# _templated_ring_attention / _templated_ring_attention_backward / _SDPAMerger / _AllGatherRotater, which the stored
+# commit 0123248a still has; the pinned torch 1963fc83 of torchtitan's Dec 2024 page was not readable here) and
+# pytorch/torchtitan @ 9dec370a (models/llama/model.py, utils.py, parallelize_llama.py). Per layer, per cp rank:
+# - K and V enter SDPA after repeat_kv, so they carry the local *query* heads (heads / tp), not the kv heads;
+# - forward: step 0 is the causal SDPA of the local 2-chunk shard; the all-gather of every rank's K/V is issued
+#   before it and waited after it (one collective, overlapped with step 0 only); steps 1..cp-1 are non-causal SDPA
+#   calls of (s/cp x s/2cp) or (s/2cp x s/cp) with load balancing (_cp_options.enable_load_balance, default True):
+#   each the FLOPs of one causal shard step, as the ring; every step's output is merged in fp32 (_SDPAMerger,
+#   convert_to_f32 True) and the merged output cast back;
+# - backward: the K/V all-gather again (behind step 0's SDPA backward), cp SDPA backward calls, dQ/dK/dV
+#   accumulated in fp32, and the fp32 dK/dV sent to the next rank after every step with a permute (an all-to-all,
+#   whatever the rotate method): each hidden behind the next step's SDPA backward, the last one waited after the
+#   loop (exposed in full);
+# - SDPA backend: torchtitan enters sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION]) under CP: flash, as
+#   without CP. Step 0 runs at the causal kernel's efficiency for s/cp (the shard view's attention); steps 1..cp-1
+#   at the unmasked kernel's efficiency for s/2cp, the rectangle's shorter side (a (s/cp x s/2cp) call has the
+#   k-loop of an s/2cp square and twice its q-blocks, a (s/2cp x s/cp) call its q-blocks and twice its k-loop:
+#   neither less efficient than the square; FlashAttention-2's published figures are squares);
+# - torchtitan compiles each TransformerBlock with fullgraph=True, so the ring loop is traced and Inductor fuses
+#   each merge / accumulation chain into one kernel (`kernels: eager` counts PyTorch's op-by-op passes instead).
+# Bytes per element of a local output (b * s/cp * hidden/tp), moved by the merge / accumulation kernels:
+AG_MERGE_FUSED = 10.0     # a merge step: read the fp32 running output and the bf16 step output, write fp32
+AG_MERGE_EAGER = 38.0     # cast to fp32 (6), out - block (12), sigmoid-weighted product (8), subtract (12)
+AG_FWD_FIXED_FUSED = 20.0   # K, V made contiguous + concatenated for the all-gather (8), first and last casts (12)
+AG_FWD_FIXED_EAGER = 28.0   # contiguous (8) and cat (8) as separate copies, first and last casts (12)
+AG_BWD_STEP_FUSED = 30.0  # dK, dV: received fp32 + bf16 step gradient -> fp32 send buffer (20); dQ += (10)
+AG_BWD_STEP_EAGER = 52.0  # dK, dV partial_update adds and cats (26), cat for sending (16), dQ += (10)
+AG_BWD_FIXED_FUSED = 26.0   # K, V contiguous + cat (8), final dQ cast (6) and dK/dV cast (12)
+AG_BWD_FIXED_EAGER = 46.0   # zero-initialised fp32 accumulators (12), contiguous + cat (16), final casts (18)
+
+
+def allgather_kv_bytes(model, training, cfg: ParallelConfig) -> float:
+    """K and V of one shard as PyTorch's CP sends them: b * s/cp tokens at the local query heads (torchtitan repeats
+    the kv heads before SDPA), 16-bit (fp8 training keeps attention in bf16)."""
+    return 2 * (training.seq_length // cfg.cp) * cfg.micro_batch_size * model.hidden_size / cfg.tp \
+        * BYTES[training.precision]
+
+
+def allgather_layer_times(spec, cfg: ParallelConfig, costs, a_f: float, a_b: float) -> CPLayerTimes:
+    """CPLayerTimes of torchtitan's `allgather` rotation (comment block above): the SDPA steps (the shard's causal
+    attention, then cp - 1 unmasked steps of its FLOPs at the unmasked kernel's efficiency), the fp32 merge /
+    accumulation passes at the HBM rate, the all-gather's part past step 0 (forward and backward), and the dK/dV
+    permutes' part past each next step plus the last in full."""
+    model, tr, cp = spec.model, spec.training, cfg.cp
+    out = (tr.seq_length // cp) * cfg.micro_batch_size * model.hidden_size / cfg.tp     # local output elements
+    eager = getattr(tr, "kernels", "fused") == "eager"
+    merge, fwd_fixed, bstep, bwd_fixed = ((AG_MERGE_EAGER, AG_FWD_FIXED_EAGER, AG_BWD_STEP_EAGER, AG_BWD_FIXED_EAGER)
+                                          if eager else (AG_MERGE_FUSED, AG_FWD_FIXED_FUSED, AG_BWD_STEP_FUSED,
+                                                         AG_BWD_FIXED_FUSED))
+    gpu = spec.cluster.gpu.type
+    s = tr.seq_length // cp
+    rate = fused_attention_efficiency(gpu, s) / fused_attention_efficiency(gpu, s // 2, causal=False)
+    step_f, step_b = a_f * rate, a_b * rate          # a non-causal step: a causal shard step's FLOPs
+    hbm = costs.compute.hbm_GBps * 1e9
+    elem_f = out * (fwd_fixed + (cp - 1) * merge) / hbm
+    elem_b = out * (bwd_fixed + cp * bstep) / hbm
+    kv = allgather_kv_bytes(model, tr, cfg)
+    gather = (cp - 1) * link_s(spec, cfg, kv, costs)        # ring all-gather: cp - 1 transfers of one shard
+    dkv = link_s(spec, cfg, kv * 4 / BYTES[tr.precision], costs)     # dK and dV in fp32
+    ef = max(0.0, gather - a_f)
+    eb = max(0.0, gather - a_b) + (cp - 1) * max(0.0, dkv - step_b) + dkv
+    return CPLayerTimes((cp - 1) * step_f + elem_f + ef, (cp - 1) * step_b + elem_b + eb, ef, eb)
+
+
+def allgather_buffer_bytes(spec, cfg: ParallelConfig) -> float:
+    """What PyTorch's CP holds during one layer's attention backward beyond the shard view (its larger phase): every
+    rank's K/V gathered (cp shards), the fp32 dQ accumulator, three fp32 dK/dV buffers (the one being accumulated,
+    the one being sent, the one being received) and one step's bf16 dQ/dK/dV. Forward holds less: the gathered
+    K/V, the fp32 running output and one step's output."""
+    model, tr = spec.model, spec.training
+    out = (tr.seq_length // cfg.cp) * cfg.micro_batch_size * model.hidden_size / cfg.tp
+    by = BYTES[tr.precision]
+    return cfg.cp * allgather_kv_bytes(model, tr, cfg) + out * (4 + 3 * 2 * 4 + 3 * by)
 
 
 def cp_mode(spec, cfg: ParallelConfig, costs) -> str | None:
@@ -222,6 +311,8 @@ def buffer_bytes(spec, cfg: ParallelConfig, mode: str) -> float:
     output (16-bit)."""
     if cfg.cp == 1:
         return 0.0
+    if mode == "allgather":
+        return allgather_buffer_bytes(spec, cfg)
     model, tr = spec.model, spec.training
     s, b, t = tr.seq_length // cfg.cp, cfg.micro_batch_size, cfg.tp
     kv = kv_shard_bytes(model, tr, cfg)

@@ -19,7 +19,7 @@ from planner.config import ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
-from planner.costs.compute import BYTES, activation_precision
+from planner.costs.compute import BYTES, activation_precision, tp_gather_bytes
 from planner.costs.fsdp import fsdp_collectives
 from planner.costs.memory import (
     GiB,
@@ -104,7 +104,8 @@ def exposed_s(comm, hide, pieces: int = 1):
 def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, float]:
     """Seconds of one layer's tensor-parallel collectives hidden behind GEMMs, (forward, backward).
 
-    --tp-comm-overlap (training.overlap.tp_comm): Transformer Engine's userbuffers split each all-gather /
+    ZeRO-3 plans are torchtitan's: there training.overlap.tp_comm is async TP (async_tp_saving), not userbuffers.
+    --tp-comm-overlap (training.overlap.tp_comm, ZeRO 0-2): Transformer Engine's userbuffers split each all-gather /
     reduce-scatter of sequence parallelism into tp pieces pipelined with the adjacent GEMM (ring exchange):
     exposed_s(comm, GEMM time, tp). Megatron asserts sequence parallelism for it (arguments.py: 'Tensor parallel
     communication/GEMM overlap can happen only when sequence parallelism is enabled'); the attention core and the
@@ -115,6 +116,16 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
     if cfg.tp <= 1 or parts_of is None:
         return 0.0, 0.0
     ov = overlap_of(spec)
+    if ov.tp_comm and cfg.sequence_parallel and cfg.zero == 3:      # torchtitan: async TP, not userbuffers
+        if getattr(spec.training, "kernels", "fused") == "eager":
+            # the pass is Inductor's: torchtitan refuses async TP without compile (parallelize_llama.py, 9dec370a:
+            # "Async TP requires --training.compile"), and DTensor's eager collectives all wait
+            return 0.0, 0.0
+        tr, c = cpar.shard_view(spec.training, cfg)
+        return async_tp_saving(parts_of(spec.model, spec.cluster, tr, c), costs.compute,
+                               spec.cluster.gpu.peak_flops("bf16"), cfg.tp,
+                               tr.seq_length * c.micro_batch_size * spec.model.hidden_size,
+                               tp_gather_bytes(tr, c), spec.model.gated_mlp)
     if ov.tp_comm and cfg.sequence_parallel:
         p = parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg))
         comm, gemm = p["tp_comm"], p["gemm"]
@@ -149,6 +160,81 @@ def userbuffers_overhead_s(compute, peak_bf16: float, tp: int) -> tuple[float, f
     f = fixed(peak_bf16)
     fwd = UB_RING_EXCHANGE_FWD * (tp - 1) * f + UB_PIPELINE_FWD * (UB_PIPELINE_SPLITS - 1) * f
     return fwd, UB_RING_EXCHANGE_BWD * (tp - 1) * f
+
+
+# ---- torchtitan's async TP (experimental.enable_async_tensor_parallel, ZeRO-3 plans): Inductor's micro-pipeline TP
+# pass (torch/_inductor/fx_passes/micro_pipeline_tp.py) rewrites, in each compiled TransformerBlock's forward and
+# backward graphs, an all-gather whose result feeds matmuls into symm_mem.fused_all_gather_(scaled_)matmul and a
+# reduce-scatter of one matmul's output into symm_mem.fused_(scaled_)matmul_reduce_scatter
+# (torch/distributed/_symmetric_memory/__init__.py). docs/notes/fsdp.md, "torchtitan's async TP, read from the source".
+ASYNC_TP_QKV_MATMULS = 3      # torchtitan's wq, wk, wv: three nn.Linear, each its own matmul in the fused op
+
+
+def async_tp_exposed_s(comm, gemm, tp: int):
+    """Exposed seconds of one collective of `comm` seconds fused with matmuls of `gemm` seconds over tp ranks.
+
+    _pipelined_all_gather_and_consume: the local shard's GEMM chunk runs first, then remote shard k is copied from a
+    peer's symmetric buffer (a copy-engine memcpy) and its chunk computed, on two alternating streams, so copy k + 1
+    overlaps chunk k and the last chunk follows the last copy. _pipelined_produce_and_all2all (matmul +
+    reduce-scatter) mirrors it: the chunk for remote rank k is computed and pulled while chunk k + 1 is computed, the
+    local chunk last. Either way the tp - 1 copies hide behind tp - 1 of the tp chunks: exposed
+    max(0, comm - gemm (tp - 1) / tp), whether each copy is shorter than its chunk (then 0) or longer (then tp - 1
+    copies and one chunk). The copies are charged the collective's time (the copy engines' pull at the bandwidth
+    the collective reaches: not measured here)."""
+    return max(0.0, comm - gemm * (tp - 1) / tp)
+
+
+def async_tp_overhead_s(compute, peak_bf16: float, tp: int, act_elements: float, gather_bytes: float,
+                        ffn_in_matmuls: int) -> tuple[float, float]:
+    """(forward, backward) seconds per layer that the fused ops add (torch/distributed/_symmetric_memory/__init__.py):
+    - each fused matmul runs as tp chunks of M / tp rows: tp - 1 more GEMM fixed parts per matmul
+      (ComputeModel.gemm_fixed_s, as userbuffers_overhead_s): forward QKV (3), proj, FFN input (w1, w3), fc2;
+      backward the two output-gradient all-gathers' dgrad GEMMs (proj, fc2);
+    - fused_matmul_reduce_scatter writes every rank's partial chunk into stacked_partials (M x N, the output dtype,
+      bf16) and sums them in one kernel (reduce_fn over the group dim): it reads M x N and writes M / tp x N, 2 bytes
+      each, where NCCL's reduce-scatter reduces inside its own kernel: two per forward;
+    - fused_all_gather_matmul copies the local shard into its gathered output (chunks[rank].copy_(shard)) on the
+      compute stream: a read and a write of the shard, each all-gather (two forward, two backward).
+    act_elements: M x h, the gathered activation of one micro-batch (tokens x hidden) on one rank.
+    Not charged: the copy into the local symmetric buffer (on the side stream, beside the first chunk), the barriers,
+    and any restride copy Inductor does not fold into the producer (force_stride_order)."""
+    fixed = getattr(compute, "gemm_fixed_s", None)
+    hbm = getattr(compute, "hbm_GBps", None)
+    if fixed is None or hbm is None or tp <= 1:
+        return 0.0, 0.0
+    f = fixed(peak_bf16)
+    bw = hbm * 1e9
+    reduce = act_elements * 2 * (1 + 1 / tp) / bw
+    local_copy = 2 * act_elements / tp * gather_bytes / bw
+    fwd = (ASYNC_TP_QKV_MATMULS + 1 + ffn_in_matmuls + 1) * (tp - 1) * f + 2 * reduce + 2 * local_copy
+    bwd = 2 * (tp - 1) * f + 2 * local_copy
+    return fwd, bwd
+
+
+def async_tp_saving(parts: dict, compute, peak_bf16: float, tp: int, act_elements: float, gather_bytes: float,
+                    gated_mlp: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's tensor-parallel collectives async TP hides, less what its fused ops
+    add (async_tp_overhead_s). Which collectives the pass fuses with torchtitan's layout (sequence parallel on dim 1,
+    pytorch/torchtitan@9dec370a torchtitan/parallelisms/parallelize_llama.py apply_tp):
+    - forward, all four: the attention input's all-gather with wq / wk / wv, the FFN input's with w1 / w3 (gather_dim
+      1 is matched by the split + cat pattern; with Float8 the uint8 view pattern and fused_all_gather_scaled_matmul
+      over _scaled_mm), and the reduce-scatters of wo's and w2's outputs, each the output of one (reshape -> mm ->
+      reshape) matmul with one user;
+    - full recompute: the recomputed forward sits in the backward graph, which the pass also rewrites: the same four
+      (stage_times credits the recompute with the forward's saving);
+    - backward, two of four: the output-gradient all-gathers before wo's and w2's dgrad GEMMs (the gathered gradient
+      is the lhs of a reshape -> mm -> reshape; the wgrad reads it transposed and is not fused). The reduce-scatters of
+      the column-parallel layers' input gradients are not: their input is the sum of three (wq, wk, wv) or two
+      (w1, w3) dgrad matmuls, and fuse_matmul_reduce_scatter needs a matmul as the producer. They stay exposed.
+    Backward dgrad GEMMs take backward_ratio / 2 of their forward GEMM's time (the compute model's split)."""
+    ag = parts.get("tp_gather", parts["tp_comm"] / 4)
+    rs = parts.get("tp_scatter", parts["tp_comm"] / 4)
+    (qkv, fc1), (proj, fc2) = parts["gemm_column"], parts["gemm_row"]
+    half_r = getattr(compute, "backward_ratio", 2.0) / 2
+    fwd = sum(c - async_tp_exposed_s(c, g, tp) for c, g in ((ag, qkv), (rs, proj), (ag, fc1), (rs, fc2)))
+    bwd = sum(ag - async_tp_exposed_s(ag, half_r * g, tp) for g in (proj, fc2))
+    of, ob = async_tp_overhead_s(compute, peak_bf16, tp, act_elements, gather_bytes, 2 if gated_mlp else 1)
+    return fwd - of, bwd - ob
 
 
 def tp_backward_saving(parts: dict, sequence_parallel: bool) -> float:

@@ -386,7 +386,26 @@ def edge_activation_bytes(model, training, cfg: ParallelConfig, stage: int) -> f
         out += s * b * h / sp * stage_inflight(cfg, stage)
     if not fused_attention(training):   # fused kernels apply the causal mask by index
         out += s * s     # the causal attention mask, an s x s bool tensor (Megatron's local attention path)
-    return out + 4 * s * b * h / sp * held_at_output(cfg, stage)
+    return out + output_edge_bytes(model, training, cfg) * held_at_output(cfg, stage)
+
+
+def output_edge_bytes(model, training, cfg: ParallelConfig) -> float:
+    """What the final norm and the output layer save for backward, one micro-batch held at the output (bytes).
+
+    Megatron: the norm's and the output layer's 16-bit inputs, each a sequence shard with SP: 4sbh / sp.
+    ZeRO-3 plans are torchtitan's (pytorch/torchtitan @ 9dec370ad26b5f8e9a7333a0e36165018262644b):
+    - the final norm is `RMSNorm` of torchtitan/models/norms.py (norm_type "rmsnorm" in every train_configs toml),
+      outside the compiled blocks (apply_compile compiles each TransformerBlock), so it runs eager:
+      `_norm(x.float()).type_as(x) * weight` keeps x.float() (fp32, saved by pow and mul) and the bf16 normalised
+      output (saved by the weight product): 6 bytes per element of its sequence shard (SequenceParallel);
+    - the output Linear is ColwiseParallel(input_layouts=Shard(1)) (parallelize_llama.py apply_tp): its input is
+      all-gathered over the sequence before the GEMM, and the Linear saves that replicated bf16 tensor for its weight
+      gradient: 2 bytes per element of the whole s x b x h (with tp = 1 the norm's output itself)."""
+    s, b, h = training.seq_length, cfg.micro_batch_size, model.hidden_size
+    sp = cfg.tp if cfg.sequence_parallel else 1
+    if cfg.zero == 3:
+        return s * b * h * (6.0 / sp + 2.0)
+    return 4.0 * s * b * h / sp
 
 
 def embedding_grad_bytes(model, cfg: ParallelConfig, stage: int) -> float:
@@ -538,7 +557,30 @@ def pipelining_buffer_bytes(model, training, cfg: ParallelConfig, stage: int) ->
         virtual = [c * cfg.pp + stage for c in range(v)]
     last = cfg.pp * v - 1
     directions = sum((vs != 0) + (vs != last) for vs in virtual)
-    return boundary * cfg.num_microbatches * directions
+    return boundary * (cfg.num_microbatches * directions + pipelining_kept_boundaries(cfg, stage))
+
+
+def pipelining_kept_boundaries(cfg: ParallelConfig, stage: int) -> int:
+    """Stage-boundary tensors the PyTorch of torchtitan's runs (torch 1963fc83, 2024-12-23, the Dec 2024 page's)
+    keeps at a device's activation peak beyond its receive buffers and saved activations:
+    - every stage's output, appended to `output_chunks` in forward_one_chunk and kept to the end of the step: only
+      the last stage keeps it since pytorch/pytorch#153383 (May 2025, "output_chunks is only used for last stage");
+    - every input's gradient, left on the receive buffer as `.grad` by stage_backward until the next step's
+      clear_runtime_states: released early only since pytorch/pytorch#164329 (Oct 2025).
+    1F1B (one chunk, h held forwards): the activations stay at h micro-batches until the last steady-state backward,
+    by which all m outputs exist and m - h input gradients were made. The first stage's held outputs are not
+    cancelled by receive buffers (it has none; for the other stages they are, pipelining_buffer_bytes), so it keeps
+    m; the last stage's outputs are its logits (logits_bytes). Multi-chunk schedules: only virtual stage 0's held
+    outputs are counted (their peak comes at the end of the warm-up, before any backward); the later outputs and
+    gradients of their other chunks are not (a weak point)."""
+    m = cfg.num_microbatches
+    if chunks_per_device(cfg.schedule, cfg.vpp) > 1:
+        return chunk_order(cfg, held_forwards(cfg, stage)).count(0) if stage == 0 else 0
+    held = int(round(stage_inflight(cfg, stage)))
+    first, last = stage == 0, stage == cfg.pp - 1
+    outputs = 0 if last else (m if first else m - held)
+    grads = 0 if first else m - held
+    return outputs + grads
 
 
 def grad_buffer_bytes(training) -> float:

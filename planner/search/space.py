@@ -33,7 +33,9 @@ def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelCon
         if cl.gpus_per_node % tp or model.num_attention_heads % tp or model.num_kv_heads % tp or G % tp:
             continue
         for cp in s.context_parallel:
-            if G % (tp * cp) or (cp > 1 and cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, cp=cp))):
+            # the exchange mode is legal for Megatron-Core's plans or torchtitan's (ZeRO-3): refused only if for both
+            if G % (tp * cp) or (cp > 1 and cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, cp=cp))
+                                 and cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, zero=3, cp=cp))):
                 continue
             yield from _configs(spec, G, tp, cp)
 
@@ -58,7 +60,9 @@ def _configs(spec, G: int, tp: int, cp: int) -> Iterator[ParallelConfig]:
                     for z in (s.zero if dp * cp > 1 else (0,)):
                         if z == 3 and (dp * cp == 1 or (cp > 1 and cp_refusal(spec, ParallelConfig(
                                 tp, 1, dp, 1, 1, zero=3, cp=cp)))):
-                            continue      # ZeRO-3 is torchtitan's FSDP: over dp x cp, its CP exchange the ring
+                            continue      # ZeRO-3 is torchtitan's FSDP: over dp x cp, PyTorch's CP exchange
+                        if z != 3 and cp > 1 and spec.training.cp_comm == "allgather":
+                            continue      # allgather is torchtitan's (ZeRO-3): no Megatron-Core plan runs it
                         for sp in (s.sequence_parallel if tp > 1 else (False,)):
                             for shard in (shard_sizes(spec, tp, pp, dp) if z == 3 and cp == 1 else (0,)):
                                 cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split, cp=cp,

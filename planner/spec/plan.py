@@ -18,7 +18,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
 ATTENTION = ("fused", "unfused")
-CP_COMM = ("ring", "all_to_all", "auto")
+CP_COMM = ("ring", "all_to_all", "allgather", "auto")
 KERNELS = ("fused", "eager")
 
 
@@ -109,8 +109,10 @@ class TrainingSpec:
     """How context-parallel ranks exchange attention inputs (cp > 1), one of CP_COMM: ring (Megatron-Core
     --cp-comm-type p2p: K/V passed around the cp ring, overlapped with each step's attention), all_to_all
     (--cp-comm-type a2a, DeepSpeed-Ulysses style: Q, K, V and the output exchanged between sequence and heads, not
-    overlapped; needs the local heads and kv heads divisible by cp), or auto (per configuration, the one of the two
-    the cost model finds faster; costs/context_parallel.cp_mode)."""
+    overlapped; needs the local heads and kv heads divisible by cp), allgather (PyTorch's experimental context
+    parallel with torchtitan's default rotate method `allgather`: ZeRO-3 plans only, needs 3 in search.zero), or auto
+    (per configuration: for ZeRO 0-2 the one of ring and all_to_all the cost model finds faster, for ZeRO-3
+    allgather; costs/context_parallel.cp_mode)."""
     kernels: str = "fused"
     """How the element-wise work of a layer runs (KERNELS). fused: Megatron-Core / Transformer Engine's fused norm,
     bias-activation and residual kernels (costs.compute ELEM_* bytes). eager: PyTorch eager mode as torchtitan runs
@@ -300,6 +302,10 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
     if training.pipeline_engine == "deepspeed":
         raise SpecError(file, "search.context_parallel", f"has {cps}; the planner models Megatron-Core's context "
                         "parallelism, not with training.pipeline_engine: deepspeed")
+    if training.cp_comm == "allgather" and 3 not in search.zero:
+        raise SpecError(file, "training.cp_comm", f"allgather is PyTorch's context parallel (torchtitan), planned "
+                        f"with ZeRO-3 only; search.zero has {list(search.zero)} (add 3, or use ring, all_to_all or "
+                        "auto for Megatron-Core)")
 
 
 def _parse_training(f: Fields) -> TrainingSpec:
