@@ -13,8 +13,9 @@ which row and the column alignment, minimising max(paths) + max(rings) with ever
 The current placement is the hint and a result is kept only if its objective is strictly lower: never worse.
 
 One scenario, no spare node, no wrap hop, no tied embedding (issue #10's family; `applies`). Deterministic: CP-SAT
-on a deterministic-time limit with fixed workers (sat.new_solver), pairs taken in a fixed order; each model's
-building is charged by its size (model_work) on top of sat.run's charge (work.py).
+on a deterministic-time limit with fixed workers (sat.new_solver), pairs chosen by a descent whose choices depend
+only on the placements found (improve); each model's building is charged by what it built (build_work) on top of
+sat.run's charge (work.py).
 """
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ from planner.mapping.problem import MappingProblem
 SCALE = 1e7                 # seconds -> integer units of the model (0.1 us: costs are ms)
 CALL_DTIME = 0.15           # deterministic seconds per pair's model (tuning seeds: 0.1 too short to improve much)
 WORKERS = 2
-STALL_ROUNDS = 2            # full rounds of pairs without a move that end the search (each round a new seed)
+# CP-SAT's presolve probing off: on an adjacent pair's model (~2,200 Booleans) it took the whole 0.15 deterministic s
+# and the call ended UNKNOWN; off, 4 x 8 tuning seeds -0.1% on average (docs/notes/solver.md, "Cheaper two-row calls")
+PROBING_LEVEL = 0
+STALL_ROUNDS = 2            # rounds of pairs in a row without a move that end the search (each round a new seed)
 
 
 def applies(problems) -> bool:
@@ -43,46 +47,67 @@ WALL_UNSET_S = 3600.0     # no safety stop given: CP-SAT's wall limit far beyond
 
 
 def model_work(K: int, rows: tuple[int, int] | None = None) -> float:
-    """Work seconds of building the model of `rows` on K columns (None: the smallest, two rows apart): 2K x 2K
-    placement literals, and where the rows are adjacent 2K (2K - 1) path literals per column."""
+    """An estimate of the work seconds of building the model of `rows` on K columns (None: the smallest, two rows
+    apart), before it is built: 2K x 2K placement literals, and where the rows are adjacent 2K (2K - 1) path
+    literals per column. What a call is charged is build_work of the model it built."""
     n = 2 * K
     size = n * n + (K * n * (n - 1) if rows is not None and abs(rows[0] - rows[1]) == 1 else 0)
     return max(work.ROWS2_MODEL_WORK_S, work.ROWS2_VAR_WORK_S * size)
 
 
 def call_work(K: int = 0, rows: tuple[int, int] | None = None) -> float:
-    """Work seconds one pair's solve may charge: its deterministic time, the call's fixed cost, the model build."""
+    """Work seconds one pair's solve may charge before its model is built (the budget's test of a pair's first call):
+    its deterministic time, the call's fixed cost, model_work."""
     return CALL_DTIME + work.CPSAT_CALL_WORK_S + model_work(K, rows)
 
 
 def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int = 0,
             stop=lambda: False, wall_left=None) -> tuple[np.ndarray, int, int]:
-    """Row pairs (0, 1), (0, 2), ... cyclically, each re-solved on CALL_DTIME, while budget_s covers one more call
-    and one of the last STALL_ROUNDS full rounds of pairs changed something (round r on CP-SAT seed seed + r):
-    (assignment, calls, improvements). wall_left: seconds to
-    the caller's safety stop, CP-SAT's wall limit (default none: its deterministic time alone ends a call, as it
-    must for the same answer on any load)."""
+    """A descent over the row pairs, each call re-solving one pair on CALL_DTIME, while budget_s covers one more
+    call: (assignment, calls, improvements). Each call goes to the first pair in the order below not yet tried on
+    the current placement; once every pair has been tried on it, a new round (CP-SAT seed seed + round) retries
+    those not proved optimal on it, and STALL_ROUNDS rounds in a row without a move end the search (so does a
+    placement on which every pair is proved optimal: a call there would return its hint). The order: pairs of
+    rows apart first (their paths are linear in the placement and CP-SAT often proves them within the call), then
+    adjacent pairs (paths on products of placements, a weak LP, few moves), each group the slowest rings' pairs
+    first. wall_left: seconds to the caller's safety stop, CP-SAT's wall limit (default none: its deterministic
+    time alone ends a call, as it must for the same answer on any load)."""
     R, K = p.layout.rows, p.layout.cols
     a = np.asarray(assign).reshape(R, K).copy()
-    # the slowest rings' pairs first (on 8 x 8 a budget covers a few of the 28 pairs)
     ring = p.dp_costs(a)
-    pairs = sorted(itertools.combinations(range(R), 2), key=lambda ij: (-max(ring[list(ij)]), -min(ring[list(ij)]), ij))
-    calls = moved = since = 0
+    pairs = sorted(itertools.combinations(range(R), 2),
+                   key=lambda ij: (ij[1] == ij[0] + 1, -max(ring[list(ij)]), -min(ring[list(ij)]), ij))
+    calls = moved = rnd = quiet = 0
     spent = 0.0
-    while (spent + call_work(K, pairs[calls % len(pairs)]) <= budget_s + 1e-12 and since < STALL_ROUNDS * len(pairs)
-           and not stop()):
-        i, j = pairs[calls % len(pairs)]
+    built = {}                 # pair -> its model's last build charge (the next call's estimate)
+    tried, proved = {}, {}     # pair -> the placement (bytes) it was last tried on / proved optimal on
+    while not stop():
+        cur = a.tobytes()
+        todo = [ij for ij in pairs if tried.get(ij) != cur]
+        if not todo:
+            quiet += 1
+            if quiet >= STALL_ROUNDS:
+                break
+            rnd += 1
+            tried = dict(proved)
+            todo = [ij for ij in pairs if tried.get(ij) != cur]
+            if not todo:
+                break                 # every pair proved optimal on this placement
+        ij = todo[0]
+        est = CALL_DTIME + work.CPSAT_CALL_WORK_S + built[ij] if ij in built else call_work(K, ij)
+        if spent + est > budget_s + 1e-12:
+            break
         with work.metered() as m:
-            work.charge(model_work(K, (i, j)))
-            # each round of pairs its own CP-SAT seed: a pair that found nothing last round may find a move now
-            b = solve_pair(p, a, (i, j), seed=seed + calls // len(pairs),
-                           wall_s=WALL_UNSET_S if wall_left is None else max(0.02, wall_left()))
+            b, opt, built[ij] = _solve_pair(p, a, ij, seed=seed + rnd,
+                                            wall_s=WALL_UNSET_S if wall_left is None else max(0.02, wall_left()))
         spent += m.used_s
         calls += 1
         if p.objective(b) < p.objective(a):
-            a, moved, since = b, moved + 1, 0
+            a, moved, quiet = b, moved + 1, 0
         else:
-            since += 1
+            tried[ij] = cur
+        if opt:
+            proved[ij] = a.tobytes()
     return a, calls, moved
 
 
@@ -90,6 +115,22 @@ def solve_pair(p: MappingProblem, a: np.ndarray, rows: tuple[int, int], *, seed:
                wall_s: float = None) -> np.ndarray:
     """Rows `rows` of `a` re-placed by CP-SAT (the others fixed) on CALL_DTIME: its best placement found (the
     current one, the hint, if nothing better)."""
+    return _solve_pair(p, a, rows, seed=seed, wall_s=wall_s)[0]
+
+
+def build_work(m: cp_model.CpModel) -> float:
+    """Work seconds of having built model m: ROWS2_BUILD_WORK_S and ROWS2_ITEM_WORK_S per variable and constraint
+    (work.py). By what was built, not by the grid: on the family a pair of rows apart has 600-2,800 items (the ring
+    clauses depend on how close the rings are), an adjacent pair ~4,400, and the fixed 0.07 charged before cost a
+    4 x 8 pair of rows apart 2-7x its build."""
+    pr = m.Proto()
+    return work.ROWS2_BUILD_WORK_S + work.ROWS2_ITEM_WORK_S * (len(pr.variables) + len(pr.constraints))
+
+
+def _solve_pair(p: MappingProblem, a: np.ndarray, rows: tuple[int, int], *, seed: int = 0,
+                wall_s: float = None) -> tuple[np.ndarray, bool, float]:
+    """solve_pair, whether CP-SAT proved its placement optimal (OPTIMAL), and the model's build charge
+    (build_work, charged here with the call's)."""
     R, K = a.shape
     hop, sym, base = p.hop, p._dp_sym, p.dp_base
     I = sorted(rows)
@@ -156,12 +197,15 @@ def solve_pair(p: MappingProblem, a: np.ndarray, rows: tuple[int, int], *, seed:
     # the wall clock only as the caller's safety stop: a wall limit of CALL_DTIME seconds would end a loaded run
     # before its deterministic time and make the answer depend on the load
     solver = sat.new_solver(CALL_DTIME, WORKERS, seed, wall_s=WALL_UNSET_S if wall_s is None else wall_s)
+    solver.parameters.cp_model_probing_level = PROBING_LEVEL
+    built = build_work(m)
+    work.charge(built)
     st = sat.run(solver, m)
     b = a.copy()
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return b
+        return b, False, built
     for u in range(n):
         for k, (r, c) in enumerate(pos):
             if solver.boolean_value(x[u][k]):
                 b[r, c] = X[u]
-    return b
+    return b, st == cp_model.OPTIMAL, built

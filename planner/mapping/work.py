@@ -11,8 +11,8 @@ that do not depend on the machine's load:
   its exact-cover search per node and per candidate set scanned, a fixed charge per partition searched;
 - the LNS after the anneal (lns.py): per step, the annealer iterations of cost 1 it takes as long as
   (lns_step_work: a fixed part, the grid's blocks, the nodes it places; timed against the annealer in one process);
-- the two-row re-solve (tworows.py): each model's building, by its size (ROWS2_MODEL_WORK_S, ROWS2_VAR_WORK_S),
-  besides its CP-SAT call;
+- the two-row re-solve (tworows.py): each model's building, by the variables and constraints it built
+  (ROWS2_BUILD_WORK_S, ROWS2_ITEM_WORK_S), besides its CP-SAT call;
 - a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
   costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
   small calls.
@@ -55,12 +55,18 @@ LNS_STEP_ITERS = 45
 LNS_BLOCK_ITERS = 0.3
 LNS_NODE_ITERS = 0.8
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
-# one two-row model (tworows.py): at least ROWS2_MODEL_WORK_S (~65 ms measured at 4x8, load ~0), or
-# ROWS2_VAR_WORK_S per variable where the model is larger: two adjacent rows of 16 columns (17k variables) took
-# 0.3 s to build and 0.5 s of CP-SAT presolve beyond its deterministic time (load ~1), which the fixed charge
-# missed by 2x; models up to 8 columns (<= 2,200 variables) stay at the fixed charge
+# one two-row model (tworows.py), estimated before it is built (the budget's test of a pair's first call): at least
+# ROWS2_MODEL_WORK_S (~65 ms measured at 4x8, load ~0), or ROWS2_VAR_WORK_S per variable where the model is larger:
+# two adjacent rows of 16 columns (17k variables) took 0.3 s to build and 0.5 s of CP-SAT presolve beyond its
+# deterministic time (load ~1), which the fixed charge missed by 2x
 ROWS2_MODEL_WORK_S = 0.07
 ROWS2_VAR_WORK_S = 2.5e-5
+# ... and charged once built: ROWS2_BUILD_WORK_S + ROWS2_ITEM_WORK_S per variable and constraint of the model. CPU
+# time of the build measured on issue #10's family (docs/notes/solver.md "Cheaper two-row calls", load ~4): 4x4
+# 3-8 ms, 4x8 pairs of rows apart 9-20 ms (600-2,800 items), adjacent 60-73 ms (4,400), 2x16 adjacent 660-716 ms
+# (65,500): at most 1.4 CPU s per work s charged, below the 2-2.7 wall s per work s of the CP-SAT calls themselves
+ROWS2_BUILD_WORK_S = 0.004
+ROWS2_ITEM_WORK_S = 1.2e-5
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
 
