@@ -382,6 +382,9 @@ def deepspeed_config(solution: dict, file: str | None = None) -> dict:
                                            "parallelism; export with --format torchtitan")
     if cfg.dp_shard:
         raise SpecError(file, "config.dp_shard", "HSDP is exported for torchtitan only (--format torchtitan)")
+    if cfg.cp > 1:      # the config has no such key: the plan's cp ranks would be read as data-parallel ones
+        raise SpecError(file, "config.cp", f"{cfg.cp}: context parallelism is planned as torchtitan's (PyTorch's "
+                                           "context parallel) or Megatron-Core's; export with --format torchtitan")
     precision = solution.get("precision", "bf16")
     if precision not in PRECISIONS or precision == "fp8":
         raise SpecError(file, "precision", f"{precision!r}: DeepSpeed configs are written for bf16, fp16 or fp32")

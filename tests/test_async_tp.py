@@ -94,6 +94,12 @@ def test_zero3_plans_take_async_tp_and_zero1_plans_keep_userbuffers(make_spec, m
     # tp_comm off: nothing credited (ZeRO-3 has no Megatron asynchronous backward either way)
     off = _with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=False))
     assert tp_overlap_saving(off, _cfg(3), costs) == (0.0, 0.0)
+    # ... even with tp_backward on (the default): Megatron's asynchronous column-parallel backward is not torchtitan's
+    back = _with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=True))
+    assert tp_overlap_saving(back, _cfg(3), costs) == (0.0, 0.0)
+    assert tp_overlap_saving(back, _cfg(1), costs)[1] > 0             # Megatron's plans keep it
+    nosp = dataclasses.replace(_cfg(3), sequence_parallel=False)      # tp_comm on, no SP: no async TP, no async backward
+    assert tp_overlap_saving(spec, nosp, costs) == (0.0, 0.0)
 
 
 def test_recompute_gets_the_forward_saving_and_estimate_matches_simulation(make_spec):

@@ -281,6 +281,43 @@ def test_allgather_is_torchtitans_mode_only():
     assert any(c.zero == 1 and c.cp == 1 for c in got)
 
 
+def test_all_to_all_with_only_zero3_is_refused_naming_the_field():
+    """The mirror of allgather without ZeRO-3: TE's a2a has no torchtitan plan, so a search of ZeRO-3 only would drop
+    every cp > 1 configuration (and `solve` said only that every (tp, pp, dp) breaks a rule, naming none)."""
+    d = dict(long_spec(cp=(2,)).raw)
+    d["training"] = {**d["training"], "cp_comm": "all_to_all"}
+    d["search"] = {**d["search"], "zero": [3]}
+    with pytest.raises(SpecError) as e:
+        parse_spec(d, "long.yaml")
+    assert e.value.field == "training.cp_comm" and "long.yaml" in str(e.value)
+    d["search"] = {**d["search"], "zero": [1, 3]}       # Megatron-Core's ZeRO-1 plans run it: accepted
+    assert parse_spec(d, "long.yaml").training.cp_comm == "all_to_all"
+
+
+def test_torchtitans_op_sac_reruns_no_cp_attention():
+    """ZeRO-3's selective recompute is torchtitan's per-op policy, which saves SDPA (the whole CP loop under CP):
+    the CP steps and exchange are not charged again, as Megatron's selective (core attention) and full recompute are."""
+    spec = _ag_spec()
+    costs = default_costs(spec.cluster)
+    base = ParallelConfig(1, 1, 4, 1, 4, "1f1b", 1, "none", 3, False, cp=4)
+    t = cpar.layer_times(spec, base, costs)
+    L = spec.model.num_layers
+
+    def added(cfg):       # what with_cp_times adds to the shard view's recompute
+        tr, c1 = cpar.shard_view(spec.training, cfg)
+        st = costs.compute.stage_times(spec.model, spec.cluster, tr, c1)
+        return cpar.with_cp_times(spec, cfg, costs, st)[0].recompute - st[0].recompute
+
+    assert added(replace(base, recompute="selective")) == 0.0          # op SAC: SDPA saved
+    assert added(replace(base, recompute="full")) == pytest.approx(L * t.forward)
+    ring = replace(spec, training=replace(spec.training, cp_comm="ring"))
+    meg = replace(base, zero=1, recompute="selective")                   # Megatron: the core attention re-run
+    tr, c1 = cpar.shard_view(ring.training, meg)
+    st = costs.compute.stage_times(ring.model, ring.cluster, tr, c1)
+    assert cpar.with_cp_times(ring, meg, costs, st)[0].recompute - st[0].recompute == pytest.approx(
+        L * cpar.layer_times(ring, meg, costs).forward)
+
+
 def test_allgather_times_follow_pytorchs_loop():
     """Per layer: cp SDPA steps (the ring's attention), fp32 merges / accumulations at the HBM rate, the all-gather
     past step 0 and the dK/dV permutes: the last one exposed in full, the others past each next step."""

@@ -40,3 +40,23 @@ def test_solve_raises_the_diagnosis(make_spec):
     spec = make_spec(nodes=2, gbs=7, micro_batch_sizes=[2, 4], schedules=["1f1b"], recompute=["none"], zero=[0])
     with pytest.raises(InfeasibleError, match="training.global_batch_size 6 or 8"):
         solve(spec, time_limit_s=2)
+
+
+def test_a_refused_context_parallel_degree_is_named():
+    """Every cp of search.context_parallel refused for the searched tp (here TE's a2a with 1 local kv head): the
+    message says so instead of an empty rule list."""
+    from planner.spec.plan import parse_spec
+    d = {"model": {"name": "m", "family": "llama", "num_layers": 8, "hidden_size": 4096, "num_attention_heads": 32,
+                   "num_kv_heads": 8, "ffn_hidden_size": 14336, "vocab_size": 128256},
+         "cluster": {"name": "h", "gpu": {"type": "H100-SXM5-80GB", "memory_GiB": 80, "peak_tflops": {"bf16": 989}},
+                     "nodes": 2, "gpus_per_node": 8,
+                     "network": {"intra_node": {"bandwidth_GBps": 450}, "inter_node": {"bandwidth_Gbps": 400}}},
+         "training": {"global_batch_size": 16, "seq_length": 8192, "cp_comm": "all_to_all"},
+         "search": {"schedules": ["1f1b"], "recompute": ["full"], "zero": [1], "micro_batch_sizes": [1],
+                    "tensor_parallel": [8], "context_parallel": [2]}}
+    spec = parse_spec(d, "a2a.yaml")
+    assert not list(enumerate_configs(spec))
+    msg = why_no_config(spec)
+    assert "cp=2: training.cp_comm all_to_all needs the 4 local heads and 1 local kv heads (tp=8)" in msg
+    d["search"]["context_parallel"] = [1, 2]          # cp = 1 searched: configurations exist, no cp rule
+    assert list(enumerate_configs(parse_spec(d, "a2a.yaml")))

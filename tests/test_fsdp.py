@@ -231,6 +231,9 @@ def test_exports_refuse_what_the_framework_cannot_run():
         deepspeed_config(_solution(pp2))
     with pytest.raises(SpecError, match="config.zero"):
         megatron_args(_solution(pp2))
+    with pytest.raises(SpecError, match="config.cp"):      # DeepSpeed's config has no context parallelism
+        deepspeed_config({**_solution(ParallelConfig(1, 1, 4, 1, 4, "1f1b", 1, "full", 3, False, cp=2)),
+                          "cp_comm": "allgather"})
     with pytest.raises(SpecError, match="config.zero"):
         torchtitan_toml(_solution(ParallelConfig(4, 2, 8, 1, 8, "1f1b", 1, "full", 1, True)))
     ds = deepspeed_config(_solution(ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "full", 3, True)))

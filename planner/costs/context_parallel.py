@@ -288,12 +288,15 @@ def _total(t: CPLayerTimes) -> float:
 
 def with_cp_times(spec, cfg: ParallelConfig, costs, st: list) -> list:
     """The shard view's StageTimes plus the context-parallel attention and exchange of every layer a stage holds.
-    Recompute (selective: the attention core; full: the layer) re-runs the attention and its exchange."""
+    Recompute (Megatron's selective: the attention core; full: the layer) re-runs the attention and its exchange.
+    torchtitan's per-op selective policy (ZeRO-3, cfg.op_sac) saves SDPA's output (compute.op_sac_recompute_s: "SDPA
+    is saved, not rerun"), and under CP the SDPA call is the whole exchange loop: nothing of it is re-run."""
     if cfg.cp == 1:
         return st
     from planner.costs.memory import stage_layer_count
     t = layer_times(spec, cfg, costs)
-    rc = t.forward if cfg.recompute in ("selective", "full") else 0.0
+    rerun = cfg.recompute == "full" or (cfg.recompute == "selective" and not cfg.op_sac)
+    rc = t.forward if rerun else 0.0
     out = []
     for i, s in enumerate(st):
         L = stage_layer_count(spec.model, cfg, i)

@@ -111,7 +111,7 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
     communication/GEMM overlap can happen only when sequence parallelism is enabled'); the attention core and the
     element-wise work hide nothing.
     Otherwise Megatron's asynchronous backward of a column-parallel layer (training.overlap.tp_backward,
-    tp_backward_saving); the forward's collectives all wait."""
+    tp_backward_saving; ZeRO 0-2 only); the forward's collectives all wait."""
     parts_of = getattr(costs.compute, "layer_parts", None)
     if cfg.tp <= 1 or parts_of is None:
         return 0.0, 0.0
@@ -132,7 +132,10 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
         r = getattr(costs.compute, "backward_ratio", 2.0)
         of, ob = userbuffers_overhead_s(costs.compute, spec.cluster.gpu.peak_flops("bf16"), cfg.tp)
         return (float(comm - exposed_s(comm, gemm, cfg.tp) - of), float(comm - exposed_s(comm, r * gemm, cfg.tp) - ob))
-    if ov.tp_backward:
+    if ov.tp_backward and cfg.zero != 3:
+        # Megatron's LinearWithGradAccumulationAndAsyncCommunication; torchtitan's DTensor backward has no counterpart:
+        # the input gradient's reduce-scatter is issued after the mm backward (dgrad and wgrad in one autograd node)
+        # and waited at its first use (the published-recipe rows state tp_backward_overlap false for torchtitan)
         return 0.0, tp_backward_saving(parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg)),
                                        cfg.sequence_parallel)
     return 0.0, 0.0

@@ -27,6 +27,9 @@ def _rules(spec, tp: int, pp: int, dp: int) -> list[tuple[str, str]]:
         broken.append(("layers", f"pp={pp} must divide the {m.num_layers} layers" + (
             " (or give an uneven first / last stage search.uneven_stages allows)" if spec.search.uneven_stages
             else "")))
+    cp_why = _cp_rule(spec, tp)
+    if cp_why:
+        broken.append(("context parallel", cp_why))
     if B % dp:
         broken.append(("batch", f"dp={dp} must divide the global batch {B}"))
         return broken
@@ -44,6 +47,25 @@ def _rules(spec, tp: int, pp: int, dp: int) -> list[tuple[str, str]]:
         broken.append(("schedule", f"no schedule in {list(spec.search.schedules)} applies with pp={pp} "
                                    "(interleaved needs pp*v | layers and pp | micro-batches; V-shapes 2pp | layers)"))
     return broken
+
+
+def _cp_rule(spec, tp: int) -> str | None:
+    """Why no degree of search.context_parallel runs with this tp (context_parallel.cp_refusal, for the Megatron-Core
+    plans and the ZeRO-3 plans the search has), or None when one does (or cp = 1 is searched)."""
+    from planner.config import ParallelConfig
+    from planner.costs.context_parallel import cp_refusal
+    cps = spec.search.context_parallel
+    if 1 in cps:
+        return None
+    zeros = sorted({3 if z == 3 else 0 for z in spec.search.zero})
+    whys = {}
+    for c in cps:
+        for z in zeros:
+            why = cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, zero=z, cp=c))
+            if why is None:
+                return None
+            whys.setdefault(f"cp={c}: {why}", None)
+    return "; ".join(whys)
 
 
 def _has_config(spec, num_gpus: int) -> bool:

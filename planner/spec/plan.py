@@ -306,6 +306,12 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
         raise SpecError(file, "training.cp_comm", f"allgather is PyTorch's context parallel (torchtitan), planned "
                         f"with ZeRO-3 only; search.zero has {list(search.zero)} (add 3, or use ring, all_to_all or "
                         "auto for Megatron-Core)")
+    if training.cp_comm == "all_to_all" and set(search.zero) == {3}:
+        # the mirror case: TE's a2a is Megatron-Core's, ZeRO-3 plans are torchtitan's (context_parallel.legal_modes);
+        # left to the search, every cp > 1 configuration is dropped and the spec reads as having no configuration
+        raise SpecError(file, "training.cp_comm", "all_to_all is Transformer Engine's exchange (Megatron-Core); "
+                        f"search.zero has only 3, whose plans are torchtitan's (use allgather, ring or auto, or add "
+                        "0, 1 or 2 to search.zero)")
 
 
 def _parse_training(f: Fields) -> TrainingSpec:
