@@ -98,7 +98,7 @@ def test_zero3_plans_take_async_tp_and_zero1_plans_keep_userbuffers(make_spec, m
     back = _with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=True))
     assert tp_overlap_saving(back, _cfg(3), costs) == (0.0, 0.0)
     assert tp_overlap_saving(back, _cfg(1), costs)[1] > 0             # Megatron's plans keep it
-    nosp = dataclasses.replace(_cfg(3), sequence_parallel=False)      # tp_comm on, no SP: no async TP, no async backward
+    nosp = dataclasses.replace(_cfg(3), sequence_parallel=False)  # tp_comm on, no SP: no async TP or backward
     assert tp_overlap_saving(spec, nosp, costs) == (0.0, 0.0)
 
 

@@ -310,7 +310,7 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
         # the mirror case: TE's a2a is Megatron-Core's, ZeRO-3 plans are torchtitan's (context_parallel.legal_modes);
         # left to the search, every cp > 1 configuration is dropped and the spec reads as having no configuration
         raise SpecError(file, "training.cp_comm", "all_to_all is Transformer Engine's exchange (Megatron-Core); "
-                        f"search.zero has only 3, whose plans are torchtitan's (use allgather, ring or auto, or add "
+                        "search.zero has only 3, whose plans are torchtitan's (use allgather, ring or auto, or add "
                         "0, 1 or 2 to search.zero)")
 
 
