@@ -100,9 +100,9 @@ def test_cli_solve_writes_solution_and_export(tmp_path, make_spec):
 def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path):
     import yaml
     out = tmp_path / "sol.yaml"
-    r = _cli("solve", "specs/gpt3-13b-a100-het-128.yaml", "--time-limit", "10", "--out", str(out), "--no-simulate")
+    r = _cli("solve", "specs/gpt3-13b-a100-het-128.yaml", "--time-limit", "3", "--out", str(out), "--no-simulate")
     assert r.returncode == 0, r.stderr
-    r = _cli("replan", str(out), "--exclude-nodes", "3,7", "--time-limit", "10", "--out", str(tmp_path / "re.yaml"))
+    r = _cli("replan", str(out), "--exclude-nodes", "3,7", "--time-limit", "3", "--out", str(tmp_path / "re.yaml"))
     assert r.returncode == 0, r.stderr
     d = yaml.safe_load((tmp_path / "re.yaml").read_text())
     used = {w["node"] for w in d["mapping"]}
