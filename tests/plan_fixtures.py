@@ -1,4 +1,6 @@
 """Helpers several test files share (imported like batch_fixtures)."""
+import dataclasses
+
 from planner.costs import default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate
 from planner.simulator import simulate
@@ -15,6 +17,11 @@ def mini_spec_dict(**over) -> dict:
     }
     d.update(over)
     return d
+
+
+def with_training(spec, **training):
+    """`spec` with the given training fields replaced."""
+    return dataclasses.replace(spec, training=dataclasses.replace(spec.training, **training))
 
 
 def estimate_and_simulate(spec, cfg):

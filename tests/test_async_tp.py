@@ -4,7 +4,7 @@ import dataclasses
 from types import SimpleNamespace
 
 import pytest
-from plan_fixtures import estimate_and_simulate
+from plan_fixtures import estimate_and_simulate, with_training
 
 import planner.costs.iteration as it
 from planner.config import ParallelConfig
@@ -18,10 +18,6 @@ from planner.costs.iteration import (
     tp_overlap_saving,
 )
 from planner.spec.plan import OverlapSpec
-
-
-def _with(spec, **training):
-    return dataclasses.replace(spec, training=dataclasses.replace(spec.training, **training))
 
 
 def _cfg(zero, tp=4, dp=4, mbs=4, m=4, rc="full"):
@@ -66,12 +62,12 @@ def test_fused_ops_pay_chunks_the_reduce_kernel_and_the_local_copy():
 def _big(make_spec):
     """Layers large enough (h 8192, 8K tokens per micro-batch: _cfg's mbs 4) that the hidden transfers outweigh the
     chunks' cost."""
-    return _with(make_spec(nodes=4, seed=3, gbs=64, layers=4, hidden=8192, heads=64), attention="unfused")
+    return with_training(make_spec(nodes=4, seed=3, gbs=64, layers=4, hidden=8192, heads=64), attention="unfused")
 
 
 def test_small_layers_can_lose_by_async_tp(make_spec):
     # h 2048, 2K tokens: 21 more GEMM fixed parts and the reduce kernels cost more than the transfers they hide
-    spec = _with(make_spec(nodes=4, seed=3, gbs=64), attention="unfused")
+    spec = with_training(make_spec(nodes=4, seed=3, gbs=64), attention="unfused")
     sf, sb = tp_overlap_saving(spec, _cfg(3, mbs=1, m=16), default_costs(spec.cluster))
     assert sf < 0 and sb < 0
 
@@ -92,10 +88,10 @@ def test_zero3_plans_take_async_tp_and_zero1_plans_keep_userbuffers(make_spec, m
                             training=dataclasses.replace(spec.training, kernels="eager"))
     assert tp_overlap_saving(eager, _cfg(3), costs) == (0.0, 0.0)
     # tp_comm off: nothing credited (ZeRO-3 has no Megatron asynchronous backward either way)
-    off = _with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=False))
+    off = with_training(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=False))
     assert tp_overlap_saving(off, _cfg(3), costs) == (0.0, 0.0)
     # ... even with tp_backward on (the default): Megatron's asynchronous column-parallel backward is not torchtitan's
-    back = _with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=True))
+    back = with_training(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=True))
     assert tp_overlap_saving(back, _cfg(3), costs) == (0.0, 0.0)
     assert tp_overlap_saving(back, _cfg(1), costs)[1] > 0             # Megatron's plans keep it
     nosp = dataclasses.replace(_cfg(3), sequence_parallel=False)  # tp_comm on, no SP: no async TP or backward
@@ -104,8 +100,8 @@ def test_zero3_plans_take_async_tp_and_zero1_plans_keep_userbuffers(make_spec, m
 
 def test_recompute_gets_the_forward_saving_and_estimate_matches_simulation(make_spec):
     spec = _big(make_spec)
-    off = _with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=False))
-    on = _with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_backward=False))
+    off = with_training(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False, tp_backward=False))
+    on = with_training(spec, overlap=dataclasses.replace(OverlapSpec(), tp_backward=False))
     cfg = _cfg(3, tp=4, dp=8, mbs=4, m=2)
     costs = default_costs(spec.cluster)
     sf, sb = tp_overlap_saving(on, cfg, costs)

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 from plan_fixtures import estimate_and_simulate as _estimate_and_sim
+from plan_fixtures import with_training
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
@@ -19,16 +20,11 @@ from planner.costs.iteration import (
 from planner.errors import SpecError
 from planner.spec.plan import OverlapSpec
 
-
-def _with(spec, **training):
-    return dataclasses.replace(spec, training=dataclasses.replace(spec.training, **training))
-
-
 NO_OVERLAP = OverlapSpec.none()
 
 
 def test_selective_recompute_reruns_the_score_passes(make_spec):
-    spec = _with(make_spec(), attention="unfused", overlap=NO_OVERLAP)
+    spec = with_training(make_spec(), attention="unfused", overlap=NO_OVERLAP)
     cfg = ParallelConfig(8, 2, 2, 1, 16, "1f1b", 1, "selective", 0, False)
     cm = default_costs(spec.cluster).compute
     p = cm.layer_parts(spec.model, spec.cluster, spec.training, cfg)
@@ -37,7 +33,7 @@ def test_selective_recompute_reruns_the_score_passes(make_spec):
     layers = spec.model.num_layers // cfg.pp
     assert st.recompute == pytest.approx(layers * (p["attn"] + p["attn_scores"]))
     # fused attention has no score tensor: one kernel forward, as before
-    fused = _with(spec, attention="fused")
+    fused = with_training(spec, attention="fused")
     pf = cm.layer_parts(fused.model, fused.cluster, fused.training, cfg)
     assert "attn_scores" not in pf
     assert cm.stage_times(fused.model, fused.cluster, fused.training, cfg)[0].recompute == pytest.approx(
@@ -59,8 +55,8 @@ def test_tp_backward_saving_formula():
 @pytest.mark.parametrize("sp", [False, True])
 def test_tp_backward_hides_backward_collectives_only(make_spec, sp):
     spec = make_spec(nodes=4, seed=3, gbs=64)
-    off = _with(spec, overlap=NO_OVERLAP, attention="unfused")
-    on = _with(off, overlap=dataclasses.replace(NO_OVERLAP, tp_backward=True))
+    off = with_training(spec, overlap=NO_OVERLAP, attention="unfused")
+    on = with_training(off, overlap=dataclasses.replace(NO_OVERLAP, tp_backward=True))
     cfg = ParallelConfig(8, 2, 2, 1, 16, "1f1b", 1, "full", 0, sp)
     costs = default_costs(spec.cluster)
     sf, sb = tp_overlap_saving(on, cfg, costs)
@@ -77,18 +73,19 @@ def test_tp_backward_hides_backward_collectives_only(make_spec, sp):
 
 
 def test_userbuffers_take_precedence_and_tp1_has_nothing(make_spec):
-    spec = _with(make_spec(nodes=4, seed=3, gbs=64), attention="unfused")
+    spec = with_training(make_spec(nodes=4, seed=3, gbs=64), attention="unfused")
     costs = default_costs(spec.cluster)
     sp_cfg = ParallelConfig(8, 2, 2, 1, 16, "1f1b", 1, "none", 0, True)
     ub = tp_overlap_saving(spec, sp_cfg, costs)
-    only_bwd = tp_overlap_saving(_with(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False)), sp_cfg, costs)
+    no_tp_comm = with_training(spec, overlap=dataclasses.replace(OverlapSpec(), tp_comm=False))
+    only_bwd = tp_overlap_saving(no_tp_comm, sp_cfg, costs)
     assert ub[0] != 0.0 and only_bwd[0] == 0.0 and ub != only_bwd
     assert tp_overlap_saving(spec, ParallelConfig(1, 2, 16, 1, 2, "1f1b", 1, "none", 0, False), costs) == (0.0, 0.0)
 
 
 def test_grad_reduce_in_fp32_doubles_the_reduction(make_spec):
-    spec = _with(make_spec(nodes=4, seed=3, gbs=64), overlap=NO_OVERLAP)
-    fp32 = _with(spec, grad_reduce_in_fp32=True)
+    spec = with_training(make_spec(nodes=4, seed=3, gbs=64), overlap=NO_OVERLAP)
+    fp32 = with_training(spec, grad_reduce_in_fp32=True)
     costs = default_costs(spec.cluster)
     assert grad_bytes(spec, costs) == costs.comm.grad_bytes == 2 and grad_bytes(fp32, costs) == 4
     cfg = ParallelConfig(8, 1, 4, 1, 16, "1f1b", 1, "none", 0, False)
@@ -134,7 +131,7 @@ def test_userbuffers_pay_for_their_gemm_chunks(make_spec, monkeypatch):
     """TE's ring-exchange / pipeline overlaps split GEMMs into chunks: the saving is the hidden transfer less one GEMM
     fixed part per extra chunk (qkv, fc1 forward and proj, fc2 dgrad in tp chunks; proj, fc2 forward in 4)."""
     import planner.costs.iteration as it
-    spec = _with(make_spec(nodes=4, seed=3, gbs=64), attention="unfused")
+    spec = with_training(make_spec(nodes=4, seed=3, gbs=64), attention="unfused")
     costs = default_costs(spec.cluster)
     cfg = ParallelConfig(4, 2, 4, 1, 16, "1f1b", 1, "none", 0, True)
     with_chunks = tp_overlap_saving(spec, cfg, costs)
