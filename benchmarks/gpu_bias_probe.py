@@ -36,10 +36,15 @@ GEMMS = [
     ("gpt3-175b-qkv-tp8-s2048", 2048, 12288, 4608),         # Korthikanti 175B, tp 8
 ]
 QUICK_GEMMS = [("tiny", 64, 64, 96)]
-# (name, batch, local heads, seq, head dim): causal attention of the recipes' shapes
-ATTN = [("llama-s4096-h32", 1, 32, 4096, 128), ("llama-s8192-h32", 1, 32, 8192, 128),
-        ("llama-s8192-h16", 2, 16, 8192, 128), ("llama-s16384-h8", 1, 8, 16384, 128)]
-QUICK_ATTN = [("tiny", 1, 2, 64, 16)]
+# (name, batch, local heads, query length, key length, head dim, causal): the recipes' shapes and the grid of
+# costs.compute's FUSED_ATTENTION_EFFICIENCY (512-16384, head dim 128) and past it (32768: the CP rows' shard), plus
+# the unmasked steps of PyTorch's context parallel (a shard's queries against half a shard's keys).
+ATTN = [(f"causal-s{s}", b, 32, s, s, 128, True)
+        for s, b in ((512, 16), (1024, 16), (2048, 8), (4096, 4), (8192, 2), (16384, 1), (32768, 1))] + [
+        ("llama-s8192-h16", 2, 16, 8192, 8192, 128, True), ("llama-s16384-h8", 1, 8, 16384, 16384, 128, True)] + [
+        (f"full-s{s}", b, 32, s, s, 128, False) for s, b in ((2048, 8), (8192, 2), (16384, 1))] + [
+        ("cp-step-q32768-k16384", 1, 32, 32768, 16384, 128, False)]
+QUICK_ATTN = [("tiny", 1, 2, 64, 64, 16, True), ("tiny-full", 1, 2, 64, 32, 16, False)]
 
 
 def _sync(dev):
@@ -140,9 +145,17 @@ def part_sustained(dev, quick, seconds):
     import torch
     m, k, n = (64, 64, 64) if quick else (8192, 8192, 8192)
     out = {}
-    for kind in ("bf16", "fp8"):
+    for kind in ("bf16", "fp8", "attention"):
         try:
-            fn = _fp8_fn(m, k, n, dev) if kind == "fp8" else _gemm_fn(m, k, n, torch.bfloat16, dev)
+            if kind == "attention":        # causal fused SDPA fwd+bwd, 1 x 32 heads x 16384 x 128 (default back end)
+                b_, h_, s_, d_ = (1, 2, 64, 16) if quick else (1, 32, 16384, 128)
+                dty = torch.float32 if dev == "cpu" else torch.bfloat16
+                qkv = [torch.randn(b_, h_, s_, d_, device=dev, dtype=dty, requires_grad=True) for _ in range(3)]
+                fn = functools.partial(_attn_fwd_bwd, *qkv, torch.randn(b_, h_, s_, d_, device=dev, dtype=dty))
+                flops = 3.5 * 4.0 * b_ * h_ * s_ * s_ * d_ / 2
+            else:
+                fn = _fp8_fn(m, k, n, dev) if kind == "fp8" else _gemm_fn(m, k, n, torch.bfloat16, dev)
+                flops = 2.0 * m * k * n
         except Exception as e:
             out[kind] = {"error": f"{type(e).__name__}: {e}"[:200]}
             continue
@@ -156,21 +169,22 @@ def part_sustained(dev, quick, seconds):
             _sync(dev)
             dt = time.perf_counter() - t
             windows.append({"t_s": round(seconds - (t_end - time.perf_counter()), 2),
-                            "tflops": 2.0 * m * k * n * per / dt / 1e12, **gpu_state()})
+                            "tflops": flops * per / dt / 1e12, **gpu_state()})
         first, last = windows[: max(1, len(windows) // 10)], windows[-max(1, len(windows) // 4):]
-        out[kind] = {"shape": [m, k, n], "windows": windows,
+        out[kind] = {"shape": [m, k, n] if kind != "attention" else [b_, h_, s_, d_], "windows": windows,
                      "first_tflops": statistics.mean(w["tflops"] for w in first),
                      "last_tflops": statistics.mean(w["tflops"] for w in last)}
     return out
 
 
-def _attn_fwd_bwd(q, k, v, g):
+def _attn_fwd_bwd(q, k, v, g, causal=True):
     import torch.nn.functional as F
-    F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+    F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(g)
 
 
 def part_attention(dev, quick, repeats):
-    """Causal SDPA forward and forward+backward per back end: achieved TFLOP/s on the causal FLOPs."""
+    """SDPA forward and forward+backward per back end, causal and unmasked: achieved TFLOP/s on the FLOPs the kernel
+    does (4 b h sq sk d forward, halved under the causal mask; backward 2.5x), costs.compute's count."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -179,17 +193,33 @@ def part_attention(dev, quick, repeats):
         ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
     dtype = torch.float32 if dev == "cpu" else torch.bfloat16
     rows = []
-    for name, b, h, s, d in (QUICK_ATTN if quick else ATTN):
-        fwd_flops = 4.0 * b * h * s * s * d / 2           # QK^T and PV, causal half
-        q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
+    for name, b, h, s, sk, d, causal in (QUICK_ATTN if quick else ATTN):
+        fwd_flops = 4.0 * b * h * s * sk * d / (2 if causal else 1)      # QK^T and PV
+        q = torch.randn(b, h, s, d, device=dev, dtype=dtype, requires_grad=True)
+        k, v = (torch.randn(b, h, sk, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(2))
         g = torch.randn(b, h, s, d, device=dev, dtype=dtype)
         for bname, be in backends:
-            row = {"name": name, "b": b, "heads": h, "seq": s, "head_dim": d, "backend": bname}
+            row = {"name": name, "b": b, "heads": h, "seq": s, "kv_seq": sk, "head_dim": d, "causal": causal,
+                   "backend": bname}
             try:
                 with sdpa_kernel([be]):
-                    fwd = functools.partial(F.scaled_dot_product_attention, q, k, v, is_causal=True)
+                    fwd = functools.partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal)
                     tf = statistics.median(timed(fwd, dev, repeats))
-                    tfb = statistics.median(timed(functools.partial(_attn_fwd_bwd, q, k, v, g), dev, repeats))
+                    tfb = statistics.median(timed(functools.partial(_attn_fwd_bwd, q, k, v, g, causal), dev,
+                                                  repeats))
+                    if dev == "cuda":       # the kernel's working memory beyond q, k, v, g and their gradients
+                        q.grad = k.grad = v.grad = None
+                        torch.cuda.synchronize()
+                        base = torch.cuda.memory_allocated()
+                        torch.cuda.reset_peak_memory_stats()
+                        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        row["fwd_kept_bytes"] = torch.cuda.memory_allocated() - base     # output + saved stats
+                        out.backward(g)
+                        del out
+                        torch.cuda.synchronize()
+                        row["fwd_bwd_peak_bytes"] = torch.cuda.max_memory_allocated() - base
+                        row["tensor_bytes"] = q.numel() * q.element_size()
+                        q.grad = k.grad = v.grad = None
                 row.update(fwd_s=tf, fwd_bwd_s=tfb, fwd_tflops=fwd_flops / tf / 1e12,
                            fwd_bwd_tflops=3.5 * fwd_flops / tfb / 1e12)   # backward: 2.5x the forward's FLOPs
             except Exception as e:
@@ -340,6 +370,13 @@ def _run(a, torch) -> int:
                 cmp_ = f", planner {pred * 1e3:.2f} ms ({pred / r['sustained_s'] - 1:+.1%})" if pred else ""
                 print(f"  {r['name']}: burst {r['burst_s'] * 1e3:.2f} ms, after {r['after_s']:.0f} s "
                       f"{r['sustained_s'] * 1e3:.2f} ms{cmp_}")
+        elif name == "gemm" and isinstance(res, list):
+            print("  " + "; ".join(f"{r['name']} {r['dtype']} {r['tflops']:.0f}" for r in res if "tflops" in r))
+        elif name == "attention" and isinstance(res, list):
+            for r in res:
+                if "fwd_bwd_tflops" in r:
+                    print(f"  {r['name']} {r['backend']}: fwd {r['fwd_tflops']:.0f}, fwd+bwd {r['fwd_bwd_tflops']:.0f}"
+                          " TFLOP/s")
         elif name == "sustained" and isinstance(res, dict):
             for k, r in res.items():
                 if "first_tflops" in r:
