@@ -114,13 +114,16 @@ def _gemm_fn(m, k, n, dtype, dev):
     return lambda: a @ b
 
 
-def _fp8_fn(m, k, n, dev):
-    """torch._scaled_mm, e4m3 both sides, per-tensor scales, bf16 out: B column-major as cuBLASLt wants it."""
+def _fp8_fn(m, k, n, dev, fast_accum=False):
+    """torch._scaled_mm, e4m3 both sides, per-tensor scales, bf16 out: B column-major as cuBLASLt wants it.
+    fast_accum: cuBLASLt's fast fp8 accumulation, which Transformer Engine uses for fprop (its dgrad and wgrad
+    GEMMs use the split accumulator, use_fast_accum False)."""
     import torch
     a = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn).t()
     one = torch.ones((), device=dev)
-    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                    use_fast_accum=fast_accum)
 
 
 def part_gemm(dev, quick, repeats):
@@ -135,6 +138,33 @@ def part_gemm(dev, quick, repeats):
                 t = statistics.median(timed(fn, dev, repeats))
                 row.update(seconds=t, tflops=flops / t / 1e12)
             except Exception as e:          # fp8 on a CPU or an older GPU: recorded, not fatal
+                row["error"] = f"{type(e).__name__}: {e}"[:200]
+            rows.append(row)
+    return rows
+
+
+def part_gemm_warm(dev, quick, repeats, warm_s=2.0):
+    """Each recipe shape in bf16, fp8 (split accumulator) and fp8 with fast accumulation, timed twice: a burst of
+    `repeats` calls, and the same after `warm_s` of back-to-back calls (clocks at the power limit)."""
+    import torch
+    rows = []
+    for name, m, k, n in (QUICK_GEMMS if quick else GEMMS):
+        flops = 2.0 * m * k * n
+        for kind in ("bf16", "fp8", "fp8_fast"):
+            row = {"name": name, "m": m, "k": k, "n": n, "dtype": kind}
+            try:
+                fn = (_gemm_fn(m, k, n, torch.bfloat16, dev) if kind == "bf16"
+                      else _fp8_fn(m, k, n, dev, fast_accum=kind == "fp8_fast"))
+                burst = statistics.median(timed(fn, dev, repeats))
+                t_end = time.perf_counter() + (0.05 if quick else warm_s)
+                while time.perf_counter() < t_end:
+                    for _ in range(10):
+                        fn()
+                    _sync(dev)
+                warm = statistics.median(timed(fn, dev, repeats, warmup=0))
+                row.update(burst_s=burst, warm_s=warm, burst_tflops=flops / burst / 1e12,
+                           warm_tflops=flops / warm / 1e12, **gpu_state())
+            except Exception as e:
                 row["error"] = f"{type(e).__name__}: {e}"[:200]
             rows.append(row)
     return rows
@@ -350,6 +380,7 @@ def _run(a, torch) -> int:
     with open(os.path.join(a.out, "info.json"), "w") as fh:
         json.dump(info, fh, indent=1)
     parts = {"gemm": lambda: part_gemm(a.device, a.quick, a.repeats),
+             "gemm_warm": lambda: part_gemm_warm(a.device, a.quick, a.repeats),
              "sustained": lambda: part_sustained(a.device, a.quick, a.sustain_s),
              "attention": lambda: part_attention(a.device, a.quick, a.repeats),
              "elementwise": lambda: part_elementwise(a.device, a.quick, a.repeats),
@@ -372,6 +403,11 @@ def _run(a, torch) -> int:
                       f"{r['sustained_s'] * 1e3:.2f} ms{cmp_}")
         elif name == "gemm" and isinstance(res, list):
             print("  " + "; ".join(f"{r['name']} {r['dtype']} {r['tflops']:.0f}" for r in res if "tflops" in r))
+        elif name == "gemm_warm" and isinstance(res, list):
+            for r in res:
+                if "warm_tflops" in r:
+                    print(f"  {r['name']} {r['dtype']}: burst {r['burst_tflops']:.0f}, warm {r['warm_tflops']:.0f} "
+                          f"TFLOP/s ({r.get('sm_MHz')} MHz)")
         elif name == "attention" and isinstance(res, list):
             for r in res:
                 if "fwd_bwd_tflops" in r:

@@ -11,8 +11,9 @@ published figures for that part:
   half_size; the profile takes their mean (0.579, against 0.800 measured on the 700 W SXM5). The 500 W cap lowers the
   tensor-core clock; torchtitan's footnote only brackets the peak ("between SXM and NVL, and we don't know its exact
   value"), so the cluster file keeps the SXM datasheet peak (989, for MFU) and the cap lives in this ceiling. The
-  same PR's fp8 row-wise GEMMs (1126 / 1083 / 1141 TFLOP/s) are what the fp8 model gives with it
-  (1979 * FP8_GEMM_RELATIVE_EFFICIENCY * 0.579 = 1100): no separate fp8 figure is needed;
+  same PR's fp8 row-wise GEMMs (1126 / 1083 / 1141 TFLOP/s) are what the fp8 model gives with it at the default
+  fp8_relative_efficiency (1979 * 0.96 * 0.579 = 1100), which this profile keeps instead of the H100 profile's 0.89
+  (measured at 700 W: a tighter power limit favours fp8; costs/compute.py FP8_GEMM_RELATIVE_EFFICIENCY);
 - everything else (attention efficiency, launch floor, overheads, comm): the H100 profile's, unchanged. Fused
   attention keeps the 700 W FlashAttention-2 curve: no 500 W attention figure is published (docs/notes/fsdp.md).
 No such GPU was measured here: when one is at hand, `bash benchmarks/profile_gpu.sh OUT` and `planner fit compute`
@@ -28,6 +29,8 @@ import sys
 sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."), os.path.dirname(os.path.abspath(__file__))]
 
 from derived_profile import H100_SXM5_HBM_GBPS, ROOT, from_h100, write_main  # noqa: E402
+
+from planner.costs.compute import FP8_GEMM_RELATIVE_EFFICIENCY  # noqa: E402
 
 OUT = os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.compute.json")
 HBM_GBPS = {"H100-SXM5": H100_SXM5_HBM_GBPS, "H100-HBM2e-96GB": 2400.0}   # NVIDIA datasheet; torchtitan's page
@@ -54,6 +57,7 @@ def build() -> dict:
         gemm_source="pytorch/FBGEMM#2546 (H100 500W, cuBLAS bf16)",
         gemm_points=[list(p) for p in FBGEMM_500W])
     prof["compute"]["max_efficiency"] = round(gemm_ceiling(prof["compute"]["half_size"]), 4)
+    prof["compute"]["fp8_relative_efficiency"] = FP8_GEMM_RELATIVE_EFFICIENCY     # 500 W: FBGEMM's ratio, above
     prof["fit"]["measured"] = ["max_efficiency"]
     return prof
 

@@ -7,7 +7,9 @@ What is taken from the measurement, and what is not (docs/notes/compute.md, "H10
   unfused kernels; the file keeps them as `eager_stack_fit`. In their place go the A100 Megatron fit's values:
   attention efficiency as fitted, element-wise bandwidth at the same fraction of the HBM datasheet bandwidth
   (the A100 fit sits on its 40 GB model's 1555 GB/s datasheet bound, i.e. at fraction 1.0; H100 SXM5: 3350 GB/s);
-- not measurable on one GPU, carried from the A100 fit: tp_sync_s, iteration_overhead_s.
+- not measurable on one GPU, carried from the A100 fit: tp_sync_s, iteration_overhead_s;
+- fp8_relative_efficiency: the fp8 GEMMs measured on an H200 SXM at the same 700 W limit
+  (benchmarks/data/h200/bias_probe/gemm_warm.json, benchmarks/fp8_gemm_ratio.py), through this file's GEMM curve.
 
 Run: python benchmarks/make_h100_profile.py [-o planner/data/h100_compute_profile.json]
 """
@@ -23,6 +25,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
 
 from derived_profile import write_main  # noqa: E402
+from fp8_gemm_ratio import DATA as FP8_GEMMS  # noqa: E402
+from fp8_gemm_ratio import fitted_relative_efficiency  # noqa: E402
 
 from planner.costs.comm import CommModel  # noqa: E402
 from planner.costs.compute import ComputeModel  # noqa: E402
@@ -49,6 +53,9 @@ def build() -> dict:
     compute.update({k: getattr(m, k) for k in MEASURED})
     compute["hbm_GBps"] = round(a100["hbm_GBps"] / HBM_GBPS["A100-40GB"] * HBM_GBPS["H100-SXM5"], 1)
     compute["backward_ratio"] = 2.0
+    # measured at the 700 W limit on an H200 SXM, the H100 SXM5's compute die and limit (benchmarks/fp8_gemm_ratio.py)
+    fp8_rel, _ = fitted_relative_efficiency(json.load(open(FP8_GEMMS)), curve=m)
+    compute["fp8_relative_efficiency"] = round(fp8_rel, 2)
     big = [i for i, s in enumerate(samples) if s.forward_ms > 3.0]
     fit = {"kind": "layer", "source": "benchmarks/data/h100/compute.csv", "samples": len(samples),
            "peak_tflops": PEAK_TFLOPS, "mape_pct": round(mape(pred, meas), 3),
@@ -61,7 +68,8 @@ def build() -> dict:
                     "with 128-wide heads, seq 1024/2048, micro-batch 1/2/4, tp shards 1-8 of one rank). Attention "
                     "efficiency and element-wise bandwidth from the A100 Megatron fit (bandwidth at the same fraction "
                     "of the HBM datasheet); the eager block's own values are in eager_stack_fit. tp_sync_s and "
-                    "iteration_overhead_s from the A100 fit. Built by benchmarks/make_h100_profile.py.")}
+                    "iteration_overhead_s from the A100 fit. fp8_relative_efficiency from fp8 and bf16 GEMMs timed at the 700 W "
+                    "limit on an H200 SXM (benchmarks/fp8_gemm_ratio.py). Built by benchmarks/make_h100_profile.py.")}
     return {"comm": {"intra_efficiency": base.comm.intra_efficiency, "inter_efficiency": base.comm.inter_efficiency,
                      "grad_bytes": 2},
             "compute": compute, "fit": fit}

@@ -56,6 +56,21 @@ def rank_layout(solution: dict, file: str | None = None) -> list[dict]:
     return out
 
 
+# training.attention_backend -> Megatron-Core's --attention-backend (AttnBackend in megatron/core/transformer/enums.py,
+# NVIDIA/Megatron-LM @ 01b9cb23: flash, fused, unfused, local, auto); fused is TE's cuDNN FusedAttention
+MEGATRON_ATTENTION_BACKEND = {"cudnn": "fused", "flash2": "flash"}
+
+
+def attention_backend_args(solution: dict, file: str | None = None) -> list[str]:
+    """--attention-backend for a plan whose spec named the fused kernel; none for auto (Megatron picks)."""
+    b = solution.get("attention_backend")
+    if b is None:
+        return []
+    if b not in MEGATRON_ATTENTION_BACKEND:
+        raise SpecError(file, "attention_backend", f"has {b!r}, expected one of {list(MEGATRON_ATTENTION_BACKEND)}")
+    return [f"--attention-backend {MEGATRON_ATTENTION_BACKEND[b]}"]
+
+
 def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     c = _config(solution, file)
     if int(c.get("zero", 0)) == 3:
@@ -85,6 +100,7 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
         raise SpecError(file, "precision", f"has {precision!r}, expected one of {list(PRECISIONS)}")
     if precision == "fp8":
         args += fp8_args(bool(solution.get("fp8_param_gather")))
+    args += attention_backend_args(solution, file)
     if solution.get("pipeline_engine", "megatron") == "megatron" and int(c.get("zero", 0)) < 3:
         # the plan's gradient buffer dtype (costs/memory.py grad_buffer_bytes): Megatron-LM @ d98e8a64
         # megatron/training/arguments.py turns fp32 accumulation on with --bf16 unless --grad-reduce-in-bf16

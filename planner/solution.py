@@ -107,6 +107,9 @@ class Solution:
             # fp32 gradient buffer and reduction (the memory and the DP time assume it); absent: 16-bit, as before
             **({"grad_reduce_in_fp32": True} if self.spec.training.grad_reduce_in_fp32 else {}),
             **({"fp8_param_gather": True} if self.spec.training.fp8_param_gather else {}),
+            # a fused kernel the spec names (export passes it on); auto: absent, as before
+            **({"attention_backend": self.spec.training.attention_backend}
+               if self.spec.training.attention_backend != "auto" else {}),
             "overlap": dict(vars(self.spec.training.overlap)),        # training.overlap, for export's flags
             **self._cp_comm(),
             # ZeRO-3 plans (torchtitan's FSDP2): what its job config needs beyond the parallel config

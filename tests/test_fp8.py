@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 
 import pytest
 from plan_fixtures import tp2_solution as _solution
@@ -16,6 +18,7 @@ from planner.spec import load_cluster
 from planner.spec.model import ModelSpec
 from planner.spec.plan import TrainingSpec, parse_spec
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H100 = load_cluster("clusters/dgx-h100.yaml")
 LLAMA = ModelSpec(name="l", family="llama", num_layers=16, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
                   ffn_hidden_size=28672, vocab_size=128256)
@@ -71,7 +74,28 @@ def test_fp8_gemm_speedup_reproduces_transformer_engines_measurement():
     flops = [2 * a * b * c for a, b, c in _te_tutorial_gemms()]
     t16 = sum(m._gemm_time(f, p16) for f in flops)
     t8 = sum(m.fp8_gemm_time(f, p16, p8) for f in flops)
-    assert t16 / t8 == pytest.approx(TE_BF16_MS / TE_FP8_GEMM_MS, rel=0.01)      # 1.905x, GEMM only
+    # 1.905x there (H200 NVL, 600 W), GEMM only; the H100 profile now carries the 700 W measurement at the recipes'
+    # shapes (1.754x, next test); the default constant (0.96) reproduces the tutorial (first assert below it)
+    assert t16 / t8 == pytest.approx(TE_BF16_MS / TE_FP8_GEMM_MS, rel=0.08)
+    assert t16 / t8 < TE_BF16_MS / TE_FP8_GEMM_MS
+    m = dataclasses.replace(m, fp8_relative_efficiency=FP8_GEMM_RELATIVE_EFFICIENCY)
+    t8 = sum(m.fp8_gemm_time(f, p16, p8) for f in flops)
+    assert t16 / t8 == pytest.approx(TE_BF16_MS / TE_FP8_GEMM_MS, rel=0.01)
+
+
+def test_700w_profiles_carry_the_h200_measurement_and_500w_the_default():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fp8r", os.path.join(ROOT, "benchmarks", "fp8_gemm_ratio.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rel, sp = mod.fitted_relative_efficiency(json.load(open(mod.DATA)))
+    assert len(sp) == 7 and 1.5 < min(sp.values()) and max(sp.values()) < 1.9
+    from planner.costs.compute import load_profile
+    for prof in ("planner/data/h100_compute_profile.json", "planner/data/h200_compute_profile.json"):
+        assert load_profile(os.path.join(ROOT, prof)).fp8_relative_efficiency == pytest.approx(rel, abs=0.005)
+    # the 500 W Grand Teton profile keeps the default, which FBGEMM's 500 W fp8 / bf16 GEMMs bear out (test_eager)
+    gt = load_profile(os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.compute.json"))
+    assert gt.fp8_relative_efficiency == FP8_GEMM_RELATIVE_EFFICIENCY > rel
 
 
 def test_fp8_cast_bytes_match_the_autocast_overhead_transformer_engine_measured():

@@ -6,7 +6,8 @@ Physically grounded, with a handful of fitted parameters (planner fit compute):
   attention core = unfused (training.attention): batched QK^T and AV GEMMs at attn_efficiency of the GEMM
                    curve (head_dim-wide batched GEMMs run below plain GEMMs), plus softmax/mask/dropout over
                    s^2 elements. Fused (the default): the causal FLOPs (half of QK^T and AV) at the fused
-                   kernel's published efficiency on the GPU type (FUSED_ATTENTION_EFFICIENCY), backward 2.5x
+                   kernel's published or measured efficiency on the GPU type (FUSED_ATTENTION_EFFICIENCY, per kernel:
+                   FlashAttention-2 or cuDNN, training.attention_backend), backward 2.5x
                    the forward FLOPs (it recomputes QK^T), no element-wise bytes over s^2
   element-wise   = bytes moved by norms, bias/GeLU/dropout/residual kernels at hbm_GBps
   host floor     = layer_overhead_s: the host's time to launch one layer forward (2x for backward).
@@ -46,16 +47,18 @@ def activation_precision(precision: str) -> str:
 
 
 # Fraction of bf16's fraction of peak that a tensor-wise-scaled FP8 GEMM reaches on Hopper (the throughput part of
-# fp8_gemm_time). Measured: Transformer Engine's GEMM profiling tutorial, "Worked Example: 5B Model on H200",
-# pre-quantized table (NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b
-# docs/examples/gemm_profiling/gemm_profiling.rst): the 12 GEMMs of one layer (M = 15872 tokens, hidden 4096,
-# ffn 16384; fprop, dgrad, wgrad) take 31.968 ms in BF16 and 16.785 ms in FP8 (tensor-wise scaling, inputs already
-# fp8) on an H200 NVL, 1.905x. With the H100 bf16 curve (planner/data/h100_compute_profile.json) fp8_gemm_time
-# reproduces 1.905x at 0.96 (tests/test_fp8.py).
-# Cross-check: FBGEMM pytorch/FBGEMM#2546 (H100 500 W): cuBLAS bf16 585 / 575 TFLOP/s vs FP8 row-wise GEMM 1126 / 1083
-# at 8192^3 and 65536x8192x7168 (1.92x, 1.88x). The former 0.875 (cuBLAS 12.9 blog, 1.75x) is the channel- and
-# block-scaled mode, which TE's delayed scaling does not use (TE measures FP8 block scaling at 1.40x there).
-# Casts are not in this number: fp8_cast_elements, FP8_CAST_BYTES.
+# fp8_gemm_time), the default of ComputeModel.fp8_relative_efficiency; a compute profile may carry its own, measured
+# at its GPU's power limit. It depends on that limit: a tighter cap favours fp8, which does more work per joule.
+#   500 W H100: pytorch/FBGEMM#2546, cuBLAS bf16 585 / 575 TFLOP/s vs FP8 row-wise GEMM 1126 / 1083 at 8192^3 and
+#     65536x8192x7168 (1.92x, 1.88x);
+#   600 W H200 NVL: Transformer Engine's GEMM profiling tutorial, "Worked Example: 5B Model on H200", pre-quantized
+#     table (NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b docs/examples/gemm_profiling/
+#     gemm_profiling.rst): one layer's 12 GEMMs (M = 15872, hidden 4096, ffn 16384) 31.968 ms BF16, 16.785 ms FP8,
+#     1.905x; with the H100 bf16 curve fp8_gemm_time reproduces that at 0.96 (this default);
+#   700 W H200 SXM, measured here: 1.754x at the recipes' shapes with clocks at the limit, 0.89 (the H100 and H200
+#     profiles; benchmarks/fp8_gemm_ratio.py, docs/notes/gpu_h200.md).
+# The former 0.875 (cuBLAS 12.9 blog, 1.75x) is the channel- and block-scaled mode, which TE's delayed scaling does not
+# use (TE measures FP8 block scaling at 1.40x there). Casts are not in this number: fp8_cast_elements, FP8_CAST_BYTES.
 FP8_GEMM_RELATIVE_EFFICIENCY = 0.96
 # TE's cast of a GEMM operand to fp8 with delayed scaling (amax taken in the same kernel, the scale from the history):
 # read bf16 (2 bytes), write the fp8 row-wise and column-wise (transposed, Hopper's FP8 GEMMs need TN) copies (2).
@@ -88,42 +91,75 @@ ELEM_BACKWARD = 1.5
 
 
 # Fused causal attention, forward + backward, head dim 128, as a fraction of the GPU's dense 16-bit peak, by
-# sequence length: FlashAttention-2's published fwd+bwd benchmark, causal mask, head dim 128 (panel d), FLOPs
-# counted as 4 b s^2 heads d / 2 forward and 2.5x that backward (benchmarks/benchmark_flash_attention.py), in
+# sequence length, per kernel (training.attention_backend). FLOPs counted as 4 b s^2 heads d / 2 forward (causal)
+# and 2.5x that backward (FlashAttention's benchmarks/benchmark_flash_attention.py count).
+# flash2: FlashAttention-2's published fwd+bwd benchmark, causal mask, head dim 128 (panel d), in
 # Dao-AILab/flash-attention at commit 0251105a2fb19d2957484b7f023cd8c115286ced:
 #   A100 80GB SXM4 (assets/flash2_a100_fwd_bwd_benchmark.png): 99, 133, 155, 173, 182, 189 TFLOP/s of 312;
 #   H100 80GB SXM5 (assets/flash2_h100_fwd_bwd_benchmark.png): 163, 221, 265, 294, 308, 328 TFLOP/s of 989.
-# H200 has H100's SMs and clocks (attention is compute-bound): H100's row. On H100 Transformer Engine can run
-# cuDNN's fused attention or FlashAttention-3, whose forward is 1.6-1.8x FlashAttention-2's at s >= 2k (FA3's
-# assets/flash3_fp16_fwd.png, causal, head dim 128: cuDNN 484 / FA3 521 vs FA2 298 TFLOP/s at 2k); no
-# fwd+bwd figure for them is published there, so the FlashAttention-2 row stays (a lower bound; docs/notes/compute.md).
-# Other GPU types (V100, B200, unknown): A100's fractions, an assumption written down, not a measurement.
+#   PyTorch's flash SDPA back end (its FlashAttention-2 copy) measured on an H200 runs 5-15% below it: 225, 265,
+#   291, 313 at 2k-16k (benchmarks/data/h200/bias_probe/attention.json); the published row stays.
+# cudnn: cuDNN's fused attention (sdpa_sm90 flash fprop/bprop kernels), measured on one H200 SXM (torch 2.11, cuDNN
+#   9.19, PyTorch's cudnn SDPA back end; benchmarks/data/h200/bias_probe/attention.json, median of 20 calls):
+#   146, 289, 397, 485, 500, 522, 544 TFLOP/s at 512-32768 tokens. The back end Transformer Engine picks on Hopper
+#   (NVIDIA/TransformerEngine@a0b36d0c transformer_engine/pytorch/attention/dot_product_attention/utils.py
+#   get_attention_backend: "Disabling
+#   FlashAttention to give FusedAttention preference on Hopper+ for performance reasons") and PyTorch 2.11's SDPA
+#   default on the H200 (the probe's default-back-end layer ran at the cuDNN layer's speed, layer.json).
+# H200 and H100 share the compute die, clocks and 700 W limit (attention is compute-bound): one row for both.
+# Other GPU types (V100, B200, unknown): A100's FlashAttention-2 fractions, an assumption, not a measurement; cudnn
+# has no row for them (the spec check refuses it).
 # Fused attention stays 16-bit under fp8 training (Transformer Engine's default keeps DPA in bf16).
 FUSED_ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+CUDNN_ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+_FA2_H100 = tuple(x / 989 for x in (163, 221, 265, 294, 308, 328))
+_CUDNN_HOPPER = tuple(x / 989 for x in (146, 289, 397, 485, 500, 522, 544))
 FUSED_ATTENTION_EFFICIENCY = {
-    "A100": tuple(x / 312 for x in (99, 133, 155, 173, 182, 189)),
-    "H100": tuple(x / 989 for x in (163, 221, 265, 294, 308, 328)),
-    "H200": tuple(x / 989 for x in (163, 221, 265, 294, 308, 328)),
+    "flash2": {"A100": (FUSED_ATTENTION_SEQ, tuple(x / 312 for x in (99, 133, 155, 173, 182, 189))),
+               "H100": (FUSED_ATTENTION_SEQ, _FA2_H100), "H200": (FUSED_ATTENTION_SEQ, _FA2_H100)},
+    "cudnn": {"H100": (CUDNN_ATTENTION_SEQ, _CUDNN_HOPPER), "H200": (CUDNN_ATTENTION_SEQ, _CUDNN_HOPPER)},
 }
-# The same benchmark without the causal mask (panel b, FLOPs 4 b s^2 heads d forward, not halved): PyTorch's context
-# parallel runs its non-diagonal steps as non-causal SDPA calls (costs/context_parallel.py, allgather). A100's 512
-# label is hidden by the legend: 151 read from the bar height against the labelled bars (1.84 px per TFLOP/s).
+# The same without the causal mask (FLOPs 4 b s^2 heads d forward, not halved): PyTorch's context parallel runs its
+# non-diagonal steps as unmasked SDPA calls (costs/context_parallel.py, allgather). flash2: FlashAttention-2's panel
+# b (A100's 512 label is hidden by the legend: 151 read from the bar height against the labelled bars, 1.84 px per
+# TFLOP/s). cudnn: measured as above at 2048, 8192 and 16384 tokens (486, 538, 547), flat below 2048.
+_FA2_H100_FULL = tuple(x / 989 for x in (248, 294, 320, 326, 335, 338))
+_CUDNN_HOPPER_FULL = ((2048, 8192, 16384), tuple(x / 989 for x in (486, 538, 547)))
 FUSED_ATTENTION_EFFICIENCY_NONCAUSAL = {
-    "A100": tuple(x / 312 for x in (151, 173, 187, 196, 201, 203)),
-    "H100": tuple(x / 989 for x in (248, 294, 320, 326, 335, 338)),
-    "H200": tuple(x / 989 for x in (248, 294, 320, 326, 335, 338)),
+    "flash2": {"A100": (FUSED_ATTENTION_SEQ, tuple(x / 312 for x in (151, 173, 187, 196, 201, 203))),
+               "H100": (FUSED_ATTENTION_SEQ, _FA2_H100_FULL), "H200": (FUSED_ATTENTION_SEQ, _FA2_H100_FULL)},
+    "cudnn": {"H100": _CUDNN_HOPPER_FULL, "H200": _CUDNN_HOPPER_FULL},
 }
 FUSED_ATTENTION_DEFAULT = "A100"
 FUSED_BACKWARD_FLOPS = 2.5     # backward / forward FLOPs of a fused kernel (recomputes QK^T): 5 GEMMs against 2
 
 
-def fused_attention_efficiency(gpu_type: str, seq: int, causal: bool = True) -> float:
+def _gpu_key(table: dict, gpu_type: str) -> str | None:
+    return next((k for k in table if k in (gpu_type or "").upper()), None)
+
+
+def has_attention_backend(gpu_type: str, backend: str) -> bool:
+    """A fused-attention efficiency row exists for this kernel on this GPU type (flash2: every type, by default)."""
+    return backend == "flash2" or _gpu_key(FUSED_ATTENTION_EFFICIENCY[backend], gpu_type) is not None
+
+
+def attention_backend(training, gpu_type: str) -> str:
+    """The fused kernel whose efficiency a plan is charged: training.attention_backend, and for auto FlashAttention-2.
+    auto is not cuDNN on Hopper although TE and PyTorch 2.11 pick it there: with the cuDNN 9.19 row the published
+    long-context NeMo rows (2024, attention-bound) come out 26-42% too fast, with FlashAttention-2's within 3-13%
+    (docs/notes/gpu_h200.md), so the recipes' stacks did not run attention at today's cuDNN speed. gpu_type is kept
+    for the day a row of an older cuDNN is measured."""
+    b = getattr(training, "attention_backend", "auto")
+    return "flash2" if b == "auto" else b
+
+
+def fused_attention_efficiency(gpu_type: str, seq: int, causal: bool = True, backend: str = "flash2") -> float:
     """Fraction of the dense 16-bit peak a fused causal (or, causal=False, unmasked) attention kernel reaches
-    (forward + backward), linear in log2(s) between the published sequence lengths, flat beyond them."""
+    (forward + backward), linear in log2(s) between the measured sequence lengths, flat beyond them."""
     import math
-    table = FUSED_ATTENTION_EFFICIENCY if causal else FUSED_ATTENTION_EFFICIENCY_NONCAUSAL
-    key = next((k for k in table if k in (gpu_type or "").upper()), FUSED_ATTENTION_DEFAULT)
-    ys, xs = table[key], [math.log2(x) for x in FUSED_ATTENTION_SEQ]
+    table = (FUSED_ATTENTION_EFFICIENCY if causal else FUSED_ATTENTION_EFFICIENCY_NONCAUSAL)[backend]
+    seqs, ys = table[_gpu_key(table, gpu_type) or FUSED_ATTENTION_DEFAULT]
+    xs = [math.log2(x) for x in seqs]
     x = min(max(math.log2(max(seq, 1)), xs[0]), xs[-1])
     for i in range(len(xs) - 1):
         if x <= xs[i + 1]:
@@ -169,6 +205,7 @@ class ComputeModel:
     iteration_overhead_s: float = 0.0  # fixed per iteration
     tp_sync_s: float = 0.0             # per TP collective and per other rank: launch skew, waiting for the slowest
     backward_ratio: float = 2.0        # backward time / forward time of the same work
+    fp8_relative_efficiency: float = FP8_GEMM_RELATIVE_EFFICIENCY   # fp8 GEMMs' throughput part, relative to bf16's
     comm: CommModel = field(default_factory=CommModel)
     source: str | None = field(default=None, compare=False)
 
@@ -192,10 +229,10 @@ class ComputeModel:
     def fp8_gemm_time(self, flops: float, peak: float, peak_fp8: float) -> float:
         """One fp8 GEMM. The bf16 curve reads t = (flops + half_size) / (peak * max_efficiency): a throughput part
         and a fixed part (launch, fill, tail) worth half_size FLOPs. In fp8 the throughput part runs at peak_fp8 *
-        FP8_GEMM_RELATIVE_EFFICIENCY; the fixed part keeps its bf16 time (the GEMM's latency does not halve)."""
+        fp8_relative_efficiency; the fixed part keeps its bf16 time (the GEMM's latency does not halve)."""
         if flops <= 0:
             return 0.0
-        return (flops / (peak_fp8 * FP8_GEMM_RELATIVE_EFFICIENCY) + self.half_size / peak) / self.max_efficiency
+        return (flops / (peak_fp8 * self.fp8_relative_efficiency) + self.half_size / peak) / self.max_efficiency
 
     def layer_parts(self, model, cluster, training, cfg: ParallelConfig) -> dict:
         """Forward of one layer, one micro-batch, split into physical parts (seconds)."""
@@ -222,7 +259,8 @@ class ComputeModel:
         if fused:
             # the kernel's softmax, mask and dropout run in registers: no s^2 bytes; 16-bit peak (fp32: its own)
             apeak = cluster.gpu.peak_flops(training.precision if training.precision in ("fp32", "fp16") else "bf16")
-            eff = fused_attention_efficiency(cluster.gpu.type, s)
+            eff = fused_attention_efficiency(cluster.gpu.type, s,
+                                             backend=attention_backend(training, cluster.gpu.type))
             attn = causal_attention_flops(b, s, h, t) / (apeak * eff)
         else:
             # QK^T and AV: 2 GEMMs of 2*b*s*s*h/t FLOPs, batched over the local heads
@@ -430,6 +468,7 @@ def smooth_max(a: float, b: float, p: float = 8.0) -> float:
 
 PROFILE_FORMAT = "planner.compute-profile/1"     # a profile without "format" is read as this version
 PROFILE_KEYS = ("format", "comm", "compute", "fit")
+COMPUTE_KEYS = FITTED + ("fp8_relative_efficiency",)      # measured, not fitted on layer times: optional
 COMM_KEYS = ("intra_efficiency", "inter_efficiency", "grad_bytes", "allreduce_tables")
 
 
@@ -447,7 +486,7 @@ def load_profile(path: str) -> ComputeModel:
             raise SpecError(path, k, f"unknown key (expected {', '.join(PROFILE_KEYS)})")
     if d.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
         raise SpecError(path, "format", f"expected {PROFILE_FORMAT!r}")
-    cd, pd = _section(path, d, "comm", COMM_KEYS), _section(path, d, "compute", FITTED)
+    cd, pd = _section(path, d, "comm", COMM_KEYS), _section(path, d, "compute", COMPUTE_KEYS)
     for k, v in pd.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise SpecError(path, f"compute.{k}", "must be a number")
@@ -481,6 +520,8 @@ def save_profile(path: str, model: ComputeModel, fit: dict, allreduce_tables: st
         out["comm"]["allreduce_tables"] = os.path.relpath(os.path.abspath(allreduce_tables),
                                                           os.path.dirname(os.path.abspath(path)))
     out["compute"] = model.params()
+    if model.fp8_relative_efficiency != FP8_GEMM_RELATIVE_EFFICIENCY:
+        out["compute"]["fp8_relative_efficiency"] = model.fp8_relative_efficiency
     out["fit"] = fit
     atomic_write_text(path, json.dumps(out, indent=2) + "\n")
     return out

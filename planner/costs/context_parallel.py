@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from planner.config import ParallelConfig
 from planner.costs.comm import p2p_time
-from planner.costs.compute import BYTES, fused_attention_efficiency
+from planner.costs.compute import BYTES, attention_backend, fused_attention_efficiency
 
 MODES = ("ring", "all_to_all", "allgather")
 MEGATRON_CP_COMM = {"ring": "p2p", "all_to_all": "a2a"}     # --cp-comm-type
@@ -188,8 +188,9 @@ def layer_times(spec, cfg: ParallelConfig, costs, mode: str | None = None) -> CP
         eb = (cp - 1) * max(0.0, 2 * step - a_b)        # K/V and dK/dV each step
         return CPLayerTimes((cp - 1) * a_f + ef, (cp - 1) * a_b + eb, ef, eb)
     gpu = spec.cluster.gpu.type
-    r = (fused_attention_efficiency(gpu, spec.training.seq_length // cp)
-         / fused_attention_efficiency(gpu, spec.training.seq_length))
+    be = attention_backend(spec.training, gpu)
+    r = (fused_attention_efficiency(gpu, spec.training.seq_length // cp, backend=be)
+         / fused_attention_efficiency(gpu, spec.training.seq_length, backend=be))
     comm = link_s(spec, cfg, a2a_bytes(spec.model, spec.training, cfg), costs)
     return CPLayerTimes((cp * r - 1) * a_f + comm, (cp * r - 1) * a_b + comm, comm, comm)
 
@@ -247,7 +248,9 @@ def allgather_layer_times(spec, cfg: ParallelConfig, costs, a_f: float, a_b: flo
                                                          AG_BWD_FIXED_FUSED))
     gpu = spec.cluster.gpu.type
     s = tr.seq_length // cp
-    rate = fused_attention_efficiency(gpu, s) / fused_attention_efficiency(gpu, s // 2, causal=False)
+    be = attention_backend(tr, gpu)
+    rate = (fused_attention_efficiency(gpu, s, backend=be)
+            / fused_attention_efficiency(gpu, s // 2, causal=False, backend=be))
     step_f, step_b = a_f * rate, a_b * rate          # a non-causal step: a causal shard step's FLOPs
     hbm = costs.compute.hbm_GBps * 1e9
     elem_f = out * (fwd_fixed + (cp - 1) * merge) / hbm

@@ -18,6 +18,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
 ATTENTION = ("fused", "unfused")
+ATTENTION_BACKENDS = ("auto", "flash2", "cudnn")
 CP_COMM = ("ring", "all_to_all", "allgather", "auto")
 KERNELS = ("fused", "eager")
 
@@ -105,6 +106,13 @@ class TrainingSpec:
     """fused (FlashAttention-2/3, cuDNN fused attention through Transformer Engine: no s x s tensors kept, causal
     FLOPs at the fused kernels' efficiency) or unfused (Megatron's local softmax path that Korthikanti et al. 2022
     count: scores, softmax and dropout mask stored); one of ATTENTION."""
+    attention_backend: str = "auto"
+    """The fused attention kernel (training.attention fused), one of ATTENTION_BACKENDS: cudnn (cuDNN's fused
+    attention: Transformer Engine's choice on Hopper, Megatron-Core --attention-backend fused; PyTorch 2.11's SDPA
+    default there), flash2 (FlashAttention-2: TE's choice before Hopper, PyTorch SDPA's flash back end, first in its
+    priority order in late 2024), or auto (flash2's efficiency: the level published H100 recipes bear out;
+    costs.compute.attention_backend). Sets the kernel's efficiency (costs.compute FUSED_ATTENTION_EFFICIENCY); cudnn
+    is cuDNN 9.19's measured speed (1.6-1.9x FlashAttention-2's on an H200), for stacks of that age."""
     cp_comm: str = "ring"
     """How context-parallel ranks exchange attention inputs (cp > 1), one of CP_COMM: ring (Megatron-Core
     --cp-comm-type p2p: K/V passed around the cp ring, overlapped with each step's attention), all_to_all
@@ -262,6 +270,10 @@ def parse_spec(data, file: str | None = None) -> Spec:
         raise SpecError(file, "search.schedules", f"has {', '.join(other)}; training.pipeline_engine deepspeed "
                         "runs only its 1F1B TrainSchedule")
     _check_context_parallel(file, training, search, cluster)
+    from planner.costs.compute import has_attention_backend  # the costs package is built on specs: lazily
+    if training.attention_backend == "cudnn" and not has_attention_backend(cluster.gpu.type, "cudnn"):
+        raise SpecError(file, "training.attention_backend", f"cudnn has no measured efficiency row for GPU type "
+                        f"{cluster.gpu.type!r} (rows: H100, H200); use flash2 or auto")
     for z in (2, 3):
         if training.pipeline_engine == "deepspeed" and z in search.zero:
             # microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3 deepspeed/runtime/pipe/engine.py asserts
@@ -327,6 +339,7 @@ def _parse_training(f: Fields) -> TrainingSpec:
         overlap=(_parse_overlap(f.sub("overlap"), f.raw("pipeline_engine", None) == "deepspeed") if f.has("overlap")
                  else OverlapSpec.none() if f.raw("pipeline_engine", None) == "deepspeed" else DEFAULT),
         attention=f.str("attention", DEFAULT, choices=ATTENTION),
+        attention_backend=f.str("attention_backend", DEFAULT, choices=ATTENTION_BACKENDS),
         cp_comm=f.str("cp_comm", DEFAULT, choices=CP_COMM),
         grad_reduce_in_fp32=f.bool("grad_reduce_in_fp32", DEFAULT),
         kernels=f.str("kernels", DEFAULT, choices=KERNELS),
@@ -334,6 +347,9 @@ def _parse_training(f: Fields) -> TrainingSpec:
         fsdp_float8_all_gather=f.bool("fsdp_float8_all_gather", DEFAULT),
     )
     f.done()
+    if t.attention_backend != "auto" and t.attention != "fused":
+        raise f.error("attention_backend", f"picks a fused kernel ({t.attention_backend}); training.attention is "
+                      f"{t.attention}")
     if t.fp8_param_gather and t.precision != "fp8":
         raise f.error("fp8_param_gather", f"stores fp8 weights (Transformer Engine); training.precision is "
                       f"{t.precision}, not fp8")
