@@ -68,7 +68,9 @@ def attention_backend_args(solution: dict, file: str | None = None) -> list[str]
         return []
     if b not in MEGATRON_ATTENTION_BACKEND:
         raise SpecError(file, "attention_backend", f"has {b!r}, expected one of {list(MEGATRON_ATTENTION_BACKEND)}")
-    return [f"--attention-backend {MEGATRON_ATTENTION_BACKEND[b]}"]
+    v = MEGATRON_ATTENTION_BACKEND[b]
+    # NeMo 2.0: TransformerConfig.attention_backend, an AttnBackend (same enum, same names)
+    return [f"--attention-backend {v}", f"# NeMo 2.0 recipe: recipe.model.config.attention_backend = AttnBackend.{v}"]
 
 
 def megatron_args(solution: dict, file: str | None = None) -> list[str]:

@@ -102,7 +102,9 @@ def test_spec_checks_name_the_field():
 
 def test_megatron_export_names_the_kernel_only_when_the_spec_does():
     assert not any("attention-backend" in a for a in megatron_args(tp2_solution()))
-    assert "--attention-backend fused" in megatron_args(tp2_solution(attention_backend="cudnn"))
+    args = megatron_args(tp2_solution(attention_backend="cudnn"))
+    assert "--attention-backend fused" in args
+    assert any("attention_backend = AttnBackend.fused" in a for a in args)
     assert "--attention-backend flash" in megatron_args(tp2_solution(attention_backend="flash2"))
     with pytest.raises(SpecError):
         megatron_args(tp2_solution(attention_backend="fa9"))
