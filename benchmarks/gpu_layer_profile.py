@@ -69,6 +69,51 @@ def profile_case(case, dev, backend, warm_s, steps):
             "steps": steps, "warm_s": warm_s, "wall_step_s": wall, **state, "ops": rows}
 
 
+def graphed_vs_eager(case, backend, warm_s, steps):
+    """Wall per step of the layer eager and replayed from one CUDA graph (PyTorch's whole-network capture: no host
+    launches), after `warm_s` of eager steps; the difference is the host's share of the eager step."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    name, b, s, h, heads, f = case
+    dev, dtype = "cuda", torch.bfloat16
+    p = {k: (torch.randn(*shape, device=dev, dtype=dtype) * 0.02).requires_grad_(True)
+         for k, shape in (("wqkv", (h, 3 * h)), ("wo", (h, h)), ("w13", (h, 2 * f)), ("w2", (f, h)))}
+    x = torch.randn(b, s, h, device=dev, dtype=dtype, requires_grad=True)
+    step = functools.partial(_layer_step, x, p, heads)
+    be = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+
+    def wall(fn, n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t) / n
+
+    with sdpa_kernel([be]):
+        t_end = time.perf_counter() + warm_s
+        while time.perf_counter() < t_end:
+            step()
+        eager = wall(step, steps)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                for t in (*p.values(), x):
+                    t.grad = None
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        for t in (*p.values(), x):
+            t.grad = None
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step()
+        graphed = wall(g.replay, steps)
+        eager_again = wall(step, steps)
+    return {"case": name, "backend": backend, "eager_s": eager, "graphed_s": graphed, "eager_again_s": eager_again,
+            "steps": steps, **gpu_state()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -76,8 +121,24 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--warm-s", type=float, default=20.0)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--graphs", action="store_true", help="only the eager vs CUDA-graph comparison (GPU)")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
+    if a.graphs:
+        res, status = [], 0
+        for backend in ("cudnn", "flash"):
+            for case in CASES:
+                try:
+                    r = graphed_vs_eager(case, backend, a.warm_s, max(a.steps, 20))
+                    print(f"{backend} {r['case']}: eager {r['eager_s'] * 1e3:.2f} ms, graphed {r['graphed_s'] * 1e3:.2f} "
+                          f"ms, eager again {r['eager_again_s'] * 1e3:.2f} ms ({r.get('sm_MHz')} MHz)")
+                except Exception as e:
+                    r, status = {"case": case[0], "backend": backend, "error": f"{type(e).__name__}: {e}"[:300]}, 1
+                    print(r)
+                res.append(r)
+        with open(os.path.join(a.out, "layer_graphed.json"), "w") as fh:
+            json.dump(res, fh, indent=1)
+        return status
     cases = [("tiny", 1, 64, 32, 2, 96)] if a.quick else CASES
     backends = ["math"] if a.device == "cpu" else ["flash", "cudnn"]
     status = 0

@@ -13,7 +13,9 @@ published figures for that part:
   value"), so the cluster file keeps the SXM datasheet peak (989, for MFU) and the cap lives in this ceiling. The
   same PR's fp8 row-wise GEMMs (1126 / 1083 / 1141 TFLOP/s) are what the fp8 model gives with it at the default
   fp8_relative_efficiency (1979 * 0.96 * 0.579 = 1100), which this profile keeps instead of the H100 profile's 0.89
-  (measured at 700 W: a tighter power limit favours fp8; costs/compute.py FP8_GEMM_RELATIVE_EFFICIENCY);
+  (measured at 700 W: a tighter power limit favours fp8; costs/compute.py FP8_GEMM_RELATIVE_EFFICIENCY); and
+  sustained_slowdown 1.0, not the H100 profile's 1.06 (a 700 W steady-state over short-run ratio): the 500 W GEMM
+  ceiling is FBGEMM's measured rate itself, and a 700 W ratio says nothing of a 500 W part;
 - everything else (attention efficiency, launch floor, overheads, comm): the H100 profile's, unchanged. Fused
   attention keeps the 700 W FlashAttention-2 curve: no 500 W attention figure is published (docs/notes/fsdp.md).
 No such GPU was measured here: when one is at hand, `bash benchmarks/profile_gpu.sh OUT` and `planner fit compute`
@@ -58,6 +60,7 @@ def build() -> dict:
         gemm_points=[list(p) for p in FBGEMM_500W])
     prof["compute"]["max_efficiency"] = round(gemm_ceiling(prof["compute"]["half_size"]), 4)
     prof["compute"]["fp8_relative_efficiency"] = FP8_GEMM_RELATIVE_EFFICIENCY     # 500 W: FBGEMM's ratio, above
+    prof["compute"]["sustained_slowdown"] = 1.0        # the ceiling is FBGEMM's 500 W figure itself, above
     prof["fit"]["measured"] = ["max_efficiency"]
     return prof
 

@@ -9,7 +9,9 @@ What is taken from the measurement, and what is not (docs/notes/compute.md, "H10
   (the A100 fit sits on its 40 GB model's 1555 GB/s datasheet bound, i.e. at fraction 1.0; H100 SXM5: 3350 GB/s);
 - not measurable on one GPU, carried from the A100 fit: tp_sync_s, iteration_overhead_s;
 - fp8_relative_efficiency: the fp8 GEMMs measured on an H200 SXM at the same 700 W limit
-  (benchmarks/data/h200/bias_probe/gemm_warm.json, benchmarks/fp8_gemm_ratio.py), through this file's GEMM curve.
+  (benchmarks/data/h200/bias_probe/gemm_warm.json, benchmarks/fp8_gemm_ratio.py), through this file's GEMM curve;
+- sustained_slowdown: a Llama layer's steady-state step (CUDA graph replay) over its kernels as the profiler timed
+  them, on the same H200 (benchmarks/sustained_factor.py): the samples above are short runs.
 
 Run: python benchmarks/make_h100_profile.py [-o planner/data/h100_compute_profile.json]
 """
@@ -27,6 +29,7 @@ sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
 from derived_profile import write_main  # noqa: E402
 from fp8_gemm_ratio import DATA as FP8_GEMMS  # noqa: E402
 from fp8_gemm_ratio import fitted_relative_efficiency  # noqa: E402
+from sustained_factor import sustained_slowdown  # noqa: E402
 
 from planner.costs.comm import CommModel  # noqa: E402
 from planner.costs.compute import ComputeModel  # noqa: E402
@@ -56,6 +59,9 @@ def build() -> dict:
     # measured at the 700 W limit on an H200 SXM, the H100 SXM5's compute die and limit (benchmarks/fp8_gemm_ratio.py)
     fp8_rel, _ = fitted_relative_efficiency(json.load(open(FP8_GEMMS)), curve=m)
     compute["fp8_relative_efficiency"] = round(fp8_rel, 2)
+    # steady-state step over its profiled kernels, a Llama layer on the H200 (benchmarks/sustained_factor.py): the
+    # samples above were timed in short runs, as those kernels were
+    compute["sustained_slowdown"] = round(sustained_slowdown(), 2)
     big = [i for i, s in enumerate(samples) if s.forward_ms > 3.0]
     fit = {"kind": "layer", "source": "benchmarks/data/h100/compute.csv", "samples": len(samples),
            "peak_tflops": PEAK_TFLOPS, "mape_pct": round(mape(pred, meas), 3),

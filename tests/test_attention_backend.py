@@ -1,4 +1,5 @@
-"""training.attention_backend: FlashAttention-2's published efficiency (auto) or cuDNN's measured one (H100/H200)."""
+"""training.attention_backend (FlashAttention-2's published efficiency, or cuDNN's measured one on H100/H200) and the
+compute profile's sustained_slowdown: the H200 measurements of docs/notes/gpu_h200.md in the model."""
 from __future__ import annotations
 
 import json
@@ -108,3 +109,44 @@ def test_megatron_export_names_the_kernel_only_when_the_spec_does():
     assert "--attention-backend flash" in megatron_args(tp2_solution(attention_backend="flash2"))
     with pytest.raises(SpecError):
         megatron_args(tp2_solution(attention_backend="fa9"))
+
+
+def test_sustained_slowdown_scales_the_gpu_work_only():
+    """A compute profile's sustained_slowdown (the 700 W profiles: 1.06, the H200 layer's steady-state step over its
+    profiled kernels) multiplies the kernels' parts, not the host floor or the collectives."""
+    import dataclasses
+    cfg = ParallelConfig(8, 1, 8, 1, 8, "1f1b", 1, "none", 1, True)
+    t = TrainingSpec(global_batch_size=64, seq_length=8192, precision="fp8")
+    base = ComputeModel()
+    slow = dataclasses.replace(base, sustained_slowdown=1.06)
+    a, b = base.layer_parts(LLAMA, H100, t, cfg), slow.layer_parts(LLAMA, H100, t, cfg)
+    for k in ("gemm", "attn", "attn_backward", "elem", "fp8_cast", "fp8_cast_bwd"):
+        assert b[k] == pytest.approx(1.06 * a[k])
+    assert b["gemm_column"] == pytest.approx(tuple(1.06 * x for x in a["gemm_column"]))
+    for k in ("overhead", "tp_comm", "tp_gather", "tp_scatter"):
+        assert b[k] == a[k]
+    (f1, l1, c1), (f2, l2, c2) = base.head_times(LLAMA, H100, t, cfg), slow.head_times(LLAMA, H100, t, cfg)
+    o = base.layer_overhead_s
+    assert c1 == c2 and f2 - o == pytest.approx(1.06 * (f1 - o)) and l2 - o == pytest.approx(1.06 * (l1 - o))
+
+
+def test_profiles_carry_the_measured_sustained_slowdown(tmp_path):
+    import importlib.util
+
+    from planner.costs.compute import load_profile, save_profile
+    spec = importlib.util.spec_from_file_location("sf", os.path.join(ROOT, "benchmarks", "sustained_factor.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    r = mod.ratios()
+    assert len(r) == 4 and all(1.0 < v < 1.1 for v in r.values())
+    for prof in ("planner/data/h100_compute_profile.json", "planner/data/h200_compute_profile.json"):
+        assert load_profile(os.path.join(ROOT, prof)).sustained_slowdown == round(mod.sustained_slowdown(), 2)
+    assert load_profile(os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.compute.json")).sustained_slowdown == 1
+    assert load_profile(os.path.join(ROOT, "planner", "data", "a100_compute_profile.json")).sustained_slowdown == 1
+    # save / load keep it; a profile at 1.0 does not write the key (older readers see the same file)
+    m = load_profile(os.path.join(ROOT, "planner", "data", "h100_compute_profile.json"))
+    out = save_profile(str(tmp_path / "p.json"), m, {"kind": "test"})
+    assert out["compute"]["sustained_slowdown"] == 1.06 and load_profile(str(tmp_path / "p.json")) == m
+    import dataclasses
+    out = save_profile(str(tmp_path / "q.json"), dataclasses.replace(m, sustained_slowdown=1.0), {"kind": "test"})
+    assert "sustained_slowdown" not in out["compute"]

@@ -206,6 +206,7 @@ class ComputeModel:
     tp_sync_s: float = 0.0             # per TP collective and per other rank: launch skew, waiting for the slowest
     backward_ratio: float = 2.0        # backward time / forward time of the same work
     fp8_relative_efficiency: float = FP8_GEMM_RELATIVE_EFFICIENCY   # fp8 GEMMs' throughput part, relative to bf16's
+    sustained_slowdown: float = 1.0    # GPU work in steady-state training / the same kernels as the profile timed them
     comm: CommModel = field(default_factory=CommModel)
     source: str | None = field(default=None, compare=False)
 
@@ -297,6 +298,8 @@ class ComputeModel:
             cast = fp8_cast_bytes(cfg)
             parts["fp8_cast"] = cast * fwd_cast / hbm
             parts["fp8_cast_bwd"] = cast * bwd_cast / hbm
+        if self.sustained_slowdown != 1.0:        # profiles without it: every part bit for bit as before
+            parts = sustained(parts, self.sustained_slowdown)
         return parts
 
     def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
@@ -335,7 +338,8 @@ class ComputeModel:
         logits = self._gemm_time(2 * s * b * h * V / t, peak)
         loss = s * b * V / t * LOSS_BYTES / hbm                   # fp32 vocab-parallel cross-entropy passes
         comm = self._tp_allreduce(s * b * h * by, t, cluster)   # embedding / output-grad all-reduce
-        return emb + self.layer_overhead_s, logits + loss + self.layer_overhead_s, comm
+        k = self.sustained_slowdown
+        return k * emb + self.layer_overhead_s, k * (logits + loss) + self.layer_overhead_s, comm
 
     def step_time(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> float:
         from planner.costs.memory import stage_params
@@ -383,6 +387,23 @@ class ComputeModel:
     # --- profiles ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {"compute": self.params(), "comm": self.comm.to_dict()}
+
+
+# The GPU work of layer_parts (kernels), which ComputeModel.sustained_slowdown scales; not the host floor ("overhead")
+# nor the collectives (tp_comm, tp_gather, tp_scatter: link-bound, timed by the comm model).
+GPU_WORK_PARTS = ("gemm", "attn", "attn_backward", "attn_scores", "elem", "elem_backward", "fp8_cast", "fp8_cast_bwd",
+                  "gemm_column", "gemm_row")
+
+
+def sustained(parts: dict, k: float) -> dict:
+    """`parts` with its GPU work times k-fold: a compute profile timed its kernels in short runs, steady-state
+    training runs them slower (clocks at the power limit, gaps between kernels; docs/notes/gpu_h200.md)."""
+    out = dict(parts)
+    for key in GPU_WORK_PARTS:
+        if key in out:
+            v = out[key]
+            out[key] = tuple(k * x for x in v) if isinstance(v, tuple) else k * v
+    return out
 
 
 def op_sac_recompute_s(model, parts: dict) -> float:
@@ -468,7 +489,7 @@ def smooth_max(a: float, b: float, p: float = 8.0) -> float:
 
 PROFILE_FORMAT = "planner.compute-profile/1"     # a profile without "format" is read as this version
 PROFILE_KEYS = ("format", "comm", "compute", "fit")
-COMPUTE_KEYS = FITTED + ("fp8_relative_efficiency",)      # measured, not fitted on layer times: optional
+COMPUTE_KEYS = FITTED + ("fp8_relative_efficiency", "sustained_slowdown")   # measured, not fitted: optional
 COMM_KEYS = ("intra_efficiency", "inter_efficiency", "grad_bytes", "allreduce_tables")
 
 
@@ -522,6 +543,8 @@ def save_profile(path: str, model: ComputeModel, fit: dict, allreduce_tables: st
     out["compute"] = model.params()
     if model.fp8_relative_efficiency != FP8_GEMM_RELATIVE_EFFICIENCY:
         out["compute"]["fp8_relative_efficiency"] = model.fp8_relative_efficiency
+    if model.sustained_slowdown != 1.0:
+        out["compute"]["sustained_slowdown"] = model.sustained_slowdown
     out["fit"] = fit
     atomic_write_text(path, json.dumps(out, indent=2) + "\n")
     return out
