@@ -29,7 +29,9 @@ def build() -> dict:
         "Derived, not measured: the H100 profile (itself a layer fit on one H100 for the GEMM curve and "
         "launch floor, the rest carried from the A100 fit) with the element-wise bandwidth scaled by the "
         "datasheet HBM ratio 4800/3350; everything else unchanged because the H200 has the H100's compute "
-        "die and dense peaks. Built by benchmarks/make_h200_profile.py."))
+        "die and dense peaks. The H100 profile's fp8_relative_efficiency and sustained_slowdown were themselves "
+        "measured on an H200 (benchmarks/fp8_gemm_ratio.py, benchmarks/sustained_factor.py). Built by "
+        "benchmarks/make_h200_profile.py."))
 
 
 def main(argv=None) -> int:
