@@ -147,8 +147,9 @@ def attention_backend(training, gpu_type: str) -> str:
     """The fused kernel whose efficiency a plan is charged: training.attention_backend, and for auto FlashAttention-2.
     auto is not cuDNN on Hopper although TE and PyTorch 2.11 pick it there: with the cuDNN 9.19 row the published
     long-context NeMo rows (2024, attention-bound) come out 26-42% too fast, with FlashAttention-2's within 3-13%
-    (docs/notes/gpu_h200.md), so the recipes' stacks did not run attention at today's cuDNN speed. gpu_type is kept
-    for the day a row of an older cuDNN is measured."""
+    (docs/notes/gpu_h200.md): NeMo 24.07's launcher turned cuDNN attention off (NVIDIA/NeMo-Framework-Launcher@8325688d
+    launcher_scripts/conf/config.yaml, NVTE_FUSED_ATTN: 0). gpu_type is kept for the day a row of an older cuDNN is
+    measured."""
     b = getattr(training, "attention_backend", "auto")
     return "flash2" if b == "auto" else b
 
