@@ -10,10 +10,12 @@ from planner.costs.compute import ComputeModel, StageTimes, load_profile
 from planner.costs.memory import AnalyticalMemory, MemoryBreakdown
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
-# shipped compute profiles by GPU generation (A100: fitted on measurements; others: documented defaults)
+# shipped compute profiles by GPU generation (A100: fitted on vTrain's measured iterations; H100: a layer fit on one
+# H100, with its fp8 speed-up and steady-state slowdown measured on an H200; H200: the H100's with the HBM ratio;
+# V100: documented defaults). Each file's "fit" record says which values were measured.
 SHIPPED_COMPUTE = {"A100": "a100_compute_profile.json", "H100": "h100_compute_profile.json",
                    "V100": "v100_compute_profile.json",
-                   "H200": "h200_compute_profile.json"}     # H200: derived from H100 by datasheet ratios
+                   "H200": "h200_compute_profile.json"}
 
 
 @dataclass(frozen=True)
