@@ -150,3 +150,16 @@ def test_profiles_carry_the_measured_sustained_slowdown(tmp_path):
     import dataclasses
     out = save_profile(str(tmp_path / "q.json"), dataclasses.replace(m, sustained_slowdown=1.0), {"kind": "test"})
     assert "sustained_slowdown" not in out["compute"]
+
+
+def test_estimate_names_the_profile_and_its_measured_factors():
+    from planner.cli.estimate import costs_note
+    from planner.spec import load_spec
+    spec = load_spec(os.path.join(ROOT, "specs", "llama3-70b-h100-256.yaml"))
+    note = costs_note(spec)
+    assert "h100_compute_profile.json" in note and "x1.06" in note and "fused attention flash2" in note
+    assert "fp8" not in note
+    fp8 = with_training(spec, precision="fp8", attention_backend="cudnn")
+    assert "fp8 GEMMs at 1.78x" in costs_note(fp8) and "fused attention cudnn" in costs_note(fp8)
+    a100 = load_spec(os.path.join(ROOT, "specs", "gpt3-13b-a100-het-128.yaml"))
+    assert "a100_compute_profile.json" in costs_note(a100) and "x1" not in costs_note(a100)

@@ -39,9 +39,28 @@ def run(args) -> int:
                   f"MFU {est.mfu:.1%}{mfu_note(spec)} "
                   f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, dp {est.dp_comm_s:.4f}, "
                   f"tied-embedding {est.emb_comm_s:.4f} s)")
+        con.print(costs_note(spec))
         con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +
                   ", ".join(f"{k} {md[k]:.2f}" for k in ("weights", "gradients", "optimizer", "activations",
                                                           "logits", "overhead")))
         con.print("per stage: " + " ".join(f"{v:.1f}" for v in md["per_stage"]) +
                   ("" if est.fits else "  [red]DOES NOT FIT[/red]"))
     return 0 if est.fits else 1
+
+
+def costs_note(spec) -> str:
+    """One line of provenance: the compute profile behind the times, its measured factors where they are not the
+    defaults, and the fused-attention kernel charged (docs/notes/gpu_h200.md)."""
+    import os
+
+    from planner.costs import default_costs
+    from planner.costs.compute import attention_backend
+    cm = default_costs(spec.cluster).compute
+    bits = [f"compute profile {os.path.basename(cm.source) if cm.source else 'built-in defaults'}"]
+    if cm.sustained_slowdown != 1.0:
+        bits.append(f"kernels x{cm.sustained_slowdown:g} for steady state")
+    if spec.training.precision == "fp8":
+        bits.append(f"fp8 GEMMs at {2 * cm.fp8_relative_efficiency:.2f}x bf16's throughput")
+    if spec.training.attention == "fused":
+        bits.append(f"fused attention {attention_backend(spec.training, spec.cluster.gpu.type)}")
+    return "costs: " + ", ".join(bits)
