@@ -3,9 +3,11 @@ them (power cap), for comparing with the compute model's per-op parts (costs.com
 
 The layer is gpu_bias_probe's (_layer_step: RMSNorm, fused QKV, causal SDPA, SwiGLU; bf16, tp 1). After `--warm-s` of
 back-to-back steps, torch.profiler records `--steps` steps; each CUDA kernel's time is written with the op that
-launched it and that op's input shapes. One file per SDPA back end (flash, cuDNN).
+launched it and that op's input shapes. One file per SDPA back end (flash, cuDNN). With `--graphs`, instead: the
+layer's wall per step eager and replayed from one CUDA graph (layer_graphed.json; benchmarks/sustained_factor.py).
 
 Run on a lent GPU:  python benchmarks/gpu_layer_profile.py --out benchmarks/data/h200/layer_profile
+                    python benchmarks/gpu_layer_profile.py --out benchmarks/data/h200/layer_graphed --graphs --warm-s 5
 Smoke run:          python benchmarks/gpu_layer_profile.py --out /tmp/lp --device cpu --quick
 """
 from __future__ import annotations

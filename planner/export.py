@@ -61,13 +61,21 @@ def rank_layout(solution: dict, file: str | None = None) -> list[dict]:
 MEGATRON_ATTENTION_BACKEND = {"cudnn": "fused", "flash2": "flash"}
 
 
-def attention_backend_args(solution: dict, file: str | None = None) -> list[str]:
-    """--attention-backend for a plan whose spec named the fused kernel; none for auto (Megatron picks)."""
+def _attention_backend(solution: dict, file: str | None) -> str | None:
+    """The solution's fused kernel (absent: None), one of the known names: a value printed into a launch file."""
     b = solution.get("attention_backend")
+    if b is not None and b not in MEGATRON_ATTENTION_BACKEND:
+        raise SpecError(file, "attention_backend", f"has {b!r}, expected one of {list(MEGATRON_ATTENTION_BACKEND)}")
+    return b
+
+
+def attention_backend_args(solution: dict, file: str | None = None) -> list[str]:
+    """--attention-backend for a plan whose spec named the fused kernel. None for auto: the plan charged
+    FlashAttention-2's speed, and Megatron-Core's own auto (cuDNN on Hopper) can only be faster; pinning `flash`
+    would slow today's stacks to match the estimate (docs/notes/gpu_h200.md, section 4)."""
+    b = _attention_backend(solution, file)
     if b is None:
         return []
-    if b not in MEGATRON_ATTENTION_BACKEND:
-        raise SpecError(file, "attention_backend", f"has {b!r}, expected one of {list(MEGATRON_ATTENTION_BACKEND)}")
     v = MEGATRON_ATTENTION_BACKEND[b]
     # NeMo 2.0: TransformerConfig.attention_backend, an AttnBackend (same enum, same names)
     return [f"--attention-backend {v}", f"# NeMo 2.0 recipe: recipe.model.config.attention_backend = AttnBackend.{v}"]
@@ -379,6 +387,12 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
         if tp_overlap:
             lines.append("# training.overlap.tp_comm is not credited: torchtitan's async TP runs only under "
                          "torch.compile, so enable_async_tensor_parallel is left out")
+    backend = _attention_backend(solution, file)
+    if backend:
+        # torchtitan's job config has no SDPA back-end key: PyTorch's priority order decides
+        lines.append(f"# attention_backend {backend}: the plan charged that kernel's speed; "
+                     "torchtitan has no key for it, PyTorch's SDPA priority picks (cuDNN first on Hopper in torch "
+                     "2.11, flash first in late 2024; torch.nn.attention.sdpa_kernel pins one)")
     for name, table in tables:
         lines.append(f"[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]

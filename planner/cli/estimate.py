@@ -62,5 +62,5 @@ def costs_note(spec) -> str:
     if spec.training.precision == "fp8":
         bits.append(f"fp8 GEMMs at {2 * cm.fp8_relative_efficiency:.2f}x bf16's throughput")
     if spec.training.attention == "fused":
-        bits.append(f"fused attention {attention_backend(spec.training, spec.cluster.gpu.type)}")
+        bits.append(f"fused attention {attention_backend(spec.training)}")
     return "costs: " + ", ".join(bits)

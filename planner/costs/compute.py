@@ -143,13 +143,12 @@ def has_attention_backend(gpu_type: str, backend: str) -> bool:
     return backend == "flash2" or _gpu_key(FUSED_ATTENTION_EFFICIENCY[backend], gpu_type) is not None
 
 
-def attention_backend(training, gpu_type: str) -> str:
+def attention_backend(training) -> str:
     """The fused kernel whose efficiency a plan is charged: training.attention_backend, and for auto FlashAttention-2.
     auto is not cuDNN on Hopper although TE and PyTorch 2.11 pick it there: with the cuDNN 9.19 row the published
     long-context NeMo rows (2024, attention-bound) come out 26-42% too fast, with FlashAttention-2's within 3-13%
     (docs/notes/gpu_h200.md): NeMo 24.07's launcher turned cuDNN attention off (NVIDIA/NeMo-Framework-Launcher@8325688d
-    launcher_scripts/conf/config.yaml, NVTE_FUSED_ATTN: 0). gpu_type is kept for the day a row of an older cuDNN is
-    measured."""
+    launcher_scripts/conf/config.yaml, NVTE_FUSED_ATTN: 0)."""
     b = getattr(training, "attention_backend", "auto")
     return "flash2" if b == "auto" else b
 
@@ -262,7 +261,7 @@ class ComputeModel:
             # the kernel's softmax, mask and dropout run in registers: no s^2 bytes; 16-bit peak (fp32: its own)
             apeak = cluster.gpu.peak_flops(training.precision if training.precision in ("fp32", "fp16") else "bf16")
             eff = fused_attention_efficiency(cluster.gpu.type, s,
-                                             backend=attention_backend(training, cluster.gpu.type))
+                                             backend=attention_backend(training))
             attn = causal_attention_flops(b, s, h, t) / (apeak * eff)
         else:
             # QK^T and AV: 2 GEMMs of 2*b*s*s*h/t FLOPs, batched over the local heads
