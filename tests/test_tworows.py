@@ -129,7 +129,6 @@ def test_pairs_apart_first_and_no_call_on_a_proved_pair(monkeypatch):
     assert moved == 0 and calls == 6 == len(seen)                    # each of the 6 pairs once, then it stops
     order = [rows for rows, _ in seen]
     assert sorted(order[:3]) == [(0, 2), (0, 3), (1, 3)] and sorted(order[3:]) == [(0, 1), (1, 2), (2, 3)]
-    seen.clear()
     seen2 = _spy_pairs(monkeypatch, proved=False)
     _, calls, _ = tworows.improve(p, np.arange(12).reshape(4, 3), budget_s=100 * tworows.call_work())
     assert calls == tworows.STALL_ROUNDS * 6 == len(seen2)            # not proved: every round retries them
