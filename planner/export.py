@@ -64,7 +64,7 @@ MEGATRON_ATTENTION_BACKEND = {"cudnn": "fused", "flash2": "flash"}
 def _attention_backend(solution: dict, file: str | None) -> str | None:
     """The solution's fused kernel (absent: None), one of the known names: a value printed into a launch file."""
     b = solution.get("attention_backend")
-    if b is not None and b not in MEGATRON_ATTENTION_BACKEND:
+    if b is not None and not (isinstance(b, str) and b in MEGATRON_ATTENTION_BACKEND):
         raise SpecError(file, "attention_backend", f"has {b!r}, expected one of {list(MEGATRON_ATTENTION_BACKEND)}")
     return b
 
@@ -138,7 +138,7 @@ def context_parallel_args(solution: dict, c: dict, file: str | None) -> list[str
         return []
     from planner.costs.context_parallel import MEGATRON_CP_COMM
     mode = solution.get("cp_comm", "ring")
-    if mode not in MEGATRON_CP_COMM:
+    if not (isinstance(mode, str) and mode in MEGATRON_CP_COMM):     # a list in the file: not hashable
         raise SpecError(file, "cp_comm", f"has {mode!r}, expected one of {list(MEGATRON_CP_COMM)}")
     return [f"--context-parallel-size {cp}", f"--cp-comm-type {MEGATRON_CP_COMM[mode]}",
             f"# NeMo 2.0 recipe: recipe.trainer.strategy.context_parallel_size = {cp}; "
@@ -335,7 +335,7 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     if cfg.cp > 1:      # the plan's exchange (solution cp_comm): allgather, or the ring as PyTorch's alltoall rotation
         from planner.costs.context_parallel import TORCHTITAN_ROTATE
         mode = solution.get("cp_comm", "allgather")
-        if mode not in TORCHTITAN_ROTATE:
+        if not (isinstance(mode, str) and mode in TORCHTITAN_ROTATE):
             raise SpecError(file, "cp_comm", f"has {mode!r}; torchtitan's context parallel runs "
                             f"{sorted(TORCHTITAN_ROTATE)}")
         par["context_parallel_rotate_method"] = TORCHTITAN_ROTATE[mode]

@@ -175,3 +175,22 @@ def test_torchtitan_export_says_what_it_cannot_set():
     assert "attention_backend" not in torchtitan_toml({k: v for k, v in sol.items() if k != "attention_backend"})
     with pytest.raises(SpecError):
         torchtitan_toml({**sol, "attention_backend": "cudnn\n[training]"})
+
+
+def test_export_refuses_a_list_where_a_name_belongs():
+    """A hand-edited solution with a list for cp_comm or attention_backend exits as a SpecError naming the field (the
+    CLI's exit 2), not a TypeError from a dict lookup."""
+    from planner.export import torchtitan_toml
+    cp2 = tp2_solution(cp_comm=["ring"])
+    cp2["config"] = {**cp2["config"], "tp": 1, "cp": 2}
+    with pytest.raises(SpecError) as e:
+        megatron_args(cp2)
+    assert e.value.field == "cp_comm"
+    with pytest.raises(SpecError) as e:
+        megatron_args(tp2_solution(attention_backend=["cudnn"]))
+    assert e.value.field == "attention_backend"
+    tt = {**cp2, "framework": "torchtitan", "precision": "bf16", "seq_length": 4096, "num_layers": 4}
+    tt["config"] = {**tt["config"], "zero": 3}
+    with pytest.raises(SpecError) as e:
+        torchtitan_toml(tt)
+    assert e.value.field == "cp_comm"

@@ -77,7 +77,8 @@ def legal_modes(spec, cfg: ParallelConfig) -> tuple[str, ...]:
 
 
 def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
-    """Why Megatron-Core (or the planner's placement) cannot run this cp, or None."""
+    """Why the plan's framework (Megatron-Core for ZeRO 0-2, torchtitan for ZeRO-3) or the planner's placement cannot
+    run this cp, or None."""
     cp, tr, gpn = cfg.cp, spec.training, spec.cluster.gpus_per_node
     if cp == 1:
         return None
@@ -314,7 +315,7 @@ def buffer_bytes(spec, cfg: ParallelConfig, mode: str) -> float:
     ring: forward, the K/V receive buffer and every step's output in fp32 (TE keeps out_per_step until the last
     step; a causal rank's steps produce 1 + (cp - 1) / 2 shards of output on average); backward, the K/V receive
     and dK/dV send and receive buffers; the larger of the two. all_to_all: the exchanged copies of Q, K, V and the
-    output (16-bit)."""
+    output (16-bit). allgather: allgather_buffer_bytes."""
     if cfg.cp == 1:
         return 0.0
     if mode == "allgather":
