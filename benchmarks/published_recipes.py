@@ -49,7 +49,8 @@ KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", 
          "compile",                    # torchtitan's training.compile: sets `kernels` (fused) unless stated
          "fsdp_float8_all_gather",     # training.fsdp_float8_all_gather: torchao's fp8 all-gather of FSDP2
          "tp_backward_overlap",        # training.overlap.tp_backward (Megatron's async backward TP collectives)
-         "cp_comm")                    # training.cp_comm (torchtitan's CP rotate method `allgather`: allgather)
+         "cp_comm",                    # training.cp_comm (torchtitan's CP rotate method `allgather`: allgather)
+         "compile_loss")               # training.compile_loss (torchtitan compiles its loss since Feb 2025)
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
@@ -58,7 +59,8 @@ METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 # row falls back to the value in FALLBACK (None: the key is left out, the planner's own default applies).
 TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
                  "kernels": "kernels", "fp8_param_gather": "fp8_param_gather",
-                 "fsdp_float8_all_gather": "fsdp_float8_all_gather", "cp_comm": "cp_comm"}
+                 "fsdp_float8_all_gather": "fsdp_float8_all_gather", "cp_comm": "cp_comm",
+                 "compile_loss": "compile_loss"}
 # recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
 OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
                 "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm", "tp_backward_overlap": "tp_backward"}

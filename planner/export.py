@@ -364,8 +364,10 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     tables = [("training", training), ("parallelism", par), ("activation_checkpoint", ac)]
     if cfg.recompute == "selective" and cfg.zero == 3:
         ac["selective_ac_option"] = "op"            # the per-op policy the ZeRO-3 plan's memory and time assume
-    if not eager:        # the plan's fused element-wise kernels: torch.compile of each block and the loss
-        tables.append(("compile", {"enable": True, "components": ["model", "loss"]}))
+    if not eager:        # the plan's fused element-wise kernels: torch.compile of each block, and of the loss
+        # where the plan's memory counts it compiled (training.compile_loss)
+        components = ["model", "loss"] if solution.get("compile_loss", True) is not False else ["model"]
+        tables.append(("compile", {"enable": True, "components": components}))
     if precision == "fp8":
         # torchao Float8Linear, tensorwise dynamic scaling (no recipe_name: torchtitan asserts it is not set with the
         # fp8 all-gather); the output layer stays bf16 as the plan's compute model has it

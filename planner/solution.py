@@ -117,7 +117,8 @@ class Solution:
                 "seq_length": self.spec.training.seq_length, "num_layers": self.spec.model.num_layers,
                 # eager: torchtitan without torch.compile (training.kernels); fp8: torchao's Float8 all-gather
                 **({"kernels": "eager"} if self.spec.training.kernels == "eager" else {}),
-                **({"fsdp_float8_all_gather": True} if self.spec.training.fsdp_float8_all_gather else {})}
+                **({"fsdp_float8_all_gather": True} if self.spec.training.fsdp_float8_all_gather else {}),
+                **({"compile_loss": False} if not self.spec.training.compile_loss else {})}
                if self.config.zero == 3 else {}),
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
                        # a tp x cp group wider than a node: each block on this many nodes from its grid entry on

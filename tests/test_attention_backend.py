@@ -194,3 +194,92 @@ def test_export_refuses_a_list_where_a_name_belongs():
     with pytest.raises(SpecError) as e:
         torchtitan_toml(tt)
     assert e.value.field == "cp_comm"
+
+
+def _load_bench(name: str):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sdpa_flash_rows_are_the_in_step_measurement():
+    """The sdpa_flash rows (PyTorch's flash back end inside a torchtitan-style step, one H200) are what
+    benchmarks/sdpa_flash_in_step.py derives from the two data sets, and lie below the same kernel's burst rate."""
+    from planner.costs.compute import SDPA_FLASH_CAUSAL, SDPA_FLASH_UNMASKED
+    t = _load_bench("sdpa_flash_in_step").table()
+    assert sorted(t["in_step"]) == [2048, 8192, 32768]
+    assert all(0.8 < r < 1.0 for r in t["ratios"].values())
+    for shipped, derived in ((SDPA_FLASH_CAUSAL, t["causal"]), (SDPA_FLASH_UNMASKED, t["unmasked"])):
+        assert tuple(shipped[0]) == tuple(derived)
+        for s, v in zip(*shipped):
+            assert v == pytest.approx(derived[s], abs=0.06)
+    burst = _measured("flash")
+    assert all(v < burst[s] for s, v in zip(*SDPA_FLASH_CAUSAL))
+
+
+def test_zero3_plans_are_charged_pytorchs_flash_in_steady_state():
+    """auto: ZeRO-3 plans (torchtitan's) get sdpa_flash where the GPU type has the row (not scaled again by the
+    profile's sustained_slowdown), FlashAttention-2's elsewhere; an explicit backend wins; ZeRO 0-2 keep flash2."""
+    import dataclasses
+    t = TrainingSpec(global_batch_size=64, seq_length=8192)
+    z3 = ParallelConfig(1, 1, 8, 1, 8, "1f1b", 1, "selective", 3, False)
+    z1 = dataclasses.replace(z3, zero=1)
+    assert attention_backend(t, z3) == "sdpa_flash" and attention_backend(t, z1) == "flash2"
+    assert attention_backend(t) == "flash2"
+    assert attention_backend(dataclasses.replace(t, attention_backend="cudnn"), z3) == "cudnn"
+    assert fused_attention_efficiency("H100-SXM5-80GB", 8192, backend="sdpa_flash") == pytest.approx(248.3 / 989)
+    assert (fused_attention_efficiency("A100-SXM4-80GB", 4096, backend="sdpa_flash")
+            == fused_attention_efficiency("A100-SXM4-80GB", 4096, backend="flash2"))
+    slow = dataclasses.replace(ComputeModel(), sustained_slowdown=1.06)
+    p3, p1 = slow.layer_parts(LLAMA, H100, t, z3), slow.layer_parts(LLAMA, H100, t, z1)
+    from planner.costs.compute import causal_attention_flops
+    flops = causal_attention_flops(1, 8192, LLAMA.hidden_size, 1)
+    assert p3["attn"] == pytest.approx(flops / (989e12 * 248.3 / 989))          # the measured rate, as it stands
+    assert p1["attn"] == pytest.approx(1.06 * flops / (989e12 * 308 / 989))     # the burst table, made steady
+    assert p3["gemm"] == p1["gemm"]
+
+
+def test_compiled_loss_keeps_bf16_logits():
+    """training.compile_loss (default): a ZeRO-3, tp 1, fused-kernel plan keeps 2 bytes per logit per held
+    micro-batch and 2 live in the loss backward; false, eager kernels or tp > 1 keep the eager loss's 4 + 8."""
+    import dataclasses
+
+    from planner.costs.memory import logits_bytes
+    m = load_model(os.path.join(ROOT, "models", "llama3-8b.yaml"))
+    z3 = ParallelConfig(1, 1, 8, 2, 1, "1f1b", 1, "selective", 3, False)
+    t = TrainingSpec(global_batch_size=16, seq_length=8192)
+    per_logit = 2 * 8192 * m.vocab_size
+    assert logits_bytes(m, t, z3, 0) == pytest.approx(4 * per_logit, rel=1e-3)
+    assert logits_bytes(m, dataclasses.replace(t, compile_loss=False), z3, 0) == pytest.approx(12 * per_logit,
+                                                                                               rel=1e-3)
+    assert logits_bytes(m, dataclasses.replace(t, kernels="eager"), z3, 0) == pytest.approx(12 * per_logit, rel=1e-3)
+    assert logits_bytes(m, t, dataclasses.replace(z3, zero=1), 0) == logits_bytes(
+        m, dataclasses.replace(t, compile_loss=False), dataclasses.replace(z3, zero=1), 0)
+
+
+def test_compile_loss_false_reaches_the_torchtitan_config():
+    """compile_loss false (torchtitan of Dec 2024) leaves the loss out of [compile] components; absent, it is in."""
+    import tomllib
+
+    from planner.export import torchtitan_toml
+    sol = tp2_solution(framework="torchtitan", precision="bf16", seq_length=4096, num_layers=4)
+    sol["config"] = {**sol["config"], "zero": 3, "sequence_parallel": True}
+    assert tomllib.loads(torchtitan_toml(sol))["compile"]["components"] == ["model", "loss"]
+    assert tomllib.loads(torchtitan_toml({**sol, "compile_loss": False}))["compile"]["components"] == ["model"]
+    d = mini_spec_dict()
+    d["training"] = {**d["training"], "compile_loss": False}
+    assert parse_spec(d, "x.yaml").training.compile_loss is False
+    d["training"]["compile_loss"] = "no"
+    with pytest.raises(SpecError, match="compile_loss"):
+        parse_spec(d, "x.yaml")
+
+
+def test_estimate_names_the_kernel_a_zero3_plan_is_charged():
+    from planner.cli.estimate import costs_note
+    from planner.spec import load_spec
+    spec = load_spec(os.path.join(ROOT, "specs", "llama3-8b-h100-fsdp-128.yaml"))
+    z3 = ParallelConfig(1, 1, 128, 2, 1, "1f1b", 1, "selective", 3, False)
+    assert "fused attention sdpa_flash (measured in training steps)" in costs_note(spec, z3)
+    assert "fused attention flash2" in costs_note(spec, ParallelConfig(1, 1, 128, 2, 1, "1f1b", 1, "none", 1, False))

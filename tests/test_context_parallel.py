@@ -226,7 +226,11 @@ def test_zero3_with_cp_is_fsdp_over_dp_x_cp():
                                                                                  replace(flat, zero=1))
     assert edge > 0 and m3.activations == pytest.approx(m1.activations + edge)
     assert m3.transient == m1.transient and (m3.activations, m3.transient) != (mf.activations, mf.transient)
-    assert stage_times(spec, z3, costs) == stage_times(spec, z1, costs)
+    # the same kernels once the attention kernel is pinned (auto charges ZeRO-3 plans PyTorch's flash in steady
+    # state, torchtitan's kernel, a slower row than FlashAttention-2's published one)
+    pinned = replace(spec, training=replace(spec.training, attention_backend="flash2"))
+    assert stage_times(pinned, z3, costs) == stage_times(pinned, z1, costs)
+    assert stage_times(spec, z3, costs)[0].backward > stage_times(spec, z1, costs)[0].backward
     P = 1e9
     assert fsdp_collectives(spec, z3, costs, P, 4, 2) == fsdp_collectives(half, flat, costs, P, 8, 2)
     assert estimate_plan(spec, z3)[0].iteration_s > estimate_plan(spec, z1)[0].iteration_s
@@ -337,8 +341,10 @@ def test_allgather_times_follow_pytorchs_loop():
     assert ag.exposed_forward == 0 and ag.exposed_backward == pytest.approx(dkv)
     # steps 1..3: unmasked calls of a causal step's FLOPs, at the unmasked kernel's efficiency for s/2cp (H100: 4K)
     from planner.costs.compute import fused_attention_efficiency
-    rate = fused_attention_efficiency("H100", 8192) / fused_attention_efficiency("H100", 4096, causal=False)
-    assert rate == pytest.approx((308 / 989) / (326 / 989))
+    # (ZeRO-3: torchtitan's kernel, PyTorch's flash as measured in training steps; 4K unmasked interpolated)
+    rate = (fused_attention_efficiency("H100", 8192, backend="sdpa_flash")
+            / fused_attention_efficiency("H100", 4096, causal=False, backend="sdpa_flash"))
+    assert rate == pytest.approx(248.3 / ((257.6 + 265.7) / 2))
     assert ag.forward == pytest.approx(3 * rate * p["attn"]
                                        + out * (cpar.AG_FWD_FIXED_FUSED + 3 * cpar.AG_MERGE_FUSED) / hbm)
     assert ag.backward == pytest.approx(3 * rate * p["attn_backward"] + dkv

@@ -132,7 +132,11 @@ def test_torchtitan_pipelining_schedule_and_loss_terms(make_spec):
 
     def per_logit(cfg, stage):
         return logits_bytes(spec.model, spec.training, cfg, stage) / (s * padded_vocab(spec.model, cfg.tp) / cfg.tp)
-    assert per_logit(_cfg(tp=1, dp=16, m=4), 0) == pytest.approx(4 + 8)       # plain cross_entropy
+    assert per_logit(_cfg(tp=1, dp=16, m=4), 0) == pytest.approx(2 + 2)       # compiled cross_entropy (default)
+    from dataclasses import replace
+    eager_loss = replace(spec.training, compile_loss=False)
+    assert logits_bytes(spec.model, eager_loss, _cfg(tp=1, dp=16, m=4), 0) / (
+        s * padded_vocab(spec.model, 1)) == pytest.approx(4 + 8)                  # plain cross_entropy, eager
     assert per_logit(_cfg(tp=2, dp=8, m=8), 0) == pytest.approx(4 + 12)       # loss_parallel's backward
     assert per_logit(_cfg(tp=2, pp=2, dp=4, m=8), 1) == pytest.approx(4 + 12 + 2 * 8)   # + output_chunks
     assert per_logit(_cfg(tp=2, pp=2, dp=4, m=8, zero=1), 1) == pytest.approx(4 + 2)

@@ -39,7 +39,7 @@ def run(args) -> int:
                   f"MFU {est.mfu:.1%}{mfu_note(spec)} "
                   f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, dp {est.dp_comm_s:.4f}, "
                   f"tied-embedding {est.emb_comm_s:.4f} s)")
-        con.print(costs_note(spec))
+        con.print(costs_note(spec, cfg))
         con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +
                   ", ".join(f"{k} {md[k]:.2f}" for k in ("weights", "gradients", "optimizer", "activations",
                                                           "logits", "overhead")))
@@ -48,13 +48,14 @@ def run(args) -> int:
     return 0 if est.fits else 1
 
 
-def costs_note(spec) -> str:
+def costs_note(spec, cfg=None) -> str:
     """One line of provenance: the compute profile behind the times, its measured factors where they are not the
-    defaults, and the fused-attention kernel charged (docs/notes/gpu_h200.md)."""
+    defaults, and the fused-attention kernel charged to the plan `cfg` (docs/notes/gpu_h200.md; ZeRO-3 plans:
+    docs/notes/fsdp.md)."""
     import os
 
     from planner.costs import default_costs
-    from planner.costs.compute import attention_backend
+    from planner.costs.compute import attention_backend, measured_backend
     cm = default_costs(spec.cluster).compute
     bits = [f"compute profile {os.path.basename(cm.source) if cm.source else 'built-in defaults'}"]
     if cm.sustained_slowdown != 1.0:
@@ -62,5 +63,6 @@ def costs_note(spec) -> str:
     if spec.training.precision == "fp8":
         bits.append(f"fp8 GEMMs at {2 * cm.fp8_relative_efficiency:.2f}x bf16's throughput")
     if spec.training.attention == "fused":
-        bits.append(f"fused attention {attention_backend(spec.training)}")
+        kernel = measured_backend(spec.cluster.gpu.type, attention_backend(spec.training, cfg))
+        bits.append(f"fused attention {kernel}" + (" (measured in training steps)" if kernel == "sdpa_flash" else ""))
     return "costs: " + ", ".join(bits)

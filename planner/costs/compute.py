@@ -114,10 +114,24 @@ FUSED_ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 CUDNN_ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 _FA2_H100 = tuple(x / 989 for x in (163, 221, 265, 294, 308, 328))
 _CUDNN_HOPPER = tuple(x / 989 for x in (146, 289, 397, 485, 500, 522, 544))
+# sdpa_flash: PyTorch's flash SDPA back end (its FlashAttention-2 copy) as it runs inside a training step, the kernel
+#   torchtitan calls (ZeRO-3 plans; attention_backend). Measured on one H200 SXM (700 W, torch 2.11): the flash
+#   kernels of one layer of a torchtitan-style Llama 3 8B step (benchmarks/data/h200/torchtitan_step: 210, 248, 281
+#   TFLOP/s at 2048, 8192, 32768 tokens, the mean of the compiled and the eager step), 0.90-0.94x the same kernel's
+#   burst rate (bias_probe/attention.json), which that ratio, interpolated in log2(s), scales at the other lengths
+#   (benchmarks/sdpa_flash_in_step.py derives both rows; a test pins them). Steady state already: the profile's
+#   sustained_slowdown is not applied to it again (STEADY_STATE_BACKENDS). GPU types without a row (A100, V100, B200)
+#   are charged FlashAttention-2's.
+SDPA_FLASH_CAUSAL = (CUDNN_ATTENTION_SEQ, (101.3, 158.0, 210.3, 237.3, 248.3, 269.5, 280.6))
+SDPA_FLASH_UNMASKED = ((2048, 8192, 16384), (257.6, 265.7, 273.1))
+_SDPA_FLASH = (SDPA_FLASH_CAUSAL[0], tuple(x / 989 for x in SDPA_FLASH_CAUSAL[1]))
+_SDPA_FLASH_FULL = (SDPA_FLASH_UNMASKED[0], tuple(x / 989 for x in SDPA_FLASH_UNMASKED[1]))
+STEADY_STATE_BACKENDS = ("sdpa_flash",)
 FUSED_ATTENTION_EFFICIENCY = {
     "flash2": {"A100": (FUSED_ATTENTION_SEQ, tuple(x / 312 for x in (99, 133, 155, 173, 182, 189))),
                "H100": (FUSED_ATTENTION_SEQ, _FA2_H100), "H200": (FUSED_ATTENTION_SEQ, _FA2_H100)},
     "cudnn": {"H100": (CUDNN_ATTENTION_SEQ, _CUDNN_HOPPER), "H200": (CUDNN_ATTENTION_SEQ, _CUDNN_HOPPER)},
+    "sdpa_flash": {"H100": _SDPA_FLASH, "H200": _SDPA_FLASH},
 }
 # The same without the causal mask (FLOPs 4 b s^2 heads d forward, not halved): PyTorch's context parallel runs its
 # non-diagonal steps as unmasked SDPA calls (costs/context_parallel.py, allgather). flash2: FlashAttention-2's panel
@@ -129,6 +143,7 @@ FUSED_ATTENTION_EFFICIENCY_NONCAUSAL = {
     "flash2": {"A100": (FUSED_ATTENTION_SEQ, tuple(x / 312 for x in (151, 173, 187, 196, 201, 203))),
                "H100": (FUSED_ATTENTION_SEQ, _FA2_H100_FULL), "H200": (FUSED_ATTENTION_SEQ, _FA2_H100_FULL)},
     "cudnn": {"H100": _CUDNN_HOPPER_FULL, "H200": _CUDNN_HOPPER_FULL},
+    "sdpa_flash": {"H100": _SDPA_FLASH_FULL, "H200": _SDPA_FLASH_FULL},
 }
 FUSED_ATTENTION_DEFAULT = "A100"
 FUSED_BACKWARD_FLOPS = 2.5     # backward / forward FLOPs of a fused kernel (recomputes QK^T): 5 GEMMs against 2
@@ -143,21 +158,33 @@ def has_attention_backend(gpu_type: str, backend: str) -> bool:
     return backend == "flash2" or _gpu_key(FUSED_ATTENTION_EFFICIENCY[backend], gpu_type) is not None
 
 
-def attention_backend(training) -> str:
-    """The fused kernel whose efficiency a plan is charged: training.attention_backend, and for auto FlashAttention-2.
+def attention_backend(training, cfg=None) -> str:
+    """The fused kernel whose efficiency a plan is charged: training.attention_backend, and for auto FlashAttention-2,
+    or for ZeRO-3 plans (torchtitan's, cfg.zero == 3) PyTorch's flash SDPA back end as measured in training steps
+    (sdpa_flash; where the GPU type has no such row, fused_attention_efficiency charges FlashAttention-2's).
     auto is not cuDNN on Hopper although TE and PyTorch 2.11 pick it there: with the cuDNN 9.19 row the published
     long-context NeMo rows (2024, attention-bound) come out 26-42% too fast, with FlashAttention-2's within 3-13%
     (docs/notes/gpu_h200.md): NeMo 24.07's launcher turned cuDNN attention off (NVIDIA/NeMo-Framework-Launcher@8325688d
     launcher_scripts/conf/config.yaml, NVTE_FUSED_ATTN: 0)."""
     b = getattr(training, "attention_backend", "auto")
-    return "flash2" if b == "auto" else b
+    if b != "auto":
+        return b
+    return "sdpa_flash" if cfg is not None and getattr(cfg, "zero", 0) == 3 else "flash2"
+
+
+def measured_backend(gpu_type: str, backend: str) -> str:
+    """The kernel whose row is charged: `backend`, or FlashAttention-2 where sdpa_flash has no row for the GPU type."""
+    if backend == "sdpa_flash" and _gpu_key(FUSED_ATTENTION_EFFICIENCY[backend], gpu_type) is None:
+        return "flash2"
+    return backend
 
 
 def fused_attention_efficiency(gpu_type: str, seq: int, causal: bool = True, backend: str = "flash2") -> float:
     """Fraction of the dense 16-bit peak a fused causal (or, causal=False, unmasked) attention kernel reaches
     (forward + backward), linear in log2(s) between the measured sequence lengths, flat beyond them."""
     import math
-    table = (FUSED_ATTENTION_EFFICIENCY if causal else FUSED_ATTENTION_EFFICIENCY_NONCAUSAL)[backend]
+    table = (FUSED_ATTENTION_EFFICIENCY if causal else FUSED_ATTENTION_EFFICIENCY_NONCAUSAL)[
+        measured_backend(gpu_type, backend)]
     seqs, ys = table[_gpu_key(table, gpu_type) or FUSED_ATTENTION_DEFAULT]
     xs = [math.log2(x) for x in seqs]
     x = min(max(math.log2(max(seq, 1)), xs[0]), xs[-1])
@@ -260,8 +287,8 @@ class ComputeModel:
         if fused:
             # the kernel's softmax, mask and dropout run in registers: no s^2 bytes; 16-bit peak (fp32: its own)
             apeak = cluster.gpu.peak_flops(training.precision if training.precision in ("fp32", "fp16") else "bf16")
-            eff = fused_attention_efficiency(cluster.gpu.type, s,
-                                             backend=attention_backend(training))
+            backend = measured_backend(cluster.gpu.type, attention_backend(training, cfg))
+            eff = fused_attention_efficiency(cluster.gpu.type, s, backend=backend)
             attn = causal_attention_flops(b, s, h, t) / (apeak * eff)
         else:
             # QK^T and AV: 2 GEMMs of 2*b*s*s*h/t FLOPs, batched over the local heads
@@ -299,7 +326,8 @@ class ComputeModel:
             parts["fp8_cast"] = cast * fwd_cast / hbm
             parts["fp8_cast_bwd"] = cast * bwd_cast / hbm
         if self.sustained_slowdown != 1.0:        # profiles without it: every part bit for bit as before
-            parts = sustained(parts, self.sustained_slowdown)
+            steady = fused and backend in STEADY_STATE_BACKENDS      # measured inside training steps already
+            parts = sustained(parts, self.sustained_slowdown, skip=("attn", "attn_backward") if steady else ())
         return parts
 
     def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
@@ -395,12 +423,13 @@ GPU_WORK_PARTS = ("gemm", "attn", "attn_backward", "attn_scores", "elem", "elem_
                   "gemm_column", "gemm_row")
 
 
-def sustained(parts: dict, k: float) -> dict:
+def sustained(parts: dict, k: float, skip: tuple = ()) -> dict:
     """`parts` with its GPU work times k-fold: a compute profile timed its kernels in short runs, steady-state
-    training runs them slower (clocks at the power limit, gaps between kernels; docs/notes/gpu_h200.md)."""
+    training runs them slower (clocks at the power limit, gaps between kernels; docs/notes/gpu_h200.md). `skip`: parts
+    whose rates were measured in training steps already."""
     out = dict(parts)
     for key in GPU_WORK_PARTS:
-        if key in out:
+        if key in out and key not in skip:
             v = out[key]
             out[key] = tuple(k * x for x in v) if isinstance(v, tuple) else k * v
     return out

@@ -189,7 +189,7 @@ def layer_times(spec, cfg: ParallelConfig, costs, mode: str | None = None) -> CP
         eb = (cp - 1) * max(0.0, 2 * step - a_b)        # K/V and dK/dV each step
         return CPLayerTimes((cp - 1) * a_f + ef, (cp - 1) * a_b + eb, ef, eb)
     gpu = spec.cluster.gpu.type
-    be = attention_backend(spec.training)
+    be = attention_backend(spec.training, cfg)
     r = (fused_attention_efficiency(gpu, spec.training.seq_length // cp, backend=be)
          / fused_attention_efficiency(gpu, spec.training.seq_length, backend=be))
     comm = link_s(spec, cfg, a2a_bytes(spec.model, spec.training, cfg), costs)
@@ -249,7 +249,7 @@ def allgather_layer_times(spec, cfg: ParallelConfig, costs, a_f: float, a_b: flo
                                                          AG_BWD_FIXED_FUSED))
     gpu = spec.cluster.gpu.type
     s = tr.seq_length // cp
-    be = attention_backend(tr)
+    be = attention_backend(tr, cfg)
     rate = (fused_attention_efficiency(gpu, s, backend=be)
             / fused_attention_efficiency(gpu, s // 2, causal=False, backend=be))
     step_f, step_b = a_f * rate, a_b * rate          # a non-causal step: a causal shard step's FLOPs

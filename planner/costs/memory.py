@@ -362,6 +362,14 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     # train.py loss_fn): log_softmax keeps its fp32 output per held micro-batch, and its backward has the dense fp32
     # gradient of that output and its own fp32 result live together (8 bytes per logit instead of one 16-bit buffer)
     live = 8 if cfg.zero == 3 else 2
+    per_held = 4
+    if (cfg.zero == 3 and cfg.tp == 1 and getattr(training, "compile_loss", True)
+            and getattr(training, "kernels", "fused") == "fused"):
+        # torchtitan's compiled loss (training.compile_loss; pytorch/torchtitan components/loss.py since d1f62be7):
+        # Inductor fuses the upcast, log-softmax and NLL; it keeps the bf16 logits (and a per-row log-sum-exp) and
+        # its backward writes their bf16 gradient in one pass. One H200 measured 47.7 GiB reserved where the eager
+        # count gave 65.9 (benchmarks/data/h200/torchtitan_step, docs/notes/fsdp.md)
+        per_held, live = 2, 2
     if cfg.zero == 3 and cfg.tp > 1:
         # torchtitan's loss_parallel (on whenever tp > 1: parallel_dims.loss_parallel_enabled) runs DTensor's own
         # kernels, torch/distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward:
@@ -372,7 +380,7 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
         # PyTorch pipelining's last stage keeps every micro-batch's output (the bf16 logits) in
         # stage.output_chunks for the schedule's final merge (torch/distributed/pipelining/stage.py forward_one_chunk)
         kept = 2 * cfg.num_microbatches
-    return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (4 * held + live + kept)
+    return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (per_held * held + live + kept)
 
 
 def edge_activation_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:

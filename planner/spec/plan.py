@@ -133,6 +133,14 @@ class TrainingSpec:
     distributed optimizer's param buffer and its 1-byte transpose, instead of the bf16 weight plus TE's cached fp8
     copy and transpose (costs/memory.py fp8_weight_copy_bytes). The fp32 main weights and gradients are as without it.
     Memory only: the all-gather time still counts 16-bit parameters."""
+    compile_loss: bool = True
+    """ZeRO-3 plans (torchtitan's) with kernels fused: the loss F.cross_entropy(pred.float()) is torch.compile'd with
+    the model, as torchtitan does since Feb 2025 (pytorch/torchtitan d1f62be7, bbb1b616; `[compile] components` with
+    "loss"): its fp32 upcast, log-softmax and backward fuse, so each held micro-batch keeps its bf16 logits (2 bytes
+    per logit) and the backward adds their bf16 gradient, where the eager loss keeps the fp32 log-softmax (4) and has
+    8 bytes per logit live in its backward (costs/memory.py logits_bytes). false: torchtitan of Dec 2024 (9dec370a,
+    the loss compile commented out) or eager kernels. Memory only; tp > 1 (loss_parallel's DTensor kernels) keeps
+    the eager count. Other plans ignore it."""
     fsdp_float8_all_gather: bool = False
     """precision fp8 with ZeRO-3 only (torchtitan --float8.enable_fsdp_float8_all_gather, torchao's Float8Linear):
     FSDP2 casts each transformer block's Linear weights to fp8 before its all-gather, so they move and stay gathered
@@ -345,6 +353,7 @@ def _parse_training(f: Fields) -> TrainingSpec:
         kernels=f.str("kernels", DEFAULT, choices=KERNELS),
         fp8_param_gather=f.bool("fp8_param_gather", DEFAULT),
         fsdp_float8_all_gather=f.bool("fsdp_float8_all_gather", DEFAULT),
+        compile_loss=f.bool("compile_loss", DEFAULT),
     )
     f.done()
     if t.attention_backend != "auto" and t.attention != "fused":
