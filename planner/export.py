@@ -365,8 +365,12 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     if cfg.recompute == "selective" and cfg.zero == 3:
         ac["selective_ac_option"] = "op"            # the per-op policy the ZeRO-3 plan's memory and time assume
     if not eager:        # the plan's fused element-wise kernels: torch.compile of each block, and of the loss
-        # where the plan's memory counts it compiled (training.compile_loss)
-        components = ["model", "loss"] if solution.get("compile_loss", True) is not False else ["model"]
+        # unless the spec says torchtitan's loss runs eager (training.compile_loss false; the plan's memory counts the
+        # compiled loss for tp 1 only, loss_parallel's DTensor kernels under tp > 1 are counted eager either way)
+        compile_loss = solution.get("compile_loss", True)
+        if not isinstance(compile_loss, bool):
+            raise SpecError(file, "compile_loss", f"has {compile_loss!r}, expected true or false")
+        components = ["model", "loss"] if compile_loss else ["model"]
         tables.append(("compile", {"enable": True, "components": components}))
     if precision == "fp8":
         # torchao Float8Linear, tensorwise dynamic scaling (no recipe_name: torchtitan asserts it is not set with the

@@ -7,7 +7,8 @@ Physically grounded, with a handful of fitted parameters (planner fit compute):
                    curve (head_dim-wide batched GEMMs run below plain GEMMs), plus softmax/mask/dropout over
                    s^2 elements. Fused (the default): the causal FLOPs (half of QK^T and AV) at the fused
                    kernel's published or measured efficiency on the GPU type (FUSED_ATTENTION_EFFICIENCY, per kernel:
-                   FlashAttention-2 or cuDNN, training.attention_backend), backward 2.5x
+                   FlashAttention-2, cuDNN, or for ZeRO-3 (torchtitan) plans PyTorch's flash SDPA as measured in
+                   training steps; training.attention_backend, attention_backend), backward 2.5x
                    the forward FLOPs (it recomputes QK^T), no element-wise bytes over s^2
   element-wise   = bytes moved by norms, bias/GeLU/dropout/residual kernels at hbm_GBps
   host floor     = layer_overhead_s: the host's time to launch one layer forward (2x for backward).
@@ -116,14 +117,14 @@ _FA2_H100 = tuple(x / 989 for x in (163, 221, 265, 294, 308, 328))
 _CUDNN_HOPPER = tuple(x / 989 for x in (146, 289, 397, 485, 500, 522, 544))
 # sdpa_flash: PyTorch's flash SDPA back end (its FlashAttention-2 copy) as it runs inside a training step, the kernel
 #   torchtitan calls (ZeRO-3 plans; attention_backend). Measured on one H200 SXM (700 W, torch 2.11): the flash
-#   kernels of one layer of a torchtitan-style Llama 3 8B step (benchmarks/data/h200/torchtitan_step: 210, 248, 281
-#   TFLOP/s at 2048, 8192, 32768 tokens, the mean of the compiled and the eager step), 0.90-0.94x the same kernel's
+#   kernels of one layer of a torchtitan-style Llama 3 8B step (benchmarks/data/h200/torchtitan_step: 210, 252, 281
+#   TFLOP/s at 2048, 8192, 32768 tokens, the mean of the compiled and the eager runs), 0.87-0.94x the same kernel's
 #   burst rate (bias_probe/attention.json), which that ratio, interpolated in log2(s), scales at the other lengths
 #   (benchmarks/sdpa_flash_in_step.py derives both rows; a test pins them). Steady state already: the profile's
 #   sustained_slowdown is not applied to it again (STEADY_STATE_BACKENDS). GPU types without a row (A100, V100, B200)
 #   are charged FlashAttention-2's.
-SDPA_FLASH_CAUSAL = (CUDNN_ATTENTION_SEQ, (101.3, 158.0, 210.3, 237.3, 248.3, 269.5, 280.6))
-SDPA_FLASH_UNMASKED = ((2048, 8192, 16384), (257.6, 265.7, 273.1))
+SDPA_FLASH_CAUSAL = (CUDNN_ATTENTION_SEQ, (101.3, 158.0, 210.3, 239.2, 252.3, 271.7, 280.6))
+SDPA_FLASH_UNMASKED = ((2048, 8192, 16384), (257.6, 269.9, 275.3))
 _SDPA_FLASH = (SDPA_FLASH_CAUSAL[0], tuple(x / 989 for x in SDPA_FLASH_CAUSAL[1]))
 _SDPA_FLASH_FULL = (SDPA_FLASH_UNMASKED[0], tuple(x / 989 for x in SDPA_FLASH_UNMASKED[1]))
 STEADY_STATE_BACKENDS = ("sdpa_flash",)

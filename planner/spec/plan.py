@@ -110,7 +110,8 @@ class TrainingSpec:
     """The fused attention kernel (training.attention fused), one of ATTENTION_BACKENDS: cudnn (cuDNN's fused
     attention: Transformer Engine's choice on Hopper, Megatron-Core --attention-backend fused; PyTorch 2.11's SDPA
     default there), flash2 (FlashAttention-2: TE's choice before Hopper, PyTorch SDPA's flash back end, first in its
-    priority order in late 2024), or auto (flash2's efficiency: the level published H100 recipes bear out;
+    priority order in late 2024), or auto (flash2's efficiency: the level published H100 recipes bear out; for
+    ZeRO-3 plans, torchtitan's, PyTorch's flash SDPA back end as measured inside training steps on Hopper, sdpa_flash;
     costs.compute.attention_backend). Sets the kernel's efficiency (costs.compute FUSED_ATTENTION_EFFICIENCY); cudnn
     is cuDNN 9.19's measured speed (1.6-1.9x FlashAttention-2's on an H200), for stacks of that age."""
     cp_comm: str = "ring"
