@@ -41,3 +41,34 @@ def fsdp_collectives(spec, cfg, costs, params: float, b: int, K: int, pair_GBps=
     rs = comm.intra_allreduce_time(params * REDUCE_BYTES, S, cl) / 2
     rep = comm.dp_allreduce_time(params * REDUCE_BYTES / S, b // S, K, cfg.tp * S, cl, pair_GBps if K > 1 else None)
     return ag, rs, rep
+
+
+# FSDP2's own copies on the compute stream (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, read in torch
+# 2.13): foreach_all_gather_copy_out waits for the all-gather and runs split_with_sizes_copy of the gathered buffer into
+# the unit's parameters (read + write of the gathered bytes); foreach_reduce runs foreach_reduce_scatter_copy_in
+# (chunk_cat of the bf16 gradients into the fp32 reduce-scatter input: 2 + 4 bytes per parameter) before it hands the
+# buffer to the reduce-scatter stream. Both sit between the unit's kernels, not beside them. The copy-in of the local
+# shard (fp32 -> bf16 / fp8) runs on the all-gather stream over 1/shard of the parameters: not counted.
+# chunk_cat ran at 0.41 of the H200's HBM rate inside a training step (1.97 of 4.8 TB/s: 5.86 ms for 1.92e9 parameters
+# x 6 bytes, benchmarks/data/h200/torchtitan_step/steps_kernels_L2_L4.json, docs/notes/fsdp.md); the copy-out is
+# charged at the profile's rate (on one rank it is not issued, so not measured here).
+CHUNK_CAT_BYTES = 6.0
+CHUNK_CAT_EFFICIENCY = 0.41
+
+
+def fsdp_copy_s(spec, cfg, costs, stage: int) -> tuple[float, float, float]:
+    """GPU seconds of FSDP2's copy-out and reduce-scatter copy-in for one device of `stage`: (per micro-batch
+    forward, per micro-batch backward, once per iteration), in the slots of iteration.fsdp_exposed_parts.
+    pp = 1: each micro-batch gathers in forward and again in backward (resharded after forward) and reduces;
+    pp > 1: one gather and one reduce per iteration."""
+    from planner.costs.memory import fsdp_gather_bytes, fsdp_units
+    units = fsdp_units(spec.model, cfg, stage)
+    gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage)
+    params = sum(units)
+    g = PARAM_BYTES * params if gathered is None else sum(gathered)
+    hbm = costs.compute.hbm_GBps * 1e9
+    out = 2.0 * g / hbm
+    cat = CHUNK_CAT_BYTES * params / (hbm * CHUNK_CAT_EFFICIENCY)
+    if cfg.pp == 1:
+        return out, out + cat, 0.0
+    return 0.0, 0.0, out + cat

@@ -20,7 +20,7 @@ from planner.costs import Costs, default_costs
 from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES, activation_precision, tp_gather_bytes
-from planner.costs.fsdp import fsdp_collectives
+from planner.costs.fsdp import fsdp_collectives, fsdp_copy_s
 from planner.costs.memory import (
     GiB,
     MemoryBreakdown,
@@ -451,16 +451,20 @@ def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, 
       pipelining's stage issues them only after its last backward has returned (torch.distributed.pipelining stage.py
       backward_maybe_with_nosync, run_post_backward: post_backward of each FSDP param group in turn), and the
       optimizer step waits for them; stage 0, whose last backward ends the schedule, has no compute left to hide them.
-    The overlap flags of training.overlap are Megatron-Core's and do not apply: FSDP2 always overlaps."""
+    The overlap flags of training.overlap are Megatron-Core's and do not apply: FSDP2 always overlaps. FSDP2's own
+    copies (the gathered buffer's copy-out, the reduce-scatter's fp32 copy-in; fsdp.fsdp_copy_s) run on the compute
+    stream and are added in the same slots, so this data-parallel time holds that GPU work too."""
     units = fsdp_units(spec.model, cfg, stage)
     gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage)
     ag, rs, rep = fsdp_collectives(spec, cfg, costs, sum(units), b, K, pair_GBps,
                                    None if gathered is None else sum(gathered))
     n = len(units)
     hb, hf = max(st[stage].backward, 0.0), max(st[stage].forward, 0.0)
+    # FSDP2's copy-out and reduce-scatter copy-in run on the compute stream: added, never hidden (costs/fsdp.py)
+    cf, cb, ci = fsdp_copy_s(spec, cfg, costs, stage)
     if cfg.pp == 1:
-        return exposed_s(ag, hf, n), exposed_s(ag + rs + rep, hb, n), 0.0 * ag
-    return 0.0 * ag, 0.0 * ag, exposed_s(ag, hf, n) + rs + rep
+        return exposed_s(ag, hf, n) + cf, exposed_s(ag + rs + rep, hb, n) + cb, 0.0 * ag
+    return 0.0 * ag, 0.0 * ag, exposed_s(ag, hf, n) + rs + rep + ci
 
 
 def fsdp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, b: int, K: int, pair_GBps=None):
