@@ -151,8 +151,11 @@ def test_pp_reduce_scatter_runs_once_after_the_last_backward_exposed(make_spec):
     st = stage_times(spec, cfg, costs)
     f, bw, once = fsdp_exposed_parts(spec, cfg, costs, st, 0, 2, 4)
     ag, rs, rep = fsdp_collectives(spec, cfg, costs, sum(fsdp_units(spec.model, cfg, 0)), 2, 4)
-    # nothing per micro-batch; the whole stage's reduce-scatter is charged (a backward would have hidden most of it)
-    assert f == 0 and bw == 0 and rs + rep < once <= ag + rs + rep
+    # nothing per micro-batch; the whole stage's reduce-scatter is charged (a backward would have hidden most of it),
+    # beside FSDP2's copies and fp32 accumulation on the compute stream (fsdp_copy_s, once per iteration with pp > 1)
+    from planner.costs.fsdp import fsdp_copy_s
+    copies = fsdp_copy_s(spec, cfg, costs, 0)[2]
+    assert f == 0 and bw == 0 and copies > 0 and rs + rep < once - copies <= ag + rs + rep
     assert exposed_s(rs + rep, st[0].backward, len(fsdp_units(spec.model, cfg, 0))) < 0.5 * (rs + rep)
 
 @pytest.mark.parametrize("case", [(4, (4, 1, 8), 0), (4, (4, 2, 4), 0), (4, (2, 1, 16), 2), (4, (4, 2, 4), 2)])
@@ -325,28 +328,42 @@ def test_torchtitan_output_edge_keeps_fp32_norm_and_gathered_output_input(make_s
 
 
 def test_fsdp2_copies_on_the_compute_stream_are_charged(make_spec, monkeypatch):
-    """FSDP2's copy-out of each gathered unit (read + write of its gathered bytes) and the reduce-scatter's fp32
-    copy-in (chunk_cat, 6 bytes per parameter at the measured 0.41 of the HBM rate): per micro-batch with pp = 1
-    (gathered twice, reduced once), once per iteration with pp > 1; never hidden behind compute."""
+    """FSDP2's work on the compute stream: the copy-out of each gathered unit (read + write of its gathered bytes), the
+    reduce-scatter's fp32 copy-in (chunk_cat at the measured 0.41 of the HBM rate) and, without gradient sync, the
+    fp32 accumulation. pp = 1: per micro-batch (gathered twice, [norm, output] once; reduced from bf16, 6 bytes);
+    pp > 1: once per iteration (one gather, upcast 6 + accumulate 10 x (m - 1), reduce from fp32, 8 bytes). Never
+    hidden; torchao's fp8 all-gather copies 1 byte per Linear weight."""
+    from dataclasses import replace
+
+    import planner.costs.iteration as it
     from planner.costs import default_costs
     from planner.costs.fsdp import CHUNK_CAT_EFFICIENCY, fsdp_copy_s
-    from planner.costs.iteration import fsdp_exposed_parts
-    from planner.costs.memory import fsdp_units
+    from planner.costs.memory import fsdp_gather_bytes, fsdp_units
     spec = make_spec()
     costs = default_costs(spec.cluster)
     hbm = costs.compute.hbm_GBps * 1e9
+    cat = 1 / (hbm * CHUNK_CAT_EFFICIENCY)
     cfg = _cfg(tp=2, dp=16, m=4)
-    P = sum(fsdp_units(spec.model, cfg, 0))
+    units = fsdp_units(spec.model, cfg, 0)
+    P, out_unit = sum(units), units[-1]
     f, b, once = fsdp_copy_s(spec, cfg, costs, 0)
     assert f == pytest.approx(2 * 2 * P / hbm) and once == 0.0
-    assert b == pytest.approx(f + 6 * P / (hbm * CHUNK_CAT_EFFICIENCY))
-    f2, b2, once2 = fsdp_copy_s(spec, _cfg(tp=2, pp=2, dp=8, m=8), costs, 1)
-    P2 = sum(fsdp_units(spec.model, _cfg(tp=2, pp=2, dp=8, m=8), 1))
-    assert f2 == b2 == 0.0 and once2 == pytest.approx(4 * P2 / hbm + 6 * P2 / (hbm * CHUNK_CAT_EFFICIENCY))
-    # added to the exposed slots whole, whatever the links hide
-    import planner.costs.iteration as it
-    st = it.stage_times(spec, cfg, costs)
-    with_copies = fsdp_exposed_parts(spec, cfg, costs, st, 0, 8, 2)
+    assert b == pytest.approx(2 * 2 * (P - out_unit) / hbm + 6 * P * cat)
+    pp2 = _cfg(tp=2, pp=2, dp=8, m=8)
+    P2 = sum(fsdp_units(spec.model, pp2, 1))
+    f2, b2, once2 = fsdp_copy_s(spec, pp2, costs, 1)
+    assert f2 == b2 == 0.0
+    assert once2 == pytest.approx(2 * 2 * P2 / hbm + (6 + 10 * 7) * P2 / hbm + 8 * P2 * cat)
+    # fp8 all-gather: the gathered buffer, hence the copy-out, shrinks by a byte per Linear weight
+    from types import SimpleNamespace  # the spec's A100 refuses fp8; the copies read only model and training
+    fp8 = SimpleNamespace(model=spec.model,
+                          training=replace(spec.training, precision="fp8", fsdp_float8_all_gather=True))
+    g8 = sum(fsdp_gather_bytes(fp8.model, fp8.training, cfg, 0))
+    assert g8 < 2 * P and fsdp_copy_s(fp8, cfg, costs, 0)[0] == pytest.approx(2 * g8 / hbm)
+    # added to the exposed slots whole, whatever the links hide: pp = 1 per micro-batch, pp > 1 once
+    with_copies = {c: it.fsdp_exposed_parts(spec, c, costs, it.stage_times(spec, c, costs), s, 8, 2)
+                   for c, s in ((cfg, 0), (pp2, 1))}
     monkeypatch.setattr(it, "fsdp_copy_s", lambda *a: (0.0, 0.0, 0.0))
-    without = fsdp_exposed_parts(spec, cfg, costs, st, 0, 8, 2)
-    assert with_copies[0] - without[0] == pytest.approx(f) and with_copies[1] - without[1] == pytest.approx(b)
+    for c, s, want in ((cfg, 0, (f, b, 0.0)), (pp2, 1, (0.0, 0.0, once2))):
+        without = it.fsdp_exposed_parts(spec, c, costs, it.stage_times(spec, c, costs), s, 8, 2)
+        assert [x - y for x, y in zip(with_copies[c], without)] == pytest.approx(list(want))

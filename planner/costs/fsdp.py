@@ -43,32 +43,40 @@ def fsdp_collectives(spec, cfg, costs, params: float, b: int, K: int, pair_GBps=
     return ag, rs, rep
 
 
-# FSDP2's own copies on the compute stream (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, read in torch
-# 2.13): foreach_all_gather_copy_out waits for the all-gather and runs split_with_sizes_copy of the gathered buffer into
-# the unit's parameters (read + write of the gathered bytes); foreach_reduce runs foreach_reduce_scatter_copy_in
-# (chunk_cat of the bf16 gradients into the fp32 reduce-scatter input: 2 + 4 bytes per parameter) before it hands the
-# buffer to the reduce-scatter stream. Both sit between the unit's kernels, not beside them. The copy-in of the local
-# shard (fp32 -> bf16 / fp8) runs on the all-gather stream over 1/shard of the parameters: not counted.
+# FSDP2's own copies on the compute stream (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py and
+# _fsdp_param.py, read in torch 2.13): foreach_all_gather_copy_out waits for the all-gather and runs
+# split_with_sizes_copy of the gathered buffer into the unit's parameters (read + write of the gathered bytes; the fp8
+# all-gather's buffer is copied bytewise); foreach_reduce runs foreach_reduce_scatter_copy_in (chunk_cat of the
+# unsharded gradients into the fp32 reduce-scatter input: bf16 in, 2 + 4 bytes per parameter; an fp32 accumulator in,
+# 4 + 4) before it hands the buffer to the reduce-scatter stream. Without gradient sync (PyTorch pipelining, every
+# micro-batch but the last) post_backward keeps an fp32 accumulator instead: the first micro-batch's bf16 gradient
+# upcast (2 + 4 bytes per parameter, to_accumulated_grad_if_needed), each later one added into it (2 + 4 + 4,
+# accumulate_unsharded_grad_if_needed). All of it sits between the unit's kernels, not beside them. The copy-in of the
+# local shard (fp32 -> bf16 / fp8) runs on the all-gather stream over 1/shard of the parameters: not counted.
 # chunk_cat ran at 0.41 of the H200's HBM rate inside a training step (1.97 of 4.8 TB/s: 5.86 ms for 1.92e9 parameters
-# x 6 bytes, benchmarks/data/h200/torchtitan_step/steps_kernels_L2_L4.json, docs/notes/fsdp.md); the copy-out is
-# charged at the profile's rate (on one rank it is not issued, so not measured here).
-CHUNK_CAT_BYTES = 6.0
+# x 6 bytes, benchmarks/data/h200/torchtitan_step/steps_kernels_L2_L4.json, docs/notes/fsdp.md), and is charged at that
+# fraction of the profile's rate; the copy-out and the accumulation at the profile's rate (not measured apart).
 CHUNK_CAT_EFFICIENCY = 0.41
+UPCAST_BYTES, ACCUMULATE_BYTES = 6.0, 10.0       # bf16 -> fp32; fp32 += bf16
 
 
 def fsdp_copy_s(spec, cfg, costs, stage: int) -> tuple[float, float, float]:
-    """GPU seconds of FSDP2's copy-out and reduce-scatter copy-in for one device of `stage`: (per micro-batch
-    forward, per micro-batch backward, once per iteration), in the slots of iteration.fsdp_exposed_parts.
-    pp = 1: each micro-batch gathers in forward and again in backward (resharded after forward) and reduces;
-    pp > 1: one gather and one reduce per iteration."""
-    from planner.costs.memory import fsdp_gather_bytes, fsdp_units
+    """GPU seconds of FSDP2's copy-out, gradient accumulation and reduce-scatter copy-in for one device of `stage`:
+    (per micro-batch forward, per micro-batch backward, once per iteration), in the slots of
+    iteration.fsdp_exposed_parts.
+    pp = 1: each micro-batch gathers in forward, gathers again in backward (resharded after forward; [norm, output]
+    is not, as memory.fsdp_buffer_bytes counts it) and reduces its bf16 gradients (chunk_cat 6 bytes per parameter);
+    pp > 1: one gather per iteration, the fp32 accumulation over the micro-batches and one reduce of the fp32
+    accumulator (chunk_cat 8 bytes per parameter)."""
+    from planner.costs.memory import fsdp_gather_bytes, fsdp_units, holds_output
     units = fsdp_units(spec.model, cfg, stage)
-    gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage)
-    params = sum(units)
-    g = PARAM_BYTES * params if gathered is None else sum(gathered)
+    gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage) or [PARAM_BYTES * u for u in units]
+    params, g = sum(units), sum(gathered)
     hbm = costs.compute.hbm_GBps * 1e9
-    out = 2.0 * g / hbm
-    cat = CHUNK_CAT_BYTES * params / (hbm * CHUNK_CAT_EFFICIENCY)
+    cat = params / (hbm * CHUNK_CAT_EFFICIENCY)
     if cfg.pp == 1:
-        return out, out + cat, 0.0
-    return 0.0, 0.0, out + cat
+        regathered = g - (gathered[-1] if holds_output(cfg, stage) else 0.0)
+        return 2.0 * g / hbm, 2.0 * regathered / hbm + 6.0 * cat, 0.0
+    m = cfg.num_microbatches
+    accumulate = (UPCAST_BYTES + ACCUMULATE_BYTES * (m - 1)) * params / hbm
+    return 0.0, 0.0, 2.0 * g / hbm + accumulate + 8.0 * cat
