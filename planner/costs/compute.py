@@ -99,7 +99,8 @@ ELEM_BACKWARD = 1.5
 #   A100 80GB SXM4 (assets/flash2_a100_fwd_bwd_benchmark.png): 99, 133, 155, 173, 182, 189 TFLOP/s of 312;
 #   H100 80GB SXM5 (assets/flash2_h100_fwd_bwd_benchmark.png): 163, 221, 265, 294, 308, 328 TFLOP/s of 989.
 #   PyTorch's flash SDPA back end (its FlashAttention-2 copy) measured on an H200 runs 5-15% below it: 225, 265,
-#   291, 313 at 2k-16k (benchmarks/data/h200/bias_probe/attention.json); the published row stays.
+#   291, 313 at 2k-16k (benchmarks/data/h200/bias_probe/attention.json); the published row stays for
+#   Megatron-Core / TE plans, ZeRO-3 (torchtitan) plans are charged sdpa_flash below.
 # cudnn: cuDNN's fused attention (sdpa_sm90 flash fprop/bprop kernels), measured on one H200 SXM (torch 2.11, cuDNN
 #   9.19, PyTorch's cudnn SDPA back end; benchmarks/data/h200/bias_probe/attention.json, median of 20 calls):
 #   146, 289, 397, 485, 500, 522, 544 TFLOP/s at 512-32768 tokens. The back end Transformer Engine picks on Hopper
