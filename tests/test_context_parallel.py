@@ -226,11 +226,15 @@ def test_zero3_with_cp_is_fsdp_over_dp_x_cp():
                                                                                  replace(flat, zero=1))
     assert edge > 0 and m3.activations == pytest.approx(m1.activations + edge)
     assert m3.transient == m1.transient and (m3.activations, m3.transient) != (mf.activations, mf.transient)
-    # the same kernels once the attention kernel is pinned (auto charges ZeRO-3 plans PyTorch's flash in steady
-    # state, torchtitan's kernel, a slower row than FlashAttention-2's published one)
+    # the same GEMMs; ZeRO-3 plans (torchtitan's) are charged PyTorch's flash in steady state, a slower row than
+    # FlashAttention-2's published one, and, compiled, the rotary multiply Inductor leaves eager: pinning the kernel
+    # leaves that difference alone
+    from planner.costs.compute import rotary_bytes
     pinned = replace(spec, training=replace(spec.training, attention_backend="flash2"))
-    assert stage_times(pinned, z3, costs) == stage_times(pinned, z1, costs)
-    assert stage_times(spec, z3, costs)[0].backward > stage_times(spec, z1, costs)[0].backward
+    p3, p1 = (costs.compute.layer_parts(spec.model, spec.cluster, pinned.training, c) for c in (z3, z1))
+    assert p3["gemm"] == p1["gemm"] and p3["attn"] == p1["attn"]
+    assert p3["elem"] > p1["elem"] and rotary_bytes(spec.model, spec.training, z3)[0] > 0
+    assert stage_times(spec, z3, costs)[0].backward > stage_times(pinned, z3, costs)[0].backward
     P = 1e9
     assert fsdp_collectives(spec, z3, costs, P, 4, 2) == fsdp_collectives(half, flat, costs, P, 8, 2)
     assert estimate_plan(spec, z3)[0].iteration_s > estimate_plan(spec, z1)[0].iteration_s

@@ -284,8 +284,13 @@ class ComputeModel:
         heads_local = model.num_attention_heads / t
         elem = tokens * h * (ELEM_REPLICATED / (t if cfg.sequence_parallel else 1) + ELEM_SHARDED / t) * by / 2
         eager = getattr(training, "kernels", "fused") == "eager"
+        rot_f = rot_b = 0.0
         if eager:                        # torchtitan without torch.compile: each op its own pass (see the function)
             elem, elem_bwd = eager_elementwise_bytes(model, training, cfg)
+        elif cfg.zero == 3 and model.family == "llama":
+            # torchtitan compiled: Inductor leaves the complex rotary multiply eager (rotary_bytes)
+            rot_f, rot_b = rotary_bytes(model, training, cfg)
+            elem += rot_f
         if fused:
             # the kernel's softmax, mask and dropout run in registers: no s^2 bytes; 16-bit peak (fp32: its own)
             apeak = cluster.gpu.peak_flops(training.precision if training.precision in ("fp32", "fp16") else "bf16")
@@ -315,6 +320,8 @@ class ComputeModel:
                  "gemm_row": (times[1], times[3])}
         if eager:                        # counted op by op, not ELEM_BACKWARD x forward
             parts["elem_backward"] = elem_bwd / (self.hbm_GBps * 1e9)
+        elif rot_f:                      # the rotary's backward bytes as counted, the rest ELEM_BACKWARD x forward
+            parts["elem_backward"] = (ELEM_BACKWARD * (elem - rot_f) + rot_b) / (self.hbm_GBps * 1e9)
         if fused:
             parts["attn_backward"] = FUSED_BACKWARD_FLOPS * attn
         else:
@@ -343,7 +350,7 @@ class ComputeModel:
             gpu_b = self.backward_ratio * parts["gemm"] + parts["attn_backward"] + ELEM_BACKWARD * parts["elem"]
         else:
             gpu_b = self.backward_ratio * (parts["gemm"] + parts["attn"]) + ELEM_BACKWARD * parts["elem"]
-        if "elem_backward" in parts:     # training.kernels eager only: fused sums stay bit for bit as they were
+        if "elem_backward" in parts:     # eager kernels, or compiled ZeRO-3 Llama (rotary): other sums bit for bit
             gpu_b += parts["elem_backward"] - ELEM_BACKWARD * parts["elem"]
         if "fp8_cast" in parts:          # fp8 only: bf16 / fp16 / fp32 sums stay bit for bit as they were
             gpu_f += parts["fp8_cast"]
@@ -474,11 +481,23 @@ def eager_elementwise_bytes(model, training, cfg: ParallelConfig) -> tuple[float
     # repeat_kv: backward always sums the repeats; forward copies unless kv_heads == 1 (reshape is then a view)
     rep_b = 4 * (q + k) if model.num_kv_heads < model.num_attention_heads else 0
     rep_f = rep_b if model.num_kv_heads > 1 else 0
-    fwd = (T / sp * (2 * (36 * h + 24) + 12 * h) + T / t * (20 * (q + k) + rep_f + 10 * f)
-           + 2 * 2 * h + 2 * 4 * s * d)
-    bwd = (T / sp * (2 * (92 * h + 40) + 12 * h) + T * 18 * h + T / t * (20 * (q + k) + rep_b + 18 * f)
-           + 2 * 4 * h + 2 * 12 * s * d)
+    rot_f, rot_b = rotary_bytes(model, training, cfg)
+    fwd = T / sp * (2 * (36 * h + 24) + 12 * h) + T / t * (rep_f + 10 * f) + 2 * 2 * h + rot_f
+    bwd = T / sp * (2 * (92 * h + 40) + 12 * h) + T * 18 * h + T / t * (rep_b + 18 * f) + 2 * 4 * h + rot_b
     return float(fwd), float(bwd)
+
+
+def rotary_bytes(model, training, cfg: ParallelConfig) -> tuple[float, float]:
+    """(forward, backward) bytes of torchtitan's complex64 rotary embedding for one micro-batch on one rank: per
+    element of q and of k a cast to fp32 (6), the complex multiply (8) and the cast back (6), plus the broadcast
+    freqs_cis per multiply (4 s head_dim bytes; backward its conjugate copy too, 12). Part of the eager count
+    (eager_elementwise_bytes) and, for torch.compile'd ZeRO-3 plans, charged as well: Inductor does not generate code
+    for complex operators, so the multiply stays an eager kernel between its cast kernels (one H200 step: 0.58 ms of
+    complex multiply and 0.38 ms of casts per Llama 3 8B layer at 2 x 8192 tokens,
+    benchmarks/data/h200/torchtitan_step/steps_kernels_L2_L4.json; docs/notes/fsdp.md)."""
+    s, b, t, d = training.seq_length, cfg.micro_batch_size, cfg.tp, model.head_dim
+    qk = model.num_attention_heads * d + model.kv_channels
+    return s * b / t * 20 * qk + 2 * 4 * s * d, s * b / t * 20 * qk + 2 * 12 * s * d
 
 
 def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, float]:
