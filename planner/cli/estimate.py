@@ -37,7 +37,9 @@ def run(args) -> int:
         con.print(f"[bold]{cfg.label()}[/bold]{engine}")
         con.print(f"iteration {est.iteration_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, "
                   f"MFU {est.mfu:.1%}{mfu_note(spec)} "
-                  f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, dp {est.dp_comm_s:.4f}, "
+                  f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, "
+                  # ZeRO-3: the exposed collectives and FSDP2's copies on the compute stream (costs/fsdp.py)
+                  f"{'dp + FSDP copies' if cfg.zero == 3 else 'dp'} {est.dp_comm_s:.4f}, "
                   f"tied-embedding {est.emb_comm_s:.4f} s)")
         con.print(costs_note(spec, cfg))
         con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +
