@@ -155,12 +155,16 @@ def model_dict(row: dict) -> dict:
 
 
 def cluster_dict(gpus: int, name: str | None = None) -> dict:
-    """The row's cluster (clusters/<name>.yaml, default CLUSTER) cut to `gpus`; its profile paths made absolute."""
+    """The row's cluster (clusters/<name>.yaml, default CLUSTER) cut to `gpus` (fewer than a node: one node of that
+    many GPUs); its profile paths made absolute."""
     path = os.path.join(ROOT, "clusters", f"{name}.yaml") if name else CLUSTER
     c = dict(load_yaml(path))
     if c.get("profiles"):
         c["profiles"] = {k: os.path.join(os.path.dirname(path), v) for k, v in c["profiles"].items()}
     per = c["gpus_per_node"]
+    if 0 < gpus < per:
+        c.update(nodes=1, gpus_per_node=gpus, name=f"{c['name']}-{gpus}")
+        return c
     if gpus % per:
         raise ValueError(f"{gpus} GPUs is not a whole number of {per}-GPU nodes")
     c["nodes"] = gpus // per

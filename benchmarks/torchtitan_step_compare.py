@@ -26,28 +26,13 @@ def predict(layers: int, compile_: bool, cluster: str = "dgx-h200", seq: int = 8
     import published_recipes as pr
 
     from planner.search.solve import estimate_plan
-    row = {"id": f"one-gpu-L{layers}", "source": "h200", "model": "llama3-8b", "gpus": 1,
+    model = dict(pr.model_dict({"model": "llama3-8b"}), num_layers=layers)
+    model.pop("parameters_B", None)
+    row = {"id": f"one-gpu-L{layers}", "source": "h200", "model": model, "gpus": 1,
            "knobs": {"tp": 1, "pp": 1, "mbs": batch, "gbs": batch, "seq": seq, "precision": "bf16",
                      "recompute": "selective", "attention": "fused", "fsdp": 1, "compile": compile_,
                      "cluster": cluster}, "measured": {}}
-    base = pr.model_dict
-
-    def with_layers(r):
-        m = dict(base(r))
-        m["num_layers"] = layers
-        m.pop("parameters_B", None)
-        return m
-    cut = pr.cluster_dict
-
-    def one_gpu(gpus, name=None):          # one node of one GPU: no link is ever used
-        c = cut(8, name)
-        c.update(nodes=1, gpus_per_node=1, name=f"{c['name']}-1gpu")
-        return c
-    pr.model_dict, pr.cluster_dict = with_layers, one_gpu
-    try:
-        spec, cfg, missing, _ = pr.build(row)
-    finally:
-        pr.model_dict, pr.cluster_dict = base, cut
+    spec, cfg, missing, _ = pr.build(row)
     est = estimate_plan(spec, cfg)[0]
     return {"step_s": est.iteration_s, "peak_GiB": est.peak_memory_GiB, "config": cfg.label(), "missing": missing,
             "memory": est.memory_dict() if callable(getattr(est, "memory_dict", None)) else None}

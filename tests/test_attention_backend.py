@@ -229,6 +229,9 @@ def test_zero3_plans_are_charged_pytorchs_flash_in_steady_state():
     assert attention_backend(t, z3) == "sdpa_flash" and attention_backend(t, z1) == "flash2"
     assert attention_backend(t) == "flash2"
     assert attention_backend(dataclasses.replace(t, attention_backend="cudnn"), z3) == "cudnn"
+    # flash2 named on a torchtitan plan is PyTorch's copy of it: the same row as auto; Megatron plans keep the published
+    assert attention_backend(dataclasses.replace(t, attention_backend="flash2"), z3) == "sdpa_flash"
+    assert attention_backend(dataclasses.replace(t, attention_backend="flash2"), z1) == "flash2"
     assert fused_attention_efficiency("H100-SXM5-80GB", 8192, backend="sdpa_flash") == pytest.approx(252.3 / 989)
     assert (fused_attention_efficiency("A100-SXM4-80GB", 4096, backend="sdpa_flash")
             == fused_attention_efficiency("A100-SXM4-80GB", 4096, backend="flash2"))

@@ -161,15 +161,16 @@ def has_attention_backend(gpu_type: str, backend: str) -> bool:
 
 
 def attention_backend(training, cfg=None) -> str:
-    """The fused kernel whose efficiency a plan is charged: training.attention_backend, and for auto FlashAttention-2,
-    or for ZeRO-3 plans (torchtitan's, cfg.zero == 3) PyTorch's flash SDPA back end as measured in training steps
-    (sdpa_flash; where the GPU type has no such row, fused_attention_efficiency charges FlashAttention-2's).
+    """The fused kernel whose efficiency a plan is charged: training.attention_backend, and for auto FlashAttention-2.
+    ZeRO-3 plans (torchtitan's, cfg.zero == 3) run PyTorch's SDPA, whose flash back end is its own FlashAttention-2
+    copy: auto and flash2 both charge it as measured in training steps (sdpa_flash; where the GPU type has no such
+    row, fused_attention_efficiency charges FlashAttention-2's published one).
     auto is not cuDNN on Hopper although TE and PyTorch 2.11 pick it there: with the cuDNN 9.19 row the published
     long-context NeMo rows (2024, attention-bound) come out 26-42% too fast, with FlashAttention-2's within 3-13%
     (docs/notes/gpu_h200.md): NeMo 24.07's launcher turned cuDNN attention off (NVIDIA/NeMo-Framework-Launcher@8325688d
     launcher_scripts/conf/config.yaml, NVTE_FUSED_ATTN: 0)."""
     b = getattr(training, "attention_backend", "auto")
-    if b != "auto":
+    if b not in ("auto", "flash2"):
         return b
     return "sdpa_flash" if cfg is not None and getattr(cfg, "zero", 0) == 3 else "flash2"
 

@@ -110,9 +110,10 @@ class TrainingSpec:
     """The fused attention kernel (training.attention fused), one of ATTENTION_BACKENDS: cudnn (cuDNN's fused
     attention: Transformer Engine's choice on Hopper, Megatron-Core --attention-backend fused; PyTorch 2.11's SDPA
     default there), flash2 (FlashAttention-2: TE's choice before Hopper, PyTorch SDPA's flash back end, first in its
-    priority order in late 2024), or auto (flash2's efficiency: the level published H100 recipes bear out; for
-    ZeRO-3 plans, torchtitan's, PyTorch's flash SDPA back end as measured inside training steps on Hopper, sdpa_flash;
-    costs.compute.attention_backend). Sets the kernel's efficiency (costs.compute FUSED_ATTENTION_EFFICIENCY); cudnn
+    priority order in late 2024), or auto (flash2's efficiency: the level published H100 recipes bear out;
+    costs.compute.attention_backend). For ZeRO-3 plans, torchtitan's, auto and flash2 both mean PyTorch's flash SDPA
+    back end, charged as measured inside training steps on Hopper (sdpa_flash). Sets the kernel's efficiency
+    (costs.compute FUSED_ATTENTION_EFFICIENCY); cudnn
     is cuDNN 9.19's measured speed (1.6-1.9x FlashAttention-2's on an H200), for stacks of that age."""
     cp_comm: str = "ring"
     """How context-parallel ranks exchange attention inputs (cp > 1), one of CP_COMM: ring (Megatron-Core
