@@ -46,16 +46,26 @@ def applies(problems) -> bool:
 WALL_UNSET_S = 3600.0     # no safety stop given: CP-SAT's wall limit far beyond any call's deterministic time
 
 
-def model_work(K: int, rows: tuple[int, int] | None = None) -> float:
-    """An estimate of the work seconds of building the model of `rows` on K columns (None: the smallest, two rows
-    apart), before it is built: 2K x 2K placement literals, and where the rows are adjacent 2K (2K - 1) path
-    literals per column. What a call is charged is build_work of the model it built."""
+def model_items(K: int, rows: tuple[int, int] | None = None) -> int:
+    """At most how many variables and constraints _solve_pair builds for `rows` on K columns (None: two rows apart),
+    before it is built: on n = 2K nodes, n x n placement literals and 2n exactly-one constraints, P, D and their K + 1
+    constraints, at most one ring clause per row, column and ordered node pair (2K n (n - 1)), at most one level
+    literal and implication per distinct link weight of the two rows (4 n (n - 1)), and where the rows are adjacent
+    one path literal and its constraint per column and ordered pair (2K n (n - 1)). An upper bound, so that the
+    budget's test of a pair's first call (call_work) is never below what the call then charges (build_work)."""
     n = 2 * K
-    size = n * n + (K * n * (n - 1) if rows is not None and abs(rows[0] - rows[1]) == 1 else 0)
-    return max(work.ROWS2_MODEL_WORK_S, work.ROWS2_VAR_WORK_S * size)
+    pairs = n * (n - 1)
+    adjacent = rows is not None and abs(rows[0] - rows[1]) == 1
+    return n * n + 2 * n + K + 3 + 2 * K * pairs + 4 * pairs + (2 * K * pairs if adjacent else 0)
 
 
-def call_work(K: int = 0, rows: tuple[int, int] | None = None) -> float:
+def model_work(K: int, rows: tuple[int, int] | None = None) -> float:
+    """The work seconds of building the model of `rows` on K columns, bounded before it is built: build_work's
+    rates over model_items."""
+    return work.ROWS2_BUILD_WORK_S + work.ROWS2_ITEM_WORK_S * model_items(K, rows)
+
+
+def call_work(K: int, rows: tuple[int, int] | None = None) -> float:
     """Work seconds one pair's solve may charge before its model is built (the budget's test of a pair's first call):
     its deterministic time, the call's fixed cost, model_work."""
     return CALL_DTIME + work.CPSAT_CALL_WORK_S + model_work(K, rows)
@@ -104,8 +114,8 @@ def improve(p: MappingProblem, assign: np.ndarray, *, budget_s: float, seed: int
         calls += 1
         if p.objective(b) < p.objective(a):
             a, moved, quiet = b, moved + 1, 0
-        else:
-            tried[ij] = cur
+        if opt or a.tobytes() == cur:
+            tried[ij] = a.tobytes()       # moved and proved there, or not moved: not called on it again this round
         if opt:
             proved[ij] = a.tobytes()
     return a, calls, moved

@@ -17,12 +17,14 @@ that do not depend on the machine's load:
   costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
   small calls.
 The rates were calibrated once (docs/notes/solver.md, "Deterministic work budget"; the annealer's in
-"Incremental annealer") so that a work second takes less than a wall second on the development machine (2
-cores) with two solves at once; they are never measured at run time. The annealer's rule: run
-benchmarks/anneal_speed.py twice side by side (two solves at once), take the least cost-1 rate over its grids
-(1x16 .. 16x8, 1 and 3 scenarios), and give a second of the limit 75% of it (25% margin), i.e.
-ANNEAL_ITERS_PER_S = 0.75 x that rate / WORK_PER_S; a 10 s limit must then end within 10.5 s of wall with two
-solves at once. The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
+"Incremental annealer" and "The annealer recalibrated on the slowest machine") so that a work second takes less
+than a wall second on the slowest development machine (2 cores) with two solves at once; they are never measured
+at run time, so a plan depends neither on the load nor on the machine. The annealer's rule: run
+benchmarks/anneal_speed.py twice side by side (two solves at once), three times; take each run's least cost-1 rate
+over its grids (1x16 .. 16x8, 1 and 3 scenarios), the median of those six minima, and give a second of the limit
+75% of it (25% margin), i.e. ANNEAL_ITERS_PER_S = 0.75 x that rate / WORK_PER_S; a 10 s limit must then end within
+10.5 s of wall with two solves at once. A faster machine ends the same search sooner. The wall clock stays as a
+safety stop only; a search it ends says so (stopped_by "wall").
 
 Meters nest (a solve inside a solve): a charge counts in every open meter of the current context, so a
 caller sees what its callees spent. Context variables keep concurrent solves in threads apart. A meter may
@@ -39,9 +41,10 @@ from dataclasses import dataclass
 
 # calibration: docs/notes/solver.md, "Deterministic work budget"
 WORK_PER_S = 0.35                # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
-ANNEAL_ITERS_PER_S = 365000      # annealer iterations of cost 1 per work second (128,000 per second of the limit:
-#                                  75% of the least rate measured with two solves at once on a machine with no
-#                                  other load, 170,600 at 1x16; the first calibration, 80,000, had other jobs on top)
+ANNEAL_ITERS_PER_S = 177000      # annealer iterations of cost 1 per work second (61,950 per second of the limit:
+#                                  75% of the least rate with two solves at once on the slowest machine the project
+#                                  ran on, 82,700 = the median of six runs' minima, Nov 26; it was 365,000 from a
+#                                  machine 2x faster, on which 64-128-node solves here ended at the safety stop)
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
@@ -55,18 +58,12 @@ LNS_STEP_ITERS = 45
 LNS_BLOCK_ITERS = 0.3
 LNS_NODE_ITERS = 0.8
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
-# one two-row model (tworows.py), estimated before it is built (the budget's test of a pair's first call): at least
-# ROWS2_MODEL_WORK_S (~65 ms measured at 4x8, load ~0), or ROWS2_VAR_WORK_S per variable where the model is larger:
-# two adjacent rows of 16 columns (17k variables) took 0.3 s to build at load ~1 (660-716 ms at load ~4, below) and
-# 0.5 s of CP-SAT presolve beyond its deterministic time, which the fixed charge missed by 2x. Nothing charges that
-# presolve by name since the build charge below: it is covered because the build charge (0.80 work s there) exceeds
-# this estimate (0.42), not by design; the estimate counts variables only, the charge variables and constraints
-ROWS2_MODEL_WORK_S = 0.07
-ROWS2_VAR_WORK_S = 2.5e-5
-# ... and charged once built: ROWS2_BUILD_WORK_S + ROWS2_ITEM_WORK_S per variable and constraint of the model. CPU
-# time of the build measured on issue #10's family (docs/notes/solver.md "Cheaper two-row calls", load ~4): 4x4
-# 3-8 ms, 4x8 pairs of rows apart 9-20 ms (600-2,800 items), adjacent 60-73 ms (4,400), 2x16 adjacent 660-716 ms
-# (65,500): at most 1.4 CPU s per work s charged, below the 2-2.7 wall s per work s of the CP-SAT calls themselves
+# one two-row model (tworows.py), charged once built: ROWS2_BUILD_WORK_S + ROWS2_ITEM_WORK_S per variable and
+# constraint of the model (build_work); the budget's test of a pair's first call bounds the same charge before the
+# build by an upper bound on those items (tworows.model_items). CPU time of the build measured on issue #10's family
+# (docs/notes/solver.md "Cheaper two-row calls", load ~4): 4x4 3-8 ms, 4x8 pairs of rows apart 9-20 ms (600-2,800
+# items), adjacent 60-73 ms (4,400), 2x16 adjacent 660-716 ms (65,500): at most 1.4 CPU s per work s charged, below
+# the 2-2.7 wall s per work s of the CP-SAT calls themselves
 ROWS2_BUILD_WORK_S = 0.004
 ROWS2_ITEM_WORK_S = 1.2e-5
 
