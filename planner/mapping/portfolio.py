@@ -53,13 +53,17 @@ WALL_NEAR = 0.05                 # seconds before the safety stop that count as 
 # the clock's (stopped_by "wall")
 EXACT_WALL_FLOOR = 0.2
 # of the work, above EXACT_NODES nodes where lns.applies: the LNS after the anneal (tuning seeds 100 101 0-2 24 of
-# issue #10's family; docs/notes/solver.md "LNS after the anneal")
-LNS_SHARE = 0.2
+# issue #10's family; docs/notes/solver.md "LNS after the anneal"). 0.2 at the first calibration; 0.35 since the
+# annealer's rate was recalibrated on the slowest machine: mean 117.43 / 117.32 / 117.05 / 117.57 ms at 8 x 16 and
+# 111.99 / 112.03 / 111.94 / 112.20 at 8 x 8 for 0.2 / 0.28 / 0.35 / 0.5 ("The annealer recalibrated ...")
+LNS_SHARE = 0.35
 LNS_CHUNK = 200                  # LNS steps between looks at the safety stop
 # of the work, from SMALL_NODES + 1 to EXACT_NODES nodes where tworows.applies and the rings count alike: two rows
-# re-solved exactly after the anneal (tworows.py), taken from the annealer's share (at 4 x 8 the annealer on 0.35x
-# its budget gave plans within its seed noise; docs/notes/solver.md "Two rows re-solved exactly")
-TWO_ROWS_SHARE = 0.45
+# re-solved exactly after the anneal (tworows.py), taken from the annealer's share. 0.45 at the first calibration;
+# 0.3 since the annealer's rate was recalibrated on the slowest machine (half the iterations per work second): on the
+# 4 x 8 tuning seeds 100 101 0-8 24 the mean was 94.52 / 94.03 / 93.78 / 93.79 / 93.93 ms at 0.45 / 0.35 / 0.3 /
+# 0.25 / 0.2 (docs/notes/solver.md "The annealer recalibrated on the slowest machine")
+TWO_ROWS_SHARE = 0.3
 # from SMALL_NODES + 1 to EXACT_NODES nodes where the two-row re-solve applies: the exact phase keeps only this share
 # (it still runs last, and proves what it can on it) and the rest of EXACT_SHARE_LARGE goes to two-row calls. On
 # issue #10's family at 4 x 8 the exact phase never improved the two-row result on the tuning seeds (it spent
