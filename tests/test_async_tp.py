@@ -39,11 +39,11 @@ def test_the_pass_fuses_four_forward_and_two_backward_collectives():
         backward_ratio = 2.0
     parts = {"tp_comm": 2 * (0.3 + 0.5), "tp_gather": 0.3, "tp_scatter": 0.5,
              "gemm_column": (10.0, 10.0), "gemm_row": (10.0, 10.0)}
-    sf, sb = async_tp_saving(parts, Free(), 1e15, 8, 1e6, 1.0, True)
+    sf, sb = async_tp_saving(parts, Free(), 1e15, 8, 1e6, 1.0, True, out_bytes=2)
     assert sf == pytest.approx(2 * 0.3 + 2 * 0.5) and sb == pytest.approx(2 * 0.3)
     # short GEMMs: each collective is credited only what 7/8 of its GEMM hides
     parts["gemm_row"] = (0.16, 0.16)
-    sf2, sb2 = async_tp_saving(parts, Free(), 1e15, 8, 1e6, 1.0, True)
+    sf2, sb2 = async_tp_saving(parts, Free(), 1e15, 8, 1e6, 1.0, True, out_bytes=2)
     assert sf2 == pytest.approx(2 * 0.3 + 2 * 0.16 * 7 / 8) and sb2 == pytest.approx(2 * 0.16 * 7 / 8)
 
 
@@ -51,12 +51,35 @@ def test_fused_ops_pay_chunks_the_reduce_kernel_and_the_local_copy():
     c = ComputeModel()
     f = c.gemm_fixed_s(1e15)
     act, tp, hbm = 1e8, 8, c.hbm_GBps * 1e9
-    fwd, bwd = async_tp_overhead_s(c, 1e15, tp, act, 1.0, 2)
+    fwd, bwd = async_tp_overhead_s(c, 1e15, tp, act, 1.0, 2, out_bytes=2)
     reduce = act * 2 * (1 + 1 / tp) / hbm
     copy = 2 * act / tp * 1.0 / hbm
     assert fwd == pytest.approx((3 + 1 + 2 + 1) * (tp - 1) * f + 2 * reduce + 2 * copy)
     assert bwd == pytest.approx(2 * (tp - 1) * f + 2 * copy)
-    assert async_tp_overhead_s(c, 1e15, 1, act, 1.0, 2) == (0.0, 0.0)
+    assert async_tp_overhead_s(c, 1e15, 1, act, 1.0, 2, out_bytes=2) == (0.0, 0.0)
+
+
+def test_the_reduce_kernel_moves_the_plans_activation_bytes(make_spec, monkeypatch):
+    """fused_matmul_reduce_scatter sums the partials in the matmul's output dtype: fp32 plans move 4 bytes per element
+    where bf16 and fp8 plans (bf16 GEMM outputs) move 2; only the two forward reduce kernels change."""
+    c = ComputeModel()
+    act, tp, hbm = 1e8, 8, c.hbm_GBps * 1e9
+    f16, b16 = async_tp_overhead_s(c, 1e15, tp, act, 4.0, 2, out_bytes=2)
+    f32, b32 = async_tp_overhead_s(c, 1e15, tp, act, 4.0, 2, out_bytes=4)
+    assert f32 - f16 == pytest.approx(2 * act * 2 * (1 + 1 / tp) / hbm) and b32 == b16
+    # tp_overlap_saving passes the plan's size: 4 for fp32, 2 for 16-bit (the fixture's A100 has no fp8)
+    seen = []
+    real = it.async_tp_overhead_s
+
+    def spy(*a, **kw):
+        seen.append(kw["out_bytes"])
+        return real(*a, **kw)
+    monkeypatch.setattr(it, "async_tp_overhead_s", spy)
+    spec = _big(make_spec)
+    costs = default_costs(spec.cluster)
+    for p in ("bf16", "fp16", "fp32"):
+        tp_overlap_saving(with_training(spec, precision=p), _cfg(3), costs)
+    assert seen == [2, 2, 4]
 
 
 def _big(make_spec):
@@ -78,7 +101,7 @@ def test_zero3_plans_take_async_tp_and_zero1_plans_keep_userbuffers(make_spec, m
     z1, z3 = tp_overlap_saving(spec, _cfg(1), costs), tp_overlap_saving(spec, _cfg(3), costs)
     assert z1 != z3 and 0 < z3[1] < z3[0]
     # ZeRO-1 is userbuffers' model: async TP's function is never asked
-    monkeypatch.setattr(it, "async_tp_saving", lambda *a: (_ for _ in ()).throw(AssertionError("called")))
+    monkeypatch.setattr(it, "async_tp_saving", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("called")))
     assert tp_overlap_saving(spec, _cfg(1), costs) == z1
     with pytest.raises(AssertionError, match="called"):
         tp_overlap_saving(spec, _cfg(3), costs)

@@ -225,7 +225,10 @@ def test_zero3_with_cp_is_fsdp_over_dp_x_cp():
     edge = output_edge_bytes(half.model, half.training, flat) - output_edge_bytes(half.model, half.training,
                                                                                  replace(flat, zero=1))
     assert edge > 0 and m3.activations == pytest.approx(m1.activations + edge)
-    assert m3.transient == m1.transient and (m3.activations, m3.transient) != (mf.activations, mf.transient)
+    # the ring's buffers hold K/V at the query heads on ZeRO-3 (torchtitan's repeat_kv), at the kv heads on ZeRO-1
+    assert m3.transient - m1.transient == pytest.approx(
+        cpar.buffer_bytes(spec, z3, "ring") - cpar.buffer_bytes(spec, z1, "ring"))
+    assert (m3.activations, m3.transient) != (mf.activations, mf.transient)
     # the same GEMMs; ZeRO-3 plans (torchtitan's) are charged PyTorch's flash in steady state, a slower row than
     # FlashAttention-2's published one, and, compiled, the rotary multiply Inductor leaves eager: pinning one kernel
     # for both (cuDNN's row is the same whoever calls it) leaves the rotary difference alone
@@ -244,6 +247,45 @@ def test_zero3_with_cp_is_fsdp_over_dp_x_cp():
     assert not [c for c in enumerate_configs(a2a) if c.zero == 3 and c.cp > 1]
     assert [c for c in enumerate_configs(a2a) if c.zero == 1 and c.cp > 1]
     assert "all_to_all" in cpar.cp_refusal(a2a, z3) and "HSDP" in cpar.cp_refusal(spec, replace(z3, dp_shard=2))
+
+
+def test_ring_on_zero3_exchanges_kv_at_the_query_heads():
+    """torchtitan repeats K/V to the query heads before SDPA, so before CP: a ZeRO-3 plan's ring sends heads / kv_heads
+    times a Megatron plan's K/V (TE exchanges GQA K/V unrepeated). The exchange time and the buffers both follow,
+    so the estimate, the mapping objective (stage_times) and the simulator do."""
+    spec = long_spec(heads=32, kv=8, intra=2)           # Llama-3-8B's GQA (4 query heads per kv head), a slow link
+    spec = replace(spec, search=replace(spec.search, zero=(1, 3)))
+    costs = default_costs(spec.cluster)
+    z3 = ParallelConfig(1, 1, 4, 1, 4, "1f1b", 1, "full", 3, False, cp=4)
+    z1 = replace(z3, zero=1)
+    assert cpar.cp_mode(spec, z3, costs) == cpar.cp_mode(spec, z1, costs) == "ring"
+    m, tr = spec.model, spec.training
+    k3, k1 = cpar.kv_shard_bytes(m, tr, z3), cpar.kv_shard_bytes(m, tr, z1)
+    assert k1 == 2 * (tr.seq_length // 4) * m.kv_channels * 2                   # ZeRO-1: the kv heads, bf16
+    assert k3 == 32 // 8 * k1 == cpar.allgather_kv_bytes(m, tr, z3)          # ZeRO-3: the query heads
+    t3, t1 = cpar.layer_times(spec, z3, costs), cpar.layer_times(spec, z1, costs)
+    p3 = costs.compute.layer_parts(m, spec.cluster, *cpar.shard_view(tr, z3))
+    step = cpar.link_s(spec, z3, k3, costs)
+    assert t3.exposed_forward > 0 and t3.exposed_forward == pytest.approx(3 * max(0.0, step - p3["attn"]))
+    assert t3.exposed_backward == pytest.approx(3 * max(0.0, 2 * step - p3["attn_backward"]))
+    assert t3.exposed_forward > t1.exposed_forward
+    assert stage_times(spec, z3, costs)[0].cp_forward == pytest.approx(m.num_layers * t3.exposed_forward)
+    # the ring's receive buffers: max(K/V + fp32 step outputs, 3 K/V)
+    outs = 4.0 * (tr.seq_length // 4) * m.hidden_size * (1 + 3 / 2)
+    assert cpar.buffer_bytes(spec, z3, "ring") == max(k3 + outs, 3 * k3)
+    assert cpar.buffer_bytes(spec, z1, "ring") == max(k1 + outs, 3 * k1)
+
+
+def test_cp_mode_refuses_a_plan_with_no_legal_exchange():
+    """simulate() does not run cp_refusal first: a ZeRO-1 plan under cp_comm allgather (torchtitan's, ZeRO-3 only)
+    is refused with cp_refusal's reason, not charged as the ring."""
+    import planner
+    spec = _ag_spec()
+    z1 = ParallelConfig(1, 1, 4, 1, 4, "1f1b", 1, "full", 1, False, cp=4)
+    with pytest.raises(ValueError, match="allgather"):
+        cpar.cp_mode(spec, z1, default_costs(spec.cluster))
+    with pytest.raises(ValueError, match="allgather"):
+        planner.simulate(spec, z1)
 
 
 def test_cli_and_export_of_zero3_with_cp(capsys):

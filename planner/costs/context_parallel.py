@@ -12,9 +12,10 @@ What the shard view misses, added here:
 - attention: each rank computes 1/cp of the causal attention of the whole sequence (cp times the causal FLOPs of its
   s/cp shard). ring (p2p): cp steps of one (s/cp x s/(2cp))-sized block pair each, at the fused kernel's efficiency
   for s/cp; all_to_all (a2a): the kernel runs on the whole sequence with heads/cp heads (its efficiency at s);
-- ring: K and V of the shard (kv heads / tp) go round the ring, cp - 1 transfers, each overlapped with one step's
-  attention (TE AttnFuncWithCPAndKVP2P sends step i+1's K/V while step i computes); backward sends K/V and dK/dV.
-  Only what a step's compute does not hide counts: (cp - 1) * max(0, transfer - step);
+- ring: K and V of the shard (kv heads / tp; ZeRO-3: query heads / tp, `kv_shard_bytes`) go round the ring, cp - 1
+  transfers, each overlapped with one step's attention (TE AttnFuncWithCPAndKVP2P sends step i+1's K/V while step
+  i computes); backward sends K/V and dK/dV. Only what a step's compute does not hide counts:
+  (cp - 1) * max(0, transfer - step);
 - all_to_all: Q, K, V before and the output after attention (backward: dO before, dQ, dK, dV after) between
   sequence and head sharding, (cp - 1) / cp of each tensor leaves the GPU, not overlapped;
 - memory: the ring's receive buffers and per-step outputs (TE keeps each step's output in fp32 until the layer's
@@ -28,7 +29,8 @@ With ZeRO-3 (torchtitan's FSDP2) the same shard view holds: torchtitan shards th
 the `fsdp` mesh of dp_shard * cp at 238fa995), i.e. over the shard view's dp * cp replicas. TE's all_to_all is not
 torchtitan's and is refused. Its exchange, PyTorch's experimental context parallel with torchtitan's default rotate
 method, is mode `allgather` (`allgather_layer_times`, read from the source, docs/notes/context_parallel.md "PyTorch's
-context parallel"); `ring` on a ZeRO-3 plan keeps TE's ring model (torchtitan's `alltoall` rotation, approximated).
+context parallel"); `ring` on a ZeRO-3 plan keeps TE's ring model (torchtitan's `alltoall` rotation, approximated)
+with K/V at the query heads, as torchtitan repeats them before SDPA.
 """
 from __future__ import annotations
 
@@ -124,10 +126,14 @@ ZERO = CPLayerTimes(0.0, 0.0, 0.0, 0.0)
 
 
 def kv_shard_bytes(model, training, cfg: ParallelConfig) -> float:
-    """K and V of one shard on one tensor rank, one micro-batch: what one ring step sends (16-bit; fp8 training keeps
-    attention in bf16). `training` and `cfg` are the real ones (cp > 1)."""
+    """K and V of one shard on one tensor rank, one micro-batch: what one ring step sends and what its buffers hold
+    (16-bit; fp8 training keeps attention in bf16). `training` and `cfg` are the real ones (cp > 1). The one home of
+    the ring's K/V width: Megatron-Core plans (ZeRO 0-2) exchange the kv heads (TE passes GQA K/V unrepeated);
+    ZeRO-3 plans are torchtitan's, whose Llama repeats K/V to the query heads (repeat_kv) before SDPA and so before
+    CP, as allgather_kv_bytes counts."""
     s = training.seq_length // cfg.cp
-    return 2 * s * cfg.micro_batch_size * model.kv_channels / cfg.tp * BYTES[training.precision]
+    width = model.hidden_size if cfg.zero == 3 else model.kv_channels
+    return 2 * s * cfg.micro_batch_size * width / cfg.tp * BYTES[training.precision]
 
 
 def a2a_bytes(model, training, cfg: ParallelConfig) -> float:
@@ -277,10 +283,13 @@ def allgather_buffer_bytes(spec, cfg: ParallelConfig) -> float:
 
 def cp_mode(spec, cfg: ParallelConfig, costs) -> str | None:
     """The exchange a config runs: training.cp_comm, or for auto the legal mode with the smaller added time (ring
-    on a tie). None for cp = 1."""
+    on a tie). None for cp = 1. ValueError for a cp the plan's framework cannot run (cp_refusal): `simulate` and
+    stage_times do not check it first, and charging such a plan some other mode would hide the refusal."""
     if cfg.cp == 1:
         return None
-    modes = legal_modes(spec, cfg) or ("ring",)
+    modes = legal_modes(spec, cfg)
+    if not modes:
+        raise ValueError(cp_refusal(spec, cfg))       # never None here: its last rule is "no legal mode"
     if len(modes) == 1:
         return modes[0]
     return min(modes, key=lambda m: (_total(layer_times(spec, cfg, costs, m)), MODES.index(m)))

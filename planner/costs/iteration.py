@@ -125,7 +125,8 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
         return async_tp_saving(parts_of(spec.model, spec.cluster, tr, c), costs.compute,
                                spec.cluster.gpu.peak_flops("bf16"), cfg.tp,
                                tr.seq_length * c.micro_batch_size * spec.model.hidden_size,
-                               tp_gather_bytes(tr, c), spec.model.gated_mlp)
+                               tp_gather_bytes(tr, c), spec.model.gated_mlp,
+                               out_bytes=BYTES[activation_precision(tr.precision)])
     if ov.tp_comm and cfg.sequence_parallel:
         p = parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg))
         comm, gemm = p["tp_comm"], p["gemm"]
@@ -188,14 +189,15 @@ def async_tp_exposed_s(comm, gemm, tp: int):
 
 
 def async_tp_overhead_s(compute, peak_bf16: float, tp: int, act_elements: float, gather_bytes: float,
-                        ffn_in_matmuls: int) -> tuple[float, float]:
+                        ffn_in_matmuls: int, *, out_bytes: float) -> tuple[float, float]:
     """(forward, backward) seconds per layer that the fused ops add (torch/distributed/_symmetric_memory/__init__.py):
     - each fused matmul runs as tp chunks of M / tp rows: tp - 1 more GEMM fixed parts per matmul
       (ComputeModel.gemm_fixed_s, as userbuffers_overhead_s): forward QKV (3), proj, FFN input (w1, w3), fc2;
       backward the two output-gradient all-gathers' dgrad GEMMs (proj, fc2);
-    - fused_matmul_reduce_scatter writes every rank's partial chunk into stacked_partials (M x N, the output dtype,
-      bf16) and sums them in one kernel (reduce_fn over the group dim): it reads M x N and writes M / tp x N, 2 bytes
-      each, where NCCL's reduce-scatter reduces inside its own kernel: two per forward;
+    - fused_matmul_reduce_scatter writes every rank's partial chunk into stacked_partials (M x N, the output dtype)
+      and sums them in one kernel (reduce_fn over the group dim): it reads M x N and writes M / tp x N, out_bytes
+      each (the plan's activation element size: bf16 for bf16 and fp8 plans, 4 for fp32), where NCCL's
+      reduce-scatter reduces inside its own kernel: two per forward;
     - fused_all_gather_matmul copies the local shard into its gathered output (chunks[rank].copy_(shard)) on the
       compute stream: a read and a write of the shard, each all-gather (two forward, two backward).
     act_elements: M x h, the gathered activation of one micro-batch (tokens x hidden) on one rank.
@@ -207,7 +209,7 @@ def async_tp_overhead_s(compute, peak_bf16: float, tp: int, act_elements: float,
         return 0.0, 0.0
     f = fixed(peak_bf16)
     bw = hbm * 1e9
-    reduce = act_elements * 2 * (1 + 1 / tp) / bw
+    reduce = act_elements * out_bytes * (1 + 1 / tp) / bw
     local_copy = 2 * act_elements / tp * gather_bytes / bw
     fwd = (ASYNC_TP_QKV_MATMULS + 1 + ffn_in_matmuls + 1) * (tp - 1) * f + 2 * reduce + 2 * local_copy
     bwd = 2 * (tp - 1) * f + 2 * local_copy
@@ -215,7 +217,7 @@ def async_tp_overhead_s(compute, peak_bf16: float, tp: int, act_elements: float,
 
 
 def async_tp_saving(parts: dict, compute, peak_bf16: float, tp: int, act_elements: float, gather_bytes: float,
-                    gated_mlp: bool) -> tuple[float, float]:
+                    gated_mlp: bool, *, out_bytes: float) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's tensor-parallel collectives async TP hides, less what its fused ops
     add (async_tp_overhead_s). Which collectives the pass fuses with torchtitan's layout (sequence parallel on dim 1,
     pytorch/torchtitan@9dec370a torchtitan/parallelisms/parallelize_llama.py apply_tp):
@@ -230,13 +232,13 @@ def async_tp_saving(parts: dict, compute, peak_bf16: float, tp: int, act_element
       the column-parallel layers' input gradients are not: their input is the sum of three (wq, wk, wv) or two
       (w1, w3) dgrad matmuls, and fuse_matmul_reduce_scatter needs a matmul as the producer. They stay exposed.
     Backward dgrad GEMMs take backward_ratio / 2 of their forward GEMM's time (the compute model's split)."""
-    ag = parts.get("tp_gather", parts["tp_comm"] / 4)
-    rs = parts.get("tp_scatter", parts["tp_comm"] / 4)
+    ag, rs = parts["tp_gather"], parts["tp_scatter"]       # ComputeModel.layer_parts, the only source, has both
     (qkv, fc1), (proj, fc2) = parts["gemm_column"], parts["gemm_row"]
     half_r = getattr(compute, "backward_ratio", 2.0) / 2
     fwd = sum(c - async_tp_exposed_s(c, g, tp) for c, g in ((ag, qkv), (rs, proj), (ag, fc1), (rs, fc2)))
     bwd = sum(ag - async_tp_exposed_s(ag, half_r * g, tp) for g in (proj, fc2))
-    of, ob = async_tp_overhead_s(compute, peak_bf16, tp, act_elements, gather_bytes, 2 if gated_mlp else 1)
+    of, ob = async_tp_overhead_s(compute, peak_bf16, tp, act_elements, gather_bytes, 2 if gated_mlp else 1,
+                                 out_bytes=out_bytes)
     return fwd - of, bwd - ob
 
 

@@ -43,6 +43,9 @@ def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelCon
 def _configs(spec, G: int, tp: int, cp: int) -> Iterator[ParallelConfig]:
     model, cl, s = spec.model, spec.cluster, spec.search
     w = tp * cp                    # GPUs of one replica of a stage: the block width
+    # Megatron-Core's plans (ZeRO 0-2) run this cp by cp_refusal's rules (e.g. allgather is torchtitan's, ZeRO-3 only);
+    # they do not depend on dp or on which of ZeRO 0-2
+    megatron_cp = cp == 1 or cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, cp=cp)) is None
     for pp in divisors(G // w):
         if model.num_layers % pp and not (s.uneven_stages and pp > 1):
             continue
@@ -61,8 +64,8 @@ def _configs(spec, G: int, tp: int, cp: int) -> Iterator[ParallelConfig]:
                         if z == 3 and (dp * cp == 1 or (cp > 1 and cp_refusal(spec, ParallelConfig(
                                 tp, 1, dp, 1, 1, zero=3, cp=cp)))):
                             continue      # ZeRO-3 is torchtitan's FSDP: over dp x cp, PyTorch's CP exchange
-                        if z != 3 and cp > 1 and spec.training.cp_comm == "allgather":
-                            continue      # allgather is torchtitan's (ZeRO-3): no Megatron-Core plan runs it
+                        if z != 3 and not megatron_cp:
+                            continue      # e.g. allgather is torchtitan's (ZeRO-3): no Megatron-Core plan runs it
                         for sp in (s.sequence_parallel if tp > 1 else (False,)):
                             for shard in (shard_sizes(spec, tp, pp, dp) if z == 3 and cp == 1 else (0,)):
                                 cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split, cp=cp,
