@@ -452,7 +452,10 @@ def main(argv=None) -> int:
                 print_solve(out[-1:])
         print(json.dumps(out, indent=1) if args.json else SOLVE_FOOTER)
         return 0
-    results = [evaluate_row(r) for r in rows]
+    # the #9 file read alone (--data) is judged as in the default run: a knob the planner could not take makes a
+    # row partial there, so both runs print the same summary
+    fsdp_alone = os.path.realpath(args.data) == os.path.realpath(DATA_FSDP)
+    results = [evaluate_row(r, strict=fsdp_alone) for r in rows]
     s = summary(results)
     more = [evaluate_row(r, strict=True) for r in extra]
     if args.json:
@@ -460,7 +463,7 @@ def main(argv=None) -> int:
                           **({"fsdp_rows": more, "fsdp_summary": summary(more)} if more else {})}, indent=1))
     else:
         if results:
-            print_table(results, s)
+            print_table(results, s, **({"targets": "<= 10%, <= 20%"} if fsdp_alone else {}))
         if more:
             print(f"\nFSDP / ZeRO-3 rows (#9, {os.path.relpath(DATA_FSDP, ROOT)}; targets: median |error| <= 10%, "
                   "max <= 20%, memory within 10%)")

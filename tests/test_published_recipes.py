@@ -111,3 +111,16 @@ def test_h200_cluster_spec_and_profile():
     h200 = default_costs(spec.cluster).compute
     assert h200.hbm_GBps == pytest.approx(h100.hbm_GBps * 4800 / 3350, rel=1e-3)
     assert h200.max_efficiency == h100.max_efficiency
+
+
+def test_fsdp_rows_read_alone_are_judged_as_in_the_default_run(capsys):
+    """`--data published_recipes_fsdp.yaml` marks a row with a knob the planner could not take as partial, as the
+    default run's #9 table does (the 405B interleaved row's torchtitan stage split), so both print one summary."""
+    import json
+    row = "tt2412-405b-3d-interl-512"
+    pr.main(["--json", "--rows", row])
+    default = json.loads(capsys.readouterr().out)["fsdp_rows"][0]
+    pr.main(["--json", "--rows", row, "--data", pr.DATA_FSDP])
+    alone = json.loads(capsys.readouterr().out)["rows"][0]
+    assert default["missing"] == alone["missing"] == ["uneven_stages"]
+    assert default["partial"] and alone["partial"]
