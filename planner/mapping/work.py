@@ -19,12 +19,12 @@ that do not depend on the machine's load:
 The rates were calibrated once (docs/notes/solver.md, "Deterministic work budget"; the annealer's in
 "Incremental annealer" and "The annealer recalibrated on the slowest machine") so that a work second takes less
 than a wall second on the slowest development machine (2 cores) with two solves at once; they are never measured
-at run time, so a plan depends neither on the load nor on the machine. The annealer's rule: run
-benchmarks/anneal_speed.py twice side by side (two solves at once), three times; take each run's least cost-1 rate
-over its grids (1x16 .. 16x8, 1 and 3 scenarios), the median of those six minima, and give a second of the limit
-75% of it (25% margin), i.e. ANNEAL_ITERS_PER_S = 0.75 x that rate / WORK_PER_S; a 10 s limit must then end within
-10.5 s of wall with two solves at once. A faster machine ends the same search sooner. The wall clock stays as a
-safety stop only; a search it ends says so (stopped_by "wall").
+at run time, so a plan depends neither on the load nor on the machine, on any machine at least that fast. The
+annealer's rule: run benchmarks/anneal_speed.py twice side by side (two solves at once), three times; take each
+run's least cost-1 rate over its grids (1x16 .. 16x8, 1 and 3 scenarios), the median of those six minima, and
+give a second of the limit 75% of it (25% margin), i.e. ANNEAL_ITERS_PER_S = 0.75 x that rate / WORK_PER_S; a 10 s
+limit must then end within 10.5 s of wall with two solves at once. A faster machine ends the same search sooner.
+The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
 
 Meters nest (a solve inside a solve): a charge counts in every open meter of the current context, so a
 caller sees what its callees spent. Context variables keep concurrent solves in threads apart. A meter may
