@@ -8,7 +8,8 @@ their overlap): the same step, written here in plain PyTorch after torchtitan's 
 
 What it builds, after pytorch/torchtitan @ e7c0cae9 (`models/llama3/model.py`, `parallelize_llama.py`,
 `components/loss.py`, `train_configs/llama3_8b.toml`): Llama 3.1 8B dimensions with N layers; RMSNorm, complex RoPE,
-repeat_kv, SDPA (forced to the flash back end, the planner's `flash2`), SwiGLU; op-level selective checkpointing
+repeat_kv, SDPA (forced to the flash back end: PyTorch's own FlashAttention-2 copy, charged to ZeRO-3 plans as
+`sdpa_flash`), SwiGLU; op-level selective checkpointing
 (save the outputs of mm, SDPA and max, except every second mm); each block torch.compile'd (fullgraph) after its
 checkpoint wrapper; FSDP2 (`fully_shard`, bf16 parameters, fp32 reduction) per block and at the root on a one-rank
 process group; the loss F.cross_entropy(pred.float()), compiled with the model (torchtitan since 2025) or eager

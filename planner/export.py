@@ -396,7 +396,11 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     backend = _attention_backend(solution, file)
     if backend:
         # torchtitan's job config has no SDPA back-end key: PyTorch's priority order decides
-        lines.append(f"# attention_backend {backend}: the plan charged that kernel's speed; "
+        # a ZeRO-3 plan naming flash2 was charged PyTorch's own flash copy (compute.attention_backend: sdpa_flash)
+        charged = ("PyTorch's flash kernel as measured in training steps (sdpa_flash; FlashAttention-2's published "
+                   "row where the GPU type has none)" if backend == "flash2" and cfg.zero == 3
+                   else "that kernel's speed")
+        lines.append(f"# attention_backend {backend}: the plan charged {charged}; "
                      "torchtitan has no key for it, PyTorch's SDPA priority picks (cuDNN first on Hopper in torch "
                      "2.11, flash first in late 2024; torch.nn.attention.sdpa_kernel pins one)")
     for name, table in tables:

@@ -171,7 +171,9 @@ def test_torchtitan_export_says_what_it_cannot_set():
     sol = tp2_solution(attention_backend="cudnn", framework="torchtitan", precision="bf16", seq_length=4096,
                        num_layers=4)
     sol["config"] = {**sol["config"], "zero": 3, "sequence_parallel": True}
-    assert "# attention_backend cudnn: the plan charged" in torchtitan_toml(sol)
+    assert "# attention_backend cudnn: the plan charged that kernel's speed" in torchtitan_toml(sol)
+    # flash2 on a ZeRO-3 plan was charged PyTorch's own flash copy (sdpa_flash), and the comment says so
+    assert "the plan charged PyTorch's flash kernel" in torchtitan_toml({**sol, "attention_backend": "flash2"})
     assert "attention_backend" not in torchtitan_toml({k: v for k, v in sol.items() if k != "attention_backend"})
     with pytest.raises(SpecError):
         torchtitan_toml({**sol, "attention_backend": "cudnn\n[training]"})
@@ -288,3 +290,24 @@ def test_estimate_names_the_kernel_a_zero3_plan_is_charged():
     z3 = ParallelConfig(1, 1, 128, 2, 1, "1f1b", 1, "selective", 3, False)
     assert "fused attention sdpa_flash (measured in training steps)" in costs_note(spec, z3)
     assert "fused attention flash2" in costs_note(spec, ParallelConfig(1, 1, 128, 2, 1, "1f1b", 1, "none", 1, False))
+
+
+def test_compiled_loss_under_pipelining_counts_the_kept_logits_once():
+    """pp > 1: PyTorch pipelining's last stage keeps every micro-batch's bf16 output, which is what the compiled loss
+    saves for its backward; the held micro-batches' logits are not counted a second time (the eager loss's fp32
+    log-softmax is a separate tensor and is)."""
+    import dataclasses
+
+    from planner.costs.memory import held_at_output, logits_bytes
+    m = load_model(os.path.join(ROOT, "models", "llama3-8b.yaml"))
+    t = TrainingSpec(global_batch_size=32, seq_length=8192)
+    pp2 = ParallelConfig(1, 2, 4, 2, 4, "1f1b", 1, "selective", 3, False)
+    last = pp2.pp - 1
+    held = held_at_output(pp2, last)
+    assert held >= 1
+    per_logit = 2 * 8192 * m.vocab_size
+    # compiled: kept bf16 outputs (2 x m) and the 2 bytes live in the backward, nothing per held micro-batch
+    assert logits_bytes(m, t, pp2, last) == pytest.approx((2 * pp2.num_microbatches + 2) * per_logit, rel=1e-3)
+    eager = dataclasses.replace(t, compile_loss=False)
+    assert logits_bytes(m, eager, pp2, last) == pytest.approx((4 * held + 8 + 2 * pp2.num_microbatches) * per_logit,
+                                                              rel=1e-3)

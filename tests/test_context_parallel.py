@@ -286,6 +286,14 @@ def test_cp_mode_refuses_a_plan_with_no_legal_exchange():
         cpar.cp_mode(spec, z1, default_costs(spec.cluster))
     with pytest.raises(ValueError, match="allgather"):
         planner.simulate(spec, z1)
+    # every refusal rule, not only "no legal mode": unfused attention with cp > 1 is refused by name (it reached
+    # the layer model and failed there with a KeyError)
+    d = dict(_ag_spec().raw)
+    d["training"] = {**d["training"], "attention": "unfused", "cp_comm": "ring"}
+    d["search"] = {**d["search"], "context_parallel": [1]}     # the spec refuses cp > 1 there; simulate does not
+    unfused = parse_spec(d, "x.yaml")
+    with pytest.raises(ValueError, match="unfused"):
+        planner.simulate(unfused, z1)
 
 
 def test_cli_and_export_of_zero3_with_cp(capsys):

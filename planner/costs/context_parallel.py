@@ -237,9 +237,9 @@ AG_BWD_FIXED_EAGER = 46.0   # zero-initialised fp32 accumulators (12), contiguou
 
 def allgather_kv_bytes(model, training, cfg: ParallelConfig) -> float:
     """K and V of one shard as PyTorch's CP sends them: b * s/cp tokens at the local query heads (torchtitan repeats
-    the kv heads before SDPA), 16-bit (fp8 training keeps attention in bf16)."""
-    return 2 * (training.seq_length // cfg.cp) * cfg.micro_batch_size * model.hidden_size / cfg.tp \
-        * BYTES[training.precision]
+    the kv heads before SDPA), 16-bit (fp8 training keeps attention in bf16): kv_shard_bytes of a ZeRO-3 plan, the
+    one home of that width."""
+    return kv_shard_bytes(model, training, replace(cfg, zero=3))
 
 
 def allgather_layer_times(spec, cfg: ParallelConfig, costs, a_f: float, a_b: float) -> CPLayerTimes:
@@ -287,9 +287,10 @@ def cp_mode(spec, cfg: ParallelConfig, costs) -> str | None:
     stage_times do not check it first, and charging such a plan some other mode would hide the refusal."""
     if cfg.cp == 1:
         return None
+    why = cp_refusal(spec, cfg)       # every rule (unfused attention, placement, ...), not only "no legal mode"
+    if why:
+        raise ValueError(why)
     modes = legal_modes(spec, cfg)
-    if not modes:
-        raise ValueError(cp_refusal(spec, cfg))       # never None here: its last rule is "no legal mode"
     if len(modes) == 1:
         return modes[0]
     return min(modes, key=lambda m: (_total(layer_times(spec, cfg, costs, m)), MODES.index(m)))

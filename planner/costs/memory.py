@@ -352,8 +352,9 @@ def held_at_output(cfg: ParallelConfig, stage: int) -> int:
 
 
 def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
-    """Output stage: each held micro-batch keeps the fp32 softmax of its vocab shard (Megatron's vocab-parallel
-    cross entropy); one 16-bit logits buffer is live while it is made."""
+    """Output stage: each held micro-batch keeps what its loss saves for backward (Megatron's vocab-parallel cross
+    entropy and torchtitan's eager loss: the fp32 softmax of its vocab shard; torchtitan's compiled loss: the bf16
+    logits), plus what is live while it is made or differentiated."""
     held = held_at_output(cfg, stage)
     if not held:
         return 0.0
@@ -380,6 +381,8 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
         # PyTorch pipelining's last stage keeps every micro-batch's output (the bf16 logits) in
         # stage.output_chunks for the schedule's final merge (torch/distributed/pipelining/stage.py forward_one_chunk)
         kept = 2 * cfg.num_microbatches
+        if per_held == 2:
+            per_held = 0      # the compiled loss's saved input is that same bf16 output, already in `kept`
     return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (per_held * held + live + kept)
 
 
