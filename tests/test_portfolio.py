@@ -156,3 +156,55 @@ def test_lns_after_the_anneal_never_worse_and_deterministic(monkeypatch):
     p.check(a.assign)
     p.dp_base = np.array([0.0, -0.01, -0.02, -0.03])      # pipeline slack: one row's ring dominates, no LNS
     assert portfolio.lns_steps(0.3, p) == 0 and work_budget(0.3, p)[0] > a.work["iterations"]
+
+
+def _spy_anneal(monkeypatch):
+    """Record every anneal the portfolio runs: (init, iterations, result)."""
+    calls, real = [], portfolio.anneal
+
+    def spy(probs, **kw):
+        r = real(probs, **kw)
+        calls.append((None if kw.get("init") is None else np.asarray(kw["init"]).copy(), kw["iterations"], r))
+        return r
+    monkeypatch.setattr(portfolio, "anneal", spy)
+    return calls
+
+
+def _small_lns(monkeypatch, two_rows_nodes):
+    """The LNS (and the probe) on a 20-node instance: EXACT_NODES lowered, the probe after two short chunks."""
+    monkeypatch.setattr(portfolio, "EXACT_NODES", 16)
+    monkeypatch.setattr(portfolio, "TWO_ROWS_NODES", two_rows_nodes)
+    monkeypatch.setattr(portfolio, "LNS_CHUNK", 10)
+    monkeypatch.setattr(portfolio, "LNS_PROBE_STEPS", 20)
+
+
+def test_a_stalled_lns_hands_the_rest_of_its_work_to_a_reheat(monkeypatch):
+    """An LNS that has not lowered the objective after LNS_PROBE_STEPS steps (here one that never moves) stops, and
+    the work of its remaining steps goes to a second anneal started from its plan: never worse, deterministic."""
+    _small_lns(monkeypatch, two_rows_nodes=16)
+    monkeypatch.setattr(portfolio.lns, "improve", lambda p, a, *, steps, seed=0: (np.asarray(a).copy(), 0))
+    calls = _spy_anneal(monkeypatch)
+    p = family_problem(4, 5, 3)
+    steps = portfolio.lns_steps(0.3, p)
+    assert steps > 20
+    a = solve(p, time_limit_s=0.3, seed=0)
+    first, second = calls[0][2], calls[1]
+    assert len(calls) == 2 and np.array_equal(second[0], first.assign)
+    left = (steps - 20) * portfolio._lns_step_work(p)
+    assert second[1] == a.work["reheat_iterations"] == portfolio.work.iterations_for(left, p.layout.rows)
+    assert a.work["lns_steps"] == 20
+    assert a.objective <= first.objective + 1e-12 and a.objective == pytest.approx(p.objective(a.assign))
+    b = solve(p, time_limit_s=0.3, seed=0)
+    assert np.array_equal(a.assign, b.assign) and a.work == b.work
+
+
+def test_no_reheat_where_the_two_row_re_solve_follows(monkeypatch):
+    """Up to TWO_ROWS_NODES the two-row re-solve follows the LNS, and a stalled LNS runs all its steps (on the
+    8 x 8 tuning seeds the reheat lost there)."""
+    _small_lns(monkeypatch, two_rows_nodes=64)
+    monkeypatch.setattr(portfolio.lns, "improve", lambda p, a, *, steps, seed=0: (np.asarray(a).copy(), 0))
+    calls = _spy_anneal(monkeypatch)
+    p = family_problem(4, 5, 3)
+    a = solve(p, time_limit_s=0.3, seed=0)
+    assert len(calls) == 1 and "reheat_iterations" not in a.work
+    assert a.work["lns_steps"] == portfolio.lns_steps(0.3, p)

@@ -7,7 +7,8 @@ runs, on that one budget:
      _rings_alike), large-neighbourhood search with exact repair (lns.py) from the annealer's plan, on LNS_SHARE
      of the work (taken from the annealer's share: on issue #10's family at 64-128 nodes it lowers the objective
      more per unit of work than annealing longer; at 32 nodes it found nothing; docs/notes/solver.md "LNS after
-     the anneal");
+     the anneal"). Above TWO_ROWS_NODES, an LNS that has not lowered the objective in its first LNS_PROBE_STEPS steps
+     hands the rest of its work to a reheated anneal from its plan (a second chain started from the first one's best);
   3. up to EXACT_NODES candidate nodes, cpsat.solve_exact (pre-solve bounds, the column decomposition, the
      assignment model) with the annealer's incumbent as hint, on the rest of the work (EXACT_SHARE of it up to
      SMALL_NODES nodes, EXACT_SHARE_LARGE above, only EXACT_PROBE_SHARE where the two-row re-solve runs and gets
@@ -58,6 +59,14 @@ EXACT_WALL_FLOOR = 0.2
 # 111.99 / 112.03 / 111.94 / 112.20 at 8 x 8 for 0.2 / 0.28 / 0.35 / 0.5 ("The annealer recalibrated ...")
 LNS_SHARE = 0.35
 LNS_CHUNK = 200                  # LNS steps between looks at the safety stop
+# where no two-row re-solve follows (above TWO_ROWS_NODES), an LNS that has not lowered the objective after this many
+# steps hands the rest of its work to a reheated anneal from its plan. Tuning seeds of issue #10's family (100 101
+# 0-2 24 30-41): at 8 x 16 the first 200 steps lowered it on 18 of 18; on the shipped clusters' matrices
+# (a100-128x8-het 8 x 16) it lowered nothing in all its steps, where a long chain's result depends on its seed by up
+# to 2% and a second chain from the first one's best pays. At 8 x 8 (the two-row re-solve after the LNS) the reheat
+# lost on each tuning seed where it fired (42-61: 46, 49, 60 by 0.38, 0.35, 0.15 ms; 56 equal), so it is not used
+# there (docs/notes/solver.md "A stalled LNS hands its work to a reheat")
+LNS_PROBE_STEPS = 400
 # of the work, from SMALL_NODES + 1 to EXACT_NODES nodes where tworows.applies and the rings count alike: two rows
 # re-solved exactly after the anneal (tworows.py), taken from the annealer's share. 0.45 at the first calibration;
 # 0.3 since the annealer's rate was recalibrated on the slowest machine (half the iterations per work second): on the
@@ -104,10 +113,14 @@ def lns_steps(time_limit_s: float, problems) -> int:
     share = _lns_share(probs)
     if share <= 0:
         return 0
-    p0 = probs[0]
-    # a step places up to 2K freed nodes and the spares; charged as the mean of one and two per column
+    return int(share * work.WORK_PER_S * time_limit_s / _lns_step_work(probs[0]))
+
+
+def _lns_step_work(p0) -> float:
+    """Work seconds charged per LNS step in the budget: a step places up to 2K freed nodes and the spares; charged
+    as the mean of one and two per column."""
     size = int(1.5 * p0.layout.cols) + p0.n - p0.layout.blocks
-    return int(share * work.WORK_PER_S * time_limit_s / work.lns_step_work(p0.layout.blocks, size))
+    return work.lns_step_work(p0.layout.blocks, size)
 
 
 def _lns_share(probs) -> float:
@@ -207,22 +220,38 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
 
 
 def _lns(probs, T, seed, init, wall_left, info):
-    """The LNS after the anneal on its steps (none where it does not apply or the safety stop is near)."""
+    """The LNS after the anneal on its steps (none where it does not apply or the safety stop is near); if it has
+    not lowered the objective after LNS_PROBE_STEPS steps, the rest of its work goes to _reheat."""
     steps = lns_steps(T, probs)
     if steps <= 0 or wall_left() <= WALL_NEAR or interrupt.requested():
         return init, info
+    p0 = probs[0]
+    start = p0.objective(init)
+    reheat = not _two_rows_on(probs)
     # the steps in chunks, so the safety stop and a Ctrl-C are seen (a chunk is ~0.1 s of wall)
     done, moved, a = 0, 0, init
     while done < steps:
-        n = min(LNS_CHUNK, steps - done)
-        a, k = lns.improve(probs[0], a, steps=n, seed=seed * 1_000_003 + done)
+        n = min(LNS_CHUNK, steps - done, max(0, LNS_PROBE_STEPS - done) or LNS_CHUNK)
+        a, k = lns.improve(p0, a, steps=n, seed=seed * 1_000_003 + done)
         done, moved = done + n, moved + k
         if wall_left() <= WALL_NEAR or interrupt.requested():
             if not interrupt.requested():
                 work.note_wall()
             break
+        if done == LNS_PROBE_STEPS and done < steps and reheat and p0.objective(a) >= start:
+            a, info = _reheat(probs, seed, a, (steps - done) * _lns_step_work(p0), wall_left, info)
+            break
     info = dict(info, lns_steps=done, lns_moves=moved)
     return a, info
+
+
+def _reheat(probs, seed, init, work_s, wall_left, info):
+    """A second anneal from `init` on `work_s` work seconds (its own seed; its temperature starts from the spread
+    of moves around `init`, as a first chain's does around its start); `init` is kept unless beaten."""
+    iters = work.iterations_for(work_s, probs[0].layout.rows, len(probs))
+    r = anneal(probs, seed=seed + 1, iterations=iters, time_limit_s=max(0.0, wall_left()), init=init)
+    best = r.assign.copy() if r.objective < probs[0].objective(init) else init
+    return best, dict(info, reheat_iterations=iters)
 
 
 def _two_rows(probs, T, seed, init, wall_left, info):
