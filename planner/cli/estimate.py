@@ -57,7 +57,7 @@ def costs_note(spec, cfg=None) -> str:
     import os
 
     from planner.costs import default_costs
-    from planner.costs.compute import attention_backend, measured_backend
+    from planner.costs.compute import charged_backend
     cm = default_costs(spec.cluster).compute
     bits = [f"compute profile {os.path.basename(cm.source) if cm.source else 'built-in defaults'}"]
     if cm.sustained_slowdown != 1.0:
@@ -65,6 +65,6 @@ def costs_note(spec, cfg=None) -> str:
     if spec.training.precision == "fp8":
         bits.append(f"fp8 GEMMs at {2 * cm.fp8_relative_efficiency:.2f}x bf16's throughput")
     if spec.training.attention == "fused":
-        kernel = measured_backend(spec.cluster.gpu.type, attention_backend(spec.training, cfg))
+        kernel = charged_backend(spec.cluster.gpu.type, spec.training, cfg)
         bits.append(f"fused attention {kernel}" + (" (measured in training steps)" if kernel == "sdpa_flash" else ""))
     return "costs: " + ", ".join(bits)

@@ -182,6 +182,11 @@ def measured_backend(gpu_type: str, backend: str) -> str:
     return backend
 
 
+def charged_backend(gpu_type: str, training, cfg=None) -> str:
+    """The fused kernel whose measured row a plan is charged: attention_backend, then measured_backend."""
+    return measured_backend(gpu_type, attention_backend(training, cfg))
+
+
 def fused_attention_efficiency(gpu_type: str, seq: int, causal: bool = True, backend: str = "flash2") -> float:
     """Fraction of the dense 16-bit peak a fused causal (or, causal=False, unmasked) attention kernel reaches
     (forward + backward), linear in log2(s) between the measured sequence lengths, flat beyond them."""
@@ -295,7 +300,7 @@ class ComputeModel:
         if fused:
             # the kernel's softmax, mask and dropout run in registers: no s^2 bytes; 16-bit peak (fp32: its own)
             apeak = cluster.gpu.peak_flops(training.precision if training.precision in ("fp32", "fp16") else "bf16")
-            backend = measured_backend(cluster.gpu.type, attention_backend(training, cfg))
+            backend = charged_backend(cluster.gpu.type, training, cfg)
             eff = fused_attention_efficiency(cluster.gpu.type, s, backend=backend)
             attn = causal_attention_flops(b, s, h, t) / (apeak * eff)
         else:
