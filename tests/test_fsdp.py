@@ -151,8 +151,9 @@ def test_pp_reduce_scatter_runs_once_after_the_last_backward_exposed(make_spec):
     st = stage_times(spec, cfg, costs)
     f, bw, once = fsdp_exposed_parts(spec, cfg, costs, st, 0, 2, 4)
     ag, rs, rep = fsdp_collectives(spec, cfg, costs, sum(fsdp_units(spec.model, cfg, 0)), 2, 4)
-    # nothing per micro-batch; the whole stage's reduce-scatter is charged (a backward would have hidden most of it),
-    # beside FSDP2's copies and fp32 accumulation on the compute stream (fsdp_copy_s, once per iteration with pp > 1)
+    # nothing per micro-batch (the fp32 gradient accumulation is in stage_times' backward); the whole stage's
+    # reduce-scatter is charged once (a backward would have hidden most of it), beside FSDP2's once-per-iteration
+    # copies (fsdp_copy_s)
     from planner.costs.fsdp import fsdp_copy_s
     copies = fsdp_copy_s(spec, cfg, costs, 0)[2]
     assert f == 0 and bw == 0 and copies > 0 and rs + rep < once - copies <= ag + rs + rep
@@ -331,8 +332,9 @@ def test_fsdp2_copies_on_the_compute_stream_are_charged(make_spec, monkeypatch):
     """FSDP2's work on the compute stream: the copy-out of each gathered unit (read + write of its gathered bytes), the
     reduce-scatter's fp32 copy-in (chunk_cat at the measured 0.41 of the HBM rate) and, without gradient sync, the
     fp32 accumulation. pp = 1: per micro-batch (gathered twice, [norm, output] once; reduced from bf16, 6 bytes);
-    pp > 1: once per iteration (one gather, upcast 6 + accumulate 10 x (m - 1), reduce from fp32, 8 bytes). Never
-    hidden; torchao's fp8 all-gather copies 1 byte per Linear weight."""
+    pp > 1: once per iteration one gather and the reduce from fp32 (8 bytes), and in every backward the mean of the
+    fp32 accumulation (upcast 6 + accumulate 10 x (m - 1), over m). Never hidden; torchao's fp8 all-gather copies 1
+    byte per Linear weight."""
     from dataclasses import replace
 
     import planner.costs.iteration as it
@@ -352,18 +354,45 @@ def test_fsdp2_copies_on_the_compute_stream_are_charged(make_spec, monkeypatch):
     pp2 = _cfg(tp=2, pp=2, dp=8, m=8)
     P2 = sum(fsdp_units(spec.model, pp2, 1))
     f2, b2, once2 = fsdp_copy_s(spec, pp2, costs, 1)
-    assert f2 == b2 == 0.0
-    assert once2 == pytest.approx(2 * 2 * P2 / hbm + (6 + 10 * 7) * P2 / hbm + 8 * P2 * cat)
+    assert f2 == 0.0 and b2 == pytest.approx((6 + 10 * 7) * P2 / hbm / 8)
+    assert once2 == pytest.approx(2 * 2 * P2 / hbm + 8 * P2 * cat)
+    assert 8 * b2 + once2 == pytest.approx(2 * 2 * P2 / hbm + (6 + 10 * 7) * P2 / hbm + 8 * P2 * cat)  # the total
     # fp8 all-gather: the gathered buffer, hence the copy-out, shrinks by a byte per Linear weight
     from types import SimpleNamespace  # the spec's A100 refuses fp8; the copies read only model and training
     fp8 = SimpleNamespace(model=spec.model,
                           training=replace(spec.training, precision="fp8", fsdp_float8_all_gather=True))
     g8 = sum(fsdp_gather_bytes(fp8.model, fp8.training, cfg, 0))
     assert g8 < 2 * P and fsdp_copy_s(fp8, cfg, costs, 0)[0] == pytest.approx(2 * g8 / hbm)
-    # added to the exposed slots whole, whatever the links hide: pp = 1 per micro-batch, pp > 1 once
+    # added to the exposed slots whole, whatever the links hide: pp = 1 per micro-batch, pp > 1 once (its
+    # accumulation is in stage_times: test_pp_fp32_accumulation_is_in_every_backward)
     with_copies = {c: it.fsdp_exposed_parts(spec, c, costs, it.stage_times(spec, c, costs), s, 8, 2)
                    for c, s in ((cfg, 0), (pp2, 1))}
     monkeypatch.setattr(it, "fsdp_copy_s", lambda *a: (0.0, 0.0, 0.0))
     for c, s, want in ((cfg, 0, (f, b, 0.0)), (pp2, 1, (0.0, 0.0, once2))):
         without = it.fsdp_exposed_parts(spec, c, costs, it.stage_times(spec, c, costs), s, 8, 2)
         assert [x - y for x, y in zip(with_copies[c], without)] == pytest.approx(list(want))
+
+
+def test_pp_fp32_accumulation_is_in_every_backward(make_spec, monkeypatch):
+    """ZeRO-3 with pp > 1: FSDP2's fp32 gradient accumulation runs at the end of each micro-batch's backward on the
+    compute stream, so stage_times carries it in every stage's backward (and its W part), where the pipeline's
+    closed form and the simulator both see it; pp = 1 and ZeRO 0-2 stage times are untouched."""
+    import planner.costs.iteration as it
+    from planner.costs import default_costs
+    from planner.costs.fsdp import fsdp_copy_s
+    spec = make_spec()
+    costs = default_costs(spec.cluster)
+    pp2 = _cfg(tp=2, pp=2, dp=8, m=8)
+    with_acc = it.stage_times(spec, pp2, costs)
+    monkeypatch.setattr(it, "fsdp_copy_s", lambda *a: (0.0, 0.0, 0.0))
+    without = it.stage_times(spec, pp2, costs)
+    monkeypatch.undo()
+    for i, (a, b) in enumerate(zip(with_acc, without)):
+        acc = fsdp_copy_s(spec, pp2, costs, i)[1]
+        assert acc > 0 and a.backward - b.backward == pytest.approx(acc)
+        assert a.weight_grad - b.weight_grad == pytest.approx(acc) and a.forward == b.forward
+    for c in (_cfg(tp=2, dp=16, m=4), _cfg(tp=2, pp=2, dp=8, m=8, zero=1)):
+        monkeypatch.setattr(it, "fsdp_copy_s", lambda *a: (1.0, 1.0, 1.0))
+        spied = it.stage_times(spec, c, costs)
+        monkeypatch.undo()
+        assert [s.backward for s in spied] == [s.backward for s in it.stage_times(spec, c, costs)]

@@ -66,8 +66,9 @@ def fsdp_copy_s(spec, cfg, costs, stage: int) -> tuple[float, float, float]:
     iteration.fsdp_exposed_parts.
     pp = 1: each micro-batch gathers in forward, gathers again in backward (resharded after forward; [norm, output]
     is not, as memory.fsdp_buffer_bytes counts it) and reduces its bf16 gradients (chunk_cat 6 bytes per parameter);
-    pp > 1: one gather per iteration, the fp32 accumulation over the micro-batches and one reduce of the fp32
-    accumulator (chunk_cat 8 bytes per parameter)."""
+    pp > 1: one gather per iteration and one reduce of the fp32 accumulator (chunk_cat 8 bytes per parameter), once;
+    the fp32 accumulation runs in each micro-batch's backward (post_backward without gradient sync: the first
+    micro-batch's upcast, then one accumulation per later one), charged as its mean per micro-batch."""
     from planner.costs.memory import fsdp_gather_bytes, fsdp_units, holds_output
     units = fsdp_units(spec.model, cfg, stage)
     gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage) or [PARAM_BYTES * u for u in units]
@@ -79,4 +80,4 @@ def fsdp_copy_s(spec, cfg, costs, stage: int) -> tuple[float, float, float]:
         return 2.0 * g / hbm, 2.0 * regathered / hbm + 6.0 * cat, 0.0
     m = cfg.num_microbatches
     accumulate = (UPCAST_BYTES + ACCUMULATE_BYTES * (m - 1)) * params / hbm
-    return 0.0, 0.0, 2.0 * g / hbm + accumulate + 8.0 * cat
+    return 0.0, accumulate / m, 2.0 * g / hbm + 8.0 * cat

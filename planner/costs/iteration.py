@@ -270,6 +270,7 @@ def stage_times(spec, cfg: ParallelConfig, costs: Costs) -> list:
     the shard view's times plus the attention and exchange the shard view misses (costs.context_parallel)."""
     st = costs.compute.stage_times(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg))
     st = cpar.with_cp_times(spec, cfg, costs, st)
+    st = _with_fsdp_accumulation(spec, cfg, costs, st)
     sf, sb = tp_overlap_saving(spec, cfg, costs)
     if sf == 0.0 and sb == 0.0:
         return st
@@ -279,6 +280,19 @@ def stage_times(spec, cfg: ParallelConfig, costs: Costs) -> list:
         rf = L * sf if cfg.recompute == "full" else 0.0          # full recompute re-runs the forward, overlap too
         out.append(replace(s, forward=s.forward - L * sf, backward=s.backward - L * sb - rf,
                            recompute=s.recompute - rf, tp_comm=s.tp_comm - L * (sf + sb) - rf))
+    return out
+
+
+def _with_fsdp_accumulation(spec, cfg: ParallelConfig, costs: Costs, st) -> list:
+    """ZeRO-3 under PyTorch pipelining (pp > 1): every micro-batch's backward ends with FSDP2's fp32 gradient
+    accumulation on the compute stream (fsdp.fsdp_copy_s, its per-micro-batch mean), GPU work after the weight
+    gradients: part of the backward and of its W part, so the pipeline carries it on every stage."""
+    if cfg.zero != 3 or cfg.pp == 1:
+        return st
+    out = []
+    for i, s in enumerate(st):
+        acc = fsdp_copy_s(spec, cfg, costs, i)[1]
+        out.append(replace(s, backward=s.backward + acc, weight_grad=s.weight_grad + acc))
     return out
 
 
@@ -455,7 +469,8 @@ def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, 
       optimizer step waits for them; stage 0, whose last backward ends the schedule, has no compute left to hide them.
     The overlap flags of training.overlap are Megatron-Core's and do not apply: FSDP2 always overlaps. FSDP2's own
     copies (the gathered buffer's copy-out, the reduce-scatter's fp32 copy-in; fsdp.fsdp_copy_s) run on the compute
-    stream and are added in the same slots, so this data-parallel time holds that GPU work too."""
+    stream and are added in the same slots, so this data-parallel time holds that GPU work too; with pp > 1 the fp32
+    gradient accumulation of every backward is compute-stream work of each micro-batch, in stage_times instead."""
     units = fsdp_units(spec.model, cfg, stage)
     gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage)
     ag, rs, rep = fsdp_collectives(spec, cfg, costs, sum(units), b, K, pair_GBps,
@@ -466,7 +481,7 @@ def fsdp_exposed_parts(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, 
     cf, cb, ci = fsdp_copy_s(spec, cfg, costs, stage)
     if cfg.pp == 1:
         return exposed_s(ag, hf, n) + cf, exposed_s(ag + rs + rep, hb, n) + cb, 0.0 * ag
-    return 0.0 * ag, 0.0 * ag, exposed_s(ag, hf, n) + rs + rep + ci
+    return 0.0 * ag, 0.0 * ag, exposed_s(ag, hf, n) + rs + rep + ci      # cb: in stage_times' backward
 
 
 def fsdp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, b: int, K: int, pair_GBps=None):
