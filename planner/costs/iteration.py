@@ -267,7 +267,8 @@ def tp_backward_saving(parts: dict, sequence_parallel: bool) -> float:
 def stage_times(spec, cfg: ParallelConfig, costs: Costs) -> list:
     """The compute model's StageTimes less the tensor-parallel communication --tp-comm-overlap hides: what the
     estimate (compute_const, build_problem) and the simulator (simulator.replay) both use. With context parallelism:
-    the shard view's times plus the attention and exchange the shard view misses (costs.context_parallel)."""
+    the shard view's times plus the attention and exchange the shard view misses (costs.context_parallel); ZeRO-3
+    under pipelining: plus FSDP2's fp32 gradient accumulation in every backward (_with_fsdp_accumulation)."""
     st = costs.compute.stage_times(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg))
     st = cpar.with_cp_times(spec, cfg, costs, st)
     st = _with_fsdp_accumulation(spec, cfg, costs, st)
