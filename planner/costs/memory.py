@@ -364,8 +364,9 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     # gradient of that output and its own fp32 result live together (8 bytes per logit instead of one 16-bit buffer)
     live = 8 if cfg.zero == 3 else 2
     per_held = 4
-    if (cfg.zero == 3 and cfg.tp == 1 and getattr(training, "compile_loss", True)
-            and getattr(training, "kernels", "fused") == "fused"):
+    compiled_loss = (cfg.zero == 3 and cfg.tp == 1 and getattr(training, "compile_loss", True)
+                     and getattr(training, "kernels", "fused") == "fused")
+    if compiled_loss:
         # torchtitan's compiled loss (training.compile_loss; pytorch/torchtitan components/loss.py since d1f62be7):
         # Inductor fuses the upcast, log-softmax and NLL; it keeps the bf16 logits (and a per-row log-sum-exp) and
         # its backward writes their bf16 gradient in one pass. One H200 measured 47.7 GiB reserved where the eager
@@ -381,7 +382,7 @@ def logits_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
         # PyTorch pipelining's last stage keeps every micro-batch's output (the bf16 logits) in
         # stage.output_chunks for the schedule's final merge (torch/distributed/pipelining/stage.py forward_one_chunk)
         kept = 2 * cfg.num_microbatches
-        if per_held == 2:
+        if compiled_loss:
             per_held = 0      # the compiled loss's saved input is that same bf16 output, already in `kept`
     return s * b * padded_vocab(model, cfg.tp) / cfg.tp * (per_held * held + live + kept)
 

@@ -231,7 +231,8 @@ def _lns(probs, T, seed, init, wall_left, info):
     # the steps in chunks, so the safety stop and a Ctrl-C are seen (a chunk is ~0.1 s of wall)
     done, moved, a = 0, 0, init
     while done < steps:
-        n = min(LNS_CHUNK, steps - done, max(0, LNS_PROBE_STEPS - done) or LNS_CHUNK)
+        until = LNS_PROBE_STEPS if done < LNS_PROBE_STEPS else steps     # a chunk ends at the probe
+        n = min(LNS_CHUNK, until - done, steps - done)
         a, k = lns.improve(p0, a, steps=n, seed=seed * 1_000_003 + done)
         done, moved = done + n, moved + k
         if wall_left() <= WALL_NEAR or interrupt.requested():
