@@ -339,6 +339,22 @@ def test_allgather_is_torchtitans_mode_only():
     assert any(c.zero == 1 and c.cp == 1 for c in got)
 
 
+def test_unnamed_cp_comm_is_each_frameworks_own_choice():
+    """A spec that does not name training.cp_comm gets auto: torchtitan's default rotation (allgather) for a ZeRO-3
+    plan, not TE's ring standing for its `alltoall` one; for a Megatron plan the cheaper of its two."""
+    d = dict(long_spec(cp=(1, 2, 4)).raw)
+    d["training"] = {k: v for k, v in d["training"].items() if k != "cp_comm"}
+    d["search"] = {**d["search"], "zero": [1, 3]}
+    spec = parse_spec(d, "long.yaml")
+    assert spec.training.cp_comm == "auto"
+    costs = default_costs(spec.cluster)
+    z3 = ParallelConfig(1, 1, 4, 1, 4, "1f1b", 1, "full", 3, False, cp=4)
+    assert cpar.cp_mode(spec, z3, costs) == "allgather"
+    z1 = replace(z3, zero=1)
+    times = {m: cpar.layer_times(spec, z1, costs, m) for m in ("ring", "all_to_all")}
+    assert cpar.cp_mode(spec, z1, costs) == min(times, key=lambda m: times[m].forward + times[m].backward)
+
+
 def test_all_to_all_with_only_zero3_is_refused_naming_the_field():
     """The mirror of allgather without ZeRO-3: TE's a2a has no torchtitan plan, so a search of ZeRO-3 only would drop
     every cp > 1 configuration (and `solve` said only that every (tp, pp, dp) breaks a rule, naming none)."""

@@ -115,14 +115,16 @@ class TrainingSpec:
     back end, charged as measured inside training steps on Hopper (sdpa_flash). Sets the kernel's efficiency
     (costs.compute FUSED_ATTENTION_EFFICIENCY); cudnn
     is cuDNN 9.19's measured speed (1.6-1.9x FlashAttention-2's on an H200), for stacks of that age."""
-    cp_comm: str = "ring"
+    cp_comm: str = "auto"
     """How context-parallel ranks exchange attention inputs (cp > 1), one of CP_COMM: ring (Megatron-Core
     --cp-comm-type p2p: K/V passed around the cp ring, overlapped with each step's attention), all_to_all
     (--cp-comm-type a2a, DeepSpeed-Ulysses style: Q, K, V and the output exchanged between sequence and heads, not
     overlapped; needs the local heads and kv heads divisible by cp), allgather (PyTorch's experimental context
     parallel with torchtitan's default rotate method `allgather`: ZeRO-3 plans only, needs 3 in search.zero), or auto
     (per configuration: for ZeRO 0-2 the one of ring and all_to_all the cost model finds faster, for ZeRO-3
-    allgather; costs/context_parallel.cp_mode)."""
+    allgather; costs/context_parallel.cp_mode). The default is auto: a ZeRO-3 plan then gets torchtitan's own default
+    (allgather), not TE's ring standing for its `alltoall` rotation, and a Megatron-Core plan ring unless all_to_all
+    is cheaper."""
     kernels: str = "fused"
     """How the element-wise work of a layer runs (KERNELS). fused: Megatron-Core / Transformer Engine's fused norm,
     bias-activation and residual kernels (costs.compute ELEM_* bytes). eager: PyTorch eager mode as torchtitan runs
