@@ -49,6 +49,22 @@ def test_1f1b_memory_equals_estimator(spec):
     assert sim.peak_memory_GiB == pytest.approx([m.total / GiB for m in est.memory], rel=1e-9)
 
 
+@pytest.mark.parametrize("cfg", [C(4, 8, 4, 1, 128, "1f1b", recompute="full"),
+                                 C(2, 8, 8, 2, 32, "1f1b", recompute="selective"),
+                                 C(4, 8, 4, 1, 128, "1f1b", zero=3, sequence_parallel=True, recompute="full")])
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_recompute_and_fp8_memory_equal_the_estimator(spec, cfg, precision):
+    """The simulator holds the estimator's backward working set (which has the rebuilt layer inside it) during a
+    backward, not on top of it, and stores a layer as the estimator does (TE's fp8 GEMM inputs): 1F1B peaks agree."""
+    gpu = dataclasses.replace(spec.cluster.gpu, type="H100-SXM5-80GB",
+                              peak_tflops={**spec.cluster.gpu.peak_tflops, "fp8": 1979.0})
+    sp = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, gpu=gpu),
+                             training=dataclasses.replace(spec.training, precision=precision))
+    sim = simulate(sp, cfg)
+    est = _estimate(sp, cfg)
+    assert sim.peak_memory_GiB == pytest.approx([m.total / GiB for m in est.memory], rel=1e-9)
+
+
 def test_v_shape_puts_both_ends_on_rank0(spec):
     cfg = C(8, 4, 4, 1, 128, "v-zb", 2)
     sim = simulate(spec, cfg)

@@ -492,6 +492,12 @@ def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
     return s * b * (-2 * h / sp - model.ffn_hidden_size / t + proj * h / t)
 
 
+def stored_layer_bytes(model, training, cfg: ParallelConfig) -> float:
+    """What one layer stores for its backward, one micro-batch (bytes): the activations as counted for bf16, with
+    TE's fp8 GEMM inputs in place of their bf16 copies under fp8. The estimator's and the simulator's unit."""
+    return layer_activation_bytes(model, training, cfg) + fp8_saved_input_delta(model, training, cfg)
+
+
 # --- ZeRO-3 / FSDP (torchtitan's FSDP2; docs/notes/fsdp.md) ---------------------------------------------------------
 # torchtitan @ 238fa9953e4aec2a62582121564273d7cbb1e9f1, torchtitan/models/llama3/infra/parallelize.py apply_fsdp: one
 # FSDP unit per transformer block, one for the embedding, one for [final norm, output]; MixedPrecisionPolicy(param
@@ -643,8 +649,7 @@ class AnalyticalMemory:
             grads = P * 4.0 / S                        # fp32 parameters, so fp32 gradients (reduce_dtype float32)
             optim = P * (o_bytes - (4 if half and self.master_weights else 0)) / S
         L = stage_layer_count(model, cfg, stage)
-        acts = L * layer_activation_bytes(model, training, cfg) * stage_inflight(cfg, stage)
-        acts += L * fp8_saved_input_delta(model, training, cfg) * stage_inflight(cfg, stage)
+        acts = L * stored_layer_bytes(model, training, cfg) * stage_inflight(cfg, stage)
         acts += edge_activation_bytes(model, training, cfg, stage)
         logits = logits_bytes(model, training, cfg, stage)
         # the backward working set (one layer's, or the embedding's dense gradient) and the logits of the

@@ -125,19 +125,20 @@ def run(offs: list, pred: list, lat: list, dur: list) -> tuple[list, list]:
 
 
 def memory_deltas(g: Graph, split: bool, act: np.ndarray, transient: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(allocated at start, freed at end) per op, bytes. act/transient are (p, v) per chunk and micro-batch."""
+    """(allocated at start, freed at end) per op, bytes. act/transient are (p, v) per chunk and micro-batch.
+    transient is the backward's working set: held from the recompute op (R) to the end of its backward when the
+    schedule has R ops, else during the backward alone."""
     a = act[g.dev, g.chunk]
     tr = transient[g.dev, g.chunk]
-    alloc = np.where(g.kind == F, a, 0.0) + np.where(g.kind == R, tr, 0.0)
-    free = np.zeros_like(alloc)
     isb = g.kind == B
-    # activations go with the last op that reads them: W when split, else B; R's copy goes with B
+    held_from = R if np.any(g.kind == R) else B
+    alloc = np.where(g.kind == F, a, 0.0) + np.where(g.kind == held_from, tr, 0.0)
+    free = np.zeros_like(alloc)
+    # activations go with the last op that reads them: W when split, else B; the working set goes with B
     free[isb] = tr[isb] + (0.0 if split else a[isb])
     if split:
         isw = g.kind == W
         free[isw] = a[isw]
-    if not np.any(g.kind == R):
-        free[isb] -= tr[isb]
     return alloc, free
 
 

@@ -43,7 +43,8 @@ from planner.costs.iteration import (
 from planner.costs.iteration import (
     stage_times as overlapped_stage_times,
 )
-from planner.costs.memory import GiB, layer_activation_bytes, stage_inflight, stage_layer_count, stage_params
+from planner.costs.memory import (GiB, layer_activation_bytes, stage_inflight, stage_layer_count, stage_params,
+                                  stored_layer_bytes)
 from planner.costs.pipeline import chunks_per_device
 from planner.mapping.problem import worker_table
 from planner.simulator import deepspeed, engine
@@ -490,6 +491,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
 
     # ---- memory: the estimator's static parts with parameters where the schedule puts them
     static = np.zeros(p)
+    work = np.zeros(p)
     logits_total = 0.0
     tr_s, cfg_s = shard_view(tr, cfg)       # a context-parallel rank stores a sequence shard's activations
     for d in range(p):
@@ -497,21 +499,25 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         per_param = (mb_.weights + mb_.gradients + mb_.optimizer) / max(stage_params(model, cfg, d), 1.0)
         static[d] = per_param * params[d].sum() + mb_.overhead
         logits_total += mb_.logits
-        # what the estimator counts beyond scheduled layer activations (backward working set, embedding and
+        # the estimator's backward working set of one layer (with recompute: the rebuilt layer inside it) is live
+        # during a backward only; what it counts beyond that and the scheduled layer activations (embedding and
         # output-layer inputs, a learned estimator's correction and safety headroom) stays on the device
+        work[d] = mb_.transient
         static[d] += max(0.0, mb_.total - mb_.weights - mb_.gradients - mb_.optimizer - mb_.overhead - mb_.logits
-                         - stage_layer_count(model, cfg, d) * layer_activation_bytes(model, tr_s, cfg_s)
+                         - mb_.transient - stage_layer_count(model, cfg, d) * stored_layer_bytes(model, tr_s, cfg_s)
                          * stage_inflight(cfg, d))
     dl, _cl = np.argwhere(stage_of == S - 1)[0]
     static[dl] += logits_total
     L = model.num_layers // cfg.pp
-    layer_act = layer_activation_bytes(model, tr_s, cfg_s)
+    layer_act = stored_layer_bytes(model, tr_s, cfg_s)
     per_chunk = np.full((p, v), L / v) if chunk_layers is None else chunk_layers
     act = per_chunk * layer_act
-    transient = np.zeros((p, v))
-    if rc_ops:
+    transient = np.repeat(work[:, None], v, axis=1)
+    if rc_ops and recompute_in_bubbles:
+        # Mario's early recompute rebuilds a chunk's layers in a bubble: the others besides the one in the working set
+        # stay live until its backward
         full_layer = layer_activation_bytes(model, tr_s, _no_recompute(cfg_s))
-        transient[:] = (full_layer - layer_act) * (per_chunk if recompute_in_bubbles else 1.0)
+        transient += (full_layer - layer_act) * np.maximum(per_chunk - 1.0, 0.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
     res = _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
                          blocking_p2p, rendezvous_p2p, pipeline_engine, emb, dp_overlap)
