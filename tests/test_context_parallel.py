@@ -176,6 +176,9 @@ def test_solve_chooses_cp_where_no_cp1_plan_fits():
     d["training"] = {**d["training"], "global_batch_size": 8}
     sol = solve(parse_spec(d, "long.yaml"), time_limit_s=10, simulate=False)
     assert sol.config.cp > 1 and sol.estimate.fits
+    # the solution says why: no cp = 1 plan fits, and by how much the closest misses
+    assert f"cp = {sol.config.cp} chosen" in sol.solver.note and "no cp = 1 plan fits in memory" in sol.solver.note
+    assert "GiB over" in sol.solver.note
     d["search"] = {**d["search"], "context_parallel": [1]}
     with pytest.raises(InfeasibleError):
         solve(parse_spec(d, "long.yaml"), time_limit_s=10, simulate=False)

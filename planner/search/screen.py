@@ -61,11 +61,14 @@ def scenarios(spec, robust: str | None) -> list[np.ndarray]:
     return [cl.bandwidth]
 
 
-def feasible_configs(spec, costs: Costs, num_gpus: int | None = None):
-    """(fitting configs with their compute bound, count enumerated, the closest miss)."""
+def feasible_configs(spec, costs: Costs, num_gpus: int | None = None, keep=None):
+    """(fitting configs with their compute bound, count enumerated, the closest miss); with `keep` (a predicate on
+    ParallelConfig), of the configs it keeps only."""
     limit = memory_limit_GiB(spec)
     fits, total, closest = [], 0, None
     for cfg in enumerate_configs(spec, num_gpus):
+        if keep is not None and not keep(cfg):
+            continue
         total += 1
         mem = stage_memory(spec, cfg, costs)
         peak = max(m.total for m in mem) / GiB
@@ -100,14 +103,18 @@ def _infeasible_message(spec, total, closest) -> str:
     if total == 0:
         from planner.search.diagnose import why_no_config
         return why_no_config(spec)
-    peak, cfg, mem = closest
-    worst = max(mem, key=lambda b: b.total)
-    parts = worst.as_GiB()
-    top = max((k for k in parts if k != "total"), key=lambda k: parts[k])
     return (f"memory: none of {total} configurations fits in {limit:.1f} GiB per GPU "
             f"({spec.cluster.gpu.memory_GiB:g} GiB less the {spec.search.memory_margin:.0%} margin). "
-            f"The closest, {cfg.label()}, needs {peak:.1f} GiB, {peak - limit:.1f} GiB over "
-            f"(largest term: {top} {parts[top]:.1f} GiB). Try more GPUs, full recompute, ZeRO, or a smaller batch.")
+            f"The closest, {closest_miss(closest, limit)}. Try more GPUs, full recompute, ZeRO, or a smaller batch.")
+
+
+def closest_miss(closest, limit: float) -> str:
+    """'<label>, needs X GiB, Y GiB over (largest term: ...)' of feasible_configs' closest miss."""
+    peak, cfg, mem = closest
+    parts = max(mem, key=lambda b: b.total).as_GiB()
+    top = max((k for k in parts if k != "total"), key=lambda k: parts[k])
+    return (f"{cfg.label()}, needs {peak:.1f} GiB, {peak - limit:.1f} GiB over "
+            f"(largest term: {top} {parts[top]:.1f} GiB)")
 
 
 def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: float, spent, deadline: float,

@@ -10,7 +10,7 @@ from planner.costs.memory import GiB
 from planner.mapping.problem import layouts
 from planner.search.prove import Proof
 from planner.search.rerank import simulate_candidate
-from planner.search.screen import Candidate, Screening, feasible_configs
+from planner.search.screen import Candidate, Screening, closest_miss, feasible_configs
 from planner.solution import Solution, SolverRecord
 
 # CP-SAT costs are integers of 0.1 us, so its bounds carry a few units of rounding slack; the tolerance
@@ -67,7 +67,7 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs) ->
     return alts
 
 
-# configs of the other family scored (at rank order) for the FSDP comparison: bounds the note's cost
+# configs of the other family scored (at rank order) for a family comparison: bounds the note's cost
 FSDP_COMPARE_CONFIGS = 32
 
 
@@ -75,39 +75,24 @@ def _family(cfg) -> str:
     return "FSDP (ZeRO-3)" if cfg.zero == 3 else "tp/pp with ZeRO 0-2"
 
 
-def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs) -> str:
-    """With ZeRO-3 and other stages in the search: the best plan of the other family against the chosen one (the
-    mapped candidates', or else the fitting config of the least compute bound, which the chosen plan beats)."""
-    if 3 not in spec.search.zero or len(spec.search.zero) == 1:
-        return ""
-    mine = best.cfg.zero == 3
+def _peak(spec, cfg, costs: Costs) -> float:
+    return max(m.total for m in stage_memory(spec, cfg, costs)) / GiB
+
+
+def best_of_other_family(spec, best: Candidate, cands: list[Candidate], costs: Costs, other, name: str) -> str:
+    """The best plan the search saw among configs with other(cfg) true, against the chosen one: its mapped candidates,
+    and the fitting configs it pruned by their bounds (never mapped) at their rank-order mapping, since a mapped few
+    alone can mislead (a pruned config may be close behind the chosen plan); when none fits, the closest miss."""
     t = best.result.objective
-
-    def peak(cfg):
-        return max(m.total for m in stage_memory(spec, cfg, costs)) / GiB
-
-    head = f"{_family(best.cfg)} chosen ({t:.4f} s, {peak(best.cfg):.1f} GiB)"
-    lower = [z for z in spec.search.zero if z < 3]
-    if mine and lower:
-        from dataclasses import replace
-        same = replace(best.cfg, zero=max(lower), dp_shard=0)
-        need = peak(same)
-        if need > memory_limit_GiB(spec):
-            head += (f"; the same split with ZeRO-{max(lower)} needs {need:.1f} GiB, over the "
-                     f"{memory_limit_GiB(spec):.1f} GiB usable")
-    others = [c for c in cands if (c.cfg.zero == 3) != mine]
-    fits, _, _ = feasible_configs(spec, costs, best.cfg.num_gpus)
-    rest = [(lb, c) for lb, c in fits if (c.zero == 3) != mine]
-    other = "tp/pp with ZeRO 0-2" if mine else "FSDP (ZeRO-3)"
-    if not rest:
-        return f"{head}; no {other} plan fits in memory"
-    # the best plan of the other family that the search saw: its mapped candidates, and the configs it pruned by
-    # their bounds (never mapped) at their rank-order mapping. A mapped few alone can mislead: a pruned config
-    # may be close behind the chosen plan.
-    found = [(c.result.objective, c.cfg) for c in others]
-    mapped = {c.cfg for c in others}
+    fits, total, closest = feasible_configs(spec, costs, best.cfg.num_gpus, keep=other)
+    if not fits:
+        if closest is None:
+            return f"no {name} plan in the search" if not total else f"no {name} plan fits in memory"
+        return f"no {name} plan fits in memory: the closest, {closest_miss(closest, memory_limit_GiB(spec))}"
+    found = [(c.result.objective, c.cfg) for c in cands if other(c.cfg)]
+    mapped = {cfg for _, cfg in found}
     cut = min((o for o, _ in found), default=float("inf"))
-    for lb, cfg in rest[:FSDP_COMPARE_CONFIGS]:
+    for lb, cfg in fits[:FSDP_COMPARE_CONFIGS]:
         if lb >= cut:
             break
         if cfg in mapped:
@@ -117,11 +102,42 @@ def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs)
             found.append((prob.objective(prob.rank_order()), cfg))
     if found:
         o, cfg = min(found, key=lambda x: (x[0], x[1]))
-        return (f"{head}; best {other} plan found {cfg.label()}: {o:.4f} s ({o / t - 1:+.1%}), "
-                f"{peak(cfg):.1f} GiB")
-    lb, cfg = rest[0]
-    return (f"{head}; best {other} plan {cfg.label()}: its compute alone takes {lb:.4f} s ({lb / t - 1:+.1%}), "
-            f"{peak(cfg):.1f} GiB")
+        return (f"best {name} plan found {cfg.label()}: {o:.4f} s ({o / t - 1:+.1%}), "
+                f"{_peak(spec, cfg, costs):.1f} GiB")
+    lb, cfg = fits[0]
+    return (f"best {name} plan {cfg.label()}: its compute alone takes {lb:.4f} s ({lb / t - 1:+.1%}), "
+            f"{_peak(spec, cfg, costs):.1f} GiB")
+
+
+def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs) -> str:
+    """With ZeRO-3 and other stages in the search: the best plan of the other family against the chosen one (the
+    mapped candidates', or else the fitting config of the least compute bound, which the chosen plan beats)."""
+    if 3 not in spec.search.zero or len(spec.search.zero) == 1:
+        return ""
+    mine = best.cfg.zero == 3
+    head = f"{_family(best.cfg)} chosen ({best.result.objective:.4f} s, {_peak(spec, best.cfg, costs):.1f} GiB)"
+    lower = [z for z in spec.search.zero if z < 3]
+    if mine and lower:
+        from dataclasses import replace
+        same = replace(best.cfg, zero=max(lower), dp_shard=0)
+        need = _peak(spec, same, costs)
+        if need > memory_limit_GiB(spec):
+            head += (f"; the same split with ZeRO-{max(lower)} needs {need:.1f} GiB, over the "
+                     f"{memory_limit_GiB(spec):.1f} GiB usable")
+    other = "tp/pp with ZeRO 0-2" if mine else "FSDP (ZeRO-3)"
+    return f"{head}; " + best_of_other_family(spec, best, cands, costs, lambda c: (c.zero == 3) != mine, other)
+
+
+def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs) -> str:
+    """With cp = 1 and cp > 1 in the search: the best plan on the other side of cp = 1 against the chosen one, or why
+    none is (the closest miss of memory)."""
+    degrees = spec.search.context_parallel
+    if 1 not in degrees or len(degrees) == 1:
+        return ""
+    mine = best.cfg.cp > 1
+    head = f"cp = {best.cfg.cp} chosen ({best.result.objective:.4f} s, {_peak(spec, best.cfg, costs):.1f} GiB)"
+    other = "cp = 1" if mine else "cp > 1"
+    return f"{head}; " + best_of_other_family(spec, best, cands, costs, lambda c: (c.cp > 1) != mine, other)
 
 
 def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
@@ -135,9 +151,9 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     rec.bound = min(rec.bound, rec.objective)
     rec.mapping_objective = best.result.objective - p0.const
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
-    why = fsdp_comparison(spec, best, cands, costs)
-    if why and why not in rec.note:
-        rec.note = ((rec.note + "; ") if rec.note else "") + why
+    for why in (fsdp_comparison(spec, best, cands, costs), cp_comparison(spec, best, cands, costs)):
+        if why and why not in rec.note:
+            rec.note = ((rec.note + "; ") if rec.note else "") + why
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)
     if simulate:
         from planner.simulator import agreement

@@ -43,8 +43,14 @@ from planner.costs.iteration import (
 from planner.costs.iteration import (
     stage_times as overlapped_stage_times,
 )
-from planner.costs.memory import (GiB, layer_activation_bytes, stage_inflight, stage_layer_count, stage_params,
-                                  stored_layer_bytes)
+from planner.costs.memory import (
+    GiB,
+    layer_activation_bytes,
+    stage_inflight,
+    stage_layer_count,
+    stage_params,
+    stored_layer_bytes,
+)
 from planner.costs.pipeline import chunks_per_device
 from planner.mapping.problem import worker_table
 from planner.simulator import deepspeed, engine
