@@ -105,17 +105,26 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if int(c.get("zero", 0)) >= 1:
         args.append("--use-distributed-optimizer")
-    precision = solution.get("precision", "bf16")
+    recorded = solution.get("precision")
+    precision = recorded or "bf16"
     if precision not in PRECISIONS:
         raise SpecError(file, "precision", f"has {precision!r}, expected one of {list(PRECISIONS)}")
     if precision == "fp8":
         args += fp8_args(bool(solution.get("fp8_param_gather")))
+    elif precision in ("bf16", "fp16"):
+        args.append(f"--{precision}")          # Megatron-LM trains in fp32 without one of them
+    if recorded is None:
+        args.append("# precision: not in this solution (written before planner recorded 16-bit precisions); --bf16 "
+                    "assumed: for an fp16 spec write --fp16 and drop --grad-reduce-in-bf16")
     args += attention_backend_args(solution, file)
     if solution.get("pipeline_engine", "megatron") == "megatron" and int(c.get("zero", 0)) < 3:
         # the plan's gradient buffer dtype (costs/memory.py grad_buffer_bytes): Megatron-LM @ d98e8a64
-        # megatron/training/arguments.py turns fp32 accumulation on with --bf16 unless --grad-reduce-in-bf16
-        args.append("--accumulate-allreduce-grads-in-fp32" if solution.get("grad_reduce_in_fp32")
-                    else "--grad-reduce-in-bf16")
+        # megatron/training/arguments.py turns fp32 accumulation on with --bf16 unless --grad-reduce-in-bf16; with
+        # --fp16 the buffer is fp16 by default
+        if solution.get("grad_reduce_in_fp32"):
+            args.append("--accumulate-allreduce-grads-in-fp32")
+        elif precision in ("bf16", "fp8"):
+            args.append("--grad-reduce-in-bf16")
     args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args += nemo_overrides(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
@@ -243,6 +252,16 @@ def nemo_overrides(overlap: dict | None, c: dict, engine: str) -> list[str]:
 ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
+def split_megatron_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """(flags, comment lines) of megatron_args, in order."""
+    return [a for a in args if not a.startswith("#")], [a for a in args if a.startswith("#")]
+
+
+def shell_words(flag: str) -> str:
+    """One flag with its value, each word shell-quoted."""
+    return " ".join(shlex.quote(w) for w in flag.split())
+
+
 def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None) -> list[str]:
     """One torchrun line per node, with CUDA_VISIBLE_DEVICES ordered so local rank k gets the planned GPU. ZeRO-3
     plans run torchtitan's trainer on the job config of `torchtitan_toml` (saved as job.toml): its device mesh orders
@@ -256,8 +275,7 @@ def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None
         script, flags = "-m", "torchtitan.train --job.config_file job.toml"
     else:
         script = "pretrain_gpt.py"
-        flags = " ".join(" ".join(q(w) for w in a.split()) for a in megatron_args(solution, file)
-                         if not a.startswith("#"))
+        flags = " ".join(shell_words(a) for a in split_megatron_args(megatron_args(solution, file))[0])
     lines = []
     for idx, n in enumerate(nodes):
         rs = per_node[n]
@@ -424,6 +442,10 @@ def deepspeed_config(solution: dict, file: str | None = None) -> dict:
                                            "parallelism; export with --format torchtitan")
     if cfg.dp_shard:
         raise SpecError(file, "config.dp_shard", "HSDP is exported for torchtitan only (--format torchtitan)")
+    if cfg.tp > 1:      # DeepSpeed alone has no tensor parallelism: the tp ranks would be read as data-parallel ones
+        raise SpecError(file, "config.tp", f"{cfg.tp}: DeepSpeed's ZeRO-3 config has no tensor parallelism (it comes "
+                                           "from the model code, e.g. Megatron-DeepSpeed); export with --format "
+                                           "torchtitan")
     if cfg.cp > 1:      # the config has no such key: the plan's cp ranks would be read as data-parallel ones
         raise SpecError(file, "config.cp", f"{cfg.cp}: context parallelism is planned as torchtitan's (PyTorch's "
                                            "context parallel) or Megatron-Core's; export with --format torchtitan")

@@ -102,8 +102,9 @@ class Solution:
             "name": self.spec.name,
             "config": self.config.as_dict(),
             "pipeline_engine": self.spec.training.pipeline_engine,
-            # fp8 plans say so (export emits Transformer Engine's flags); 16-bit solutions stay as they were
-            **({"precision": "fp8"} if self.spec.training.precision == "fp8" else {}),
+            # export's precision flags (--bf16 / --fp16, Transformer Engine's for fp8); until Nov 26 only fp8 was
+            # recorded, so export assumes bf16 (and says so) for a solution without it
+            "precision": self.spec.training.precision,
             # fp32 gradient buffer and reduction (the memory and the DP time assume it); absent: 16-bit, as before
             **({"grad_reduce_in_fp32": True} if self.spec.training.grad_reduce_in_fp32 else {}),
             **({"fp8_param_gather": True} if self.spec.training.fp8_param_gather else {}),
@@ -146,6 +147,11 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
             where[key] = int(w["node"])
         except (KeyError, TypeError, ValueError):
             raise SpecError(file, f"mapping[{k}]", "needs integer stage, tp_rank, dp_rank and node") from None
+        for name, v, n in zip(("stage", "dp_rank", "tp_rank", "cp_rank"), key, (cfg.pp, cfg.dp, cfg.tp, cfg.cp)):
+            if not 0 <= v < n:
+                degree = {"stage": "pp", "dp_rank": "dp", "tp_rank": "tp", "cp_rank": "cp"}[name]
+                raise SpecError(file, f"mapping[{k}].{name}", f"is {v}, outside the config's {degree}={n}: the "
+                                                              "mapping belongs to another plan")
     expected = cfg.pp * cfg.dp * cfg.tp * cfg.cp
     if len(where) != expected:
         raise SpecError(file, "mapping", f"has {len(where)} distinct workers, the config needs {expected}")

@@ -7,7 +7,8 @@ import subprocess
 import pytest
 
 from planner.errors import SpecError
-from planner.export import hostfile, megatron_args, rank_layout, torchrun_commands
+from planner.export import hostfile, megatron_args, rank_layout, split_megatron_args, torchrun_commands
+from planner.solution import load_solution
 from planner.spec.hosts import is_hostname
 
 
@@ -61,3 +62,31 @@ def test_every_printed_word_survives_a_shell_unchanged(tmp_path):
                          cwd=tmp_path, check=True).stdout.split("\n")[:-1]
     assert out == shlex.split(line)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_megatron_export_is_one_shell_command_with_its_comments_after(tmp_path, capsys):
+    """`planner export --format megatron` pasted into bash: every flag reaches the command (a '#' line inside a
+    backslash-continued command would end it and drop the flags after it)."""
+    from planner.cli.main import main
+    assert main(["export", "solutions/llama3-70b-h100-256.yaml", "--format", "megatron"]) == 0
+    text = capsys.readouterr().out
+    flags, _ = split_megatron_args(megatron_args(load_solution("solutions/llama3-70b-h100-256.yaml")))
+    out = subprocess.run(["bash", "-c", "printf '%s\\n' " + text], capture_output=True, text=True, cwd=tmp_path,
+                         check=True).stdout.split()
+    assert out == " ".join(flags).split()
+    assert "--overlap-grad-reduce" in out and "--bf16" in out
+    assert any(line.startswith("# NeMo") for line in text.splitlines())
+
+
+@pytest.mark.parametrize("precision, want, not_want", [
+    ("bf16", ["--bf16", "--grad-reduce-in-bf16"], ["--fp16"]),
+    ("fp16", ["--fp16"], ["--bf16", "--grad-reduce-in-bf16"]),
+    ("fp32", [], ["--bf16", "--fp16", "--grad-reduce-in-bf16"]),
+    (None, ["--bf16", "--grad-reduce-in-bf16"], ["--fp16"]),
+])
+def test_megatron_export_names_the_plans_precision(precision, want, not_want):
+    sol = {**_solution(), **({"precision": precision} if precision else {})}
+    args = megatron_args(sol)
+    assert all(w in args for w in want) and not any(w in args for w in not_want)
+    # a solution written before precisions were recorded says what it assumed
+    assert any(a.startswith("# precision") for a in args) == (precision is None)

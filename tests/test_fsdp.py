@@ -244,9 +244,11 @@ def test_exports_refuse_what_the_framework_cannot_run():
                           "cp_comm": "allgather"})
     with pytest.raises(SpecError, match="config.zero"):
         torchtitan_toml(_solution(ParallelConfig(4, 2, 8, 1, 8, "1f1b", 1, "full", 1, True)))
-    ds = deepspeed_config(_solution(ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "full", 3, True)))
+    with pytest.raises(SpecError, match="config.tp"):      # nor tensor parallelism: tp ranks are no data ranks
+        deepspeed_config(_solution(ParallelConfig(4, 1, 16, 1, 4, "1f1b", 1, "full", 3, True)))
+    ds = deepspeed_config(_solution(ParallelConfig(1, 1, 64, 1, 4, "1f1b", 1, "full", 3, False)))
     assert json.loads(json.dumps(ds))["zero_optimization"]["stage"] == 3
-    assert ds["train_batch_size"] == 64 and ds["gradient_accumulation_steps"] == 4
+    assert ds["train_batch_size"] == 256 and ds["gradient_accumulation_steps"] == 4
     assert np.isfinite(ds["train_micro_batch_size_per_gpu"])
 
 

@@ -76,3 +76,31 @@ def test_p2p_models_order(capsys):
         times.append(json.loads(capsys.readouterr().out)["iteration_s"])
     assert times[0] <= times[1] <= times[2]
     assert times[2] > times[0]
+
+
+def test_flags_are_checked_as_estimate_checks_them(capsys):
+    """simulate refuses what estimate refuses: the wrong GPU count, a tp that does not divide the heads, partial
+    flags on a solution file."""
+    assert main(["simulate", SPEC, "--tp", "8", "--pp", "4", "--dp", "2", "--mbs", "1"]) == 2     # 64 of 128 GPUs
+    assert "cluster has 128 GPUs" in capsys.readouterr().err
+    assert main(["simulate", SPEC, "--tp", "16", "--pp", "4", "--dp", "2", "--mbs", "1"]) == 2
+    assert "--tp" in capsys.readouterr().err
+    assert main(["simulate", "solutions/gpt3-13b-a100-128.yaml", "--tp", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--pp, --dp, --mbs" in err and "Traceback" not in err
+
+
+def test_estimate_refuses_a_mapping_of_another_plan(capsys, tmp_path):
+    """A solution's mapping given with another config: exit 2 naming the worker field, not an IndexError."""
+    spec = planner.load_spec(SPEC)
+    cfg = C(8, 4, 4, 1, 128, "1f1b")
+    layout = default_layout(cfg, 8)
+    sol = {"spec": os.path.abspath(SPEC), "config": cfg.as_dict(),
+           "mapping": worker_table(layout, np.arange(layout.blocks).reshape(layout.rows, layout.cols), cfg.tp,
+                                   np.arange(spec.cluster.nodes))}
+    path = tmp_path / "sol.yaml"
+    path.write_text(yaml.safe_dump(sol))
+    # the same number of workers cut another way (pp 2, dp 8): stages 2 and 3 are not in the config
+    assert main(["estimate", SPEC, "--tp", "8", "--pp", "2", "--dp", "8", "--mbs", "1", "--mapping", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ".stage: is" in err and "another plan" in err and "Traceback" not in err

@@ -7,7 +7,7 @@ def register(sub) -> None:
     p.add_argument("solution")
     p.add_argument("--format", choices=("megatron", "torchrun", "hostfile", "torchtitan", "deepspeed"),
                    default="torchrun", help="torchtitan: a job config TOML (ZeRO-3 / FSDP / HSDP plans); deepspeed: a "
-                                            "ZeRO-3 config JSON (pp = 1)")
+                                            "ZeRO-3 config JSON (tp = 1, pp = 1, cp = 1)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -18,6 +18,8 @@ def run(args) -> int:
         hostfile,
         megatron_args,
         rank_layout,
+        shell_words,
+        split_megatron_args,
         torchrun_commands,
         torchtitan_toml,
     )
@@ -36,10 +38,16 @@ def run(args) -> int:
     elif args.format == "deepspeed":
         print_json(deepspeed_config(sol, file))
     elif args.json:
-        print_json({"megatron_args": megatron_args(sol, file), "torchrun": torchrun_commands(sol, file=file),
+        flags, notes = split_megatron_args(megatron_args(sol, file))
+        print_json({"megatron_args": flags, "notes": notes, "torchrun": torchrun_commands(sol, file=file),
                     "ranks": rank_layout(sol, file)})
     elif args.format == "megatron":
-        print(" \\\n  ".join(megatron_args(sol, file)))
+        # the flags as one shell command line, then the comments: a '#' line inside a backslash-continued command
+        # would end it there and drop every flag after it
+        flags, notes = split_megatron_args(megatron_args(sol, file))
+        print(" \\\n  ".join(shell_words(a) for a in flags))
+        for n in notes:
+            print(n)
     elif args.format == "hostfile":
         print(hostfile(sol, file), end="")
     else:

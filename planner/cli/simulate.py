@@ -34,7 +34,12 @@ def register(sub) -> None:
 
 
 def _config_from_flags(args, spec) -> ParallelConfig:
-    return config_from_args(args, spec)
+    """The flags' config, checked against the spec as `estimate` checks it (GPU count, heads, layers, batch, cp,
+    tiling). A solution file's own config is not: a replanned one leaves excluded nodes out."""
+    from planner.search.solve import check_config
+    cfg = config_from_args(args, spec)
+    check_config(spec, cfg)
+    return cfg
 
 
 def load_target(args):
@@ -43,7 +48,12 @@ def load_target(args):
     if not os.path.exists(path):
         raise SpecError(path, None, "file does not exist")
     raw = load_yaml(path, finite=False)    # a spec is loaded again, strictly, by spec_arg
-    flags = any(getattr(args, f) is not None for f in ("tp", "pp", "dp", "mbs"))
+    given = [f for f in ("tp", "pp", "dp", "mbs") if getattr(args, f) is not None]
+    flags = bool(given)
+    if flags and len(given) < 4:
+        missing = [f"--{f}" for f in ("tp", "pp", "dp", "mbs") if f not in given]
+        raise SpecError(None, ", ".join(missing), "a configuration from flags needs all of --tp --pp --dp --mbs "
+                                                  "(without them a solution file's own configuration is simulated)")
     if isinstance(raw, dict) and "config" in raw and "spec" in raw:       # a solution
         sp = raw["spec"]
         if isinstance(sp, dict):
