@@ -63,12 +63,14 @@ class Items:
 
 
 def column_items(hop: np.ndarray, wrap: np.ndarray | None, emb: np.ndarray | None, head: int,
-                 rest: list[int], R: int, limit_rel: int, emb_floor: int = 0) -> Items | None:
+                 rest: list[int], R: int, limit_rel: int, emb_floor: int = 0,
+                 max_states: int | None = None) -> Items | None:
     """Every path head -> R-1 distinct nodes of `rest` with path + wrap + max(its embedding pair, emb_floor)
     <= limit_rel (integer units), the cheapest order per (node set, end), then the Pareto front over ends of
     (cost, embedding); embeddings are reported raised to emb_floor. emb_floor: what the slowest column's
     embedding pair costs at least (every head's cheapest pair), so each path has that much less room.
-    None: more than STATE_CAP states in a layer."""
+    None: more than STATE_CAP states in a layer, or more than max_states states extended over all layers (what the
+    caller's work left pays for: an enumeration grows steeply with the limit, so one probe could outrun it)."""
     M = len(rest)
     r = np.asarray(rest)
     C = hop[np.ix_(r, r)].astype(np.int64)
@@ -100,6 +102,7 @@ def column_items(hop: np.ndarray, wrap: np.ndarray | None, emb: np.ndarray | Non
     S, last, cost = S[keep], last[keep], cost[keep]
     layers = [(last, np.full(len(last), -1))]
     nodes = np.arange(M)
+    extended = len(S)
     for k in range(2, R):
         parts = []
         bound = limit_rel - lb(k)[None, :]
@@ -113,7 +116,7 @@ def column_items(hop: np.ndarray, wrap: np.ndarray | None, emb: np.ndarray | Non
             # the cheapest per (set, last node) within the chunk first: keeps memory near the layer's size
             part = _cheapest(Sc[si] | bit[vi], vi.astype(np.int8), nc[si, vi], (si + s0).astype(np.int32), M)
             size += len(part[0])
-            if size > 2 * STATE_CAP:
+            if size > 2 * STATE_CAP or max_states is not None and extended + size > max_states:
                 return None
             parts.append(part)
         if parts:
@@ -123,6 +126,7 @@ def column_items(hop: np.ndarray, wrap: np.ndarray | None, emb: np.ndarray | Non
             last, par = np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.int32)
         if len(S) > STATE_CAP:
             return None
+        extended += len(S)
         layers.append((last, par))
     total = cost + wr[last]
     eb = em[last]
@@ -390,10 +394,10 @@ def _cover(items: list[Items], M: int, limit_rel: int, exact_cover: bool, time_l
     return ("INFEASIBLE" if st == cp_model.INFEASIBLE else "UNKNOWN"), None
 
 
-def _items_all(hop, wrap, emb, H, rest, R, limit_rel, ef):
+def _items_all(hop, wrap, emb, H, rest, R, limit_rel, ef, max_states=None):
     """column_items for every head, on up to THREADS threads (numpy's sorts and arithmetic release the GIL)."""
     def one(h):
-        return column_items(hop, wrap, emb, h, rest, R, limit_rel, ef)
+        return column_items(hop, wrap, emb, h, rest, R, limit_rel, ef, max_states)
     workers = min(len(H), THREADS, os.cpu_count() or 1)
     if workers <= 1:
         return [one(h) for h in H]
@@ -608,8 +612,14 @@ def _solve_columns(p, sets, limit_int, objective_int, time_limit_s, seed, path_f
                 if left() <= 0 or guess > left():
                     keep_open(lo)
                     break
-                its = _items_all(hop, wrap, emb, H, rest, R, t - ring, ef)
-                n_items = max(1, sum(len(it.cost) for it in its if it is not None))
+                # each head's enumeration stops where the work left would not pay for it (the guess above reads
+                # the growth of the last probes, which a steep step can outrun many times over)
+                cap = int(left() * work.COLUMN_ITEMS_PER_S / len(H)) + 1
+                its = _items_all(hop, wrap, emb, H, rest, R, t - ring, ef, cap)
+                if any(it is None for it in its):
+                    n_items = cap * len(H)          # given up part-way: charged as if it had run to its cap
+                else:
+                    n_items = max(1, sum(len(it.cost) for it in its))
                 work.charge(n_items / work.COLUMN_ITEMS_PER_S)
                 if any(it is None for it in its) or n_items > ITEM_CAP:
                     keep_open(lo)
