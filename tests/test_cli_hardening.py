@@ -115,3 +115,20 @@ def test_second_ctrl_c_aborts_and_keeps_the_old_file(tmp_path):
     assert p.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err
     assert out.read_bytes() == before
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
+
+
+def test_a_gpu_without_a_compute_profile_is_named_on_stderr(tmp_path):
+    """A GPU type no shipped profile matches (a new GPU, or a typo) plans on generic efficiencies: the command says
+    so, naming the spec and the field; a shipped type says nothing."""
+    spec = yaml.safe_load(open(SPEC))
+    cluster = yaml.safe_load(open(os.path.join(ROOT, "specs", spec["cluster"])))
+    cluster["gpu"]["type"] = "H10O-SXM5-80GB"                 # a typo of H100
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cluster))
+    spec["cluster"] = str(tmp_path / "c.yaml")
+    spec["model"] = os.path.join(ROOT, "specs", spec["model"])
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    argv = ["estimate", str(tmp_path / "s.yaml"), "--tp", "2", "--pp", "4", "--dp", "16", "--mbs", "1", "--json"]
+    rc, _, err = _run(argv)
+    assert rc in (0, 1) and "cluster.gpu.type 'H10O-SXM5-80GB' matches no shipped compute profile" in err
+    assert "s.yaml" in err
+    assert "matches no shipped" not in _run(EST)[2]

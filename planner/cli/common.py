@@ -33,9 +33,20 @@ def finite_float(text: str) -> float:
 
 
 def spec_arg(path: str):
-    """Load a spec for a command; SpecError propagates to main()."""
+    """Load a spec for a command; SpecError propagates to main(). A GPU type with no shipped compute profile and
+    none named is legal (a new GPU), but its times rest on generic efficiencies: say so on stderr."""
+    import sys
+
+    from planner.costs import SHIPPED_COMPUTE, shipped_compute_profile
     from planner.spec import load_spec
-    return load_spec(path)
+    spec = load_spec(path)
+    gpu = spec.cluster.gpu.type
+    if not (getattr(spec.cluster, "profiles", None) or {}).get("compute") and not shipped_compute_profile(gpu):
+        print(f"planner: warning: {path}: cluster.gpu.type {gpu!r} matches no shipped compute profile "
+              f"({', '.join(SHIPPED_COMPUTE)}): its GEMM, attention and memory-bandwidth efficiencies are generic "
+              "defaults; set cluster.profiles.compute to a fitted profile (planner fit compute) for measured ones",
+              file=sys.stderr)
+    return spec
 
 
 def add_config_args(p, required: bool = True) -> None:
