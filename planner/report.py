@@ -46,9 +46,9 @@ def plan_table(sol) -> Table:
     over = "" if getattr(s, "robust", "none") == "none" else f" ({s.robust} over the bandwidth snapshots)"
     t.add_row("solver", f"{s.method} {s.status}: objective {s.objective:.4f} s{over}, bound {s.bound:.4f} s, "
                         f"gap {s.gap:.2%}, {s.wall_s:.1f} s")
-    t.add_row("search", f"{s.candidates} configs, {s.pruned_memory} over memory, {s.pruned_bound} pruned by "
-                        f"bound, {s.mappings_solved} mappings solved, {s.mappings_proved} settled by CP-SAT "
-                        "(proved optimal, or proved unable to beat the incumbent)")
+    t.add_row("search", f"{s.candidates} configs, {s.pruned_memory} over memory, {s.pruned_bound} (config, "
+                        f"layout) pairs pruned by bound, {s.mappings_solved} mappings solved, {s.mappings_proved} "
+                        "settled by CP-SAT (proved optimal, or proved unable to beat the incumbent)")
     if getattr(s, "note", ""):
         t.add_row("note", s.note)
     return t
