@@ -253,3 +253,21 @@ def test_bool_default_passes_through():
 def test_digest_of_the_shipped_spec_is_unchanged():
     sol = yaml.safe_load(open("solutions/gpt3-13b-a100-128.yaml"))
     assert load_spec("specs/gpt3-13b-a100-128.yaml").digest() == sol["spec_hash"]
+
+
+def test_virtual_stages_auto_tries_every_even_chunking():
+    """Absent (auto): 2 and every v that gives each stage whole, equal chunks, as Megatron-Core recipes choose v
+    (NeMo's run 5 to 20); a list is taken as given."""
+    from dataclasses import replace
+
+    from planner.search.space import enumerate_configs, virtual_stage_options
+    d = _spec()
+    d["model"] = {**d["model"], "num_layers": 48}
+    spec = parse_spec(d, "x.yaml")
+    assert spec.search.virtual_stages is None
+    assert virtual_stage_options(spec, 2) == (2, 3, 4, 6, 8, 12, 24)      # 24 layers per stage
+    assert virtual_stage_options(spec, 4) == (2, 3, 4, 6, 12)             # 12 per stage
+    assert virtual_stage_options(spec, 16) == (2, 3)                      # 3 per stage: 2 only by an uneven split
+    given = replace(spec, search=replace(spec.search, virtual_stages=(3,), schedules=("interleaved",)))
+    assert virtual_stage_options(given, 2) == (3,)
+    assert {c.vpp for c in enumerate_configs(given) if c.schedule == "interleaved"} <= {3}

@@ -134,6 +134,14 @@ def _splits(spec, pp: int, chunks: int, uneven_ok: bool = True):
         yield from uneven_splits(L, pp, chunks, spec.search.uneven_stages)
 
 
+def virtual_stage_options(spec, pp: int) -> tuple:
+    """search.virtual_stages, or for auto: 2 and every v > 2 with whole, equal chunks on every stage."""
+    if spec.search.virtual_stages is not None:
+        return spec.search.virtual_stages
+    L = spec.model.num_layers
+    return tuple(v for v in range(2, L // pp + 1) if v == 2 or L % (pp * v) == 0)
+
+
 def _schedules(spec, pp: int, m: int):
     seen_single = False
     for sched in spec.search.schedules:
@@ -147,7 +155,7 @@ def _schedules(spec, pp: int, m: int):
                 # Megatron refuses it: with p2p overlap off, pp <= 2 puts two sends and receives between the same
                 # two ranks in one batch (Megatron-LM megatron/training/arguments.py, validate_args)
                 continue
-            for v in spec.search.virtual_stages:
+            for v in virtual_stage_options(spec, pp):
                 if v > 1 and m % pp == 0:
                     for split in _splits(spec, pp, v):
                         yield sched, v, split

@@ -169,8 +169,10 @@ class SearchSpec:
     gpus_per_node."""
     micro_batch_sizes: tuple | None = None
     """Micro-batch sizes to try; None: auto (powers of two up to 16 that divide)."""
-    virtual_stages: tuple = (2,)
-    """Model chunks per device to try for the interleaved schedule."""
+    virtual_stages: tuple | None = None
+    """Model chunks per device to try for the interleaved schedule; None (auto): 2 and every v that splits each
+    stage's layers evenly (layers % (pp * v) == 0), up to one layer per chunk, as Megatron-Core recipes pick it
+    (NeMo's run 5 to 20); search.space.virtual_stage_options."""
     sequence_parallel: tuple = (False, True)
     """Sequence parallelism off / on (only with tp > 1)."""
     tensor_parallel: tuple | None = None
@@ -473,7 +475,7 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
         recompute=_choices(f, "recompute", RECOMPUTE),
         zero=_choices(f, "zero", ZERO_STAGES, _exact_int),
         micro_batch_sizes=_pos_ints(f, "micro_batch_sizes"),
-        virtual_stages=_pos_ints(f, "virtual_stages") or DEFAULT,    # absent, 'auto' or []: the default
+        virtual_stages=_pos_ints(f, "virtual_stages") or None,    # absent, "auto" or []: auto (every even split, and 2)
         sequence_parallel=_choices(f, "sequence_parallel", (False, True)),
         tensor_parallel=_pos_ints(f, "tensor_parallel"),
         memory_margin=f.float("memory_margin", DEFAULT, positive=False, min_value=0.0, max_value=0.9),
