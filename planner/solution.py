@@ -111,7 +111,8 @@ class Solution:
             # a fused kernel the spec names (export passes it on); auto: absent, as before
             **({"attention_backend": self.spec.training.attention_backend}
                if self.spec.training.attention_backend != "auto" else {}),
-            "overlap": dict(vars(self.spec.training.overlap)),        # training.overlap, for export's flags
+            # training.overlap as it runs on this GPU (no userbuffers before Ampere), for export's flags
+            "overlap": dict(vars(_tp_comm_in_force(self.spec))),
             **self._cp_comm(),
             # ZeRO-3 plans (torchtitan's FSDP2): what its job config needs beyond the parallel config
             **({"framework": "torchtitan", "precision": self.spec.training.precision,
@@ -135,6 +136,11 @@ class Solution:
 
     def write(self, path: str) -> None:
         write_yaml(path, self.as_dict())
+
+
+def _tp_comm_in_force(spec):
+    from planner.costs.iteration import tp_comm_in_force  # late: costs imports this module's neighbours
+    return tp_comm_in_force(spec)
 
 
 def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: int, nodes: int,

@@ -195,3 +195,24 @@ def test_interleaved_needs_pp_above_2_without_p2p_overlap():
         return {c.pp for c in enumerate_configs(parse_spec(d, "ov.yaml")) if c.schedule == "interleaved"}
     assert 2 in pps(True) and 4 in pps(True)
     assert 2 not in pps(False) and 4 in pps(False)
+
+
+def test_no_userbuffers_before_ampere():
+    """Transformer Engine needs compute capability 8.0: on a V100 cluster --tp-comm-overlap cannot run, so the plan
+    is charged Megatron's own asynchronous backward instead, and the solution and export do not claim it."""
+    import planner
+    from planner.costs import default_costs
+    from planner.costs.iteration import overlap_of, tp_overlap_saving
+    spec = planner.load_spec("specs/llama2-7b-v100-het-128.yaml")
+    assert spec.training.overlap.tp_comm and not overlap_of(spec).tp_comm
+    cfg = ParallelConfig(2, 4, 16, 2, 8, "1f1b", 1, "none", 1, True)
+    costs = default_costs(spec.cluster)
+    v100 = tp_overlap_saving(spec, cfg, costs)
+    a100 = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, gpu=dataclasses.replace(
+        spec.cluster.gpu, type="A100-SXM4-40GB")))
+    assert overlap_of(a100).tp_comm
+    assert v100[0] == 0.0 and v100[1] > 0.0            # the forward's collectives wait; tp_backward hides some
+    assert tp_overlap_saving(a100, cfg, costs)[0] > 0.0
+    from planner.solution import load_solution
+    shipped = load_solution("solutions/llama2-7b-v100-het-128.yaml")
+    assert shipped["overlap"]["tp_comm"] is False and "--tp-comm-overlap" not in megatron_args(shipped)

@@ -86,9 +86,21 @@ def stage_memory(spec, cfg: ParallelConfig, costs: Costs) -> list[MemoryBreakdow
 # the estimate, the mapping objective (folded into dp_link / dp_base, see build_problem) and the simulator.
 
 def overlap_of(spec):
-    """The overlaps in force: the spec's training.overlap, none for DeepSpeed's engine (it overlaps none of them)."""
+    """The overlaps in force: the spec's training.overlap, none for DeepSpeed's engine (it overlaps none of them), and
+    no tp_comm (TE's userbuffers, torchtitan's async TP) on a GPU older than Ampere, which neither runs on."""
     ov = spec.training.overlap
-    return type(ov).none() if spec.training.pipeline_engine == "deepspeed" else ov
+    if spec.training.pipeline_engine == "deepspeed":
+        return type(ov).none()
+    return tp_comm_in_force(spec)
+
+
+def tp_comm_in_force(spec):
+    """training.overlap with tp_comm off where the GPU cannot run it (spec.cluster.runs_transformer_engine)."""
+    from dataclasses import replace
+
+    from planner.spec.cluster import runs_transformer_engine
+    ov = spec.training.overlap
+    return ov if not ov.tp_comm or runs_transformer_engine(spec.cluster.gpu) else replace(ov, tp_comm=False)
 
 
 def exposed_s(comm, hide, pieces: int = 1):

@@ -49,6 +49,17 @@ class GPUSpec:
 NO_FP8_TYPES = ("V100", "P100", "A100", "A800", "A30", "A40", "A10", "T4")
 
 
+# GPU generations Transformer Engine does not run on (it needs compute capability 8.0, Ampere, or newer: its support
+# matrix, nvidia.github.io/TransformerEngine/support_matrix.html), so no userbuffers overlap (--tp-comm-overlap);
+# PyTorch's async TP (symmetric memory) is not for them either.
+PRE_AMPERE_TYPES = ("V100", "P100", "T4")
+
+
+def runs_transformer_engine(gpu: GPUSpec) -> bool:
+    kind = gpu.type.upper()
+    return not any(t in kind for t in PRE_AMPERE_TYPES)
+
+
 def fp8_refusal(gpu: GPUSpec) -> str | None:
     """Why `gpu` cannot train in fp8 (None: it can): no fp8 peak in the cluster file, or a pre-Hopper type."""
     kind = gpu.type.upper()
