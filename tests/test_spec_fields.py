@@ -271,3 +271,10 @@ def test_virtual_stages_auto_tries_every_even_chunking():
     given = replace(spec, search=replace(spec.search, virtual_stages=(3,), schedules=("interleaved",)))
     assert virtual_stage_options(given, 2) == (3,)
     assert {c.vpp for c in enumerate_configs(given) if c.schedule == "interleaved"} <= {3}
+
+
+def test_a_misspelt_required_key_is_named():
+    d = _spec(training={"global_batchsize": 16, "seq_length": 128})
+    with pytest.raises(SpecError) as e:
+        parse_spec(d, "x.yaml")
+    assert e.value.field == "training.global_batch_size" and "'global_batchsize' is given" in str(e.value)

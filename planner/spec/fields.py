@@ -58,7 +58,10 @@ class Fields:
         self.seen.add(key)
         if key not in self.data or self.data[key] is None:
             if default is _MISSING:
-                raise self.error(key, "is required")
+                import difflib
+                near = difflib.get_close_matches(key, [k for k in self.data if isinstance(k, str)], n=1, cutoff=0.8)
+                raise self.error(key, "is required" + (f" ({near[0]!r} is given: a misspelling of it?)" if near
+                                                       else ""))
             return default
         return self.data[key]
 
