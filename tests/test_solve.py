@@ -19,6 +19,12 @@ def test_solve_tiny_is_optimal_and_deterministic(make_spec):
     assert rec["mapping_gap"] == pytest.approx(0.0, abs=1e-5)
     assert a.solver.bound <= a.solver.objective + 1e-9
     assert a.estimate.fits
+    # the runners-up: top_k of them though the search pruned most by bound, none faster than the proved plan,
+    # each saying whether its mapping was searched or is Megatron's rank order
+    alts = a.alternatives
+    assert len(alts) == a.spec.search.top_k == 5 and alts == sorted(alts, key=lambda x: x["iteration_s"])
+    assert all(x["slower_by"] >= -1e-9 and x["mapping"] in ("searched", "rank order") for x in alts)
+    assert len({tuple(sorted(x["config"].items())) for x in alts} | {tuple(sorted(a.config.as_dict().items()))}) == 6
     ws = a.mapping
     assert len(ws) == 32 and len({(w["node"], w["gpu"]) for w in ws}) == 32   # 1:1 onto GPUs
     assert all(len({w["node"] for w in ws if w["stage"] == s and w["dp_rank"] == d}) == 1

@@ -76,7 +76,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
             rec.note = ((rec.note + "; ") if rec.note else "") + (
                 f"{len(vetoed)} configuration(s) the estimate fits were over memory in simulation and excluded")
         break
-    sol = summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked)
+    sol = summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked, fits=kept)
     # checked after the summary (its simulation takes a while): a Ctrl-C at any point of the solve is reported,
     # so the command line's exit code (130) always matches the file's status
     if interrupt.requested():

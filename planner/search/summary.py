@@ -51,20 +51,37 @@ def note_overruled(rec: SolverRecord, est_best: Candidate, best: Candidate) -> N
             rec.status = "FEASIBLE"
 
 
-def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs) -> list[dict]:
-    """The fastest other configs (one layout each, at most search.top_k), relative to the plan."""
+def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fits=None) -> list[dict]:
+    """The fastest other configs (one layout each, at most search.top_k), relative to the plan: the mapped candidates
+    (`mapping: searched`), then, while fewer than top_k, the fitting configs the search pruned by their bound in
+    bound order, at Megatron's rank-order mapping over their layouts (`mapping: rank order`: an upper bound on what
+    a search would give them; their bound already says they cannot beat the plan)."""
     alts = []
     seen = {best.cfg}
+
+    def add(cfg, t, how):
+        alts.append({"config": cfg.as_dict(), "iteration_s": t, "slower_by": t / best.result.objective - 1,
+                     "peak_memory_GiB": max(m.total for m in stage_memory(spec, cfg, costs)) / GiB, "mapping": how})
+
     for c in sorted(cands, key=lambda c: c.result.objective):
+        if len(alts) >= spec.search.top_k:
+            break
         if c.cfg in seen:
             continue
         seen.add(c.cfg)
-        alts.append({"config": c.cfg.as_dict(), "iteration_s": c.result.objective,
-                     "slower_by": c.result.objective / best.result.objective - 1,
-                     "peak_memory_GiB": max(m.total for m in stage_memory(spec, c.cfg, costs)) / GiB})
+        add(c.cfg, c.result.objective, "searched")
+    for _, cfg in fits or []:
         if len(alts) >= spec.search.top_k:
             break
-    return alts
+        if cfg in seen:
+            continue
+        seen.add(cfg)
+        lays = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard)
+        if not lays:
+            continue
+        t = min(p.objective(p.rank_order()) for p in (build_problem(spec, cfg, lay, costs) for lay in lays))
+        add(cfg, float(t), "rank order")
+    return sorted(alts, key=lambda a: a["iteration_s"])
 
 
 # configs of the other family scored (at rank order) for a family comparison: bounds the note's cost
@@ -141,12 +158,12 @@ def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs) -
 
 
 def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
-              simulate: bool, reranked) -> Solution:
+              simulate: bool, reranked, fits=None) -> Solution:
     """The Solution of `best`; the record is updated to describe it (the re-ranked plan, if the simulator
     overruled)."""
     p0 = best.probs[0]
     est = evaluate(spec, best.cfg, p0, best.result.assign, costs)
-    alts = alternatives(spec, cands, best, costs)
+    alts = alternatives(spec, cands, best, costs, fits)
     rec.objective = best.result.objective
     rec.bound = min(rec.bound, rec.objective)
     rec.mapping_objective = best.result.objective - p0.const
