@@ -132,3 +132,14 @@ def test_a_gpu_without_a_compute_profile_is_named_on_stderr(tmp_path):
     assert rc in (0, 1) and "cluster.gpu.type 'H10O-SXM5-80GB' matches no shipped compute profile" in err
     assert "s.yaml" in err
     assert "matches no shipped" not in _run(EST)[2]
+
+
+def test_a_closed_output_pipe_is_not_an_internal_error():
+    """`planner export ... | head`: the reader closes the pipe; planner ends with 141 (128 + SIGPIPE) and no
+    'internal error' (it was exit 3)."""
+    p = subprocess.Popen([sys.executable, "-m", "planner", "export",
+                          os.path.join(ROOT, "solutions", "gpt3-175b-a100-het-1024.yaml"), "--format", "torchrun"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    p.stdout.close()                      # closed before the child writes a byte
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "internal error" not in err, err

@@ -68,6 +68,9 @@ def _version() -> str:
     return __version__
 
 
+EXIT_PIPE = 141      # 128 + SIGPIPE, what a shell reports for a writer whose reader closed the pipe
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -79,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("planner: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`planner export ... | head`): not planner's error, and not "no feasible plan" (1);
+        # stdout goes to /dev/null so that the interpreter's final flush does not raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PIPE
     except Exception as e:  # internal error: one line, traceback only when asked
         if os.environ.get("PLANNER_DEBUG"):
             raise
