@@ -51,7 +51,11 @@ def test_1f1b_memory_equals_estimator(spec):
 
 @pytest.mark.parametrize("cfg", [C(4, 8, 4, 1, 128, "1f1b", recompute="full"),
                                  C(2, 8, 8, 2, 32, "1f1b", recompute="selective"),
-                                 C(4, 8, 4, 1, 128, "1f1b", zero=3, sequence_parallel=True, recompute="full")])
+                                 C(4, 8, 4, 1, 128, "1f1b", zero=3, sequence_parallel=True, recompute="full"),
+                                 # torchtitan's interleaved schedule at m == pp: PyTorch's warm-up, not Megatron's
+                                 # all-forwards-first
+                                 C(4, 4, 8, 1, 4, "interleaved", 2, zero=3, sequence_parallel=True,
+                                   recompute="full")])
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_recompute_and_fp8_memory_equal_the_estimator(spec, cfg, precision):
     """The simulator holds the estimator's backward working set (which has the rebuilt layer inside it) during a

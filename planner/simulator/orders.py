@@ -100,8 +100,10 @@ def _zb_h1(p: int, m: int) -> list:
     return out
 
 
-def _interleaved(p: int, m: int, v: int) -> list:
-    """Megatron-LM's interleaved 1F1B: micro-batches in groups of p, chunk-major within a group."""
+def _interleaved(p: int, m: int, v: int, pytorch: bool = False) -> list:
+    """Megatron-LM's interleaved 1F1B: micro-batches in groups of p, chunk-major within a group. pytorch:
+    torch.distributed.pipelining's ScheduleInterleaved1F1B (torchtitan), the same order and warm-up count but
+    without Megatron's all-forwards-first case for m == p (costs.pipeline.inflight_microbatches)."""
     total = m * v
     k = np.arange(total)
     mb = (k // (p * v)) * p + k % p
@@ -109,7 +111,7 @@ def _interleaved(p: int, m: int, v: int) -> list:
     bchunk = v - 1 - fchunk
     out = []
     for d in range(p):
-        w = total if m == p else min((p - d - 1) * 2 + (v - 1) * p, total)
+        w = total if m == p and not pytorch else min((p - d - 1) * 2 + (v - 1) * p, total)
         steady = total - w
         kinds = np.empty(2 * total, np.int64)
         mbs = np.empty(2 * total, np.int64)
@@ -291,9 +293,10 @@ def _add_recompute(lists: list, split: bool, early: bool) -> list:
 
 
 def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, early_recompute: bool = False,
-          times: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> Schedule:
+          times: tuple[float, float, float] = (1.0, 1.0, 1.0), pytorch: bool = False) -> Schedule:
     """The per-device op lists of schedule `name`. `times` = per-chunk (f, b, w) the greedy builder
-    plans with (only ZB-H1 and the V-shapes use it; the engine re-times with the real costs)."""
+    plans with (only ZB-H1 and the V-shapes use it; the engine re-times with the real costs). pytorch: PyTorch
+    pipelining's variant where it differs (interleaved; ZeRO-3 plans are torchtitan's)."""
     v = chunks_per_device(name, vpp)
     check(name, p, m, v)
     split = name in SPLIT_SCHEDULES and p > 1
@@ -304,7 +307,7 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
     elif name == "1f1b":
         lists = _1f1b(p, m)
     elif name == "interleaved":
-        lists = _interleaved(p, m, v)
+        lists = _interleaved(p, m, v, pytorch)
     elif name == "zb-h1":
         lists = _zb_h1(p, m)
     elif name == "v-zb":

@@ -420,7 +420,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     rc_ops = cfg.recompute != "none" and any(s.recompute > 0 for s in st)
     mean = np.mean([[s.forward, s.backward, s.weight_grad] for s in st], axis=0) / v
     sched = build(cfg.schedule, p, m, cfg.vpp, recompute=rc_ops, early_recompute=recompute_in_bubbles,
-                  times=tuple(mean))
+                  times=tuple(mean), pytorch=cfg.zero == 3)      # ZeRO-3 plans run PyTorch pipelining's schedules
     stage_of = sched.stage_of()
     dur = _chunk_times(st, p, v, stage_of, sched.split, rc_ops, chunk_layers)
 
