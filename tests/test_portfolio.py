@@ -208,3 +208,22 @@ def test_no_reheat_where_the_two_row_re_solve_follows(monkeypatch):
     a = solve(p, time_limit_s=0.3, seed=0)
     assert len(calls) == 1 and "reheat_iterations" not in a.work
     assert a.work["lns_steps"] == portfolio.lns_steps(0.3, p)
+
+
+def test_exact_model_too_large_to_build_in_the_budget_is_not_built(monkeypatch):
+    """--method exact on 128 nodes: the grid model's Python build (about 30 s at 8 x 16) is estimated first
+    (cpsat.grid_build_s) and skipped when it exceeds the work left; the answer is the incumbent, TIME_LIMIT. A model
+    that fits the budget is built as before."""
+    from planner.mapping import cpsat
+    built = []
+    real = cpsat._assignment_model
+    monkeypatch.setattr(cpsat, "_assignment_model", lambda *a, **k: built.append(a) or real(*a, **k))
+    big = family_problem(8, 16, 0)
+    assert cpsat.grid_build_s(8, 16, 128, False) > 10.0
+    hint = big.rank_order()
+    r = cpsat.solve_exact(big, time_limit_s=1.0, wall_limit_s=60, hint=hint, ring_cap=False)
+    assert not built and r.status == "TIME_LIMIT" and r.objective <= big.objective(hint) + 1e-12
+    assert r.bound <= r.objective
+    small = family_problem(2, 4, 0)
+    r = cpsat.solve_exact(small, time_limit_s=2.0, wall_limit_s=60, hint=small.rank_order(), ring_cap=False)
+    assert built and r.status == "OPTIMAL"

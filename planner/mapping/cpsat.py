@@ -95,6 +95,15 @@ def _solve_exact(problems, *, time_limit_s, seed, hint, robust, workers, cutoff,
     if isinstance(pre, MappingResult):
         return pre
 
+    build = grid_build_s(R, K, N, p0.wrap is not None, len(probs))
+    wall_left = None if wall_limit_s is None else wall_limit_s - (time.perf_counter() - t0)
+    if build > time_limit_s - spent.used_s or (wall_left is not None and build > wall_left):
+        # the model would take longer to build than the work (or the wall clock) left: answer with what the
+        # pre-solve has, as a CP-SAT call that found nothing (8 x 16 nodes: about 30 s of building)
+        if wall_left is not None and build > wall_left and build <= time_limit_s - spent.used_s:
+            work.note_wall()
+        return _unbuilt_result(probs, hint if pre.better is None else pre.better, pre, robust,
+                               time.perf_counter() - t0)
     g = _assignment_model(R, K, N, wrap=p0.wrap is not None)
     if pre.allowed is not None:
         _add_ring_slice(g, pre.allowed)
@@ -558,6 +567,33 @@ def _grid_result(g: _Grid, solver, st, probs, *, robust, hint, cutoff, pre: _Pre
         if hobj < obj:
             a, obj = hint.copy(), hobj
     return MappingResult(a, obj, min(bound, obj), status, wall, "exact")
+
+
+# Building the grid model is Python work CP-SAT's deterministic time does not see; its path term dominates, two
+# big-M constraints of N terms per node and hop (_path_term). Measured here (docs/notes/solver.md, "The exact model's
+# build"): 6.9-8.6 us per such term from 4 x 4 to 8 x 16 nodes, with the assignment and ring parts folded in.
+GRID_TERM_S = 9e-6
+
+
+def grid_build_s(R: int, K: int, N: int, wrap: bool, scenarios: int = 1) -> float:
+    """Seconds (work or wall, 1:1, like the two-row models' build) the full grid model takes to build."""
+    hops = (R - 1) * K + (K if wrap and R > 1 else 0)
+    return GRID_TERM_S * scenarios * hops * 2 * N * (N - 1)
+
+
+def _unbuilt_result(probs, a, pre: _Presolve, robust, wall) -> MappingResult:
+    """TIME_LIMIT with the incumbent (the hint, or the pre-solve's better placement; rank order without either) and
+    the bounds the pre-solve proved."""
+    p0 = probs[0]
+    a = p0.rank_order() if a is None else np.asarray(a)
+    obj = robust_objective(probs, a, robust)
+    bound = robust_lower_bound(probs, robust)
+    if pre.head_lb:
+        # as _grid_result reads an integer bound: the mean over scenarios, each term's rounding allowed for
+        nscen = len(probs) if (robust == "mean" and len(probs) > 1) else 1
+        terms = (p0.layout.rows + (1 if p0.wrap is not None else 0) + 3) * len(probs)
+        bound = max(bound, robust_const(probs, robust) + pre.head_lb * UNIT / nscen - terms * UNIT)
+    return MappingResult(a.copy(), obj, min(bound, obj), "TIME_LIMIT", wall, "exact")
 
 
 def _bound_without_solution(solver, probs, robust, pre: _Presolve) -> float:
