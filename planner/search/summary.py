@@ -96,12 +96,17 @@ def _peak(spec, cfg, costs: Costs) -> float:
     return max(m.total for m in stage_memory(spec, cfg, costs)) / GiB
 
 
-def best_of_other_family(spec, best: Candidate, cands: list[Candidate], costs: Costs, other, name: str) -> str:
+def best_of_other_family(spec, best: Candidate, cands: list[Candidate], costs: Costs, other, name: str,
+                         all_fits=None) -> str:
     """The best plan the search saw among configs with other(cfg) true, against the chosen one: its mapped candidates,
     and the fitting configs it pruned by their bounds (never mapped) at their rank-order mapping, since a mapped few
-    alone can mislead (a pruned config may be close behind the chosen plan); when none fits, the closest miss."""
+    alone can mislead (a pruned config may be close behind the chosen plan); when none fits, the closest miss.
+    all_fits: the search's fitting configs with their bounds (screen.feasible_configs); without them, or when none of
+    them is of the other family, one more pass over the configurations (which also finds the closest miss)."""
     t = best.result.objective
-    fits, total, closest = feasible_configs(spec, costs, best.cfg.num_gpus, keep=other)
+    fits = [(lb, c) for lb, c in all_fits if other(c)] if all_fits is not None else []
+    if not fits:
+        fits, total, closest = feasible_configs(spec, costs, best.cfg.num_gpus, keep=other)
     if not fits:
         if closest is None:
             return f"no {name} plan in the search" if not total else f"no {name} plan fits in memory"
@@ -126,7 +131,7 @@ def best_of_other_family(spec, best: Candidate, cands: list[Candidate], costs: C
             f"{_peak(spec, cfg, costs):.1f} GiB")
 
 
-def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs) -> str:
+def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs, fits=None) -> str:
     """With ZeRO-3 and other stages in the search: the best plan of the other family against the chosen one (the
     mapped candidates', or else the fitting config of the least compute bound, which the chosen plan beats)."""
     if 3 not in spec.search.zero or len(spec.search.zero) == 1:
@@ -142,10 +147,10 @@ def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs)
             head += (f"; the same split with ZeRO-{max(lower)} needs {need:.1f} GiB, over the "
                      f"{memory_limit_GiB(spec):.1f} GiB usable")
     other = "tp/pp with ZeRO 0-2" if mine else "FSDP (ZeRO-3)"
-    return f"{head}; " + best_of_other_family(spec, best, cands, costs, lambda c: (c.zero == 3) != mine, other)
+    return f"{head}; " + best_of_other_family(spec, best, cands, costs, lambda c: (c.zero == 3) != mine, other, fits)
 
 
-def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs) -> str:
+def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs, fits=None) -> str:
     """With cp = 1 and cp > 1 in the search: the best plan on the other side of cp = 1 against the chosen one, or why
     none is (the closest miss of memory)."""
     degrees = spec.search.context_parallel
@@ -154,7 +159,7 @@ def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs) -
     mine = best.cfg.cp > 1
     head = f"cp = {best.cfg.cp} chosen ({best.result.objective:.4f} s, {_peak(spec, best.cfg, costs):.1f} GiB)"
     other = "cp = 1" if mine else "cp > 1"
-    return f"{head}; " + best_of_other_family(spec, best, cands, costs, lambda c: (c.cp > 1) != mine, other)
+    return f"{head}; " + best_of_other_family(spec, best, cands, costs, lambda c: (c.cp > 1) != mine, other, fits)
 
 
 def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
@@ -168,7 +173,7 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     rec.bound = min(rec.bound, rec.objective)
     rec.mapping_objective = best.result.objective - p0.const
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
-    for why in (fsdp_comparison(spec, best, cands, costs), cp_comparison(spec, best, cands, costs)):
+    for why in (fsdp_comparison(spec, best, cands, costs, fits), cp_comparison(spec, best, cands, costs, fits)):
         if why and why not in rec.note:
             rec.note = ((rec.note + "; ") if rec.note else "") + why
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)
