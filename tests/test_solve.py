@@ -202,3 +202,13 @@ def test_same_solution_file_on_a_loaded_machine(make_spec, monkeypatch):
             q.wait()
     assert quiet.solver.stopped_by != "wall" and busy.solver.stopped_by != "wall"
     assert _strip_clock(quiet.as_dict()) == _strip_clock(busy.as_dict())
+
+
+def test_the_search_charges_its_own_work(make_spec):
+    """The configurations' memory and each screened problem's bound are work too (work.CONFIG_WORK_S,
+    SCREEN_PROBLEM_WORK_S): at a short limit a large space ends by work, not at the clock's safety stop."""
+    from planner.mapping import work
+    spec = make_spec(nodes=4, seed=1, schedules=["1f1b", "interleaved"], recompute=["selective", "full"], zero=[0, 1])
+    sol = solve(spec, time_limit_s=20, seed=0, simulate=False)
+    rec = sol.solver
+    assert rec.work_s >= rec.candidates * work.CONFIG_WORK_S + work.SCREEN_PROBLEM_WORK_S

@@ -58,6 +58,13 @@ LNS_STEP_ITERS = 45
 LNS_BLOCK_ITERS = 0.3
 LNS_NODE_ITERS = 0.8
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
+# the configuration search's own work outside the mapping solvers (search/solve.py, search/screen.py), measured quiet
+# on this machine's class (docs/notes/solver.md, "The search's own work, charged"): each enumerated configuration's
+# memory 0.3-0.5 ms; each screened (config, layout) problem built and bounded 0.7 ms (16 nodes), 6.7 ms (32), 35 ms
+# (128): SCREEN_PROBLEM_WORK_S + SCREEN_NODE2_WORK_S x nodes^2, per bandwidth scenario
+CONFIG_WORK_S = 5e-4
+SCREEN_PROBLEM_WORK_S = 1e-3
+SCREEN_NODE2_WORK_S = 2.5e-6
 # one two-row model (tworows.py), charged once built: ROWS2_BUILD_WORK_S + ROWS2_ITEM_WORK_S per variable and
 # constraint of the model (build_work); the budget's test of a pair's first call bounds the same charge before the
 # build by an upper bound on those items (tworows.model_items). CPU time of the build measured on issue #10's family

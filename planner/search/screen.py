@@ -19,6 +19,7 @@ from planner.costs import Costs
 from planner.costs.iteration import build_problem, compute_const, memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
 from planner.errors import InfeasibleError, SpecError
+from planner.mapping import work
 from planner.mapping.anneal import anneal
 from planner.mapping.problem import layouts
 from planner.mapping.result import MappingResult
@@ -143,6 +144,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
         for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard):
             probs = [build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats]
             plb = max(p.lower_bound() for p in probs)
+            work.charge(len(probs) * (work.SCREEN_PROBLEM_WORK_S + work.SCREEN_NODE2_WORK_S * probs[0].n ** 2))
             if best is not None and plb >= best.result.objective:
                 pruned_bound += 1
                 continue

@@ -51,6 +51,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     while True:
         kept = [f for f in fits if f[1] not in vetoed]
         with work.metered(deadline=deadline) as spent:
+            work.charge(total * work.CONFIG_WORK_S)      # the configurations enumerated and their memory, above
             screening = screen(spec, kept, mats, costs, seed=seed, robust=rob, budget=budget, spent=spent,
                                deadline=deadline, progress=progress)
             solved = len(screening.cands)
