@@ -120,6 +120,44 @@ def read_text_file(path: str, file: str | None = None, field: str | None = None,
         raise SpecError(who, field, f"{path} is not UTF-8 text (byte {e.start})") from None
 
 
+def read_csv_rows(path: str, max_bytes: int | None = None) -> tuple[list[str], list[dict]]:
+    """(column names, rows) of a CSV file read as read_text_file reads text (regular UTF-8 file, bounded size; a
+    byte-order mark is dropped); names and values stripped. SpecError (exit 2) otherwise."""
+    import csv
+    import io as _io
+    text = read_text_file(path, max_bytes=max_bytes).lstrip("\ufeff")
+    reader = csv.DictReader(_io.StringIO(text, newline=""))
+    try:
+        rows = [{(k or "").strip(): (v or "").strip() if isinstance(v, str) else "" for k, v in r.items()}
+                for r in reader]
+    except csv.Error as e:
+        from planner.errors import SpecError
+        raise SpecError(path, f"line {reader.line_num}", f"is not valid CSV ({e})") from None
+    return [c.strip() for c in (reader.fieldnames or [])], rows
+
+
+def csv_number(value, path: str, line: int, column: str, kind=float):
+    """A finite number (int or float) from a CSV cell, or SpecError naming the file, line and column: empty,
+    non-numeric, NaN and infinity are bad input."""
+    import math
+
+    from planner.errors import SpecError
+    text = (value or "").strip() if isinstance(value, str) else value
+    if text in ("", None):
+        raise SpecError(path, f"line {line}, {column}", "is empty")
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise SpecError(path, f"line {line}, {column}", f"is not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise SpecError(path, f"line {line}, {column}", f"is not a finite number: {text!r}")
+    if kind is int:
+        if v != int(v):
+            raise SpecError(path, f"line {line}, {column}", f"is not a whole number: {text!r}")
+        return int(v)
+    return v
+
+
 MAX_YAML_NODES = 200_000                 # after expanding aliases: an alias bomb is refused here
 
 

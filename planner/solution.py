@@ -184,6 +184,24 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
                                      "a stages x b replicas (see docs/ARCHITECTURE.md, Mapping)")
 
 
+def solution_spec_path(raw: dict, path: str) -> str:
+    """The spec file a solution names, as written, or relative to the solution's folder or the folder above it (a
+    solution in solutions/ names specs/...); SpecError naming the field when none exists."""
+    import os
+    sp = raw.get("spec")
+    if isinstance(sp, dict):
+        sp = sp.get("path") or sp.get("file")
+    if not isinstance(sp, str) or not sp:
+        raise SpecError(path, "spec", "names no spec file; pass --spec")
+    here = os.path.dirname(os.path.abspath(path))
+    found = next((c for c in (sp, os.path.join(here, sp), os.path.join(os.path.dirname(here), sp))
+                  if os.path.exists(c)), None)
+    if found is None:
+        raise SpecError(path, "spec", f"{sp} not found (tried relative to the working folder and the solution); "
+                                      "pass --spec")
+    return found
+
+
 def load_solution(path: str) -> dict:
     d = load_yaml(path, finite=False)      # a solution records figures; its config is parsed strictly
     if not isinstance(d, dict) or "config" not in d:

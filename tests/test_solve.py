@@ -114,8 +114,17 @@ def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path):
     used = {w["node"] for w in d["mapping"]}
     assert not used & {3, 7} and used <= set(range(16))
     assert d["replan"]["excluded_nodes"] == [3, 7]
+    assert d["simulated"] and set(d["replan"]["idle_nodes"]) == set(range(16)) - {3, 7} - used
+    # a re-plan of the re-plan keeps the earlier exclusions
+    r = _cli("replan", str(tmp_path / "re.yaml"), "--exclude-nodes", "5", "--time-limit", "3",
+             "--out", str(tmp_path / "re2.yaml"))
+    assert r.returncode == 0, r.stderr
+    d2 = yaml.safe_load((tmp_path / "re2.yaml").read_text())
+    assert d2["replan"]["excluded_nodes"] == [3, 5, 7] and not {w["node"] for w in d2["mapping"]} & {3, 5, 7}
     r = _cli("replan", str(out), "--exclude-nodes", "99")
     assert r.returncode == 2 and "--exclude-nodes" in r.stderr
+    r = _cli("replan", str(out), "--exclude-nodes", "\u00b2")         # a superscript two: isdigit(), not int()
+    assert r.returncode == 2 and "--exclude-nodes" in r.stderr and "internal" not in r.stderr
 
 
 def test_solve_simulates_and_records_agreement(make_spec):

@@ -290,9 +290,10 @@ def _cluster_entries(f: Fields, base: str, default_gpus, default_price) -> list[
         counts = gpus or [cl.num_gpus]
         for g in counts:
             if g % cl.gpus_per_node or g > cl.num_gpus:
+                what = (f"{g} GPUs is more than {cl.name}'s {cl.num_gpus}" if g > cl.num_gpus
+                        else f"{g} GPUs is not a whole number of {cl.name}'s nodes")
                 raise f.error(key if gpus is not default_gpus else "gpus",
-                              f"{g} GPUs is not a whole number of {cl.name}'s nodes "
-                              f"({cl.gpus_per_node} GPUs each, {cl.nodes} nodes)")
+                              f"{what} ({cl.gpus_per_node} GPUs each, {cl.nodes} nodes)")
         if price is None:
             price = cl.price_per_gpu_hour_usd
         out.append(ClusterEntry(cl, tuple(sorted(set(counts))), price))

@@ -105,11 +105,16 @@ def _add_memory(sub) -> None:
 
 
 def run_memory(args) -> int:
-    from planner.costs.learned import FEATURES, fit_samples, read_samples
+    from planner.costs.learned import FEATURES, check_sample_count, fit_samples, read_samples
     from planner.costs.memory import GiB
-    rows = read_samples(args.samples)
     if not 0 <= args.fragmentation < 1:
         raise SpecError(None, "--fragmentation", "must be in [0, 1)")
+    if args.margin < 0:           # a negative safety would scale every prediction down: plans that do not fit
+        raise SpecError(None, "--margin", f"must be >= 0, got {args.margin:g}")
+    if args.overhead_GiB < 0:
+        raise SpecError(None, "--overhead-GiB", f"must be >= 0, got {args.overhead_GiB:g}")
+    rows = read_samples(args.samples)
+    check_sample_count(rows, args.samples)
     est = fit_samples(rows, args.margin, args.overhead_GiB, os.path.basename(args.samples), args.fragmentation)
     est.save(args.output)
     info = {"output": args.output, "coef": dict(zip(list(FEATURES) + ["const"], est.coef_, strict=True)),

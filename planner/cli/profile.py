@@ -61,8 +61,10 @@ def run_compute(args) -> int:
     from planner.profile.compute import profile_grid, write_profile_csv
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecError(None, "--device", f"{device} requested but no CUDA device is available")
     if args.precision is None:
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         args.precision = "fp16" if device.startswith("cuda") else "fp32"
     if args.head_dim is not None and args.head_dim < 1:
         raise SpecError(None, "--head-dim", "must be a positive integer")
@@ -122,6 +124,8 @@ def run_memory(args) -> int:
         raise SpecError(None, "--fill", "must be in (0, 1]")
     if args.time_budget is not None and args.time_budget <= 0:
         raise SpecError(None, "--time-budget", "must be a positive number of seconds")
+    if args.max_gpus < 1:           # no configuration has fewer than one GPU: the sampler would draw forever
+        raise SpecError(None, "--max-gpus", f"must be at least 1, got {args.max_gpus}")
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "fake"

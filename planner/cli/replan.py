@@ -27,5 +27,7 @@ def run(args) -> int:
     r = sol.extra["replan"]
     show_solution(sol, out, args.json,
                   f"excluded nodes {r['excluded_nodes']}: {r['old_iteration_s']:.3f} s -> "
-                  f"{r['new_iteration_s']:.3f} s per iteration; re-planned in {r['wall_s']:.1f} s; wrote {out}")
+                  f"{r['new_iteration_s']:.3f} s per iteration"
+                  + (f"; idle nodes {r['idle_nodes']} (no plan uses every node left)" if r["idle_nodes"] else "")
+                  + f"; re-planned in {r['wall_s']:.1f} s; wrote {out}")
     return 0

@@ -55,17 +55,8 @@ def load_target(args):
         raise SpecError(None, ", ".join(missing), "a configuration from flags needs all of --tp --pp --dp --mbs "
                                                   "(without them a solution file's own configuration is simulated)")
     if isinstance(raw, dict) and "config" in raw and "spec" in raw:       # a solution
-        sp = raw["spec"]
-        if isinstance(sp, dict):
-            sp = sp.get("path") or sp.get("file")
-        if not isinstance(sp, str):
-            raise SpecError(path, "spec", "must be the path of the plan spec")
-        cand = [sp, os.path.join(os.path.dirname(os.path.abspath(path)), sp),
-                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), sp)]
-        found = next((c for c in cand if os.path.exists(c)), None)
-        if found is None:
-            raise SpecError(path, "spec", f"{sp} not found (tried relative to the working folder and the solution)")
-        spec = spec_arg(found)
+        from planner.solution import solution_spec_path
+        spec = spec_arg(solution_spec_path(raw, path))
         if flags:
             return spec, _config_from_flags(args, spec), None
         mapping = raw.get("mapping")

@@ -45,13 +45,18 @@ def run(args) -> int:
             raise SpecError(None, "--" + flag.replace("_", "-"), "must be a positive integer")
     cl = load_cluster(args.cluster)
     gpus = args.gpus or cl.num_gpus
-    if gpus < 1 or gpus % cl.gpus_per_node or gpus > cl.num_gpus:
+    if gpus > cl.num_gpus:
+        raise SpecError(None, "--gpus", f"{gpus} is more than {cl.name}'s {cl.num_gpus} GPUs ({cl.nodes} nodes of "
+                                        f"{cl.gpus_per_node})")
+    if gpus < 1 or gpus % cl.gpus_per_node:
         raise SpecError(None, "--gpus", f"{gpus} is not a whole number of {cl.name}'s nodes "
                                         f"({cl.gpus_per_node} GPUs each, {cl.nodes} nodes)")
     schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     bad = [s for s in schedules if s not in SCHEDULES]
     if bad or not schedules:
         raise SpecError(None, "--schedules", f"unknown {bad}; choose from {list(SCHEDULES)}")
+    if args.price is not None and args.price < 0:
+        raise SpecError(None, "--price", f"dollars per GPU-hour must be >= 0, got {args.price:g}")
     price = args.price if args.price is not None else cl.price_per_gpu_hour_usd
     training = TrainingSpec(global_batch_size=args.global_batch_size, seq_length=args.seq_length,
                             precision=args.precision)

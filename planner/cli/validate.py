@@ -20,12 +20,17 @@ def register(subparsers):
 def run(args) -> int:
     from planner.costs import costs_with_compute, default_costs
     from planner.costs.compute import load_profile
+    from planner.errors import SpecError
     from planner.profile.validate import read_vtrain_csv, validate
     from planner.spec import load_cluster
     cluster = load_cluster(args.cluster)
     costs = costs_with_compute(load_profile(args.compute_profile)) if args.compute_profile else default_costs(cluster)
     rows = read_vtrain_csv(args.measured)
     rep = validate(rows, cluster, costs, {"pipeline_engine": args.pipeline_engine})
+    if not rep.rows:
+        why = rep.skipped[0]["reason"] if rep.skipped else "no row"
+        raise SpecError(args.measured, None, f"no row could be predicted on {args.cluster} ({len(rep.skipped)} "
+                                             f"skipped; the first: {why})")
     if args.json:
         json.dump(rep.as_dict(), sys.stdout, indent=2)
         print()

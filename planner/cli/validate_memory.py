@@ -25,14 +25,15 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from planner.costs.learned import read_samples, validate
+    from planner.costs.learned import check_sample_count, read_samples, validate
     from planner.errors import SpecError
     if not 0 < args.holdout < 1:
         raise SpecError(None, "--holdout", "must be between 0 and 1")
     if args.estimator:
         return _score(args)
-    rep = validate(read_samples(args.samples), args.seed, args.holdout, args.small_gpus, args.large_gpus,
-                   args.margin)
+    rows = read_samples(args.samples)
+    check_sample_count(rows, args.samples)
+    rep = validate(rows, args.seed, args.holdout, args.small_gpus, args.large_gpus, args.margin)
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0

@@ -11,7 +11,6 @@ Saved as JSON (coefficients and metadata): loading executes no code.
 """
 from __future__ import annotations
 
-import csv
 import functools
 import json
 import os
@@ -25,6 +24,19 @@ from planner.costs.metrics import mape
 FEATURES = ("weights", "gradients", "optimizer", "activations", "logits", "transient_none", "transient_selective",
             "transient_full")
 RECOMPUTE = ("none", "selective", "full")
+# fewest samples a fit or a validation takes: more than its coefficients, so that the fit is determined and leaves a
+# residual (with 2 samples a fit wrote a zero weights coefficient and reported a 0% error)
+MIN_SAMPLES = len(FEATURES) + 2
+
+
+def check_sample_count(rows: list, path: str) -> None:
+    from planner.errors import SpecError
+    if len(rows) < MIN_SAMPLES:
+        raise SpecError(path, None, f"has {len(rows)} samples; fitting or validating the estimator's "
+                                    f"{len(FEATURES) + 1} coefficients needs at least {MIN_SAMPLES}, one more "
+                                    "than them")
+
+
 FORMAT = "planner.memory-estimator/1"
 SAVED_KEYS = ("format", "features", "coef", "safety", "safety_bytes", "overhead_GiB", "fragmentation", "meta")
 PRIOR_LAMBDAS = (0.0, 1.0, 10.0, 100.0, 1000.0, 10000.0)   # shrinkage towards the analytical model, chosen by CV
@@ -215,10 +227,8 @@ def _load_cached(path: str, mtime: float) -> LearnedMemory:
 
 def read_samples(path: str) -> list[dict]:
     from planner.errors import SpecError
-    if not os.path.exists(path):
-        raise SpecError(path, None, "file does not exist")
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    from planner.io import csv_number, read_csv_rows
+    _, rows = read_csv_rows(path)
     if not rows:
         raise SpecError(path, None, "no samples")
     need = {"family", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
@@ -229,12 +239,12 @@ def read_samples(path: str) -> list[dict]:
     if missing:
         raise SpecError(path, None, f"missing columns {sorted(missing)} (a `planner profile memory` CSV expected)")
     for i, r in enumerate(rows, start=2):
+        if csv_number(r.get("peak_allocated"), path, i, "peak_allocated") <= 0:
+            raise SpecError(path, f"line {i}, peak_allocated", "must be positive")
         try:
             row_case(r)
-            if float(r["peak_allocated"]) <= 0:
-                raise ValueError
         except (ValueError, TypeError):
-            raise SpecError(path, f"line {i}", "has a value that is not a valid configuration or peak") from None
+            raise SpecError(path, f"line {i}", "has a value that is not a valid configuration") from None
     return rows
 
 

@@ -7,16 +7,15 @@ to such a profile (planner.costs.compute_fit.LayerTimeFit) or to measured iterat
 """
 from __future__ import annotations
 
-import csv
 import itertools
 import math
-import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from planner.errors import SpecError
+from planner.io import csv_number, read_csv_rows
 
 PROFILE_COLUMNS = ("hidden", "heads", "seq", "mbs", "tp", "precision", "device", "forward_ms", "backward_ms")
 
@@ -132,21 +131,17 @@ def write_profile_csv(path: str, samples: list[LayerSample]) -> None:
 
 
 def read_profile_csv(path: str) -> list[LayerSample]:
-    if not os.path.exists(path):
-        raise SpecError(path, None, "does not exist")
-    with open(path, newline="") as fh:
-        r = csv.DictReader(fh)
-        missing = [c for c in PROFILE_COLUMNS if c not in (r.fieldnames or [])]
-        if missing:
-            raise SpecError(path, missing[0], "column missing (a `planner profile compute` CSV expected)")
-        out = []
-        for i, row in enumerate(r, start=2):
-            try:
-                out.append(LayerSample(int(row["hidden"]), int(row["heads"]), int(row["seq"]), int(row["mbs"]),
-                                       int(row["tp"]), row["precision"], row["device"], float(row["forward_ms"]),
-                                       float(row["backward_ms"])))
-            except ValueError:
-                raise SpecError(path, f"line {i}", "has a non-numeric value") from None
+    head, rows = read_csv_rows(path)
+    missing = [c for c in PROFILE_COLUMNS if c not in head]
+    if missing:
+        raise SpecError(path, missing[0], "column missing (a `planner profile compute` CSV expected)")
+    out = []
+    for i, row in enumerate(rows, start=2):
+        ints = [csv_number(row.get(c), path, i, c, int) for c in ("hidden", "heads", "seq", "mbs", "tp")]
+        times = [csv_number(row.get(c), path, i, c) for c in ("forward_ms", "backward_ms")]
+        if min(ints) <= 0 or min(times) <= 0:
+            raise SpecError(path, f"line {i}", "sizes and times must be positive")
+        out.append(LayerSample(*ints, row.get("precision", ""), row.get("device", ""), *times))
     if not out:
         raise SpecError(path, None, "has no samples")
     return out

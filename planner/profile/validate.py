@@ -6,7 +6,6 @@ compute model on such runs: planner.costs.compute_fit.IterationTimeFit.
 """
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field, replace
 
@@ -16,6 +15,7 @@ from planner.config import ParallelConfig
 from planner.costs import Costs
 from planner.costs.metrics import mape, percent_errors, spearman
 from planner.errors import SpecError
+from planner.io import csv_number, read_csv_rows
 from planner.spec.cluster import ClusterSpec
 from planner.spec.model import ModelSpec
 from planner.spec.plan import OverlapSpec, SearchSpec, Spec, TrainingSpec
@@ -60,32 +60,23 @@ class Row:
 
 def read_vtrain_csv(path: str) -> list[Row]:
     """Rows of a vTrain measurement file (columns named as in the vTrain repository)."""
-    try:
-        fh = open(path, newline="")
-    except OSError as e:
-        raise SpecError(path, None, f"cannot be read ({e.strerror})") from None
-    with fh:
-        reader = csv.DictReader(fh)
-        head = [c.strip() for c in (reader.fieldnames or [])]
-        missing = [c for c in COLUMNS.values() if c not in head]
-        if missing:
-            raise SpecError(path, missing[0], "column missing (vTrain format expected)")
-        rows = []
-        for i, raw in enumerate(reader, start=2):
-            r = {k.strip(): (v or "").strip() for k, v in raw.items() if k}
-            try:
-                vals = {k: int(float(r[c])) for k, c in COLUMNS.items() if k != "time_ms"}
-                t = float(r[COLUMNS["time_ms"]]) / 1e3
-                pb = float(r["Parameters (billion)"]) if r.get("Parameters (billion)") else None
-            except ValueError:
-                raise SpecError(path, f"line {i}", "has a non-numeric value") from None
-            if t <= 0 or min(vals.values()) <= 0:
-                raise SpecError(path, f"line {i}", "values must be positive")
-            if vals["tp"] * vals["dp"] * vals["pp"] != vals["gpus"]:
-                raise SpecError(path, f"line {i}", "tp*dp*pp differs from # GPUs")
-            if vals["gbs"] % (vals["mbs"] * vals["dp"]):
-                raise SpecError(path, f"line {i}", "global batch is not a multiple of micro batch * dp")
-            rows.append(Row(**vals, measured_s=t, params_B=pb, line=i))
+    head, raw_rows = read_csv_rows(path)
+    missing = [c for c in COLUMNS.values() if c not in head]
+    if missing:
+        raise SpecError(path, missing[0], "column missing (vTrain format expected)")
+    rows = []
+    for i, r in enumerate(raw_rows, start=2):
+        vals = {k: csv_number(r.get(c), path, i, c, int) for k, c in COLUMNS.items() if k != "time_ms"}
+        t = csv_number(r.get(COLUMNS["time_ms"]), path, i, COLUMNS["time_ms"]) / 1e3
+        pb = (csv_number(r["Parameters (billion)"], path, i, "Parameters (billion)")
+              if r.get("Parameters (billion)") else None)
+        if t <= 0 or min(vals.values()) <= 0:
+            raise SpecError(path, f"line {i}", "values must be positive")
+        if vals["tp"] * vals["dp"] * vals["pp"] != vals["gpus"]:
+            raise SpecError(path, f"line {i}", "tp*dp*pp differs from # GPUs")
+        if vals["gbs"] % (vals["mbs"] * vals["dp"]):
+            raise SpecError(path, f"line {i}", "global batch is not a multiple of micro batch * dp")
+        rows.append(Row(**vals, measured_s=t, params_B=pb, line=i))
     if not rows:
         raise SpecError(path, None, "has no measurements")
     return rows
@@ -120,6 +111,8 @@ def unsupported_reason(row: Row, cluster: ClusterSpec) -> str | None:
     if row.tp > cluster.gpus_per_node:
         return f"tp={row.tp} spans nodes (the planner keeps tensor groups inside a node of {cluster.gpus_per_node})"
     if row_cluster(row, cluster) is None:
+        if row.gpus > cluster.num_gpus:
+            return f"{row.gpus} GPUs are more than {cluster.name}'s {cluster.num_gpus}"
         return f"{row.gpus} GPUs do not fit whole nodes of {cluster.name}"
     if row.layers % row.pp:
         return f"{row.layers} layers do not split evenly into {row.pp} stages"

@@ -16,7 +16,7 @@ def parse_nodes(text: str, cluster, file=None) -> list[int]:
     """'3,5' or host names -> node indices."""
     out = []
     for tok in [t.strip() for t in text.split(",") if t.strip()]:
-        if tok.isdigit():
+        if tok.isascii() and tok.isdigit():         # str.isdigit also takes '²', which int() refuses
             k = int(tok)
         elif tok in cluster.node_names:
             k = cluster.node_names.index(tok)
@@ -31,23 +31,34 @@ def parse_nodes(text: str, cluster, file=None) -> list[int]:
 
 
 def replan(solution_path: str, exclude: str, time_limit_s: float = 10.0, seed: int = 0, spec_path: str | None = None):
+    """A new plan of the solution's job without the excluded nodes. A solution that is itself a re-plan keeps its
+    earlier exclusions: they add up. Its spec is found as `planner simulate` finds it (the path as written,
+    relative to the working folder, the solution's folder or the folder above), or given with spec_path."""
+    import sys
+
+    from planner.solution import solution_spec_path
     t0 = time.perf_counter()
     old = load_solution(solution_path)
-    path = spec_path or old.get("spec")
-    if not path:
-        raise SpecError(solution_path, "spec", "names no spec file; pass --spec")
+    path = spec_path or solution_spec_path(old, solution_path)
     spec = load_spec(path)
-    drop = parse_nodes(exclude, spec.cluster, solution_path)
+    if old.get("spec_hash") and old["spec_hash"] != spec.digest():
+        print(f"planner: warning: {path} is not the spec {solution_path} was solved from (spec_hash differs); the "
+              "old and new iteration times compare different jobs", file=sys.stderr)
+    before = [int(n) for n in (old.get("replan") or {}).get("excluded_nodes", [])
+              if isinstance(n, int) and 0 <= n < spec.cluster.nodes]
+    drop = sorted(set(parse_nodes(exclude, spec.cluster, solution_path)) | set(before))
     keep = [n for n in range(spec.cluster.nodes) if n not in drop]
     if not keep:
         raise SpecError(None, "--exclude-nodes", "excludes every node")
     names = spec.cluster.node_names or tuple(f"node{n}" for n in range(spec.cluster.nodes))
     sub = dataclasses.replace(spec.cluster.subset(keep), node_names=tuple(names[n] for n in keep))
     spec2 = dataclasses.replace(spec, cluster=sub, name=f"{spec.name}-replan")
-    sol = solve(spec2, time_limit_s=time_limit_s, seed=seed, simulate=False)
+    sol = solve(spec2, time_limit_s=time_limit_s, seed=seed)          # simulated, as every plan is
     sol.node_ids = np.array(keep)
+    used = {w["node"] for w in sol.mapping}
     old_it = float(old.get("estimate", {}).get("iteration_s", float("nan")))
     sol.extra = {"replan": {"from": solution_path, "excluded_nodes": drop,
+                            "idle_nodes": [n for n in keep if n not in used],
                             "old_iteration_s": old_it, "new_iteration_s": sol.estimate.iteration_s,
                             "slowdown": sol.estimate.iteration_s / old_it - 1 if old_it == old_it else None,
                             "wall_s": time.perf_counter() - t0}}
