@@ -55,6 +55,8 @@ def _size(path):
 def _report(args) -> int:
     from planner.io import print_json
     from planner.profile.snapshots import spread_report
+    if args.top < 0:
+        raise SpecError(None, "--top", f"must be >= 0, got {args.top}")
     snaps, names, source = load_snapshots(args.inputs, args.include_main)
     try:
         rep = spread_report(snaps, names, args.top)
