@@ -162,3 +162,16 @@ def test_nccl_two_runs_in_one_file_are_refused():
     with pytest.raises(SpecError) as e:
         imp.parse_nccl_tests(text + text)
     assert "twice" in e.value.reason
+
+
+def test_nccl_rows_with_wrong_results_are_refused():
+    """nccl-tests' #wrong counts elements that failed its data check: that row timed a broken collective."""
+    text = imp.read_text(NCCL_STDOUT)
+    lines = text.splitlines()
+    k = next(i for i, ln in enumerate(lines) if ln.strip().startswith("2097152"))
+    cells = lines[k].split()
+    cells[8] = "3"                           # out-of-place #wrong
+    lines[k] = "  ".join(cells)
+    with pytest.raises(SpecError, match=rf"line {k + 1}.*3 wrong result"):
+        imp.parse_nccl_tests("\n".join(lines), "bad.txt")
+    assert imp.parse_nccl_tests("\n".join(lines), "bad.txt", placement="in-place")      # that column is clean

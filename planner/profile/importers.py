@@ -210,8 +210,22 @@ def _nccl_csv(lines, file, placement):
             alg = float(cells[algbws[which]]) if which < len(algbws) else size / (t_us * 1e3)
         except (ValueError, IndexError):
             raise SpecError(file, f"line {k + 1}", f"not a nccl-tests data row: {ln.strip()[:80]!r}") from None
+        wrongs = [i for i, c in enumerate(head) if c.startswith("#wrong")]
+        _check_wrong(cells[wrongs[which]] if len(wrongs) > which and wrongs[which] < len(cells) else None, file, k + 1)
         rows.append(NcclRow(size, t_us, alg, bus))
     return _table(rows, file, placement, "csv", None, None, None)
+
+
+def _check_wrong(cell: str | None, file, line: int) -> None:
+    """nccl-tests' #wrong column counts elements that failed its data check (-c 1; 'N/A' without it): a row with
+    wrong results measured a broken collective, not a link."""
+    try:
+        n = float(cell) if cell is not None else 0.0
+    except ValueError:
+        return
+    if n > 0:
+        raise SpecError(file, f"line {line}", f"nccl-tests reported {cell} wrong result(s) (#wrong) for this size: "
+                                              "its timing is not a measurement of the link; rerun the test")
 
 
 def _nccl_stdout(lines, file, placement):
@@ -251,6 +265,8 @@ def _nccl_stdout(lines, file, placement):
                                 float(cells[pos["busbw"][which]])))
         except ValueError:
             raise SpecError(file, f"line {k + 1}", f"non-numeric cell in {s[:80]!r}") from None
+        wrong = [i for i, c in enumerate(cols) if c == "#wrong"]
+        _check_wrong(cells[wrong[which]] if len(wrong) > which else None, file, k + 1)
     if cols is None:
         raise SpecError(file, "header", "no nccl-tests header line ('#  size  count  type ... time algbw busbw')")
     return _table(rows, file, placement, "stdout", collective, nranks, avg)
