@@ -331,3 +331,30 @@ def test_volatile_snapshots_equal_mean_time_different_spread():
     assert abs(tv / ts - 1) < 0.01
     # but the worst case differs: a volatile link reaches its 20% low, a steady one never moves
     assert s[:, vol].min() < 0.81 * 25.0 and s[:, off & ~vol].min() > 0.89 * 25.0
+
+
+def test_rank_order_alternatives_are_scored_over_the_scenarios(make_spec):
+    """A robust solve's alternatives that the search pruned are scored as its candidates are: the worst (or mean)
+    over the bandwidth scenarios at rank order, not the main matrix alone."""
+    from planner.costs import default_costs
+    from planner.costs.iteration import build_problem
+    from planner.mapping.problem import layouts
+    from planner.search.screen import feasible_configs
+    from planner.search.solve import solve
+    from planner.search.summary import alternatives
+    spec = make_spec(nodes=4, seed=1)
+    costs = default_costs(spec.cluster)
+    sol = solve(spec, time_limit_s=5, simulate=False, costs=costs)
+    fits, _, _ = feasible_configs(spec, costs)
+    best = type("B", (), {"cfg": sol.config, "result": type("R", (), {"objective": sol.solver.objective})()})()
+    mats = [spec.cluster.bandwidth, spec.cluster.bandwidth * 0.05]
+    worst = alternatives(spec, [], best, costs, fits, mats, "worst")
+    main = alternatives(spec, [], best, costs, fits)
+    assert worst and all(a["mapping"] == "rank order" for a in worst)
+    a = worst[0]
+    cfg = next(c for _, c in fits if c.as_dict() == a["config"])
+    want = min(max(p.objective(p.rank_order()) for p in [build_problem(spec, cfg, lay, costs, bandwidth=m)
+                                                         for m in mats])
+               for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard))
+    assert a["iteration_s"] == pytest.approx(want)
+    assert sum(x["iteration_s"] for x in worst) > sum(x["iteration_s"] for x in main)

@@ -85,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # the reader went away (`planner export ... | head`): not planner's error, and not "no feasible plan" (1);
         # stdout goes to /dev/null so that the interpreter's final flush does not raise again
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):      # stdout without a file descriptor (captured)
+            pass
         return EXIT_PIPE
     except Exception as e:  # internal error: one line, traceback only when asked
         if os.environ.get("PLANNER_DEBUG"):

@@ -555,12 +555,7 @@ def _grid_result(g: _Grid, solver, st, probs, *, robust, hint, cutoff, pre: _Pre
     for k, (i, j) in enumerate(g.blocks):
         a[i, j] = next(n for n in range(g.N) if solver.boolean_value(g.x[k][n]))
     obj = robust_objective(probs, a, robust)
-    const = robust_const(probs, robust)
-    bound_int = max(solver.best_objective_bound, pre.head_lb)
-    nscen = len(probs) if (robust == "mean" and len(probs) > 1) else 1
-    # each term of each scenario was rounded on its own: allow the bound that slack so it stays valid
-    terms = (R + len(g.wraps) // max(1, K) + 3) * len(probs)
-    bound = const + bound_int * UNIT / nscen - terms * UNIT
+    bound = _int_bound(probs, robust, max(solver.best_objective_bound, pre.head_lb))
     status = "OPTIMAL" if st == cp_model.OPTIMAL else "FEASIBLE"
     if hint is not None:
         hobj = robust_objective(probs, hint, robust)
@@ -589,11 +584,17 @@ def _unbuilt_result(probs, a, pre: _Presolve, robust, wall) -> MappingResult:
     obj = robust_objective(probs, a, robust)
     bound = robust_lower_bound(probs, robust)
     if pre.head_lb:
-        # as _grid_result reads an integer bound: the mean over scenarios, each term's rounding allowed for
-        nscen = len(probs) if (robust == "mean" and len(probs) > 1) else 1
-        terms = (p0.layout.rows + (1 if p0.wrap is not None else 0) + 3) * len(probs)
-        bound = max(bound, robust_const(probs, robust) + pre.head_lb * UNIT / nscen - terms * UNIT)
+        bound = max(bound, _int_bound(probs, robust, pre.head_lb))
     return MappingResult(a.copy(), obj, min(bound, obj), "TIME_LIMIT", wall, "exact")
+
+
+def _int_bound(probs, robust, bound_int) -> float:
+    """A bound in seconds from a bound on the model's integer objective: the constant back, the mean over scenarios
+    for robust "mean", and each term of each scenario's rounding allowed for, so that it stays valid."""
+    p0 = probs[0]
+    nscen = len(probs) if (robust == "mean" and len(probs) > 1) else 1
+    terms = (p0.layout.rows + (1 if p0.wrap is not None and p0.layout.rows > 1 else 0) + 3) * len(probs)
+    return robust_const(probs, robust) + bound_int * UNIT / nscen - terms * UNIT
 
 
 def _bound_without_solution(solver, probs, robust, pre: _Presolve) -> float:

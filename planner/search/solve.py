@@ -51,7 +51,8 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     while True:
         kept = [f for f in fits if f[1] not in vetoed]
         with work.metered(deadline=deadline) as spent:
-            work.charge(total * work.CONFIG_WORK_S)      # the configurations enumerated and their memory, above
+            if not vetoed:       # the configurations enumerated and their memory, above (once: a re-search reuses them)
+                work.charge(total * work.CONFIG_WORK_S)
             screening = screen(spec, kept, mats, costs, seed=seed, robust=rob, budget=budget, spent=spent,
                                deadline=deadline, progress=progress)
             solved = len(screening.cands)
@@ -77,7 +78,8 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
             rec.note = ((rec.note + "; ") if rec.note else "") + (
                 f"{len(vetoed)} configuration(s) the estimate fits were over memory in simulation and excluded")
         break
-    sol = summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked, fits=kept)
+    sol = summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked, fits=kept,
+                    mats=mats, robust=rob)
     # checked after the summary (its simulation takes a while): a Ctrl-C at any point of the solve is reported,
     # so the command line's exit code (130) always matches the file's status
     if interrupt.requested():

@@ -7,7 +7,7 @@ import time
 from planner.costs import Costs
 from planner.costs.iteration import build_problem, evaluate, memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
-from planner.mapping.problem import layouts
+from planner.mapping.problem import layouts, robust_objective
 from planner.search.prove import Proof
 from planner.search.rerank import simulate_candidate
 from planner.search.screen import Candidate, Screening, closest_miss, feasible_configs
@@ -51,11 +51,13 @@ def note_overruled(rec: SolverRecord, est_best: Candidate, best: Candidate) -> N
             rec.status = "FEASIBLE"
 
 
-def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fits=None) -> list[dict]:
+def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fits=None, mats=None,
+                 robust: str = "worst") -> list[dict]:
     """The fastest other configs (one layout each, at most search.top_k), relative to the plan: the mapped candidates
     (`mapping: searched`), then, while fewer than top_k, the fitting configs the search pruned by their bound in
     bound order, at Megatron's rank-order mapping over their layouts (`mapping: rank order`: an upper bound on what
-    a search would give them; their bound already says they cannot beat the plan)."""
+    a search would give them; their bound already says they cannot beat the plan), scored as the search scored the
+    candidates: over the bandwidth scenarios `mats` (robust worst / mean), or the cluster's matrix."""
     alts = []
     seen = {best.cfg}
 
@@ -79,7 +81,9 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
         lays = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard)
         if not lays:
             continue
-        t = min(p.objective(p.rank_order()) for p in (build_problem(spec, cfg, lay, costs) for lay in lays))
+        t = min(robust_objective(probs, probs[0].rank_order(), robust)
+                for probs in ([build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats or [None]]
+                              for lay in lays))
         add(cfg, float(t), "rank order")
     return sorted(alts, key=lambda a: a["iteration_s"])
 
@@ -163,12 +167,12 @@ def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs, f
 
 
 def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
-              simulate: bool, reranked, fits=None) -> Solution:
+              simulate: bool, reranked, fits=None, mats=None, robust: str = "worst") -> Solution:
     """The Solution of `best`; the record is updated to describe it (the re-ranked plan, if the simulator
     overruled)."""
     p0 = best.probs[0]
     est = evaluate(spec, best.cfg, p0, best.result.assign, costs)
-    alts = alternatives(spec, cands, best, costs, fits)
+    alts = alternatives(spec, cands, best, costs, fits, mats, robust)
     rec.objective = best.result.objective
     rec.bound = min(rec.bound, rec.objective)
     rec.mapping_objective = best.result.objective - p0.const
