@@ -2,6 +2,7 @@
 (benchmarks/data/h200/layer_profile/, gpu_layer_profile.py): GEMMs, fused attention and the rest, per SDPA back end.
 
     python benchmarks/gpu_layer_compare.py [--dir benchmarks/data/h200/layer_profile]
+    python benchmarks/gpu_layer_compare.py --dir benchmarks/data/h100/layer_profile --cluster dgx-h100.yaml
 
 The measured layer is plain PyTorch (eager element-wise kernels, no Transformer Engine); the planner is asked with
 training.kernels eager for that reason, and with the attention_backend of the profiled back end. Parts are compared
@@ -41,13 +42,13 @@ def measured(case: dict) -> dict:
     return out
 
 
-def predicted(case: dict, backend: str, kernels: str) -> dict:
+def predicted(case: dict, backend: str, kernels: str, cluster_file: str = "dgx-h200.yaml") -> dict:
     from planner.config import ParallelConfig
     from planner.costs import default_costs
     from planner.costs.compute import ELEM_BACKWARD
     from planner.io import load_yaml
     from planner.spec import parse_spec
-    cluster = load_yaml(os.path.join(ROOT, "clusters", "dgx-h200.yaml"))
+    cluster = load_yaml(os.path.join(ROOT, "clusters", cluster_file))
     model = {"name": "probe", "family": "llama", "num_layers": 1, "hidden_size": case["hidden"],
              "num_attention_heads": case["heads"], "ffn_hidden_size": case["ffn"], "vocab_size": 32000}
     spec = parse_spec({"name": "probe", "model": model, "cluster": cluster,
@@ -67,6 +68,8 @@ def predicted(case: dict, backend: str, kernels: str) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=DIR)
+    ap.add_argument("--cluster", default="dgx-h200.yaml",
+                    help="shipped cluster whose compute profile is compared (dgx-h100.yaml for benchmarks/data/h100)")
     a = ap.parse_args(argv)
     gfile = os.path.join(os.path.dirname(os.path.abspath(a.dir)), "layer_graphed", "layer_graphed.json")
     graphed = ({(r["case"], r["backend"]): r["graphed_s"] for r in json.load(open(gfile)) if "graphed_s" in r}
@@ -76,7 +79,7 @@ def main(argv=None) -> int:
         for case in json.load(open(os.path.join(a.dir, f"layer_profile_{backend}.json"))):
             if "ops" not in case:
                 continue
-            m, p = measured(case), predicted(case, backend, "eager")
+            m, p = measured(case), predicted(case, backend, "eager", a.cluster)
             for part in ("gemm", "attn", "elem"):
                 print(f"{backend:8s} {case['case']:22s} {part:5s} {m[part] * 1e3:11.2f} {p[part] * 1e3:10.2f} "
                       f"{p[part] / m[part] - 1:+7.1%}")

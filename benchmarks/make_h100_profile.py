@@ -11,7 +11,8 @@ What is taken from the measurement, and what is not (docs/notes/compute.md, "H10
 - fp8_relative_efficiency: the fp8 GEMMs measured on an H200 SXM at the same 700 W limit
   (benchmarks/data/h200/bias_probe/gemm_warm.json, benchmarks/fp8_gemm_ratio.py), through this file's GEMM curve;
 - sustained_slowdown: a Llama layer's steady-state step (CUDA graph replay) over its kernels as the profiler timed
-  them, on the same H200 (benchmarks/sustained_factor.py): the samples above are short runs.
+  them, the mean over two H100 80GB HBM3 machines (benchmarks/sustained_factor.py): the samples above are short
+  runs.
 
 Run: python benchmarks/make_h100_profile.py [-o planner/data/h100_compute_profile.json]
 """
@@ -59,9 +60,9 @@ def build() -> dict:
     # measured at the 700 W limit on an H200 SXM, the H100 SXM5's compute die and limit (benchmarks/fp8_gemm_ratio.py)
     fp8_rel, _ = fitted_relative_efficiency(json.load(open(FP8_GEMMS)), curve=m)
     compute["fp8_relative_efficiency"] = round(fp8_rel, 2)
-    # steady-state step over its profiled kernels, a Llama layer on the H200 (benchmarks/sustained_factor.py): the
-    # samples above were timed in short runs, as those kernels were
-    compute["sustained_slowdown"] = round(sustained_slowdown(), 2)
+    # steady-state step over its profiled kernels, a Llama layer on two H100 machines (benchmarks/sustained_factor.py):
+    # the samples above were timed in short runs, as those kernels were
+    compute["sustained_slowdown"] = round(sustained_slowdown("H100"), 2)
     big = [i for i, s in enumerate(samples) if s.forward_ms > 3.0]
     fit = {"kind": "layer", "source": "benchmarks/data/h100/compute.csv", "samples": len(samples),
            "peak_tflops": PEAK_TFLOPS, "mape_pct": round(mape(pred, meas), 3),
@@ -75,7 +76,9 @@ def build() -> dict:
                     "efficiency and element-wise bandwidth from the A100 Megatron fit (bandwidth at the same fraction "
                     "of the HBM datasheet); the eager block's own values are in eager_stack_fit. tp_sync_s and "
                     "iteration_overhead_s from the A100 fit. fp8_relative_efficiency from fp8 and bf16 GEMMs timed at the 700 W "
-                    "limit on an H200 SXM (benchmarks/fp8_gemm_ratio.py). Built by benchmarks/make_h100_profile.py.")}
+                    "limit on an H200 SXM (benchmarks/fp8_gemm_ratio.py); sustained_slowdown: a Llama layer's steady-state step "
+                    "over its profiled kernels, the mean over two H100 machines (benchmarks/sustained_factor.py). "
+                    "Built by benchmarks/make_h100_profile.py.")}
     return {"comm": {"intra_efficiency": base.comm.intra_efficiency, "inter_efficiency": base.comm.inter_efficiency,
                      "grad_bytes": 2},
             "compute": compute, "fit": fit}

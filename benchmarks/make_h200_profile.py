@@ -18,6 +18,7 @@ import sys
 sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."), os.path.dirname(os.path.abspath(__file__))]
 
 from derived_profile import H100_SXM5_HBM_GBPS, ROOT, from_h100, write_main  # noqa: E402
+from sustained_factor import sustained_slowdown  # noqa: E402
 
 OUT = os.path.join(ROOT, "planner", "data", "h200_compute_profile.json")
 HBM_GBPS = {"H100-SXM5": H100_SXM5_HBM_GBPS, "H200-SXM": 4800.0}     # NVIDIA datasheets
@@ -25,13 +26,16 @@ PEAK_BF16 = {"H100-SXM5": 989.0, "H200-SXM": 989.0}                  # dense, NV
 
 
 def build() -> dict:
-    return from_h100(HBM_GBPS["H200-SXM"], peak_tflops=PEAK_BF16["H200-SXM"], note=(
+    prof = from_h100(HBM_GBPS["H200-SXM"], peak_tflops=PEAK_BF16["H200-SXM"], note=(
         "Derived, not measured: the H100 profile (itself a layer fit on one H100 for the GEMM curve and "
         "launch floor, the rest carried from the A100 fit) with the element-wise bandwidth scaled by the "
         "datasheet HBM ratio 4800/3350; everything else unchanged because the H200 has the H100's compute "
-        "die and dense peaks. The H100 profile's fp8_relative_efficiency and sustained_slowdown were themselves "
-        "measured on an H200 (benchmarks/fp8_gemm_ratio.py, benchmarks/sustained_factor.py). Built by "
+        "die and dense peaks, except sustained_slowdown, the H200's own (a Llama layer's steady-state step over "
+        "its profiled kernels on one H200, benchmarks/sustained_factor.py). The H100 profile's "
+        "fp8_relative_efficiency was itself measured on an H200 (benchmarks/fp8_gemm_ratio.py). Built by "
         "benchmarks/make_h200_profile.py."))
+    prof["compute"]["sustained_slowdown"] = round(sustained_slowdown("H200"), 2)
+    return prof
 
 
 def main(argv=None) -> int:

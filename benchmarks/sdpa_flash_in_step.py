@@ -14,7 +14,9 @@ In-step TFLOP/s = one layer's attention FLOPs (costs.compute's count: 4 b s^2 h 
 backward) / its measured flash time, the mean over the runs at that length. Its ratio to the burst rate at the
 same length is interpolated in log2(s) (flat past the measured lengths) and scales the burst curve, causal and
 unmasked: the `sdpa_flash` table, which already holds the steady state (the profile's sustained_slowdown is not
-applied to it again).
+applied to it again). The same ratios on the burst rates measured on one H100 80GB HBM3
+(benchmarks/data/h100/bias_probe/attention.json; no torchtitan step was run there) are printed for comparison:
+2-5% below, within that machine's burst-to-burst spread, so costs.compute keeps one row for both types.
 
     python benchmarks/sdpa_flash_in_step.py            # prints the rows and the constants in costs.compute
 """
@@ -30,6 +32,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 DATA = os.path.join(HERE, "data", "h200")
+DATA_H100 = os.path.join(HERE, "data", "h100")
 HIDDEN = 4096                        # Llama 3 8B: 32 heads x 128
 PEAK = 989.0                         # H100 / H200 dense bf16, TFLOP/s
 
@@ -77,24 +80,29 @@ def ratio_at(s: int, ratios: dict[int, float]) -> float:
     raise AssertionError(s)
 
 
-def table(data: str = DATA) -> dict:
-    """The sdpa_flash rows: {"causal": {s: TFLOP/s}, "unmasked": {s: TFLOP/s}, "ratios": {s: in-step / burst}}."""
+def table(data: str = DATA, burst_data: str | None = None) -> dict:
+    """The sdpa_flash rows: {"causal": {s: TFLOP/s}, "unmasked": {s: TFLOP/s}, "ratios": {s: in-step / burst}}:
+    the in-step / burst ratios of `data`, applied to the burst rates of `burst_data` (default: the same machine)."""
     step, causal = in_step_rates(data), burst_rates(data, True)
     ratios = {s: step[s] / causal[s] for s in step}
+    bd = burst_data or data
     return {"in_step": step, "ratios": ratios,
-            "causal": {s: v * ratio_at(s, ratios) for s, v in sorted(causal.items())},
-            "unmasked": {s: v * ratio_at(s, ratios) for s, v in sorted(burst_rates(data, False).items())}}
+            "causal": {s: v * ratio_at(s, ratios) for s, v in sorted(burst_rates(bd, True).items())},
+            "unmasked": {s: v * ratio_at(s, ratios) for s, v in sorted(burst_rates(bd, False).items())}}
 
 
 def main() -> int:
-    from planner.costs.compute import SDPA_FLASH_CAUSAL, SDPA_FLASH_UNMASKED
+    from planner.costs import compute as c
     t = table()
     print("in-step flash TFLOP/s (mean of the compiled and eager runs): "
           + ", ".join(f"{s}: {v:.1f} (x{t['ratios'][s]:.3f} the burst rate)" for s, v in t["in_step"].items()))
-    for name, rows, shipped in (("causal", t["causal"], SDPA_FLASH_CAUSAL), ("unmasked", t["unmasked"],
-                                                                              SDPA_FLASH_UNMASKED)):
-        print(f"{name}: " + ", ".join(f"{s}: {v:.0f}" for s, v in rows.items()))
-        print("  costs.compute: " + ", ".join(f"{s}: {v:.0f}" for s, v in zip(*shipped)))
+    for name, rows, shipped in (("causal", t["causal"], c.SDPA_FLASH_CAUSAL),
+                                ("unmasked", t["unmasked"], c.SDPA_FLASH_UNMASKED)):
+        print(f"{name}: " + ", ".join(f"{s}: {v:.1f}" for s, v in rows.items()))
+        print("  costs.compute: " + ", ".join(f"{s}: {v:.1f}" for s, v in zip(*shipped)))
+        h100 = table(burst_data=DATA_H100)[name]
+        print("  H100 bursts x the same ratios (not used): "
+              + ", ".join(f"{s}: {v:.1f} ({v / rows[s] - 1:+.1%})" for s, v in h100.items()))
     return 0
 
 

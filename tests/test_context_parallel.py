@@ -455,3 +455,28 @@ def test_allgather_memory_and_export():
         "context_parallel_rotate_method"] == "alltoall"
     with pytest.raises(SpecError, match="cp_comm"):
         torchtitan_toml({**sol, "cp_comm": "all_to_all"})
+
+
+def test_measured_cp_loop_replays_pytorchs_load_balanced_attention():
+    """benchmarks/gpu_cp_loop.py (the loop measured on the lent H100) computes what PyTorch's context parallel
+    computes: each rank's merged output equals full causal attention over the whole sequence at its two chunks."""
+    import importlib.util
+    import os
+
+    import torch
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("cpl", os.path.join(root, "benchmarks", "gpu_cp_loop.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    cp, c = 4, 8
+    Q, K, V = (torch.randn(1, 2, 2 * cp * c, 8) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(Q, K, V, is_causal=True)
+
+    def local(x, r):               # rank r holds chunks r and 2cp - 1 - r
+        return torch.cat([x[:, :, r * c:(r + 1) * c], x[:, :, (2 * cp - 1 - r) * c:(2 * cp - r) * c]], dim=2)
+    fwd, _ = mod._flash("cpu")
+    for r in range(cp):
+        out, _, steps = mod.forward_loop(local(Q, r), [(local(K, s), local(V, s)) for s in range(cp)], r, cp, fwd)
+        assert len(steps) == cp
+        assert torch.allclose(out, local(ref, r), atol=1e-5)

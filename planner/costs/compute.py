@@ -103,49 +103,61 @@ ELEM_BACKWARD = 1.5
 #   Megatron-Core / TE plans, ZeRO-3 (torchtitan) plans are charged sdpa_flash below.
 # cudnn: cuDNN's fused attention (sdpa_sm90 flash fprop/bprop kernels), measured on one H200 SXM (torch 2.11, cuDNN
 #   9.19, PyTorch's cudnn SDPA back end; benchmarks/data/h200/bias_probe/attention.json, median of 20 calls):
-#   146, 289, 397, 485, 500, 522, 544 TFLOP/s at 512-32768 tokens. The back end Transformer Engine picks on Hopper
+#   146, 289, 397, 485, 500, 522, 544 TFLOP/s at 512-32768 tokens; on one H100 80GB HBM3 (same software, the same
+#   script; benchmarks/data/h100/bias_probe/attention.json): 142, 246, 357, 434, 489, 532, 535, 3-15% below the
+#   H200 at 1k-4k tokens (10-15%: more than one machine's burst-to-burst spread; the short kernels' loads, HBM3
+#   against HBM3e), within 2% from 8k up. The back end Transformer Engine picks on Hopper
 #   (NVIDIA/TransformerEngine@a0b36d0c transformer_engine/pytorch/attention/dot_product_attention/utils.py
-#   get_attention_backend: "Disabling
-#   FlashAttention to give FusedAttention preference on Hopper+ for performance reasons") and PyTorch 2.11's SDPA
+#   get_attention_backend: "Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance
+#   reasons") and PyTorch 2.11's SDPA
 #   default on the H200 (the probe's default-back-end layer ran at the cuDNN layer's speed, layer.json).
-# H200 and H100 share the compute die, clocks and 700 W limit (attention is compute-bound): one row for both.
+# cudnn has a measured row per Hopper type; FlashAttention-2's published H100 row and sdpa_flash serve both.
 # Other GPU types (V100, B200, unknown): A100's FlashAttention-2 fractions, an assumption, not a measurement; cudnn
 # has no row for them (the spec check refuses it).
 # Fused attention stays 16-bit under fp8 training (Transformer Engine's default keeps DPA in bf16).
 FUSED_ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 CUDNN_ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 _FA2_H100 = tuple(x / 989 for x in (163, 221, 265, 294, 308, 328))
-_CUDNN_HOPPER = tuple(x / 989 for x in (146, 289, 397, 485, 500, 522, 544))
+_CUDNN_H200 = tuple(x / 989 for x in (146, 289, 397, 485, 500, 522, 544))
+_CUDNN_H100 = tuple(x / 989 for x in (142, 246, 357, 434, 489, 532, 535))
 # sdpa_flash: PyTorch's flash SDPA back end (its FlashAttention-2 copy) as it runs inside a training step, the kernel
 #   torchtitan calls (ZeRO-3 plans; attention_backend). Measured on one H200 SXM (700 W, torch 2.11): the flash
 #   kernels of one layer of a torchtitan-style Llama 3 8B step (benchmarks/data/h200/torchtitan_step: 210, 252, 281
 #   TFLOP/s at 2048, 8192, 32768 tokens, the mean of the compiled and the eager runs), 0.87-0.94x the same kernel's
 #   burst rate (bias_probe/attention.json), which that ratio, interpolated in log2(s), scales at the other lengths
-#   (benchmarks/sdpa_flash_in_step.py derives both rows; a test pins them). Steady state already: the profile's
-#   sustained_slowdown is not applied to it again (STEADY_STATE_BACKENDS). GPU types without a row (A100, V100, B200)
-#   are charged FlashAttention-2's.
+#   (benchmarks/sdpa_flash_in_step.py derives both rows; a test pins them). One row for H100 and H200: the same
+#   kernel's burst rates on one H100 80GB HBM3 (benchmarks/data/h100/bias_probe) are 2-5% below the H200's from 2k
+#   tokens up, less than one machine's own burst-to-burst spread (the same 32k shape 7% apart on that H100 within
+#   minutes, docs/notes/gpu_h200.md "One H100"), and the in-step ratio was measured on the H200 only. Steady state
+#   already: the profile's sustained_slowdown is not applied to it again (STEADY_STATE_BACKENDS). GPU types without a
+#   row (A100, V100, B200) are charged FlashAttention-2's.
 SDPA_FLASH_CAUSAL = (CUDNN_ATTENTION_SEQ, (101.3, 158.0, 210.3, 239.2, 252.3, 271.7, 280.6))
 SDPA_FLASH_UNMASKED = ((2048, 8192, 16384), (257.6, 269.9, 275.3))
-_SDPA_FLASH = (SDPA_FLASH_CAUSAL[0], tuple(x / 989 for x in SDPA_FLASH_CAUSAL[1]))
-_SDPA_FLASH_FULL = (SDPA_FLASH_UNMASKED[0], tuple(x / 989 for x in SDPA_FLASH_UNMASKED[1]))
+
+
+def _per_peak(row: tuple) -> tuple:
+    return (row[0], tuple(x / 989 for x in row[1]))
+
+
 STEADY_STATE_BACKENDS = ("sdpa_flash",)
 FUSED_ATTENTION_EFFICIENCY = {
     "flash2": {"A100": (FUSED_ATTENTION_SEQ, tuple(x / 312 for x in (99, 133, 155, 173, 182, 189))),
                "H100": (FUSED_ATTENTION_SEQ, _FA2_H100), "H200": (FUSED_ATTENTION_SEQ, _FA2_H100)},
-    "cudnn": {"H100": (CUDNN_ATTENTION_SEQ, _CUDNN_HOPPER), "H200": (CUDNN_ATTENTION_SEQ, _CUDNN_HOPPER)},
-    "sdpa_flash": {"H100": _SDPA_FLASH, "H200": _SDPA_FLASH},
+    "cudnn": {"H100": (CUDNN_ATTENTION_SEQ, _CUDNN_H100), "H200": (CUDNN_ATTENTION_SEQ, _CUDNN_H200)},
+    "sdpa_flash": {"H100": _per_peak(SDPA_FLASH_CAUSAL), "H200": _per_peak(SDPA_FLASH_CAUSAL)},
 }
 # The same without the causal mask (FLOPs 4 b s^2 heads d forward, not halved): PyTorch's context parallel runs its
 # non-diagonal steps as unmasked SDPA calls (costs/context_parallel.py, allgather). flash2: FlashAttention-2's panel
 # b (A100's 512 label is hidden by the legend: 151 read from the bar height against the labelled bars, 1.84 px per
-# TFLOP/s). cudnn: measured as above at 2048, 8192 and 16384 tokens (486, 538, 547), flat below 2048.
+# TFLOP/s). cudnn: measured as above at 2048, 8192 and 16384 tokens (H200 486, 538, 547; H100 467, 531, 513), flat
+# below 2048.
 _FA2_H100_FULL = tuple(x / 989 for x in (248, 294, 320, 326, 335, 338))
-_CUDNN_HOPPER_FULL = ((2048, 8192, 16384), tuple(x / 989 for x in (486, 538, 547)))
 FUSED_ATTENTION_EFFICIENCY_NONCAUSAL = {
     "flash2": {"A100": (FUSED_ATTENTION_SEQ, tuple(x / 312 for x in (151, 173, 187, 196, 201, 203))),
                "H100": (FUSED_ATTENTION_SEQ, _FA2_H100_FULL), "H200": (FUSED_ATTENTION_SEQ, _FA2_H100_FULL)},
-    "cudnn": {"H100": _CUDNN_HOPPER_FULL, "H200": _CUDNN_HOPPER_FULL},
-    "sdpa_flash": {"H100": _SDPA_FLASH_FULL, "H200": _SDPA_FLASH_FULL},
+    "cudnn": {"H100": _per_peak(((2048, 8192, 16384), (467, 531, 513))),
+              "H200": _per_peak(((2048, 8192, 16384), (486, 538, 547)))},
+    "sdpa_flash": {"H100": _per_peak(SDPA_FLASH_UNMASKED), "H200": _per_peak(SDPA_FLASH_UNMASKED)},
 }
 FUSED_ATTENTION_DEFAULT = "A100"
 FUSED_BACKWARD_FLOPS = 2.5     # backward / forward FLOPs of a fused kernel (recomputes QK^T): 5 GEMMs against 2
