@@ -13,7 +13,10 @@ repeat_kv, SDPA (forced to the flash back end: PyTorch's own FlashAttention-2 co
 (save the outputs of mm, SDPA and max, except every second mm); each block torch.compile'd (fullgraph) after its
 checkpoint wrapper; FSDP2 (`fully_shard`, bf16 parameters, fp32 reduction) per block and at the root on a one-rank
 process group; the loss F.cross_entropy(pred.float()), compiled with the model (torchtitan since 2025) or eager
-(torchtitan of Dec 2024); AdamW (fused), gradient clipping at 1.0. bf16 only (Float8 needs torchao).
+(torchtitan of Dec 2024); AdamW (fused), gradient clipping at 1.0. bf16, or with a variant ending in `-fp8` torchao's
+Float8 training as torchtitan enables it (`convert_to_float8_training` of every block's Linear, tensor-wise dynamic
+scaling, `enable_fsdp_float8_all_gather` and the scales precomputed after the optimizer step; the output layer stays
+bf16; torchao carried as a wheel, e.g. 0.18.0); the op-level checkpoint policy saves `_scaled_mm` as it saves `mm`.
 
 Per variant (compile / eager) and layer count: step time (median of timed steps after warm-up and compilation) and
 the peak memory allocated and reserved. The per-layer cost is the difference of two layer counts.
@@ -100,15 +103,16 @@ def _sac_wrapper(torch):
     torch.compile traces the block once (a class per block fails its type guard and recompiles)."""
     from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
     ops = torch.ops.aten
-    save = {ops.mm.default, ops._scaled_dot_product_flash_attention.default,
-            ops._scaled_dot_product_efficient_attention.default, ops.max.default}
+    mms = {ops.mm.default, ops._scaled_mm.default}
+    save = mms | {ops._scaled_dot_product_flash_attention.default,
+                  ops._scaled_dot_product_efficient_attention.default, ops.max.default}
 
     def policy_for(count):
         def policy(ctx, func, *args, **kwargs):
             key = "recompute" if ctx.is_recompute else "forward"
-            if func == ops.mm.default:
+            if func in mms:
                 count[key] += 1
-            keep = func in save and not (func == ops.mm.default and count[key] % 2 == 0)
+            keep = func in save and not (func in mms and count[key] % 2 == 0)
             return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
         return policy
 
@@ -155,10 +159,15 @@ def profile_kernels(torch, step, sync, steps: int = 2) -> dict:
     return out
 
 
-def run_variant(torch, dev, n_layers, compile_, dims, b, seq, steps, warmup, fsdp, flash, profile=False):
+def run_variant(torch, dev, n_layers, compile_, dims, b, seq, steps, warmup, fsdp, flash, profile=False,
+                float8=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     torch.manual_seed(0)
     model = build(torch, n_layers, dims, seq).to(dev)
+    if float8:                    # torchtitan's float8 converter: every Linear of the blocks, not the output layer
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=fsdp),
+                                   module_filter_fn=lambda mod, fqn: fqn != "out")
     for i, blk in enumerate(model.layers):
         w = _sac_wrapper(torch)(blk)
         if compile_:
@@ -191,6 +200,9 @@ def run_variant(torch, dev, n_layers, compile_, dims, b, seq, steps, warmup, fsd
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step()
+        if float8 and fsdp:        # torchtitan: one all-reduce of every weight's amax for the next all-gather
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+            precompute_float8_dynamic_scale_for_fsdp(model)
 
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     t0 = time.perf_counter()
@@ -212,7 +224,7 @@ def run_variant(torch, dev, n_layers, compile_, dims, b, seq, steps, warmup, fsd
             kernels = profile_kernels(torch, step, sync)
         except Exception as e:         # the timings stand without it
             kernels = {"error": f"{type(e).__name__}: {e}"[:200]}
-    row = {"layers": n_layers, "compile": compile_, "fsdp": fsdp, "flash": flash, "batch": b, "seq": seq,
+    row = {"layers": n_layers, "compile": compile_, "float8": float8, "fsdp": fsdp, "flash": flash, "batch": b, "seq": seq,
            "warmup_s": warm_s, "step_s": statistics.median(times), "step_s_all": times}
     if kernels:
         row["kernels_ms_per_step"] = kernels
@@ -228,7 +240,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--layers", default="4,8")
-    ap.add_argument("--variants", default="compile,eager")
+    ap.add_argument("--variants", default="compile,eager", help="compile, eager, compile-fp8, eager-fp8")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seq", type=int, default=8192, help="tokens per sequence (torchtitan's llama3_8b.toml: 8192)")
@@ -251,10 +263,11 @@ def main(argv=None) -> int:
         for n in (int(x) for x in a.layers.split(",")):
             t = time.perf_counter()
             try:
-                r = run_variant(torch, a.device, n, variant == "compile", dims, b, seq, a.steps, a.warmup, fsdp,
-                                flash=a.device == "cuda", profile=a.profile)
+                r = run_variant(torch, a.device, n, variant.startswith("compile"), dims, b, seq, a.steps, a.warmup,
+                                fsdp, flash=a.device == "cuda", profile=a.profile, float8=variant.endswith("-fp8"))
             except Exception as e:      # one variant failing keeps the others
-                r = {"layers": n, "compile": variant == "compile", "error": f"{type(e).__name__}: {e}"[:400]}
+                r = {"layers": n, "compile": variant.startswith("compile"), "float8": variant.endswith("-fp8"),
+                     "error": f"{type(e).__name__}: {e}"[:400]}
             rows.append(r)
             if a.device == "cuda":
                 torch.cuda.empty_cache()
@@ -269,7 +282,8 @@ def main(argv=None) -> int:
                       "w") as fh:
                 json.dump({"info": info, "rows": rows}, fh, indent=1)
     for variant in a.variants.split(","):
-        got = sorted((r["layers"], r["step_s"]) for r in rows if "step_s" in r and r["compile"] == (variant == "compile"))
+        got = sorted((r["layers"], r["step_s"]) for r in rows if "step_s" in r
+                     and r["compile"] == variant.startswith("compile") and r.get("float8", False) == variant.endswith("-fp8"))
         if len(got) >= 2:
             (n0, t0), (n1, t1) = got[0], got[-1]
             print(f"{variant}: per layer {(t1 - t0) / (n1 - n0) * 1e3:.2f} ms; rest of the step "

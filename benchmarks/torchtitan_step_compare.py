@@ -21,7 +21,8 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 DATA = os.path.join(HERE, "data", "h200", "torchtitan_step", "steps.json")
 
 
-def predict(layers: int, compile_: bool, cluster: str = "dgx-h200", seq: int = 8192, batch: int = 2) -> dict:
+def predict(layers: int, compile_: bool, cluster: str = "dgx-h200", seq: int = 8192, batch: int = 2,
+            float8: bool = False) -> dict:
     """The planner's iteration time (s) and peak memory (GiB) for one measured row's plan."""
     import published_recipes as pr
 
@@ -29,7 +30,7 @@ def predict(layers: int, compile_: bool, cluster: str = "dgx-h200", seq: int = 8
     model = dict(pr.model_dict({"model": "llama3-8b"}), num_layers=layers)
     model.pop("parameters_B", None)
     row = {"id": f"one-gpu-L{layers}", "source": "h200", "model": model, "gpus": 1,
-           "knobs": {"tp": 1, "pp": 1, "mbs": batch, "gbs": batch, "seq": seq, "precision": "bf16",
+           "knobs": {"tp": 1, "pp": 1, "mbs": batch, "gbs": batch, "seq": seq, "precision": "fp8" if float8 else "bf16",
                      "recompute": "selective", "attention": "fused", "fsdp": 1, "compile": compile_,
                      "cluster": cluster}, "measured": {}}
     spec, cfg, missing, _ = pr.build(row)
@@ -41,19 +42,22 @@ def predict(layers: int, compile_: bool, cluster: str = "dgx-h200", seq: int = 8
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=DATA)
+    ap.add_argument("--cluster", default="dgx-h200", help="the shipped cluster of the measured GPU (dgx-h100 for "
+                    "benchmarks/data/h100/torchtitan_step)")
     a = ap.parse_args(argv)
     with open(a.data) as fh:
         d = json.load(fh)
     print(f"measured: {d['info'].get('gpu', '?')}, torch {d['info'].get('torch')}")
+    print(f"planner on one GPU of {a.cluster}")
     print(f"{'variant':8} {'layers':>6} {'meas ms':>8} {'pred ms':>8} {'error':>7} {'alloc GiB':>9} {'resv GiB':>8} "
           f"{'pred GiB':>8} {'mem err':>7}")
     per = {}
     for r in d["rows"]:
+        v = ("compile" if r["compile"] else "eager") + ("-fp8" if r.get("float8") else "")
         if "step_s" not in r:
-            print(f"{'compile' if r['compile'] else 'eager':8} {r['layers']:>6} failed: {r.get('error')}")
+            print(f"{v:8} {r['layers']:>6} failed: {r.get('error')}")
             continue
-        p = predict(r["layers"], r["compile"], seq=r["seq"], batch=r["batch"])
-        v = "compile" if r["compile"] else "eager"
+        p = predict(r["layers"], r["compile"], a.cluster, seq=r["seq"], batch=r["batch"], float8=r.get("float8", False))
         per.setdefault(v, []).append((r["layers"], r["step_s"], p["step_s"]))
         res = r.get("max_reserved_GiB")
         print(f"{v:8} {r['layers']:>6} {r['step_s'] * 1e3:8.1f} {p['step_s'] * 1e3:8.1f} "
