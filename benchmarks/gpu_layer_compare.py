@@ -1,5 +1,6 @@
-"""The planner's forward + backward of one Llama layer against the kernels measured on an H200
-(benchmarks/data/h200/layer_profile/, gpu_layer_profile.py): GEMMs, fused attention and the rest, per SDPA back end.
+"""The planner's forward + backward of one Llama layer against the kernels measured on a lent GPU (an H200:
+benchmarks/data/h200/layer_profile/; an H100: benchmarks/data/h100/layer_profile/ and repeat/; gpu_layer_profile.py):
+GEMMs, fused attention and the rest, per SDPA back end.
 
     python benchmarks/gpu_layer_compare.py [--dir benchmarks/data/h200/layer_profile]
     python benchmarks/gpu_layer_compare.py --dir benchmarks/data/h100/layer_profile --cluster dgx-h100.yaml
@@ -48,7 +49,8 @@ def predicted(case: dict, backend: str, kernels: str, cluster_file: str = "dgx-h
     from planner.costs.compute import ELEM_BACKWARD
     from planner.io import load_yaml
     from planner.spec import parse_spec
-    cluster = load_yaml(os.path.join(ROOT, "clusters", cluster_file))
+    name = cluster_file if cluster_file.endswith(".yaml") else cluster_file + ".yaml"
+    cluster = load_yaml(os.path.join(ROOT, "clusters", name))
     model = {"name": "probe", "family": "llama", "num_layers": 1, "hidden_size": case["hidden"],
              "num_attention_heads": case["heads"], "ffn_hidden_size": case["ffn"], "vocab_size": 32000}
     spec = parse_spec({"name": "probe", "model": model, "cluster": cluster,

@@ -7,7 +7,8 @@ sigma of the overlapped compute that would close the row's gap; and the row's er
 hidden transfer ran `--sigma` slower (default 0.189: Lee et al., "Characterizing Compute-Communication Overlap in
 GPU-Accelerated Distributed Deep Learning", arXiv 2507.03114, abstract: mean compute slowdown while communication
 runs beside it, 4 GPUs of A100 / H100 / MI250 / MI210). A sensitivity, not a model term (docs/notes/gpu_h200.md,
-"One H100").
+"One H100"). Not counted: the context-parallel exchange hidden behind attention, and ZeRO-3's (FSDP2's) collectives,
+which the overlap flags do not switch (FSDP2 always overlaps): their "dp" column reads 0.
 
     python benchmarks/hidden_comm.py [--sigma 0.189]
 """

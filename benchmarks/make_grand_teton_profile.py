@@ -14,7 +14,7 @@ published figures for that part:
   same PR's fp8 row-wise GEMMs (1126 / 1083 / 1141 TFLOP/s) are what the fp8 model gives with it at the default
   fp8_relative_efficiency (1979 * 0.96 * 0.579 = 1100), which this profile keeps instead of the H100 profile's 0.89
   (measured at 700 W: a tighter power limit favours fp8; costs/compute.py FP8_GEMM_RELATIVE_EFFICIENCY); and
-  sustained_slowdown 1.0, not the H100 profile's 1.06 (a 700 W steady-state over short-run ratio): the 500 W GEMM
+  sustained_slowdown 1.0, not the H100 profile's 1.03 (a 700 W steady-state over short-run ratio): the 500 W GEMM
   ceiling is FBGEMM's measured rate itself, and a 700 W ratio says nothing of a 500 W part;
 - everything else (attention efficiency, launch floor, overheads, comm): the H100 profile's, unchanged. Fused
   attention keeps the 700 W FlashAttention-2 curve: no 500 W attention figure is published (docs/notes/fsdp.md).

@@ -11,7 +11,7 @@ What is taken from the measurement, and what is not (docs/notes/compute.md, "H10
 - fp8_relative_efficiency: the fp8 GEMMs measured on an H200 SXM at the same 700 W limit
   (benchmarks/data/h200/bias_probe/gemm_warm.json, benchmarks/fp8_gemm_ratio.py), through this file's GEMM curve;
 - sustained_slowdown: a Llama layer's steady-state step (CUDA graph replay) over its kernels as the profiler timed
-  them, the mean over two H100 80GB HBM3 machines (benchmarks/sustained_factor.py): the samples above are short
+  them, the mean over two leases of an H100 80GB HBM3 (benchmarks/sustained_factor.py): the samples above are short
   runs.
 
 Run: python benchmarks/make_h100_profile.py [-o planner/data/h100_compute_profile.json]
@@ -60,7 +60,7 @@ def build() -> dict:
     # measured at the 700 W limit on an H200 SXM, the H100 SXM5's compute die and limit (benchmarks/fp8_gemm_ratio.py)
     fp8_rel, _ = fitted_relative_efficiency(json.load(open(FP8_GEMMS)), curve=m)
     compute["fp8_relative_efficiency"] = round(fp8_rel, 2)
-    # steady-state step over its profiled kernels, a Llama layer on two H100 machines (benchmarks/sustained_factor.py):
+    # steady-state step over its profiled kernels, a Llama layer on two H100 leases (benchmarks/sustained_factor.py):
     # the samples above were timed in short runs, as those kernels were
     compute["sustained_slowdown"] = round(sustained_slowdown("H100"), 2)
     big = [i for i, s in enumerate(samples) if s.forward_ms > 3.0]
@@ -77,7 +77,7 @@ def build() -> dict:
                     "of the HBM datasheet); the eager block's own values are in eager_stack_fit. tp_sync_s and "
                     "iteration_overhead_s from the A100 fit. fp8_relative_efficiency from fp8 and bf16 GEMMs timed at the 700 W "
                     "limit on an H200 SXM (benchmarks/fp8_gemm_ratio.py); sustained_slowdown: a Llama layer's steady-state step "
-                    "over its profiled kernels, the mean over two H100 machines (benchmarks/sustained_factor.py). "
+                    "over its profiled kernels, the mean over two H100 leases (benchmarks/sustained_factor.py). "
                     "Built by benchmarks/make_h100_profile.py.")}
     return {"comm": {"intra_efficiency": base.comm.intra_efficiency, "inter_efficiency": base.comm.inter_efficiency,
                      "grad_bytes": 2},

@@ -16,7 +16,8 @@ same length is interpolated in log2(s) (flat past the measured lengths) and scal
 unmasked: the `sdpa_flash` table, which already holds the steady state (the profile's sustained_slowdown is not
 applied to it again). The same ratios on the burst rates measured on one H100 80GB HBM3
 (benchmarks/data/h100/bias_probe/attention.json; no torchtitan step was run there) are printed for comparison:
-2-5% below, within that machine's burst-to-burst spread, so costs.compute keeps one row for both types.
+1.6-4.4% below from 2k tokens (causal; 5-12% at 512-1k, 2.6-7.8% unmasked), within that machine's burst-to-burst
+spread at the lengths the recipes use, so costs.compute keeps one row for both types.
 
     python benchmarks/sdpa_flash_in_step.py            # prints the rows and the constants in costs.compute
 """

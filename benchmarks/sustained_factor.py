@@ -1,4 +1,4 @@
-"""The 700 W profiles' sustained_slowdown, per GPU type, from layer measurements on one H200 and two H100 machines
+"""The 700 W profiles' sustained_slowdown, per GPU type, from layer measurements on one H200 and two H100 leases
 (benchmarks/data/h200/, benchmarks/data/h100/ and benchmarks/data/h100/repeat/).
 
 Per case (Llama 2 7B s4096 mbs1, Llama 3 8B s8192 mbs2) and SDPA back end (flash, cuDNN): the wall time of one
@@ -6,9 +6,10 @@ forward + backward step replayed from a CUDA graph back to back (layer_graphed/l
 clocks where the 700 W limit holds them) over the sum of the same step's kernel times under torch.profiler
 (layer_profile/layer_profile_*.json, after 15 s of steps). The ratio is what a step costs beyond its kernels in steady
 state: clocks lower than during the profiled steps, and the gaps between dependent kernels. Each type's factor is the
-mean over its own machines' cases: H200 1.060 (one machine), H100 1.036 and 1.021 (two machines on Nov 26, both below
-the H200; docs/notes/gpu_h200.md, "One H100"). benchmarks/make_h100_profile.py writes the H100's into the H100
-profile, benchmarks/make_h200_profile.py the H200's into the H200 one.
+mean over its own runs' cases: H200 1.060 (one machine), H100 1.036 and 1.021 (two leases on Nov 26, each a fresh
+machine, the GPU's UUID not read; both below the H200; docs/notes/gpu_h200.md, "One H100").
+benchmarks/make_h100_profile.py writes the H100's into the H100 profile, benchmarks/make_h200_profile.py the H200's
+into the H200 one.
 
     python benchmarks/sustained_factor.py
 """

@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cluster", default="dgx-h200", help="the shipped cluster of the measured GPU (dgx-h100 for "
                     "benchmarks/data/h100/torchtitan_step)")
     a = ap.parse_args(argv)
+    a.cluster = a.cluster.removesuffix(".yaml")          # either form
     with open(a.data) as fh:
         d = json.load(fh)
     print(f"measured: {d['info'].get('gpu', '?')}, torch {d['info'].get('torch')}")

@@ -104,9 +104,9 @@ ELEM_BACKWARD = 1.5
 # cudnn: cuDNN's fused attention (sdpa_sm90 flash fprop/bprop kernels), measured on one H200 SXM (torch 2.11, cuDNN
 #   9.19, PyTorch's cudnn SDPA back end; benchmarks/data/h200/bias_probe/attention.json, median of 20 calls):
 #   146, 289, 397, 485, 500, 522, 544 TFLOP/s at 512-32768 tokens; on one H100 80GB HBM3 (same software, the same
-#   script; benchmarks/data/h100/bias_probe/attention.json): 142, 246, 357, 434, 489, 532, 535, 3-15% below the
-#   H200 at 1k-4k tokens (10-15%: more than one machine's burst-to-burst spread; the short kernels' loads, HBM3
-#   against HBM3e), within 2% from 8k up. The back end Transformer Engine picks on Hopper
+#   script; benchmarks/data/h100/bias_probe/attention.json): 142, 246, 357, 434, 489, 532, 535, 10-15% below the
+#   H200 at 1k-4k tokens (more than one machine's burst-to-burst spread; the short kernels' loads, HBM3 against
+#   HBM3e), -2.2..+1.9% from 8k up, -3% at 512. The back end Transformer Engine picks on Hopper
 #   (NVIDIA/TransformerEngine@a0b36d0c transformer_engine/pytorch/attention/dot_product_attention/utils.py
 #   get_attention_backend: "Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance
 #   reasons") and PyTorch 2.11's SDPA
@@ -126,9 +126,10 @@ _CUDNN_H100 = tuple(x / 989 for x in (142, 246, 357, 434, 489, 532, 535))
 #   TFLOP/s at 2048, 8192, 32768 tokens, the mean of the compiled and the eager runs), 0.87-0.94x the same kernel's
 #   burst rate (bias_probe/attention.json), which that ratio, interpolated in log2(s), scales at the other lengths
 #   (benchmarks/sdpa_flash_in_step.py derives both rows; a test pins them). One row for H100 and H200: the same
-#   kernel's burst rates on one H100 80GB HBM3 (benchmarks/data/h100/bias_probe) are 2-5% below the H200's from 2k
-#   tokens up, less than one machine's own burst-to-burst spread (the same 32k shape 7% apart on that H100 within
-#   minutes, docs/notes/gpu_h200.md "One H100"), and the in-step ratio was measured on the H200 only. Steady state
+#   kernel's burst rates on one H100 80GB HBM3 (benchmarks/data/h100/bias_probe) are 1.6-4.4% below the H200's from
+#   2k tokens up (causal; 5-12% at 512-1k, 2.6-7.8% unmasked), less than one machine's own burst-to-burst spread
+#   at the recipes' lengths (the same 32k shape 7% apart on that H100 within minutes, docs/notes/gpu_h200.md "One
+#   H100"), and the in-step ratio was measured on the H200 only. Steady state
 #   already: the profile's sustained_slowdown is not applied to it again (STEADY_STATE_BACKENDS). GPU types without a
 #   row (A100, V100, B200) are charged FlashAttention-2's.
 SDPA_FLASH_CAUSAL = (CUDNN_ATTENTION_SEQ, (101.3, 158.0, 210.3, 239.2, 252.3, 271.7, 280.6))
