@@ -7,8 +7,17 @@ from rich.console import Console
 from rich.table import Table
 
 
-def console() -> Console:
-    return Console(file=sys.stderr, width=120)
+class StderrConsole(Console):
+    """rich's Console on stderr whose broken pipe is planner's (exit 141, cli.main), not rich's SystemExit(1), which
+    would read as "no feasible plan"."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def console(width: int = 120) -> Console:
+    return StderrConsole(file=sys.stderr, width=width)
 
 
 def plan_table(sol) -> Table:

@@ -76,3 +76,13 @@ def test_profile_and_size_refuse_impossible_numbers(tmp_path):
     assert rc == 2 and "--max-gpus" in err                     # drew configurations forever
     rc, err = _run("size", "--cluster", CLUSTER, "--price", "-2", "--budget-gpu-days", "10")
     assert rc == 2 and "--price" in err
+    rc, err = _run("size", "--cluster", CLUSTER, "--gpus", "0", "--budget-gpu-days", "10")
+    assert rc == 2 and "--gpus" in err                         # 0 silently meant the whole cluster
+
+
+def test_compare_robust_plan_without_snapshots_is_refused():
+    """`compare --robust-plan` on a cluster without bandwidth snapshots exits 2 naming the field, as `solve --robust`
+    does (it printed the comparison and silently no robust section)."""
+    rc, err = _run("compare", "specs/gpt3-13b-a100-128.yaml", "--robust-plan",
+                   "--time-limit", "1")
+    assert rc == 2 and "network.bandwidth_snapshots" in err

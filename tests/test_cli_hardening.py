@@ -143,3 +143,30 @@ def test_a_closed_output_pipe_is_not_an_internal_error():
     p.stdout.close()                      # closed before the child writes a byte
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and "internal error" not in err, err
+
+
+def test_a_closed_stderr_pipe_ends_141_not_1():
+    """`planner estimate ... 2>&1 | head -1`: the rich table on stderr meets a closed pipe; rich's own handler exits
+    1 ("no feasible plan"), planner's console makes it 141 like a closed stdout."""
+    spec = os.path.join(ROOT, "specs", "gpt3-13b-a100-128.yaml")
+    p = subprocess.Popen([sys.executable, "-m", "planner", "estimate", spec, "--tp", "2", "--pp", "1", "--dp", "64",
+                          "--mbs", "1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    p.stderr.close()                      # closed before the child writes a byte
+    assert p.wait(timeout=120) == 141
+
+
+def test_bf16_on_a_gpu_without_bf16_tensor_cores_is_refused():
+    """A V100 has no bf16 tensor cores: bf16 there is emulated, far below the listed fp16 peak; the spec is refused
+    naming training.precision (the planner used to report MFU 54% and export --bf16)."""
+    from planner.errors import SpecError
+    from planner.io import load_yaml
+    from planner.spec import parse_spec
+    d = {"name": "x", "model": load_yaml(os.path.join(ROOT, "models", "llama3-8b.yaml")),
+         "cluster": load_yaml(os.path.join(ROOT, "clusters", "v100-16x8-edr.yaml")),
+         "training": {"global_batch_size": 64, "seq_length": 4096, "precision": "bf16"}}
+    with pytest.raises(SpecError) as e:
+        parse_spec(d, "plan.yaml")
+    assert e.value.field == "training.precision" and "fp16" in str(e.value) and "V100" in str(e.value)
+    d["training"]["precision"] = "fp16"
+    assert parse_spec(d, "plan.yaml").training.precision == "fp16"

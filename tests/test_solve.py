@@ -221,3 +221,27 @@ def test_the_search_charges_its_own_work(make_spec):
     sol = solve(spec, time_limit_s=20, seed=0, simulate=False)
     rec = sol.solver
     assert rec.work_s >= rec.candidates * work.CONFIG_WORK_S + work.SCREEN_PROBLEM_WORK_S
+
+
+def test_solution_says_which_micro_batches_the_default_left_out(make_spec):
+    """The default search takes powers of two; a batch of 30 on 2 GPUs also divides into 3, 5, 15, ...: the
+    solution's note says so (its OPTIMAL covers only the searched sizes), and not when the spec names its sizes."""
+    spec = make_spec(nodes=1, gpn=2, layers=4, hidden=512, heads=8, gbs=30,
+                     schedules=["1f1b"], recompute=["none"], zero=[0])
+    note = solve(spec, time_limit_s=2, simulate=False).solver.note
+    assert "micro-batch sizes searched" in note and "3, 5" in note and "15" in note
+    named = make_spec(nodes=1, gpn=2, layers=4, hidden=512, heads=8, gbs=30, schedules=["1f1b"], recompute=["none"],
+                      zero=[0], micro_batch_sizes=[1, 3, 5, 15])
+    sol = solve(named, time_limit_s=2, simulate=False)
+    assert "micro-batch sizes searched" not in sol.solver.note and sol.config.micro_batch_size in (1, 3, 5, 15)
+
+
+def test_solution_says_when_nodes_stay_idle(make_spec):
+    """A batch of 13 on 2 nodes of 8: no configuration uses all 16 GPUs, the plan runs on one node; the note says
+    how many stay idle and the nearest batch that would use them all."""
+    spec = make_spec(nodes=2, gpn=8, layers=6, hidden=512, heads=16, gbs=13, schedules=["1f1b"], recompute=["none"],
+                     zero=[0], micro_batch_sizes=[1], tensor_parallel=[1, 2])
+    sol = solve(spec, time_limit_s=2, simulate=False)
+    assert sol.config.num_gpus == 8
+    assert "uses 8 of the cluster's 16 GPUs, 1 node(s) idle" in sol.solver.note
+    assert "training.global_batch_size 12 or 14" in sol.solver.note

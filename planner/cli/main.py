@@ -85,10 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # the reader went away (`planner export ... | head`): not planner's error, and not "no feasible plan" (1);
         # stdout goes to /dev/null so that the interpreter's final flush does not raise again
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):      # stdout without a file descriptor (captured)
-            pass
+        for stream in (sys.stdout, sys.stderr):      # either may be the closed one (rich tables go to stderr)
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+            except (OSError, ValueError, AttributeError):      # a stream without a file descriptor (captured)
+                pass
         return EXIT_PIPE
     except Exception as e:  # internal error: one line, traceback only when asked
         if os.environ.get("PLANNER_DEBUG"):

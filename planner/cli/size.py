@@ -44,7 +44,7 @@ def run(args) -> int:
         if getattr(args, flag) < 1:
             raise SpecError(None, "--" + flag.replace("_", "-"), "must be a positive integer")
     cl = load_cluster(args.cluster)
-    gpus = args.gpus or cl.num_gpus
+    gpus = cl.num_gpus if args.gpus is None else args.gpus      # 0 is a mistake, not "the whole cluster"
     if gpus > cl.num_gpus:
         raise SpecError(None, "--gpus", f"{gpus} is more than {cl.name}'s {cl.num_gpus} GPUs ({cl.nodes} nodes of "
                                         f"{cl.gpus_per_node})")
@@ -76,9 +76,10 @@ def run(args) -> int:
     if args.json:
         print_json(d)
     else:
-        from rich.console import Console
         from rich.table import Table
-        con = Console(file=sys.stderr, width=120)
+
+        from planner.report import console
+        con = console()
         t = Table(title=f"sizes solved on {cl.name}, {gpus} GPUs, budget {_days(args.budget_gpu_days)} GPU-days")
         for c in ("model", "params", "layers x hidden", "status", "tokens/s", "MFU", "GPU-days (20 tok/param)", "fits"):
             t.add_column(c)

@@ -44,6 +44,9 @@ def megatron_heuristic(spec, costs):
 
 
 def compare(spec, time_limit_s: float | None = None, seed: int = 0, robust_plan: bool = False) -> dict:
+    if robust_plan:          # checked before the solves: `solve --robust` refuses the same spec at once
+        from planner.search.screen import scenarios
+        scenarios(spec, "worst")
     costs = default_costs(spec.cluster)
     limit = time_limit_s or spec.solver.time_limit_s
     rows = []

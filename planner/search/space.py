@@ -18,6 +18,21 @@ def micro_batch_options(spec, dp: int) -> list[int]:
     return [b for b in opts if b <= per_replica and per_replica % b == 0]
 
 
+def unsearched_micro_batches(spec, num_gpus: int | None = None) -> list[int]:
+    """Micro-batch sizes the default search leaves out (it takes powers of two) that some data-parallel degree's batch
+    per replica divides into; [] when search.micro_batch_sizes is given. A proof of optimality covers the searched
+    sizes only, so the solution says which others exist (a batch of 30 on 2 replicas: 3, 5, 15)."""
+    if spec.search.micro_batch_sizes:
+        return []
+    G, gbs = num_gpus or spec.cluster.num_gpus, spec.training.global_batch_size
+    out = set()
+    for dp in divisors(G):
+        if gbs % dp == 0:
+            searched = set(micro_batch_options(spec, dp))
+            out |= {b for b in divisors(gbs // dp) if b not in searched and b <= 64}
+    return sorted(out)
+
+
 def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelConfig]:
     """Every (tp, cp, pp, dp, mbs, schedule, vpp, recompute, zero, sp) that satisfies the divisibility rules.
 

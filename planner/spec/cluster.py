@@ -60,6 +60,17 @@ def runs_transformer_engine(gpu: GPUSpec) -> bool:
     return not any(t in kind for t in PRE_AMPERE_TYPES)
 
 
+def bf16_refusal(gpu: GPUSpec) -> str | None:
+    """Why `gpu` cannot train in bf16 (None: it can): bf16 tensor cores came with Ampere; before it PyTorch runs bf16
+    math in emulation, far below any listed peak."""
+    kind = gpu.type.upper()
+    old = next((t for t in PRE_AMPERE_TYPES if t in kind), None)
+    if old:
+        return (f"bf16 needs bf16 tensor cores (Ampere or newer); the cluster's GPU {gpu.type} ({old} class) has none: "
+                "use fp16")
+    return None
+
+
 def fp8_refusal(gpu: GPUSpec) -> str | None:
     """Why `gpu` cannot train in fp8 (None: it can): no fp8 peak in the cluster file, or a pre-Hopper type."""
     kind = gpu.type.upper()

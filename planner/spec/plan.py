@@ -226,11 +226,11 @@ class Spec:
     """The resolved YAML (model and cluster inlined), for hashing (`digest`) and re-writing."""
 
     def __post_init__(self):
-        from planner.spec.cluster import fp8_refusal
-        if self.training.precision == "fp8":
-            why = fp8_refusal(self.cluster.gpu)
-            if why:
-                raise FieldError("training.precision", why)
+        from planner.spec.cluster import bf16_refusal, fp8_refusal
+        refusal = {"fp8": fp8_refusal, "bf16": bf16_refusal}.get(self.training.precision)
+        why = refusal(self.cluster.gpu) if refusal else None
+        if why:
+            raise FieldError("training.precision", why)
         if self.training.kernels == "eager" and not self.model.gated_mlp:
             raise FieldError("training.kernels", "eager counts torchtitan's Llama block (RMSNorm, rotary, SwiGLU); "
                              f"model {self.model.name} has no gated MLP")
