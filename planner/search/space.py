@@ -12,16 +12,20 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+DEFAULT_MICRO_BATCHES = tuple(2 ** k for k in range(5))      # search.micro_batch_sizes unset: 1 .. 16
+
+
 def micro_batch_options(spec, dp: int) -> list[int]:
     per_replica = spec.training.global_batch_size // dp
-    opts = spec.search.micro_batch_sizes or tuple(2 ** k for k in range(5))
+    opts = spec.search.micro_batch_sizes or DEFAULT_MICRO_BATCHES
     return [b for b in opts if b <= per_replica and per_replica % b == 0]
 
 
 def unsearched_micro_batches(spec, num_gpus: int | None = None) -> list[int]:
-    """Micro-batch sizes the default search leaves out (it takes powers of two) that some data-parallel degree's batch
-    per replica divides into; [] when search.micro_batch_sizes is given. A proof of optimality covers the searched
-    sizes only, so the solution says which others exist (a batch of 30 on 2 replicas: 3, 5, 15)."""
+    """Micro-batch sizes within the default's range (1 .. 16) that it leaves out (it takes powers of two) and that some
+    data-parallel degree's batch per replica divides into; [] when search.micro_batch_sizes is given. A proof of
+    optimality covers the searched sizes only, so the solution says which others exist (a batch of 30 on 2 replicas:
+    3, 5, 6, 10, 15)."""
     if spec.search.micro_batch_sizes:
         return []
     G, gbs = num_gpus or spec.cluster.num_gpus, spec.training.global_batch_size
@@ -29,7 +33,7 @@ def unsearched_micro_batches(spec, num_gpus: int | None = None) -> list[int]:
     for dp in divisors(G):
         if gbs % dp == 0:
             searched = set(micro_batch_options(spec, dp))
-            out |= {b for b in divisors(gbs // dp) if b not in searched and b <= 64}
+            out |= {b for b in divisors(gbs // dp) if b not in searched and b <= max(DEFAULT_MICRO_BATCHES)}
     return sorted(out)
 
 

@@ -191,8 +191,8 @@ def micro_batch_note(spec) -> str:
     if not extra:
         return ""
     shown = ", ".join(str(b) for b in extra[:8]) + (", ..." if len(extra) > 8 else "")
-    return (f"micro-batch sizes searched: powers of two (the default), and the bound covers only those; the batch also "
-            f"divides into micro-batches of {shown}: name them in search.micro_batch_sizes to search them")
+    return (f"micro-batch sizes searched: 1, 2, 4, 8, 16 (the default), and the bound covers only those; the batch "
+            f"also divides into micro-batches of {shown}: name them in search.micro_batch_sizes to search them")
 
 
 def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
