@@ -48,7 +48,8 @@ def test_config_field_order_serialisation_and_label():
     ({"search": {"context_parallel": [0]}}, "search.context_parallel"),
     ({"search": {"context_parallel": ["two"]}}, "search.context_parallel"),
     ({"search": {"context_parallel": [3]}}, "search.context_parallel"),          # does not divide 8 GPUs
-    ({"training": {"seq_length": 4100}}, "search.context_parallel"),             # not a multiple of 2 * cp
+    ({"training": {"seq_length": 4100}, "search": {"context_parallel": [4]}},
+     "search.context_parallel"),                                                  # not a multiple of 2 * cp
     ({"training": {"attention": "unfused"}}, "search.context_parallel"),
     ({"training": {"cp_comm": "ulysses"}}, "training.cp_comm"),
 ])
@@ -480,3 +481,15 @@ def test_measured_cp_loop_replays_pytorchs_load_balanced_attention():
         out, _, steps = mod.forward_loop(local(Q, r), [(local(K, s), local(V, s)) for s in range(cp)], r, cp, fwd)
         assert len(steps) == cp
         assert torch.allclose(out, local(ref, r), atol=1e-5)
+
+
+def test_a_context_parallel_list_with_some_legal_values_searches_those():
+    """seq 4100 takes cp 2 (4100 = 2 * 2 * 1025) but not cp 4: the spec is accepted and the search skips cp 4,
+    rather than refusing the whole list (it did); a list with no legal value is still refused."""
+    spec = long_spec(seq=4100, cp=(1, 2, 4))
+    cps = {c.cp for c in enumerate_configs(spec)}
+    assert 2 in cps and 4 not in cps
+    d = dict(spec.raw)
+    d["search"] = {**d["search"], "context_parallel": [4]}
+    with pytest.raises(SpecError, match="2 \\* cp = 8"):
+        parse_spec(d, "long.yaml")

@@ -245,3 +245,13 @@ def test_solution_says_when_nodes_stay_idle(make_spec):
     assert sol.config.num_gpus == 8
     assert "uses 8 of the cluster's 16 GPUs, 1 node(s) idle" in sol.solver.note
     assert "training.global_batch_size 12 or 14" in sol.solver.note
+
+
+def test_infeasible_advice_fits_the_largest_term(make_spec):
+    """One GPU whose optimizer state alone is over its memory: the advice is more GPUs, not full recompute (the
+    closest miss already recomputes fully) nor ZeRO (nothing to shard over)."""
+    spec = make_spec(nodes=1, gpn=1, memory=8, schedules=["1f1b"], recompute=["none", "full"], zero=[0, 1])
+    with pytest.raises(InfeasibleError) as e:
+        solve(spec, time_limit_s=2, simulate=False)
+    msg = str(e.value)
+    assert "largest term: optimizer" in msg and msg.endswith("Try more GPUs.")

@@ -89,7 +89,8 @@ def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
         return (f"tp*cp = {w} neither divides gpus_per_node={gpn} nor is a multiple of it: a tp x cp group fills "
                 "part of one node or whole nodes (docs/ARCHITECTURE.md)")
     if tr.seq_length % (2 * cp):
-        return f"seq_length {tr.seq_length} is not a multiple of 2 * cp = {2 * cp} (Megatron-Core)"
+        return (f"seq_length {tr.seq_length} is not a multiple of 2 * cp = {2 * cp} (causal load balancing: "
+                "Megatron-Core and PyTorch's context parallel both cut a sequence into 2 * cp chunks)")
     if tr.attention != "fused":
         return "context parallelism runs inside fused attention (Transformer Engine), not training.attention: unfused"
     if cfg.zero == 3 and cfg.dp_shard:

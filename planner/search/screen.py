@@ -106,16 +106,37 @@ def _infeasible_message(spec, total, closest) -> str:
         return why_no_config(spec)
     return (f"memory: none of {total} configurations fits in {limit:.1f} GiB per GPU "
             f"({spec.cluster.gpu.memory_GiB:g} GiB less the {spec.search.memory_margin:.0%} margin). "
-            f"The closest, {closest_miss(closest, limit)}. Try more GPUs, full recompute, ZeRO, or a smaller batch.")
+            f"The closest, {closest_miss(closest, limit)}. "
+            f"Try {memory_advice(spec, closest[1], largest_term(closest[2])[0])}.")
+
+
+def memory_advice(spec, cfg, top: str) -> str:
+    """What could still lower the closest miss's largest memory term: only knobs it does not already use. Model state
+    (weights, gradients, optimizer) shrinks with more GPUs to shard it over or ZeRO; activations and logits with
+    recompute, a smaller micro-batch or a shorter sequence."""
+    tips = ["more GPUs"]
+    if cfg.dp * cfg.cp > 1 and cfg.zero < 3:
+        tips.append("ZeRO" + ("" if 3 in spec.search.zero else " (search.zero: [.., 3])"))
+    if top in ("activations", "logits", "transient", "correction"):
+        if cfg.recompute != "full":
+            tips.append("full recompute" + ("" if "full" in spec.search.recompute else " (search.recompute)"))
+        tips.append("a smaller micro-batch" if cfg.micro_batch_size > 1 else "a shorter sequence")
+    return tips[0] if len(tips) == 1 else ", ".join(tips[:-1]) + " or " + tips[-1]
 
 
 def closest_miss(closest, limit: float) -> str:
     """'<label>, needs X GiB, Y GiB over (largest term: ...)' of feasible_configs' closest miss."""
     peak, cfg, mem = closest
+    top, gib = largest_term(mem)
+    return (f"{cfg.label()}, needs {peak:.1f} GiB, {peak - limit:.1f} GiB over "
+            f"(largest term: {top} {gib:.1f} GiB)")
+
+
+def largest_term(mem) -> tuple[str, float]:
+    """(name, GiB) of the largest memory term of the fullest stage."""
     parts = max(mem, key=lambda b: b.total).as_GiB()
     top = max((k for k in parts if k != "total"), key=lambda k: parts[k])
-    return (f"{cfg.label()}, needs {peak:.1f} GiB, {peak - limit:.1f} GiB over "
-            f"(largest term: {top} {parts[top]:.1f} GiB)")
+    return top, parts[top]
 
 
 def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: float, spent, deadline: float,

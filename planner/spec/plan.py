@@ -315,13 +315,21 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
     if not cps:
         return
     gpn = cluster.gpus_per_node
+    why = {}
     for c in cps:
         if not any(gpn % (t * c) == 0 or (t * c) % gpn == 0 for t in range(1, gpn + 1) if gpn % t == 0):
-            raise SpecError(file, "search.context_parallel", f"cp={c}: no tp makes tp x cp part of a node or whole "
-                            f"nodes of {gpn} GPUs (docs/ARCHITECTURE.md)")
-        if training.seq_length % (2 * c):
-            raise SpecError(file, "search.context_parallel", f"cp={c}: training.seq_length {training.seq_length} "
-                            f"must be a multiple of 2 * cp = {2 * c} (Megatron-Core's causal load balancing)")
+            why[c] = f"cp={c}: no tp makes tp x cp part of a node or whole nodes of {gpn} GPUs (docs/ARCHITECTURE.md)"
+        elif training.seq_length % (2 * c):
+            why[c] = (f"cp={c}: training.seq_length {training.seq_length} must be a multiple of 2 * cp = {2 * c} "
+                      "(causal load balancing: Megatron-Core and PyTorch's context parallel both cut a sequence into "
+                      "2 * cp chunks)")
+    # a list with some legal value is searched over those (the search skips the others, context_parallel.cp_refusal,
+    # and `estimate` explains each); only a list with none is refused
+    if why and len(why) == len(cps) and 1 not in search.context_parallel:
+        raise SpecError(file, "search.context_parallel", "; ".join(why.values()))
+    cps = [c for c in cps if c not in why]
+    if not cps:
+        return
     if training.attention != "fused":
         raise SpecError(file, "search.context_parallel", f"has {cps}; context parallelism runs inside a fused "
                         "attention kernel (Transformer Engine), not with training.attention: unfused")
