@@ -358,3 +358,22 @@ def test_rank_order_alternatives_are_scored_over_the_scenarios(make_spec):
                for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard))
     assert a["iteration_s"] == pytest.approx(want)
     assert sum(x["iteration_s"] for x in worst) > sum(x["iteration_s"] for x in main)
+
+
+def test_cli_network_report_refuses_snapshots_of_other_hosts(tmp_path, capsys):
+    """Two matrices from different host lists are not snapshots of one cluster: exit 2 naming both (it reported a
+    spread between them under the first file's names); a size mismatch names the CSV once."""
+    m = np.full((2, 2), 10.0)
+    np.fill_diagonal(m, 0)
+    a, b, c = (tmp_path / n for n in ("a.csv", "b.csv", "c.csv"))
+    a.write_text(matrix_csv(m, comments=["nodes: node01 node02"]))
+    b.write_text(matrix_csv(m, comments=["nodes: gpu-a gpu-b"]))
+    assert main(["network", "report", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert "b.csv" in err and "differ from" in err and "node01" in err
+    m3 = np.full((3, 3), 10.0)
+    np.fill_diagonal(m3, 0)
+    c.write_text(matrix_csv(m3))
+    assert main(["network", "report", str(c), str(a)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("a.csv") == 1 and "3x3" in err

@@ -33,6 +33,11 @@ def load_snapshots(inputs, include_main=False):
     first = _size(inputs[0])
     from planner.profile.network import csv_node_names
     names = csv_node_names(inputs[0])
+    for p in inputs[1:]:            # snapshots of one cluster: the same hosts in the same order, where both say
+        other = csv_node_names(p)
+        if names and other and tuple(other) != tuple(names):
+            raise SpecError(p, "node_names", f"hosts {list(other)} differ from {inputs[0]}'s {list(names)}: "
+                            "snapshots must be of the same nodes in the same order")
     return ([read_matrix(p, p, "matrix", first) for p in inputs], names if len(names) == first else (),
             ", ".join(inputs))
 

@@ -140,7 +140,11 @@ def check_config(spec, cfg: ParallelConfig) -> None:
                                       f"and {m.num_kv_heads} kv heads")
     check_split(m, cfg, None, "--")
     if not cfg.uneven and m.num_layers % (cfg.pp * max(1, cfg.vpp)):
-        raise SpecError(None, "--pp", f"pp*vpp={cfg.pp * cfg.vpp} must divide {m.num_layers} layers")
+        from planner.config import V_SHAPES
+        hint = ("" if cfg.schedule in V_SHAPES else
+                "; or give the first and last stages fewer layers with --first-stage-layers / --last-stage-layers "
+                "(Megatron-Core's --decoder-first/last-pipeline-num-layers)")
+        raise SpecError(None, "--pp", f"pp*vpp={cfg.pp * cfg.vpp} must divide {m.num_layers} layers{hint}")
     if cfg.global_batch_size != spec.training.global_batch_size:
         raise SpecError(None, "--mbs", f"dp*mbs*microbatches={cfg.global_batch_size} != global batch "
                                        f"{spec.training.global_batch_size}")

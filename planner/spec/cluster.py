@@ -160,8 +160,8 @@ def read_matrix(path: str, file: str | None, fieldname: str, nodes: int) -> np.n
     m = read_matrix_csv(path, file, fieldname)
     try:
         return check_matrix(m, file, fieldname, nodes)
-    except SpecError as e:          # say which CSV, not only which field of the cluster file
-        raise SpecError(file, fieldname, f"{path}: {e.reason}") from None
+    except SpecError as e:          # say which CSV, not only which field of the cluster file (once: file may be it)
+        raise SpecError(file, fieldname, e.reason if path == file else f"{path}: {e.reason}") from None
 
 
 def check_matrix(m, file, fieldname, nodes) -> np.ndarray:
