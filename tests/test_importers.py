@@ -175,3 +175,16 @@ def test_nccl_rows_with_wrong_results_are_refused():
     with pytest.raises(SpecError, match=rf"line {k + 1}.*3 wrong result"):
         imp.parse_nccl_tests("\n".join(lines), "bad.txt")
     assert imp.parse_nccl_tests("\n".join(lines), "bad.txt", placement="in-place")      # that column is clean
+
+
+def test_cli_import_mpigraph_warns_of_host_names_a_cluster_refuses(tmp_path, capsys):
+    """Host names with '_' import (the matrix is fine) but a cluster's network.node_names refuses them later: the
+    importer warns at once, naming them; RFC 1123 names get no warning."""
+    text = imp.read_text(MPIGRAPH).replace("agpu1425", "node_01").replace("agpu1426", "node_02")
+    log = tmp_path / "u.log"
+    log.write_text(text)
+    assert main(["import", "mpigraph", str(log), "-o", str(tmp_path / "u.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "node_01" in err and "RFC 1123" in err
+    assert main(["import", "mpigraph", MPIGRAPH, "-o", str(tmp_path / "ok.csv")]) == 0
+    assert "warning" not in capsys.readouterr().err

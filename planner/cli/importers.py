@@ -38,6 +38,12 @@ def _mpigraph(args) -> int:
     from planner.profile.network import matrix_csv, sidecar_path
     log = imp.parse_mpigraph(imp.read_text(args.log), args.log)
     nm = imp.mpigraph_node_matrix(log, args.combine, args.aggregate)
+    from planner.spec.hosts import is_hostname
+    bad = [n for n in nm.node_names if not is_hostname(n)]
+    if bad:           # a cluster spec refuses them in network.node_names later (RFC 1123): say so now
+        print(f"planner: warning: {args.log}: host names {bad} are not RFC 1123 names (letters, digits, '-', '.'); "
+              "a cluster spec's network.node_names refuses them: rename them there (e.g. '_' -> '-')",
+              file=sys.stderr)
     comments = [f"imported from mpiGraph log {os.path.basename(args.log)} "
                 f"({log.msg_size_bytes} B messages, {args.combine} of send/recv views, {args.aggregate} per host pair)",
                 "GB/s (1e9 B/s) per rail, [i, j] = node i sends to node j; diagonal unused",
