@@ -122,8 +122,12 @@ def _print_human(sim, cfg, est) -> None:
     # ZeRO-3: FSDP2's exposed collectives and copies lengthen each micro-batch's F and B ops (pp = 1), so they are
     # inside the pipeline time; only the once-per-iteration part (pp > 1) comes after it
     dp = "FSDP after the pipeline (per-micro-batch FSDP time is inside it)" if cfg.zero == 3 else "DP all-reduce"
+    # the transfer time, not the span of its trace events (overlapped buckets wait for their gradients) nor the
+    # part past the pipeline, which is what the iteration pays (with the optimizer step)
+    past = max(0.0, sim.iteration_s - sim.compute_s)
     w(f"  iteration    {sim.iteration_s * 1e3:10.2f} ms  (pipeline {sim.compute_s * 1e3:.2f} ms, "
-      f"{dp} {sim.dp_comm_s * 1e3:.2f} ms)\n")
+      f"{dp} {sim.dp_comm_s * 1e3:.2f} ms of transfers; {past * 1e3:.2f} ms after the pipeline ends, "
+      "optimizer step included)\n")
     w(f"  bubble       {sim.bubble_fraction:10.1%}\n")
     if est is not None:
         rel = 100 * (est - sim.iteration_s) / sim.iteration_s
