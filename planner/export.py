@@ -262,16 +262,18 @@ def shell_words(flag: str) -> str:
     return " ".join(shlex.quote(w) for w in flag.split())
 
 
-def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None) -> list[str]:
+def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None,
+                      framework: str | None = None) -> list[str]:
     """One torchrun line per node, with CUDA_VISIBLE_DEVICES ordered so local rank k gets the planned GPU. ZeRO-3
-    plans run torchtitan's trainer on the job config of `torchtitan_toml` (saved as job.toml): its device mesh orders
-    ranks tp fastest, then dp_shard, dp_replicate, pp, which is the rank order below."""
+    plans, and any plan with framework "torchtitan" (export --format torchtitan), run torchtitan's trainer on the job
+    config of `torchtitan_toml` (saved as job.toml): its device mesh orders ranks tp fastest, then dp_shard,
+    dp_replicate, pp, which is the rank order below."""
     ranks = rank_layout(solution, file)
     q = shlex.quote
     nodes = sorted({r["node"] for r in ranks}, key=lambda n: min(r["rank"] for r in ranks if r["node"] == n))
     per_node = {n: [r for r in ranks if r["node"] == n] for n in nodes}
     master = per_node[nodes[0]][0]["host"]
-    if int(_config(solution, file).get("zero", 0)) == 3:
+    if framework == "torchtitan" or int(_config(solution, file).get("zero", 0)) == 3:
         script, flags = "-m", "torchtitan.train --job.config_file job.toml"
     else:
         script = "pretrain_gpt.py"
@@ -319,6 +321,73 @@ def _toml_value(v) -> str:
     return json.dumps(str(v), ensure_ascii=True)      # a TOML basic string: quotes and controls escaped
 
 
+# the plan's precision -> torchtitan's [training] mixed_precision_param, typed Literal["bfloat16", "float32"] at
+# 238fa99 (torchtitan/config/job_config.py:282); fp8 is torchao's Float8 GEMMs under bf16 FSDP2 parameters
+TORCHTITAN_PARAM_DTYPE = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
+
+
+def _positive_int(solution: dict, key: str, file: str | None, why: str) -> int:
+    """A model or training figure the export needs from the solution; SpecError naming the key when absent or bad."""
+    v = solution.get(key)
+    if v is None:
+        raise SpecError(file, key, f"is not in this solution (planners before Dec 2025 recorded it for ZeRO-3 plans "
+                                   f"only) and {why}: solve the spec again, or add `{key}: N` to the file")
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise SpecError(file, key, f"must be a positive integer, got {v!r}")
+    return v
+
+
+def _torchtitan_precision(solution: dict, cfg: ParallelConfig, file: str | None) -> tuple[str, list[str]]:
+    """The plan's precision if torchtitan can train in it, and comment lines; SpecError naming `precision` if not."""
+    recorded = solution.get("precision")
+    precision = "bf16" if recorded is None else recorded
+    if not (isinstance(precision, str) and precision in PRECISIONS):
+        raise SpecError(file, "precision", f"has {precision!r}, expected one of {list(PRECISIONS)}")
+    if precision == "fp16":
+        # no float16 in the Literal, and no gradient scaler anywhere in torchtitan's trainer at 238fa99
+        raise SpecError(file, "precision", "fp16: torchtitan trains in bfloat16 or float32 only (mixed_precision_param "
+                        "in torchtitan/config/job_config.py, and no fp16 loss scaling); solve again with "
+                        "training.precision bf16 (on a GPU with bf16 tensor cores) or fp32"
+                        + (", or export this plan with --format deepspeed" if cfg.zero == 3 and cfg.pp == 1
+                           and cfg.tp == 1 and cfg.cp == 1 and not cfg.dp_shard else
+                           ", or export this plan with --format megatron" if cfg.zero < 3 else ""))
+    if precision == "fp8" and cfg.zero != 3:
+        raise SpecError(file, "precision", "fp8 plans without ZeRO-3 are Transformer Engine's (Megatron-Core); "
+                                           "torchtitan's Float8 (torchao) is planned with FSDP (zero 3) only")
+    notes = [] if recorded is not None else [
+        "# precision: not in this solution (written before planner recorded 16-bit precisions); bfloat16 assumed"]
+    return precision, notes
+
+
+def _torchtitan_data_parallel(cfg: ParallelConfig, precision: str, file: str | None) -> tuple[int, int]:
+    """(data_parallel_shard_degree, data_parallel_replicate_degree) that run the plan's ZeRO level in torchtitan @
+    238fa99, or SpecError naming config.zero. torchtitan has two data-parallel forms: FSDP / HSDP (ZeRO-3, whenever
+    dp_shard > 1 or cp > 1: distributed/parallel_dims.py fsdp_enabled) and DDP (ZeRO-0, dp_replicate alone)."""
+    what = f"zero {cfg.zero}, tp {cfg.tp}, pp {cfg.pp}, cp {cfg.cp}, dp {cfg.dp}"
+    if cfg.zero in (1, 2):
+        sharded = "optimizer state" if cfg.zero == 1 else "optimizer state and gradients"
+        raise SpecError(file, "config.zero", f"{what}: ZeRO-{cfg.zero} ({sharded} sharded, parameters replicated) is "
+                        "not a torchtitan data-parallel form: torchtitan replicates everything (DDP, "
+                        "data_parallel_replicate_degree) or shards the parameters too (FSDP / HSDP, "
+                        "data_parallel_shard_degree); solve again with search.zero [3] for torchtitan, or export "
+                        "this plan with --format megatron")
+    if cfg.zero == 3:
+        return cfg.shard_size, cfg.replicas
+    fix = "solve again with search.zero [3]: torchtitan runs FSDP (ZeRO-3) with TP, PP and CP"
+    if cfg.cp > 1:
+        raise SpecError(file, "config.zero", f"{what}: torchtitan shards the parameters over the context-parallel "
+                        "group whenever cp > 1 (FSDP; torchtitan/distributed/parallel_dims.py fsdp_enabled), which "
+                        f"a ZeRO-0 plan does not charge; {fix}")
+    if (cfg.tp > 1 or cfg.pp > 1) and cfg.dp > 1:
+        raise SpecError(file, "config.zero", f"{what}: torchtitan's DDP runs only alone (\"DDP has not supported > "
+                        "1D parallelism\", torchtitan/models/llama3/infra/parallelize.py); " + fix)
+    if (cfg.tp > 1 or cfg.pp > 1) and precision != "fp32":
+        raise SpecError(file, "config.zero", f"{what}: without FSDP torchtitan turns mixed precision off under TP or "
+                        "PP (torchtitan/distributed/utils.py maybe_enable_amp), so it would train in float32, not the "
+                        f"plan's {precision}; a plan with dp > 1 and zero 3 (FSDP) keeps it")
+    return 1, cfg.dp
+
+
 def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     """The tables of a torchtitan job config that runs the plan: [training], [parallelism], [activation_checkpoint],
     [compile] (the plan's fused kernels; absent for training.kernels eager), enable_async_tensor_parallel where the
@@ -327,26 +396,16 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     preset, which adds the model name and flavor, [optimizer], the dataset and the rest."""
     c = _config(solution, file)
     cfg = ParallelConfig.from_dict(c, file)
+    precision, notes = _torchtitan_precision(solution, cfg, file)
+    shard, replicate = _torchtitan_data_parallel(cfg, precision, file)
     why = torchtitan_problem(cfg)
     if why:
         raise SpecError(file, f"config.{why[0]}", why[1])
-    if cfg.zero not in (0, 3):
-        raise SpecError(file, "config.zero", f"{cfg.zero}: torchtitan runs FSDP (zero 3) or DDP (zero 0), not ZeRO 1-2")
-    precision = solution.get("precision", "bf16")
-    if precision == "fp8" and cfg.zero != 3:
-        raise SpecError(file, "precision", "fp8 plans without ZeRO-3 are Transformer Engine's (Megatron-Core); "
-                                           "torchtitan's Float8 (torchao) is planned with FSDP (zero 3) only")
-    seq = solution.get("seq_length")
-    if cfg.zero == 3:
-        shard, replicate = cfg.shard_size, cfg.replicas
-    else:
-        shard, replicate = 1, cfg.dp
     training = {"local_batch_size": cfg.micro_batch_size * cfg.num_microbatches if cfg.pp > 1 else
-                cfg.micro_batch_size, "global_batch_size": cfg.global_batch_size}
-    if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
-        training["seq_len"] = seq
-    training.update({"mixed_precision_param": "bfloat16" if precision in ("bf16", "fp16", "fp8") else "float32",
-                     "mixed_precision_reduce": "float32"})
+                cfg.micro_batch_size, "global_batch_size": cfg.global_batch_size,
+                "seq_len": _positive_int(solution, "seq_length", file,
+                                         "torchtitan would train at its preset's seq_len (8192 for llama3)"),
+                "mixed_precision_param": TORCHTITAN_PARAM_DTYPE[precision], "mixed_precision_reduce": "float32"}
     par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
            "fsdp_reshard_after_forward": "default", "tensor_parallel_degree": cfg.tp,
            "pipeline_parallel_degree": cfg.pp, "context_parallel_degree": int(getattr(cfg, "cp", 1))}
@@ -361,10 +420,8 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
         par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[cfg.schedule]
         par["pipeline_parallel_microbatch_size"] = cfg.micro_batch_size
         if cfg.first_stage_layers is not None or cfg.last_stage_layers is not None or cfg.chunks > 1:
-            layers = solution.get("num_layers")
-            per = cfg.stage_layers(layers) if isinstance(layers, int) and not isinstance(layers, bool) else None
-            if per is None:
-                raise SpecError(file, "num_layers", "the pipeline split needs the model's layer count")
+            per = cfg.stage_layers(_positive_int(solution, "num_layers", file,
+                                                 "the pipeline split needs the model's layer count"))
             mid = max(per)
             par["pipeline_parallel_layers_per_stage"] = mid // cfg.chunks
             par["pipeline_parallel_first_stage_less_layers"] = (mid - per[0]) // cfg.chunks
@@ -402,7 +459,11 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
              f"pytorch/torchtitan@{TORCHTITAN_COMMIT}",
              "# (merge into torchtitan's llama3 preset: it adds the model name and flavor, [optimizer], "
              "[lr_scheduler] and the dataset)",
-             f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"]
+             f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"] + notes
+    if cfg.zero == 0 and cfg.dp > 1 and precision != "fp32" and not solution.get("grad_reduce_in_fp32"):
+        # autocast keeps fp32 parameters, so DDP's gradients are fp32 (distributed/utils.py maybe_enable_amp)
+        lines.append("# zero 0 (DDP): torchtitan keeps float32 parameters under autocast and all-reduces float32 "
+                     "gradients, twice the bytes the plan charged (its 16-bit gradient reduction)")
     if cfg.recompute == "selective" and cfg.zero != 3:
         lines.append("# selective: the plan's memory assumes Megatron-Core's core-attention recompute; torchtitan's "
                      "selective_ac_option differs (docs/notes/fsdp.md)")

@@ -1,12 +1,65 @@
-"""export --format torchtitan against what torchtitan @ 238fa99 runs: seq_len and the layer count for every plan."""
+"""export --format torchtitan against what torchtitan @ 238fa99 runs: DDP only alone, seq_len and the layer count for
+every plan, and the precisions its job config takes."""
 from __future__ import annotations
 
+import pytest
 import tomllib
 import yaml
 from plan_fixtures import mini_spec_dict
 
 from planner.cli.main import main
+from planner.config import ParallelConfig
+from planner.errors import SpecError
+from planner.export import torchtitan_toml
 
+
+def _sol(cfg: ParallelConfig, **extra) -> dict:
+    return {"config": cfg.as_dict(), "precision": "bf16", "seq_length": 4096, "num_layers": 30, **extra}
+
+
+def _cfg(tp=1, pp=1, dp=8, zero=0, cp=1, sched="1f1b", v=1, first=None, last=None) -> ParallelConfig:
+    return ParallelConfig(tp, pp, dp, 1, 4, sched, v, "full", zero, tp > 1, first, last, cp=cp)
+
+
+# --- 1. ZeRO levels: DDP (zero 0) only alone, FSDP (zero 3) with anything, ZeRO-1/2 not at all ----------------------
+
+@pytest.mark.parametrize("tp,pp,cp", [(2, 1, 1), (1, 2, 1), (1, 1, 2), (2, 2, 1)])
+def test_ddp_with_tp_pp_or_cp_is_refused_naming_the_config(tp, pp, cp):
+    with pytest.raises(SpecError) as e:
+        torchtitan_toml(_sol(_cfg(tp=tp, pp=pp, cp=cp), cp_comm="allgather"), "s.yaml")
+    msg = str(e.value)
+    assert "s.yaml" in msg and "config.zero" in msg and f"tp {tp}, pp {pp}, cp {cp}, dp 8" in msg
+    assert "search.zero [3]" in msg
+    # the same split as ZeRO-3 (FSDP) is what torchtitan runs
+    d = tomllib.loads(torchtitan_toml(_sol(_cfg(tp=tp, pp=pp, cp=cp, zero=3), cp_comm="allgather")))
+    assert d["parallelism"]["data_parallel_shard_degree"] == 8
+
+
+def test_tp_or_pp_without_any_data_parallel_sharding_would_train_in_fp32():
+    """dp 1, no FSDP: torchtitan turns autocast off under TP / PP, so a 16-bit plan is refused; an fp32 one runs."""
+    with pytest.raises(SpecError, match="float32, not the plan's bf16"):
+        torchtitan_toml(_sol(_cfg(tp=2, dp=1)))
+    d = tomllib.loads(torchtitan_toml(_sol(_cfg(tp=2, dp=1), precision="fp32")))
+    assert d["training"]["mixed_precision_param"] == "float32"
+    assert (d["parallelism"]["data_parallel_replicate_degree"], d["parallelism"]["tensor_parallel_degree"]) == (1, 2)
+
+
+def test_plain_ddp_is_exported_as_replicate_with_the_gradient_note():
+    text = torchtitan_toml(_sol(_cfg()))
+    p = tomllib.loads(text)["parallelism"]
+    assert (p["data_parallel_replicate_degree"], p["data_parallel_shard_degree"]) == (8, 1)
+    assert "all-reduces float32 gradients" in text
+    assert "all-reduces float32" not in torchtitan_toml(_sol(_cfg(), grad_reduce_in_fp32=True))
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_zero1_and_zero2_are_no_torchtitan_form(zero):
+    with pytest.raises(SpecError) as e:       # even where torchtitan_problem would complain first (no sp)
+        torchtitan_toml(_sol(ParallelConfig(2, 1, 8, 1, 4, "1f1b", 1, "full", zero, False)), "s.yaml")
+    assert "config.zero" in str(e.value) and f"ZeRO-{zero}" in str(e.value) and "--format megatron" in str(e.value)
+
+
+# --- 2. seq_length / num_layers recorded for every plan; old files say which is missing ----------------------------
 
 def _solve(tmp_path, nodes: int, gpn: int) -> str:
     d = mini_spec_dict(solver={"time_limit_s": 5, "seed": 0}, search={"zero": [0]})
@@ -25,3 +78,60 @@ def test_a_zero0_solution_records_seq_length_and_layers_and_exports_seq_len(tmp_
     capsys.readouterr()
     assert main(["export", out, "--format", "torchtitan"]) == 0
     assert tomllib.loads(capsys.readouterr().out)["training"]["seq_len"] == 128
+    # a file from before the field: refused naming it, not exported at the preset's seq_len
+    del sol["seq_length"]
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(sol))
+    assert main(["export", str(old), "--format", "torchtitan"]) == 2
+    err = capsys.readouterr().err
+    assert "old.yaml: seq_length: is not in this solution" in err and "Traceback" not in err
+
+
+def test_a_zero0_pipeline_solution_is_refused_as_ddp_not_for_a_missing_layer_count(tmp_path, capsys):
+    out = _solve(tmp_path, 2, 4)
+    sol = yaml.safe_load(open(out))
+    assert sol["config"]["pp"] > 1 or sol["config"]["tp"] > 1, sol["config"]
+    capsys.readouterr()
+    assert main(["export", out, "--format", "torchtitan"]) == 2
+    err = capsys.readouterr().err
+    assert "config.zero" in err and "num_layers" not in err
+
+
+def test_a_pipeline_split_without_the_layer_count_names_num_layers():
+    sol = _sol(_cfg(pp=4, dp=2, zero=3, first=6, last=8))
+    del sol["num_layers"]
+    with pytest.raises(SpecError, match="num_layers: is not in this solution"):
+        torchtitan_toml(sol, "s.yaml")
+    even = _sol(_cfg(pp=2, dp=4, zero=3))       # an even 1F1B split needs no layer count
+    del even["num_layers"]
+    assert tomllib.loads(torchtitan_toml(even))["parallelism"]["pipeline_parallel_first_stage_less_layers"] == 0
+
+
+# --- 4. precision ---------------------------------------------------------------------------------------------------
+
+def test_fp16_is_refused_naming_precision_and_other_precisions_map():
+    z3 = _cfg(pp=2, dp=4, zero=3)
+    with pytest.raises(SpecError) as e:
+        torchtitan_toml(_sol(z3, precision="fp16"), "s.yaml")
+    assert "s.yaml: precision: fp16" in str(e.value) and "bfloat16 or float32" in str(e.value)
+    assert "--format deepspeed" not in str(e.value)          # pp 2: DeepSpeed's ZeRO-3 has no pipeline
+    with pytest.raises(SpecError, match="--format deepspeed"):
+        torchtitan_toml(_sol(_cfg(zero=3), precision="fp16"))
+    for precision, want in (("bf16", "bfloat16"), ("fp32", "float32"), ("fp8", "bfloat16")):
+        d = tomllib.loads(torchtitan_toml(_sol(z3, precision=precision)))
+        assert d["training"]["mixed_precision_param"] == want
+    old = _sol(z3)
+    del old["precision"]
+    text = torchtitan_toml(old)
+    assert "bfloat16 assumed" in text and tomllib.loads(text)["training"]["mixed_precision_param"] == "bfloat16"
+
+
+def test_cli_torchtitan_json_runs_torchtitans_trainer_for_a_ddp_plan(tmp_path, capsys):
+    import json
+    sol = {**_sol(_cfg(dp=2)), "mapping": [{"stage": 0, "tp_rank": 0, "dp_rank": d, "node": 0, "gpu": d}
+                                           for d in range(2)]}
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(sol))
+    assert main(["export", str(path), "--format", "torchtitan", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "torchtitan.train" in out["torchrun"][0] and "pretrain_gpt.py" not in out["torchrun"][0]
