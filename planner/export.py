@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from planner.config import TORCHTITAN_SCHEDULES, ParallelConfig, torchtitan_problem
+from planner.config import TORCHTITAN_SCHEDULES, V_SHAPES, ParallelConfig, torchtitan_problem
 from planner.errors import SpecError
 from planner.spec.hosts import check_hostname
 from planner.spec.plan import PRECISIONS
@@ -321,6 +321,13 @@ def _toml_value(v) -> str:
     return json.dumps(str(v), ensure_ascii=True)      # a TOML basic string: quotes and controls escaped
 
 
+def _toml_entry(v) -> str:
+    # a list of lists (module_fqns_per_model_part): one inner list a line, so a long split stays readable
+    if isinstance(v, list) and v and all(isinstance(x, list) for x in v):
+        return "[\n" + "".join(f"    {_toml_value(x)},\n" for x in v) + "]"
+    return _toml_value(v)
+
+
 # the plan's precision -> torchtitan's [training] mixed_precision_param, typed Literal["bfloat16", "float32"] at
 # 238fa99 (torchtitan/config/job_config.py:282); fp8 is torchao's Float8 GEMMs under bf16 FSDP2 parameters
 TORCHTITAN_PARAM_DTYPE = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
@@ -388,6 +395,93 @@ def _torchtitan_data_parallel(cfg: ParallelConfig, precision: str, file: str | N
     return 1, cfg.dp
 
 
+def torchtitan_stage_layers(num_layers: int, pp: int, schedule: str, layers_per_stage: int | None,
+                            first_less: int, last_less: int) -> tuple[int, ...]:
+    """Transformer layers of each virtual stage (in stage order) that torchtitan @ 238fa99 builds from
+    pipeline_parallel_layers_per_stage / first_stage_less_layers / last_stage_less_layers; ValueError with its
+    reason where it refuses. Restates torchtitan/distributed/pipeline_parallel.py pipeline_llm (the stage count)
+    and generate_llm_fqn_per_model_part (the split: the first and last *virtual* stage give up first_less /
+    last_less layers, the remainder goes to the lowest stages) so the export can check its keys."""
+    single = schedule in ("GPipe", "1F1B")           # PipelineScheduleSingle: one stage per rank
+    if layers_per_stage is None:
+        n = pp * (1 if single else 2)
+    else:
+        n = -(-(num_layers + first_less + last_less) // layers_per_stage)
+        if n % pp:
+            raise ValueError(f"Number of virtual stages ({n}) must be divisible by pipeline parallel size ({pp})")
+        if single != (n // pp == 1):        # single-stage schedules: exactly 1; looped ones: at least 2
+            raise ValueError(f"{n // pp} stages per rank for {schedule}")
+    if schedule == "ZBVZeroBubble" and n != 2 * pp:
+        raise ValueError(f"v schedules assume 2 stages per rank, got {n // pp}")
+    effective = num_layers + first_less + last_less
+    base, extra = divmod(effective, n)
+    if base == 0 or first_less > base or last_less > base:
+        raise ValueError(f"{n} stages over {effective} effective layers (first_less {first_less}, last_less "
+                         f"{last_less})")
+    out, left = [], num_layers
+    for i in range(n):
+        want = base + int(i < extra) - (first_less if i == 0 else last_less if i == n - 1 else 0)
+        out.append(min(max(want, 0), left))
+        left -= out[-1]
+    if left:        # torchtitan would silently build no stage for them
+        raise ValueError(f"{left} of {num_layers} layers fall in no stage")
+    return tuple(out)
+
+
+def planned_stage_layers(cfg: ParallelConfig, num_layers: int) -> tuple[int, ...]:
+    """The plan's transformer layers of each virtual stage, in torchtitan's stage order: rank r holds stages
+    r, r + pp, ... (looped schedules) or r and 2 pp - 1 - r (V schedules); ValueError if the split is illegal."""
+    chunks = cfg.chunk_layers(num_layers)
+    out = [0] * (cfg.pp * cfg.chunks)
+    for r, per_rank in enumerate(chunks):
+        for k, n in enumerate(per_rank):
+            v_shape = cfg.schedule in V_SHAPES
+            out[(r if k == 0 else 2 * cfg.pp - 1 - r) if v_shape else r + k * cfg.pp] = n
+    return tuple(out)
+
+
+def _fqns_per_model_part(per_stage: tuple[int, ...]) -> list[list[str]]:
+    """torchtitan's llama3 module names for each virtual stage: the embedding first, the norm and output last."""
+    out, at = [], 0
+    for i, n in enumerate(per_stage):
+        part = (["tok_embeddings"] if i == 0 else []) + [f"layers.{j}" for j in range(at, at + n)]
+        at += n
+        out.append(part + (["norm", "output"] if i == len(per_stage) - 1 else []))
+    return out
+
+
+def _torchtitan_pipeline_split(cfg: ParallelConfig, solution: dict, file: str | None) -> tuple[dict, list[str]]:
+    """[parallelism] keys that build the plan's split, and comment lines: torchtitan's own layers_per_stage /
+    first / last_stage_less_layers where its rule reproduces the plan's layers per virtual stage, else the
+    explicit module_fqns_per_model_part (job_config.py:367 @ 238fa99). The planner shortens every chunk of the
+    first and last rank (Megatron-Core); torchtitan's rule shortens only the first and last virtual stage."""
+    less = ("pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers")
+    if not cfg.uneven and cfg.chunks == 1:
+        # one stage per rank, even (pp divides the layers): torchtitan's rule with nothing taken off the ends
+        # builds it, so a file without num_layers still exports
+        return dict.fromkeys(less, 0), []
+    layers = _positive_int(solution, "num_layers", file, "the pipeline split needs the model's layer count")
+    try:
+        planned = planned_stage_layers(cfg, layers)
+    except ValueError as e:
+        raise SpecError(file, "num_layers", f"{layers} does not fit the config's split: {e}") from None
+    per = cfg.stage_layers(layers)
+    mid = max(per)
+    keys = {"pipeline_parallel_layers_per_stage": mid // cfg.chunks,
+            less[0]: (mid - per[0]) // cfg.chunks, less[1]: (mid - per[-1]) // cfg.chunks}
+    try:
+        theirs = torchtitan_stage_layers(layers, cfg.pp, TORCHTITAN_SCHEDULES[cfg.schedule], *keys.values())
+        differs = f"would build {list(theirs)}" if theirs != planned else ""
+    except ValueError as e:
+        differs = f"would refuse it ({e})"
+    if not differs:
+        return keys, []
+    note = (f"# pipeline split: the plan's layers per virtual stage are {list(planned)}; torchtitan's "
+            f"layers_per_stage / first / last_stage_less_layers rule {differs}, so module_fqns_per_model_part "
+            "lists each stage's modules (set no pipeline_parallel_layers_per_stage beside it)")
+    return {"module_fqns_per_model_part": _fqns_per_model_part(planned)}, [note]
+
+
 def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     """The tables of a torchtitan job config that runs the plan: [training], [parallelism], [activation_checkpoint],
     [compile] (the plan's fused kernels; absent for training.kernels eager), enable_async_tensor_parallel where the
@@ -419,16 +513,9 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     if cfg.pp > 1:
         par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[cfg.schedule]
         par["pipeline_parallel_microbatch_size"] = cfg.micro_batch_size
-        if cfg.first_stage_layers is not None or cfg.last_stage_layers is not None or cfg.chunks > 1:
-            per = cfg.stage_layers(_positive_int(solution, "num_layers", file,
-                                                 "the pipeline split needs the model's layer count"))
-            mid = max(per)
-            par["pipeline_parallel_layers_per_stage"] = mid // cfg.chunks
-            par["pipeline_parallel_first_stage_less_layers"] = (mid - per[0]) // cfg.chunks
-            par["pipeline_parallel_last_stage_less_layers"] = (mid - per[-1]) // cfg.chunks
-        else:
-            par["pipeline_parallel_first_stage_less_layers"] = 0
-            par["pipeline_parallel_last_stage_less_layers"] = 0
+        split, split_notes = _torchtitan_pipeline_split(cfg, solution, file)
+        par.update(split)
+        notes += split_notes
     # the plan credits tensor-parallel communication hidden behind GEMMs (training.overlap.tp_comm, costs/iteration.py
     # tp_overlap_saving); torchtitan's counterpart is its async TP (Inductor's micro-pipelined TP, compile only)
     tp_overlap = cfg.tp > 1 and cfg.sequence_parallel and bool((solution.get("overlap") or {}).get("tp_comm"))
@@ -484,7 +571,7 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
                      "2.11, flash first in late 2024; torch.nn.attention.sdpa_kernel pins one)")
     for name, table in tables:
         lines.append(f"[{name}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+        lines += [f"{k} = {_toml_entry(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
 
 

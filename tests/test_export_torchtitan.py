@@ -1,5 +1,5 @@
 """export --format torchtitan against what torchtitan @ 238fa99 runs: DDP only alone, seq_len and the layer count for
-every plan, and the precisions its job config takes."""
+every plan, the pipeline split per virtual stage, and the precisions its job config takes."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +10,7 @@ from plan_fixtures import mini_spec_dict
 from planner.cli.main import main
 from planner.config import ParallelConfig
 from planner.errors import SpecError
-from planner.export import torchtitan_toml
+from planner.export import planned_stage_layers, torchtitan_stage_layers, torchtitan_toml
 
 
 def _sol(cfg: ParallelConfig, **extra) -> dict:
@@ -105,6 +105,53 @@ def test_a_pipeline_split_without_the_layer_count_names_num_layers():
     even = _sol(_cfg(pp=2, dp=4, zero=3))       # an even 1F1B split needs no layer count
     del even["num_layers"]
     assert tomllib.loads(torchtitan_toml(even))["parallelism"]["pipeline_parallel_first_stage_less_layers"] == 0
+
+
+# --- 3. the pipeline split per virtual stage ------------------------------------------------------------------------
+
+def test_torchtitans_rule_as_the_tryout_found_it():
+    """torchtitan's first / last_stage_less_layers shorten only the first and last virtual stage."""
+    assert torchtitan_stage_layers(30, 4, "Interleaved1F1B", 4, 1, 0) == (3, 4, 4, 4, 4, 4, 4, 3)
+    s = torchtitan_stage_layers(126, 4, "Interleaved1F1B", 16, 1, 0)
+    assert [s[r] + s[r + 4] for r in range(4)] == [31, 32, 32, 31]
+    with pytest.raises(ValueError, match=r"virtual stages \(11\) must be divisible by pipeline parallel size \(4\)"):
+        torchtitan_stage_layers(30, 4, "Interleaved1F1B", 3, 1, 1)
+    assert torchtitan_stage_layers(30, 4, "1F1B", 8, 2, 0) == (6, 8, 8, 8)
+
+
+def _module_parts(cfg: ParallelConfig, layers: int) -> tuple[dict, str]:
+    text = torchtitan_toml(_sol(cfg, num_layers=layers))
+    return tomllib.loads(text)["parallelism"], text
+
+
+@pytest.mark.parametrize("layers,pp,v,first,last,want", [
+    (30, 4, 2, 6, 8, (3, 4, 4, 4, 3, 4, 4, 4)),
+    (30, 4, 3, 6, 6, (2, 3, 3, 2) * 3),
+    (126, 4, 2, 30, None, (15, 16, 16, 16) * 2),
+])
+def test_interleaved_uneven_splits_are_written_stage_by_stage(layers, pp, v, first, last, want):
+    cfg = _cfg(pp=pp, dp=2, zero=3, sched="interleaved", v=v, first=first, last=last)
+    assert planned_stage_layers(cfg, layers) == want
+    par, text = _module_parts(cfg, layers)
+    parts = par["module_fqns_per_model_part"]
+    assert [sum(m.startswith("layers.") for m in p) for p in parts] == list(want)
+    assert [m for p in parts for m in p if m.startswith("layers.")] == [f"layers.{i}" for i in range(layers)]
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+    # the explicit list replaces torchtitan's own rule: none of its keys beside it
+    assert not any(k in par for k in ("pipeline_parallel_layers_per_stage", "pipeline_parallel_first_stage_less_layers",
+                                      "pipeline_parallel_last_stage_less_layers"))
+    assert f"the plan's layers per virtual stage are {list(want)}" in text
+
+
+def test_splits_torchtitans_rule_reproduces_keep_its_keys():
+    par, _ = _module_parts(_cfg(pp=4, dp=2, zero=3, first=6, last=8), 30)       # 1F1B uneven
+    assert "module_fqns_per_model_part" not in par
+    assert (par["pipeline_parallel_layers_per_stage"], par["pipeline_parallel_first_stage_less_layers"],
+            par["pipeline_parallel_last_stage_less_layers"]) == (8, 2, 0)
+    par, _ = _module_parts(_cfg(pp=4, dp=2, zero=3, sched="interleaved", v=2), 32)    # interleaved even
+    assert "module_fqns_per_model_part" not in par and par["pipeline_parallel_layers_per_stage"] == 4
+    par, _ = _module_parts(_cfg(pp=4, dp=2, zero=3, sched="v-zb", v=2), 32)
+    assert "module_fqns_per_model_part" not in par and par["pipeline_parallel_schedule"] == "ZBVZeroBubble"
 
 
 # --- 4. precision ---------------------------------------------------------------------------------------------------
