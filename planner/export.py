@@ -378,6 +378,11 @@ def _torchtitan_data_parallel(cfg: ParallelConfig, precision: str, file: str | N
                         "data_parallel_replicate_degree) or shards the parameters too (FSDP / HSDP, "
                         "data_parallel_shard_degree); solve again with search.zero [3] for torchtitan, or export "
                         "this plan with --format megatron")
+    fsdp = cfg.cp > 1 or (cfg.zero == 3 and cfg.shard_size > 1)
+    if (cfg.tp > 1 or cfg.pp > 1) and not fsdp and (cfg.zero == 3 or cfg.dp == 1) and precision != "fp32":
+        raise SpecError(file, "config.zero", f"{what}: without FSDP torchtitan turns mixed precision off under TP or "
+                        "PP (torchtitan/distributed/utils.py maybe_enable_amp), so it would train in float32, not the "
+                        f"plan's {precision}; a plan with dp > 1 and zero 3 (FSDP) keeps it")
     if cfg.zero == 3:
         return cfg.shard_size, cfg.replicas
     fix = "solve again with search.zero [3]: torchtitan runs FSDP (ZeRO-3) with TP, PP and CP"
@@ -388,10 +393,6 @@ def _torchtitan_data_parallel(cfg: ParallelConfig, precision: str, file: str | N
     if (cfg.tp > 1 or cfg.pp > 1) and cfg.dp > 1:
         raise SpecError(file, "config.zero", f"{what}: torchtitan's DDP runs only alone (\"DDP has not supported > "
                         "1D parallelism\", torchtitan/models/llama3/infra/parallelize.py); " + fix)
-    if (cfg.tp > 1 or cfg.pp > 1) and precision != "fp32":
-        raise SpecError(file, "config.zero", f"{what}: without FSDP torchtitan turns mixed precision off under TP or "
-                        "PP (torchtitan/distributed/utils.py maybe_enable_amp), so it would train in float32, not the "
-                        f"plan's {precision}; a plan with dp > 1 and zero 3 (FSDP) keeps it")
     return 1, cfg.dp
 
 

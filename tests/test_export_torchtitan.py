@@ -37,8 +37,10 @@ def test_ddp_with_tp_pp_or_cp_is_refused_naming_the_config(tp, pp, cp):
 
 def test_tp_or_pp_without_any_data_parallel_sharding_would_train_in_fp32():
     """dp 1, no FSDP: torchtitan turns autocast off under TP / PP, so a 16-bit plan is refused; an fp32 one runs."""
-    with pytest.raises(SpecError, match="float32, not the plan's bf16"):
-        torchtitan_toml(_sol(_cfg(tp=2, dp=1)))
+    for zero in (0, 3):      # ZeRO-3 over one replica shards nothing: torchtitan enables no FSDP either
+        with pytest.raises(SpecError, match="float32, not the plan's bf16"):
+            torchtitan_toml(_sol(_cfg(tp=2, dp=1, zero=zero)))
+    assert torchtitan_toml(_sol(_cfg(tp=2, dp=1, cp=2, zero=3), cp_comm="allgather"))     # cp shards: FSDP
     d = tomllib.loads(torchtitan_toml(_sol(_cfg(tp=2, dp=1), precision="fp32")))
     assert d["training"]["mixed_precision_param"] == "float32"
     assert (d["parallelism"]["data_parallel_replicate_degree"], d["parallelism"]["tensor_parallel_degree"]) == (1, 2)
