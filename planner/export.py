@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from planner.config import TORCHTITAN_SCHEDULES, ParallelConfig, torchtitan_problem
+from planner.config import TORCHTITAN_SCHEDULES, V_SHAPES, ParallelConfig, torchtitan_problem
 from planner.errors import SpecError
 from planner.spec.hosts import check_hostname
 from planner.spec.plan import PRECISIONS
@@ -262,16 +262,18 @@ def shell_words(flag: str) -> str:
     return " ".join(shlex.quote(w) for w in flag.split())
 
 
-def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None) -> list[str]:
+def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None,
+                      framework: str | None = None) -> list[str]:
     """One torchrun line per node, with CUDA_VISIBLE_DEVICES ordered so local rank k gets the planned GPU. ZeRO-3
-    plans run torchtitan's trainer on the job config of `torchtitan_toml` (saved as job.toml): its device mesh orders
-    ranks tp fastest, then dp_shard, dp_replicate, pp, which is the rank order below."""
+    plans, and any plan with framework "torchtitan" (export --format torchtitan), run torchtitan's trainer on the job
+    config of `torchtitan_toml` (saved as job.toml): its device mesh orders ranks tp fastest, then dp_shard,
+    dp_replicate, pp, which is the rank order below."""
     ranks = rank_layout(solution, file)
     q = shlex.quote
     nodes = sorted({r["node"] for r in ranks}, key=lambda n: min(r["rank"] for r in ranks if r["node"] == n))
     per_node = {n: [r for r in ranks if r["node"] == n] for n in nodes}
     master = per_node[nodes[0]][0]["host"]
-    if int(_config(solution, file).get("zero", 0)) == 3:
+    if framework == "torchtitan" or int(_config(solution, file).get("zero", 0)) == 3:
         script, flags = "-m", "torchtitan.train --job.config_file job.toml"
     else:
         script = "pretrain_gpt.py"
@@ -319,6 +321,168 @@ def _toml_value(v) -> str:
     return json.dumps(str(v), ensure_ascii=True)      # a TOML basic string: quotes and controls escaped
 
 
+def _toml_entry(v) -> str:
+    # a list of lists (module_fqns_per_model_part): one inner list a line, so a long split stays readable
+    if isinstance(v, list) and v and all(isinstance(x, list) for x in v):
+        return "[\n" + "".join(f"    {_toml_value(x)},\n" for x in v) + "]"
+    return _toml_value(v)
+
+
+# the plan's precision -> torchtitan's [training] mixed_precision_param, typed Literal["bfloat16", "float32"] at
+# 238fa99 (torchtitan/config/job_config.py:282); fp8 is torchao's Float8 GEMMs under bf16 FSDP2 parameters
+TORCHTITAN_PARAM_DTYPE = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
+
+
+def _positive_int(solution: dict, key: str, file: str | None, why: str) -> int:
+    """A model or training figure the export needs from the solution; SpecError naming the key when absent or bad."""
+    v = solution.get(key)
+    if v is None:
+        raise SpecError(file, key, f"is not in this solution (planners before Dec 2025 recorded it for ZeRO-3 plans "
+                                   f"only) and {why}: solve the spec again, or add `{key}: N` to the file")
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise SpecError(file, key, f"must be a positive integer, got {v!r}")
+    return v
+
+
+def _torchtitan_precision(solution: dict, cfg: ParallelConfig, file: str | None) -> tuple[str, list[str]]:
+    """The plan's precision if torchtitan can train in it, and comment lines; SpecError naming `precision` if not."""
+    recorded = solution.get("precision")
+    precision = "bf16" if recorded is None else recorded
+    if not (isinstance(precision, str) and precision in PRECISIONS):
+        raise SpecError(file, "precision", f"has {precision!r}, expected one of {list(PRECISIONS)}")
+    if precision == "fp16":
+        # no float16 in the Literal, and no gradient scaler anywhere in torchtitan's trainer at 238fa99
+        raise SpecError(file, "precision", "fp16: torchtitan trains in bfloat16 or float32 only (mixed_precision_param "
+                        "in torchtitan/config/job_config.py, and no fp16 loss scaling); solve again with "
+                        "training.precision bf16 (on a GPU with bf16 tensor cores) or fp32"
+                        + (", or export this plan with --format deepspeed" if cfg.zero == 3 and cfg.pp == 1
+                           and cfg.tp == 1 and cfg.cp == 1 and not cfg.dp_shard else
+                           ", or export this plan with --format megatron" if cfg.zero < 3 else ""))
+    if precision == "fp8" and cfg.zero != 3:
+        raise SpecError(file, "precision", "fp8 plans without ZeRO-3 are Transformer Engine's (Megatron-Core); "
+                                           "torchtitan's Float8 (torchao) is planned with FSDP (zero 3) only")
+    notes = [] if recorded is not None else [
+        "# precision: not in this solution (written before planner recorded 16-bit precisions); bfloat16 assumed"]
+    return precision, notes
+
+
+def _torchtitan_data_parallel(cfg: ParallelConfig, precision: str, file: str | None) -> tuple[int, int]:
+    """(data_parallel_shard_degree, data_parallel_replicate_degree) that run the plan's ZeRO level in torchtitan @
+    238fa99, or SpecError naming config.zero. torchtitan has two data-parallel forms: FSDP / HSDP (ZeRO-3, whenever
+    dp_shard > 1 or cp > 1: distributed/parallel_dims.py fsdp_enabled) and DDP (ZeRO-0, dp_replicate alone)."""
+    what = f"zero {cfg.zero}, tp {cfg.tp}, pp {cfg.pp}, cp {cfg.cp}, dp {cfg.dp}"
+    if cfg.zero in (1, 2):
+        sharded = "optimizer state" if cfg.zero == 1 else "optimizer state and gradients"
+        raise SpecError(file, "config.zero", f"{what}: ZeRO-{cfg.zero} ({sharded} sharded, parameters replicated) is "
+                        "not a torchtitan data-parallel form: torchtitan replicates everything (DDP, "
+                        "data_parallel_replicate_degree) or shards the parameters too (FSDP / HSDP, "
+                        "data_parallel_shard_degree); solve again with search.zero [3] for torchtitan, or export "
+                        "this plan with --format megatron")
+    fsdp = cfg.cp > 1 or (cfg.zero == 3 and cfg.shard_size > 1)
+    if (cfg.tp > 1 or cfg.pp > 1) and not fsdp and (cfg.zero == 3 or cfg.dp == 1) and precision != "fp32":
+        raise SpecError(file, "config.zero", f"{what}: without FSDP torchtitan turns mixed precision off under TP or "
+                        "PP (torchtitan/distributed/utils.py maybe_enable_amp), so it would train in float32, not the "
+                        f"plan's {precision}; a plan with dp > 1 and zero 3 (FSDP) keeps it")
+    if cfg.zero == 3:
+        return cfg.shard_size, cfg.replicas
+    fix = "solve again with search.zero [3]: torchtitan runs FSDP (ZeRO-3) with TP, PP and CP"
+    if cfg.cp > 1:
+        raise SpecError(file, "config.zero", f"{what}: torchtitan shards the parameters over the context-parallel "
+                        "group whenever cp > 1 (FSDP; torchtitan/distributed/parallel_dims.py fsdp_enabled), which "
+                        f"a ZeRO-0 plan does not charge; {fix}")
+    if (cfg.tp > 1 or cfg.pp > 1) and cfg.dp > 1:
+        raise SpecError(file, "config.zero", f"{what}: torchtitan's DDP runs only alone (\"DDP has not supported > "
+                        "1D parallelism\", torchtitan/models/llama3/infra/parallelize.py); " + fix)
+    return 1, cfg.dp
+
+
+def torchtitan_stage_layers(num_layers: int, pp: int, schedule: str, layers_per_stage: int | None,
+                            first_less: int, last_less: int) -> tuple[int, ...]:
+    """Transformer layers of each virtual stage (in stage order) that torchtitan @ 238fa99 builds from
+    pipeline_parallel_layers_per_stage / first_stage_less_layers / last_stage_less_layers; ValueError with its
+    reason where it refuses. Restates torchtitan/distributed/pipeline_parallel.py pipeline_llm (the stage count)
+    and generate_llm_fqn_per_model_part (the split: the first and last *virtual* stage give up first_less /
+    last_less layers, the remainder goes to the lowest stages) so the export can check its keys."""
+    single = schedule in ("GPipe", "1F1B")           # PipelineScheduleSingle: one stage per rank
+    if layers_per_stage is None:
+        n = pp * (1 if single else 2)
+    else:
+        n = -(-(num_layers + first_less + last_less) // layers_per_stage)
+        if n % pp:
+            raise ValueError(f"Number of virtual stages ({n}) must be divisible by pipeline parallel size ({pp})")
+        if single != (n // pp == 1):        # single-stage schedules: exactly 1; looped ones: at least 2
+            raise ValueError(f"{n // pp} stages per rank for {schedule}")
+    if schedule == "ZBVZeroBubble" and n != 2 * pp:
+        raise ValueError(f"v schedules assume 2 stages per rank, got {n // pp}")
+    effective = num_layers + first_less + last_less
+    base, extra = divmod(effective, n)
+    if base == 0 or first_less > base or last_less > base:
+        raise ValueError(f"{n} stages over {effective} effective layers (first_less {first_less}, last_less "
+                         f"{last_less})")
+    out, left = [], num_layers
+    for i in range(n):
+        want = base + int(i < extra) - (first_less if i == 0 else last_less if i == n - 1 else 0)
+        out.append(min(max(want, 0), left))
+        left -= out[-1]
+    if left:        # torchtitan would silently build no stage for them
+        raise ValueError(f"{left} of {num_layers} layers fall in no stage")
+    return tuple(out)
+
+
+def planned_stage_layers(cfg: ParallelConfig, num_layers: int) -> tuple[int, ...]:
+    """The plan's transformer layers of each virtual stage, in torchtitan's stage order: rank r holds stages
+    r, r + pp, ... (looped schedules) or r and 2 pp - 1 - r (V schedules); ValueError if the split is illegal."""
+    chunks = cfg.chunk_layers(num_layers)
+    out = [0] * (cfg.pp * cfg.chunks)
+    for r, per_rank in enumerate(chunks):
+        for k, n in enumerate(per_rank):
+            v_shape = cfg.schedule in V_SHAPES
+            out[(r if k == 0 else 2 * cfg.pp - 1 - r) if v_shape else r + k * cfg.pp] = n
+    return tuple(out)
+
+
+def _fqns_per_model_part(per_stage: tuple[int, ...]) -> list[list[str]]:
+    """torchtitan's llama3 module names for each virtual stage: the embedding first, the norm and output last."""
+    out, at = [], 0
+    for i, n in enumerate(per_stage):
+        part = (["tok_embeddings"] if i == 0 else []) + [f"layers.{j}" for j in range(at, at + n)]
+        at += n
+        out.append(part + (["norm", "output"] if i == len(per_stage) - 1 else []))
+    return out
+
+
+def _torchtitan_pipeline_split(cfg: ParallelConfig, solution: dict, file: str | None) -> tuple[dict, list[str]]:
+    """[parallelism] keys that build the plan's split, and comment lines: torchtitan's own layers_per_stage /
+    first / last_stage_less_layers where its rule reproduces the plan's layers per virtual stage, else the
+    explicit module_fqns_per_model_part (job_config.py:367 @ 238fa99). The planner shortens every chunk of the
+    first and last rank (Megatron-Core); torchtitan's rule shortens only the first and last virtual stage."""
+    less = ("pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers")
+    if not cfg.uneven and cfg.chunks == 1:
+        # one stage per rank, even (pp divides the layers): torchtitan's rule with nothing taken off the ends
+        # builds it, so a file without num_layers still exports
+        return dict.fromkeys(less, 0), []
+    layers = _positive_int(solution, "num_layers", file, "the pipeline split needs the model's layer count")
+    try:
+        planned = planned_stage_layers(cfg, layers)
+    except ValueError as e:
+        raise SpecError(file, "num_layers", f"{layers} does not fit the config's split: {e}") from None
+    per = cfg.stage_layers(layers)
+    mid = max(per)
+    keys = {"pipeline_parallel_layers_per_stage": mid // cfg.chunks,
+            less[0]: (mid - per[0]) // cfg.chunks, less[1]: (mid - per[-1]) // cfg.chunks}
+    try:
+        theirs = torchtitan_stage_layers(layers, cfg.pp, TORCHTITAN_SCHEDULES[cfg.schedule], *keys.values())
+        differs = f"would build {list(theirs)}" if theirs != planned else ""
+    except ValueError as e:
+        differs = f"would refuse it ({e})"
+    if not differs:
+        return keys, []
+    note = (f"# pipeline split: the plan's layers per virtual stage are {list(planned)}; torchtitan's "
+            f"layers_per_stage / first / last_stage_less_layers rule {differs}, so module_fqns_per_model_part "
+            "lists each stage's modules (set no pipeline_parallel_layers_per_stage beside it)")
+    return {"module_fqns_per_model_part": _fqns_per_model_part(planned)}, [note]
+
+
 def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     """The tables of a torchtitan job config that runs the plan: [training], [parallelism], [activation_checkpoint],
     [compile] (the plan's fused kernels; absent for training.kernels eager), enable_async_tensor_parallel where the
@@ -327,26 +491,16 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     preset, which adds the model name and flavor, [optimizer], the dataset and the rest."""
     c = _config(solution, file)
     cfg = ParallelConfig.from_dict(c, file)
+    precision, notes = _torchtitan_precision(solution, cfg, file)
+    shard, replicate = _torchtitan_data_parallel(cfg, precision, file)
     why = torchtitan_problem(cfg)
     if why:
         raise SpecError(file, f"config.{why[0]}", why[1])
-    if cfg.zero not in (0, 3):
-        raise SpecError(file, "config.zero", f"{cfg.zero}: torchtitan runs FSDP (zero 3) or DDP (zero 0), not ZeRO 1-2")
-    precision = solution.get("precision", "bf16")
-    if precision == "fp8" and cfg.zero != 3:
-        raise SpecError(file, "precision", "fp8 plans without ZeRO-3 are Transformer Engine's (Megatron-Core); "
-                                           "torchtitan's Float8 (torchao) is planned with FSDP (zero 3) only")
-    seq = solution.get("seq_length")
-    if cfg.zero == 3:
-        shard, replicate = cfg.shard_size, cfg.replicas
-    else:
-        shard, replicate = 1, cfg.dp
     training = {"local_batch_size": cfg.micro_batch_size * cfg.num_microbatches if cfg.pp > 1 else
-                cfg.micro_batch_size, "global_batch_size": cfg.global_batch_size}
-    if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
-        training["seq_len"] = seq
-    training.update({"mixed_precision_param": "bfloat16" if precision in ("bf16", "fp16", "fp8") else "float32",
-                     "mixed_precision_reduce": "float32"})
+                cfg.micro_batch_size, "global_batch_size": cfg.global_batch_size,
+                "seq_len": _positive_int(solution, "seq_length", file,
+                                         "torchtitan would train at its preset's seq_len (8192 for llama3)"),
+                "mixed_precision_param": TORCHTITAN_PARAM_DTYPE[precision], "mixed_precision_reduce": "float32"}
     par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
            "fsdp_reshard_after_forward": "default", "tensor_parallel_degree": cfg.tp,
            "pipeline_parallel_degree": cfg.pp, "context_parallel_degree": int(getattr(cfg, "cp", 1))}
@@ -360,18 +514,9 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     if cfg.pp > 1:
         par["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[cfg.schedule]
         par["pipeline_parallel_microbatch_size"] = cfg.micro_batch_size
-        if cfg.first_stage_layers is not None or cfg.last_stage_layers is not None or cfg.chunks > 1:
-            layers = solution.get("num_layers")
-            per = cfg.stage_layers(layers) if isinstance(layers, int) and not isinstance(layers, bool) else None
-            if per is None:
-                raise SpecError(file, "num_layers", "the pipeline split needs the model's layer count")
-            mid = max(per)
-            par["pipeline_parallel_layers_per_stage"] = mid // cfg.chunks
-            par["pipeline_parallel_first_stage_less_layers"] = (mid - per[0]) // cfg.chunks
-            par["pipeline_parallel_last_stage_less_layers"] = (mid - per[-1]) // cfg.chunks
-        else:
-            par["pipeline_parallel_first_stage_less_layers"] = 0
-            par["pipeline_parallel_last_stage_less_layers"] = 0
+        split, split_notes = _torchtitan_pipeline_split(cfg, solution, file)
+        par.update(split)
+        notes += split_notes
     # the plan credits tensor-parallel communication hidden behind GEMMs (training.overlap.tp_comm, costs/iteration.py
     # tp_overlap_saving); torchtitan's counterpart is its async TP (Inductor's micro-pipelined TP, compile only)
     tp_overlap = cfg.tp > 1 and cfg.sequence_parallel and bool((solution.get("overlap") or {}).get("tp_comm"))
@@ -402,7 +547,11 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
              f"pytorch/torchtitan@{TORCHTITAN_COMMIT}",
              "# (merge into torchtitan's llama3 preset: it adds the model name and flavor, [optimizer], "
              "[lr_scheduler] and the dataset)",
-             f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"]
+             f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"] + notes
+    if cfg.zero == 0 and cfg.dp > 1 and precision != "fp32" and not solution.get("grad_reduce_in_fp32"):
+        # autocast keeps fp32 parameters, so DDP's gradients are fp32 (distributed/utils.py maybe_enable_amp)
+        lines.append("# zero 0 (DDP): torchtitan keeps float32 parameters under autocast and all-reduces float32 "
+                     "gradients, twice the bytes the plan charged (its 16-bit gradient reduction)")
     if cfg.recompute == "selective" and cfg.zero != 3:
         lines.append("# selective: the plan's memory assumes Megatron-Core's core-attention recompute; torchtitan's "
                      "selective_ac_option differs (docs/notes/fsdp.md)")
@@ -423,7 +572,7 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
                      "2.11, flash first in late 2024; torch.nn.attention.sdpa_kernel pins one)")
     for name, table in tables:
         lines.append(f"[{name}]")
-        lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+        lines += [f"{k} = {_toml_entry(v)}" for k, v in table.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -114,14 +114,18 @@ class Solution:
             # training.overlap as it runs on this GPU (no userbuffers before Ampere), for export's flags
             "overlap": dict(vars(_tp_comm_in_force(self.spec))),
             **self._cp_comm(),
-            # ZeRO-3 plans (torchtitan's FSDP2): what its job config needs beyond the parallel config
+            # ZeRO-3 plans (torchtitan's FSDP2): what its job config needs beyond the parallel config; every plan:
+            # seq_length and num_layers
             **({"framework": "torchtitan", "precision": self.spec.training.precision,
                 "seq_length": self.spec.training.seq_length, "num_layers": self.spec.model.num_layers,
                 # eager: torchtitan without torch.compile (training.kernels); fp8: torchao's Float8 all-gather
                 **({"kernels": "eager"} if self.spec.training.kernels == "eager" else {}),
                 **({"fsdp_float8_all_gather": True} if self.spec.training.fsdp_float8_all_gather else {}),
                 **({"compile_loss": False} if not self.spec.training.compile_loss else {})}
-               if self.config.zero == 3 else {}),
+               # other plans record the two figures too (export --format torchtitan of a DDP plan needs seq_len and
+               # any pipeline split the layer count); in this branch so ZeRO-3 files keep their key order
+               if self.config.zero == 3 else {"seq_length": self.spec.training.seq_length,
+                                              "num_layers": self.spec.model.num_layers}),
             "layout": {"stages_per_node": self.layout.a, "replicas_per_node": self.layout.b,
                        # a tp x cp group wider than a node: each block on this many nodes from its grid entry on
                        **({"nodes_per_block": self.layout.span} if self.layout.span > 1 else {}),

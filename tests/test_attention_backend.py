@@ -177,7 +177,8 @@ def test_torchtitan_export_says_what_it_cannot_set():
     from planner.export import torchtitan_toml
     sol = tp2_solution(attention_backend="cudnn", framework="torchtitan", precision="bf16", seq_length=4096,
                        num_layers=4)
-    sol["config"] = {**sol["config"], "zero": 3, "sequence_parallel": True}
+    # dp 2: ZeRO-3 over one replica would be no FSDP, and torchtitan would train it in fp32 (export refuses it)
+    sol["config"] = {**sol["config"], "zero": 3, "sequence_parallel": True, "dp": 2}
     assert "# attention_backend cudnn: the plan charged that kernel's speed" in torchtitan_toml(sol)
     # flash2 on a ZeRO-3 plan was charged PyTorch's own flash copy (sdpa_flash), and the comment says so
     assert "the plan charged PyTorch's flash kernel" in torchtitan_toml({**sol, "attention_backend": "flash2"})
@@ -282,7 +283,8 @@ def test_compile_loss_false_reaches_the_torchtitan_config():
 
     from planner.export import torchtitan_toml
     sol = tp2_solution(framework="torchtitan", precision="bf16", seq_length=4096, num_layers=4)
-    sol["config"] = {**sol["config"], "zero": 3, "sequence_parallel": True}
+    # dp 2: ZeRO-3 over one replica would be no FSDP, and torchtitan would train it in fp32 (export refuses it)
+    sol["config"] = {**sol["config"], "zero": 3, "sequence_parallel": True, "dp": 2}
     assert tomllib.loads(torchtitan_toml(sol))["compile"]["components"] == ["model", "loss"]
     assert tomllib.loads(torchtitan_toml({**sol, "compile_loss": False}))["compile"]["components"] == ["model"]
     with pytest.raises(SpecError, match="compile_loss"):

@@ -6,8 +6,9 @@ def register(sub) -> None:
     p = sub.add_parser("export", help="launch arguments and rank order that realise a solution")
     p.add_argument("solution")
     p.add_argument("--format", choices=("megatron", "torchrun", "hostfile", "torchtitan", "deepspeed"),
-                   default="torchrun", help="torchtitan: a job config TOML (ZeRO-3 / FSDP / HSDP plans); deepspeed: a "
-                                            "ZeRO-3 config JSON (tp = 1, pp = 1, cp = 1)")
+                   default="torchrun", help="torchtitan: a job config TOML (ZeRO-3 / FSDP / HSDP plans, and ZeRO-0 "
+                                            "DDP plans without tp, pp or cp); deepspeed: a ZeRO-3 config JSON "
+                                            "(tp = 1, pp = 1, cp = 1)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -31,7 +32,7 @@ def run(args) -> int:
     if args.format == "torchtitan":
         text = torchtitan_toml(sol, file)
         if args.json:
-            print_json({"torchtitan_toml": text, "torchrun": torchrun_commands(sol, file=file),
+            print_json({"torchtitan_toml": text, "torchrun": torchrun_commands(sol, file=file, framework="torchtitan"),
                         "ranks": rank_layout(sol, file)})
         else:
             print(text, end="")
