@@ -166,3 +166,62 @@ def test_a_dying_worker_fails_only_its_cases(tmp_path, monkeypatch):
     by = {r["model"]: r for r in res.rows}
     assert by["m-mid"]["status"] == "ERROR" and "worker failed" in by["m-mid"]["error"]
     assert len(res.rows) == 3 and by["m-huge"]["status"] in ("INFEASIBLE", "ERROR")
+
+
+def _one_model_sweep(tmp_path):
+    from batch_fixtures import sweep_dict
+    return write_sweep(tmp_path, sweep_dict(models=sweep_dict()["models"][:1]))
+
+
+def test_cli_no_resume_solves_again_and_keeps_the_old_rows(tmp_path, capsys, monkeypatch):
+    import planner.batch.run as batch
+    path, out = _one_model_sweep(tmp_path), str(tmp_path / "out")
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json"]) == 0
+    first = read_rows(str(tmp_path / "out" / "mini.csv"))
+    capsys.readouterr()
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json", "--no-resume"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["solved"] == 2 and d["reused"] == 0
+    # the replaced rows are kept aside, in full
+    assert read_rows(str(tmp_path / "out" / "mini.previous.csv")) == first
+
+    # a --no-resume run stopped at its first case: the rows it was replacing are all still on disk
+    def stop(case, time_limit_s):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(batch, "run_case", stop)
+    second = read_rows(str(tmp_path / "out" / "mini.csv"))
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json", "--no-resume"]) == 130
+    assert read_rows(str(tmp_path / "out" / "mini.previous.csv")) == first + second
+
+
+def test_resume_is_still_the_default(tmp_path, capsys):
+    path, out = _one_model_sweep(tmp_path), str(tmp_path / "out")
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["solved"] == 0 and d["reused"] == 2
+    assert not (tmp_path / "out" / "mini.previous.csv").exists()
+
+
+def test_no_resume_keeps_the_old_sizing_rows(tmp_path, monkeypatch):
+    from batch_fixtures import sweep_dict
+
+    import planner.batch.run as batch
+    d = sweep_dict(models=sweep_dict()["models"][:1], clusters=[{"path": "mini-cluster.yaml", "gpus": [8]}],
+                   sizing={"budget_gpu_days": [20]})
+    sw = load_sweep(write_sweep(tmp_path, d))
+    calls = []
+
+    def fake_sizing(task, time_limit_s):     # stands in for the (slow) sizing search
+        calls.append(task.id)
+        return {**batch._sizing_base(task), "status": "OK", "model": f"run{len(calls)}", "error": ""}
+    monkeypatch.setattr(batch, "run_sizing", fake_sizing)
+    monkeypatch.setattr(batch, "run_case", lambda case, t: {**batch._base_row(case), "status": "INFEASIBLE"})
+    out = str(tmp_path / "out")
+    batch.run_batch(sw, out, workers=1, progress=False)
+    batch.run_batch(sw, out, workers=1, progress=False)
+    assert len(calls) == 1                               # resumed
+    res = batch.run_batch(sw, out, workers=1, progress=False, resume=False)
+    assert len(calls) == 2 and res.sizing[0]["model"] == "run2"
+    assert [r["model"] for r in read_rows(str(tmp_path / "out" / "mini.sizing.previous.csv"))] == ["run1"]

@@ -3,7 +3,8 @@
 Rows are written after every finished case (atomic rewrite, sweep order), so an interrupted sweep
 resumes: cases already in the output CSV are skipped, except rows with status ERROR (an internal
 failure is worth retrying; INFEASIBLE is an answer). A case that fails is recorded in its row and
-never stops the sweep.
+never stops the sweep. Rows are never dropped: those of cases no longer in the sweep go to
+<name>.stale.csv, and those that resume=False re-solves go to <name>.previous.csv first.
 """
 from __future__ import annotations
 
@@ -207,6 +208,12 @@ def read_rows(path: str) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def _append_rows(path: str, rows: list[dict], columns: list[str]) -> None:
+    """Add rows to an archive CSV (stale or replaced rows), after the ones it already holds; atomic."""
+    if rows:
+        atomic_write_text(path, rows_csv(read_rows(path) + rows, columns))
+
+
 def rows_csv(rows: list[dict], columns: list[str]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
@@ -258,14 +265,18 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
     t0 = time.perf_counter()
     workers = workers or os.cpu_count() or 1
     csv_path = os.path.join(out_dir, f"{sweep.name}.csv")
-    old = read_rows(csv_path) if resume else []
+    old = read_rows(csv_path)
     ids = [c.id for c in sweep.cases]
     idset = set(ids)
     have = {r["case_id"]: r for r in old if r.get("case_id") in idset and r.get("status") not in ("ERROR", "")}
     stale = [r for r in old if r.get("case_id") not in idset]     # rows of an edited sweep: moved aside, not lost
     if stale:
-        stale_path = os.path.join(out_dir, f"{sweep.name}.stale.csv")
-        atomic_write_text(stale_path, rows_csv(read_rows(stale_path) + stale, COLUMNS))
+        _append_rows(os.path.join(out_dir, f"{sweep.name}.stale.csv"), stale, COLUMNS)
+    if not resume:
+        # every case is solved again; the rows it replaces are kept aside before the CSV is first rewritten
+        _append_rows(os.path.join(out_dir, f"{sweep.name}.previous.csv"),
+                     [r for r in old if r.get("case_id") in idset], COLUMNS)
+        have = {}
     todo = [c for c in sweep.cases if c.id not in have]
     rows: dict[str, dict] = dict(have)
 
@@ -279,8 +290,12 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
         bar.advance(f"{row['model']} {row['gpus']}g: {row['status']}")
 
     sizing_csv = os.path.join(out_dir, f"{sweep.name}.sizing.csv") if sweep.sizing else None
-    old_sizing = {r["task_id"]: r for r in (read_rows(sizing_csv) if sizing_csv and resume else [])
+    old_sizing = {r["task_id"]: r for r in (read_rows(sizing_csv) if sizing_csv else [])
                   if r.get("status") in ("OK", "NONE_FITS")}
+    if sizing_csv and not resume:
+        _append_rows(os.path.join(out_dir, f"{sweep.name}.sizing.previous.csv"), read_rows(sizing_csv),
+                     SIZING_COLUMNS)
+        old_sizing = {}
     sizing_rows: dict[int, dict] = {k: old_sizing[t.id] for k, t in enumerate(sweep.sizing) if t.id in old_sizing}
     size_todo = [k for k, t in enumerate(sweep.sizing) if t.id not in old_sizing]
 

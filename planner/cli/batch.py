@@ -19,7 +19,8 @@ def register(sub) -> None:
     p.add_argument("--out", default="results", help="output folder (default: results/)")
     p.add_argument("--time-limit", type=finite_float, default=None,
                    help="seconds per case (default: the sweep's solver)")
-    p.add_argument("--no-resume", action="store_true", help="re-solve cases already in the output CSV")
+    p.add_argument("--no-resume", action="store_true",
+                   help="re-solve cases already in the output CSV (their old rows go to NAME.previous.csv)")
     p.add_argument("--plots", action="store_true", help="also draw PNG pictures of the results into --out")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
@@ -38,7 +39,7 @@ def run(args) -> int:
         raise SpecError(None, "--address", "only applies with --executor ray")
     sweep = load_sweep(args.sweep)
     res = run_batch(sweep, args.out, executor=args.executor, workers=args.workers, address=args.address,
-                    time_limit_s=args.time_limit, progress=not args.json)
+                    time_limit_s=args.time_limit, progress=not args.json, resume=not args.no_resume)
     cvf = cheapest_vs_fastest(res.rows)
     plots = []
     if args.plots:
