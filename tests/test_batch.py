@@ -225,3 +225,29 @@ def test_no_resume_keeps_the_old_sizing_rows(tmp_path, monkeypatch):
     res = batch.run_batch(sw, out, workers=1, progress=False, resume=False)
     assert len(calls) == 2 and res.sizing[0]["model"] == "run2"
     assert [r["model"] for r in read_rows(str(tmp_path / "out" / "mini.sizing.previous.csv"))] == ["run1"]
+
+
+def test_cli_sweep_name_with_a_path_is_refused(tmp_path, capsys):
+    from batch_fixtures import sweep_dict
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    path = write_sweep(tmp_path / "a" / "b", sweep_dict(name="../../escape"))
+    for out in ("missing", "a/b"):                 # a missing --out gave exit 3, an existing one a CSV outside it
+        assert main(["batch", path, "--out", str(tmp_path / out), "--workers", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "sweep.yaml: name: must be a plain file name" in err and "Traceback" not in err
+    assert not list(tmp_path.rglob("*.csv"))
+
+
+def test_cli_out_folder_is_created_or_refused(tmp_path, capsys, monkeypatch):
+    import planner.batch.run as batch
+    monkeypatch.setattr(batch, "run_case", lambda case, t: {**batch._base_row(case), "status": "INFEASIBLE"})
+    path = _one_model_sweep(tmp_path)
+    deep = tmp_path / "new" / "deeper"
+    assert main(["batch", path, "--out", str(deep), "--workers", "1", "--json"]) == 1    # every case INFEASIBLE
+    assert len(read_rows(str(deep / "mini.csv"))) == 2
+    (tmp_path / "afile").write_text("keep me")
+    for out in ("afile", "afile/sub"):
+        assert main(["batch", path, "--out", str(tmp_path / out), "--workers", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "--out:" in err and "Traceback" not in err
+    assert (tmp_path / "afile").read_text() == "keep me"
