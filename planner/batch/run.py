@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -138,23 +139,67 @@ def _local(fn, items, workers: int, time_limit_s, on_done, on_error=None):
             on_done(k, fn(it, time_limit_s))
         return
     import multiprocessing as mp
+    from multiprocessing import resource_tracker
+
+    from planner.interrupt import deferred_sigint
     # forkserver: workers never inherit a parent's thread pools (torch, ray), and share preloaded imports
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["planner.search.solve", "planner.batch.run"])
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=limit_threads) as pool:
-        futs = {pool.submit(fn, it, time_limit_s): k for k, it in enumerate(items)}
-        pending = set(futs)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in sorted(done, key=lambda f: futs[f]):
-                try:
-                    r = f.result()
-                except Exception as e:
-                    if on_error is None:
-                        raise
-                    on_error(futs[f], e)
-                else:
-                    on_done(futs[f], r)
+    ctx.set_forkserver_preload(["planner.batch.worker_signals", "planner.search.solve", "planner.batch.run"])
+    pool = None
+    try:
+        # Starting the resource tracker unblocks SIGINT in this thread, so it goes first, on its own; the
+        # forkserver and its workers start in the first submit, with a Ctrl-C held until they have started.
+        with deferred_sigint():
+            resource_tracker.ensure_running()
+        with deferred_sigint():
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=worker_init)
+            futs = {pool.submit(fn, it, time_limit_s): k for k, it in enumerate(items)}
+        _collect(futs, on_done, on_error)
+    except BaseException:                 # Ctrl-C, or a callback failing: no worker may outlive the batch
+        if pool is not None:
+            _stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _collect(futs: dict, on_done, on_error) -> None:
+    """Hand every result (or failure) to its callback as the cases finish, in sweep order among ties."""
+    pending = set(futs)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for f in sorted(done, key=lambda f: futs[f]):
+            try:
+                r = f.result()
+            except Exception as e:
+                if on_error is None:
+                    raise
+                on_error(futs[f], e)
+            else:
+                on_done(futs[f], r)
+
+
+def worker_init() -> None:
+    """Every local worker: Ctrl-C is the parent's (it stops the workers), and one thread per solver."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    limit_threads()
+
+
+def _stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
+    """Stop now rather than finish the queue (what leaving the `with` block would do): queued cases are
+    dropped, running ones end with their workers (their rows stay unsolved, so a resume solves them),
+    and every worker is reaped. A second Ctrl-C meanwhile is held, not allowed to cut this short."""
+    from planner.interrupt import deferred_sigint
+    with deferred_sigint():
+        procs = list((getattr(pool, "_processes", None) or {}).values())   # no public handle before 3.14
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join(grace_s)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        pool.shutdown(wait=True)          # the manager thread sees the workers gone and ends
 
 
 def _ray(fn, items, workers: int | None, address: str | None, time_limit_s, on_done, on_error=None):
