@@ -63,7 +63,7 @@ def run(args) -> int:
                           f"{msg if len(msg) <= 300 else msg[:300] + '...'}", markup=False, highlight=False)
         multi = [g for g in cvf if g["options"] > 1]
         if multi:
-            con.print(cheapest_table(multi))
+            con.print(cheapest_table(multi, res.rows))
         if res.sizing:
             con.print(sizing_table(res.sizing))
         for what, why in sweep.skipped:
@@ -108,16 +108,25 @@ def results_table(rows, title):
     return t
 
 
-def cheapest_table(groups):
+# what, besides the model, tells the cheapest-vs-fastest groups apart: shown when the sweep has several
+GROUP_KEYS = (("global_batch_size", "batch", ""), ("seq_length", "seq", ""), ("tokens", "tokens", ".3g"))
+
+
+def cheapest_table(groups, rows=()):
+    """One line per group of cheapest_vs_fastest; `rows` (the sweep's) decide which group keys vary and so
+    need a column (two batch sizes of one model would otherwise be two lines named alike)."""
     from rich.table import Table
+
+    from planner.batch.plots import varies_within
+    keys = [(k, head, fmt) for k, head, fmt in GROUP_KEYS if varies_within(rows or groups, k, ("model",))]
     t = Table(title="cheapest vs fastest plan per model (over clusters and GPU counts)")
-    for c in ("model", "options", "fastest", "days", "$", "cheapest", "days", "$"):
+    for c in ("model", *(head for _, head, _ in keys), "options", "fastest", "days", "$", "cheapest", "days", "$"):
         t.add_column(c)
     for g in groups:
         f, c = g["fastest"], g["cheapest"]
-        t.add_row(str(g["model"]), str(g["options"]), f"{f['cluster']} {f['gpus']}g", _f(f["train_days"], ".1f"),
-                  _f(f["cost_usd"], ",.0f"), f"{c['cluster']} {c['gpus']}g", _f(c["train_days"], ".1f"),
-                  _f(c["cost_usd"], ",.0f"))
+        t.add_row(str(g["model"]), *(_f(g.get(k), fmt) for k, _, fmt in keys), str(g["options"]),
+                  f"{f['cluster']} {f['gpus']}g", _f(f["train_days"], ".1f"), _f(f["cost_usd"], ",.0f"),
+                  f"{c['cluster']} {c['gpus']}g", _f(c["train_days"], ".1f"), _f(c["cost_usd"], ",.0f"))
     return t
 
 
