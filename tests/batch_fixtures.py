@@ -52,3 +52,14 @@ def die_on_mid(case, time_limit_s):
     if case.model_label == "m-mid":
         os._exit(1)
     return run_case(case, time_limit_s)
+
+
+def quick_then_sleep(case, time_limit_s):
+    """Run inside a batch worker: the first case answers at once, every other one solves for a minute."""
+    import time
+
+    from planner.batch.run import _base_row
+    if case.model_label == "m-small" and case.gpus == 8:
+        return {**_base_row(case), "status": "INFEASIBLE", "error": "stub"}
+    time.sleep(60)
+    return {**_base_row(case), "status": "INFEASIBLE", "error": "stub"}

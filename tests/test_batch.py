@@ -166,3 +166,88 @@ def test_a_dying_worker_fails_only_its_cases(tmp_path, monkeypatch):
     by = {r["model"]: r for r in res.rows}
     assert by["m-mid"]["status"] == "ERROR" and "worker failed" in by["m-mid"]["error"]
     assert len(res.rows) == 3 and by["m-huge"]["status"] in ("INFEASIBLE", "ERROR")
+
+
+def _one_model_sweep(tmp_path):
+    from batch_fixtures import sweep_dict
+    return write_sweep(tmp_path, sweep_dict(models=sweep_dict()["models"][:1]))
+
+
+def test_cli_no_resume_solves_again_and_keeps_the_old_rows(tmp_path, capsys, monkeypatch):
+    import planner.batch.run as batch
+    path, out = _one_model_sweep(tmp_path), str(tmp_path / "out")
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json"]) == 0
+    first = read_rows(str(tmp_path / "out" / "mini.csv"))
+    capsys.readouterr()
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json", "--no-resume"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["solved"] == 2 and d["reused"] == 0
+    # the replaced rows are kept aside, in full
+    assert read_rows(str(tmp_path / "out" / "mini.previous.csv")) == first
+
+    # a --no-resume run stopped at its first case: the rows it was replacing are all still on disk
+    def stop(case, time_limit_s):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(batch, "run_case", stop)
+    second = read_rows(str(tmp_path / "out" / "mini.csv"))
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json", "--no-resume"]) == 130
+    assert read_rows(str(tmp_path / "out" / "mini.previous.csv")) == first + second
+
+
+def test_resume_is_still_the_default(tmp_path, capsys):
+    path, out = _one_model_sweep(tmp_path), str(tmp_path / "out")
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["solved"] == 0 and d["reused"] == 2
+    assert not (tmp_path / "out" / "mini.previous.csv").exists()
+
+
+def test_no_resume_keeps_the_old_sizing_rows(tmp_path, monkeypatch):
+    from batch_fixtures import sweep_dict
+
+    import planner.batch.run as batch
+    d = sweep_dict(models=sweep_dict()["models"][:1], clusters=[{"path": "mini-cluster.yaml", "gpus": [8]}],
+                   sizing={"budget_gpu_days": [20]})
+    sw = load_sweep(write_sweep(tmp_path, d))
+    calls = []
+
+    def fake_sizing(task, time_limit_s):     # stands in for the (slow) sizing search
+        calls.append(task.id)
+        return {**batch._sizing_base(task), "status": "OK", "model": f"run{len(calls)}", "error": ""}
+    monkeypatch.setattr(batch, "run_sizing", fake_sizing)
+    monkeypatch.setattr(batch, "run_case", lambda case, t: {**batch._base_row(case), "status": "INFEASIBLE"})
+    out = str(tmp_path / "out")
+    batch.run_batch(sw, out, workers=1, progress=False)
+    batch.run_batch(sw, out, workers=1, progress=False)
+    assert len(calls) == 1                               # resumed
+    res = batch.run_batch(sw, out, workers=1, progress=False, resume=False)
+    assert len(calls) == 2 and res.sizing[0]["model"] == "run2"
+    assert [r["model"] for r in read_rows(str(tmp_path / "out" / "mini.sizing.previous.csv"))] == ["run1"]
+
+
+def test_cli_sweep_name_with_a_path_is_refused(tmp_path, capsys):
+    from batch_fixtures import sweep_dict
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    path = write_sweep(tmp_path / "a" / "b", sweep_dict(name="../../escape"))
+    for out in ("missing", "a/b"):                 # a missing --out gave exit 3, an existing one a CSV outside it
+        assert main(["batch", path, "--out", str(tmp_path / out), "--workers", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "sweep.yaml: name: must be a plain file name" in err and "Traceback" not in err
+    assert not list(tmp_path.rglob("*.csv"))
+
+
+def test_cli_out_folder_is_created_or_refused(tmp_path, capsys, monkeypatch):
+    import planner.batch.run as batch
+    monkeypatch.setattr(batch, "run_case", lambda case, t: {**batch._base_row(case), "status": "INFEASIBLE"})
+    path = _one_model_sweep(tmp_path)
+    deep = tmp_path / "new" / "deeper"
+    assert main(["batch", path, "--out", str(deep), "--workers", "1", "--json"]) == 1    # every case INFEASIBLE
+    assert len(read_rows(str(deep / "mini.csv"))) == 2
+    (tmp_path / "afile").write_text("keep me")
+    for out in ("afile", "afile/sub"):
+        assert main(["batch", path, "--out", str(tmp_path / out), "--workers", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "--out:" in err and "Traceback" not in err
+    assert (tmp_path / "afile").read_text() == "keep me"

@@ -93,6 +93,22 @@ def test_errors_name_file_and_field(tmp_path, change, field):
     assert e.value.file is not None and e.value.field == field, str(e.value)
 
 
+@pytest.mark.parametrize("name", ["../../escape", "sub/name", "/abs", "..", ".", "", "a\\b"])
+def test_name_must_be_a_plain_file_name(tmp_path, name):
+    # the name makes OUT/<name>.csv: a path in it would write outside --out
+    with pytest.raises(SpecError) as e:
+        load_sweep(write_sweep(tmp_path, sweep_dict(name=name)))
+    assert e.value.field == "name" and e.value.file.endswith("sweep.yaml")
+    assert "plain file name" in str(e.value)
+
+
+def test_name_defaults_to_the_file_name(tmp_path):
+    d = sweep_dict()
+    del d["name"]
+    assert load_sweep(write_sweep(tmp_path, d)).name == "sweep"
+    assert load_sweep(write_sweep(tmp_path, sweep_dict(name="v2.1_odd-sizes"))).name == "v2.1_odd-sizes"
+
+
 def test_inline_model_errors_point_into_the_sweep(tmp_path):
     d = sweep_dict(models=[{"name": "x", "num_layers": 4, "hidden_size": 1000, "num_attention_heads": 16,
                             "vocab_size": 100}])

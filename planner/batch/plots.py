@@ -81,15 +81,14 @@ def plot_results(rows: list[dict], out_dir: str, name: str) -> list[str]:
     plt.close(fig)
 
     priced = [r for r in ok if r.get("train_days") not in (None, "")]
-    by_model = _series(priced, lambda r: (r["model"], r["cluster"]))
-    if any(len({r["gpus"] for r in rs}) > 1 for _, rs in by_model):
+    lines = cost_lines(priced)
+    if any(len({r["gpus"] for r in rs}) > 1 for _, rs in lines):
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-        for (model, cl), rs in by_model:
-            rs = sorted(rs, key=lambda r: r["gpus"])
+        for label, rs in lines:
             x = [r["gpus"] for r in rs]
             cost = [r.get("cost_usd") if r.get("cost_usd") not in (None, "") else r["gpu_hours"] for r in rs]
-            a1.plot(x, cost, "o-", label=f"{model} on {cl}")
-            a2.plot(x, [r["train_days"] for r in rs], "o-", label=f"{model} on {cl}")
+            a1.plot(x, cost, "o-", label=label)
+            a2.plot(x, [r["train_days"] for r in rs], "o-", label=label)
         has_price = all(r.get("cost_usd") not in (None, "") for r in priced)
         for a, yl in ((a1, "dollars to train" if has_price else "GPU-hours to train"), (a2, "days to train")):
             a.set_xscale("log", base=2)
@@ -102,6 +101,36 @@ def plot_results(rows: list[dict], out_dir: str, name: str) -> list[str]:
         written.append(_save(fig, out_dir, f"{name}.cost.png"))
         plt.close(fig)
     return written
+
+
+# a cost line is one model on one cluster at one batch, sequence length and token budget: joining two
+# batch sizes would zig-zag between them along the GPU axis
+_LINE_KEYS = (("global_batch_size", "batch {:g}"), ("seq_length", "seq {:g}"), ("tokens", "{:.3g} tokens"))
+
+
+def varies_within(rows, key: str, by: tuple[str, ...]) -> bool:
+    """Do rows alike in `by` differ in `key`? (A Chinchilla budget differs between models but not within one,
+    so it needs no label; two batch sizes of one model do.)"""
+    seen: dict = {}
+    return any(seen.setdefault(tuple(r[b] for b in by), r.get(key)) != r.get(key) for r in rows)
+
+
+def cost_lines(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """(label, rows sorted by GPU count) per cost / time line; the label names the batch, sequence length
+    or token budget only where one model on one cluster has several."""
+    def key(r):
+        return (r["model"], r["cluster"], *(r.get(k) for k, _ in _LINE_KEYS))
+    varying = [(i, fmt) for i, (k, fmt) in enumerate(_LINE_KEYS) if varies_within(rows, k, ("model", "cluster"))]
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    out = []
+    # by model and cluster, then numerically (batch 96 before 100); a missing value sorts last
+    for k, rs in sorted(groups.items(), key=lambda kv: (*kv[0][:2], *((v is None, v or 0) for v in kv[0][2:]))):
+        extra = [fmt.format(k[2 + i]) for i, fmt in varying if k[2 + i] is not None]
+        out.append((f"{k[0]} on {k[1]}" + (f", {', '.join(extra)}" if extra else ""),
+                    sorted(rs, key=lambda r: r["gpus"])))
+    return out
 
 
 def _save(fig, out_dir, fname) -> str:

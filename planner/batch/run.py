@@ -3,13 +3,15 @@
 Rows are written after every finished case (atomic rewrite, sweep order), so an interrupted sweep
 resumes: cases already in the output CSV are skipped, except rows with status ERROR (an internal
 failure is worth retrying; INFEASIBLE is an answer). A case that fails is recorded in its row and
-never stops the sweep.
+never stops the sweep. Rows are never dropped: those of cases no longer in the sweep go to
+<name>.stale.csv, and those that resume=False re-solves go to <name>.previous.csv first.
 """
 from __future__ import annotations
 
 import csv
 import io
 import os
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -137,23 +139,67 @@ def _local(fn, items, workers: int, time_limit_s, on_done, on_error=None):
             on_done(k, fn(it, time_limit_s))
         return
     import multiprocessing as mp
+    from multiprocessing import resource_tracker
+
+    from planner.interrupt import deferred_sigint
     # forkserver: workers never inherit a parent's thread pools (torch, ray), and share preloaded imports
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["planner.search.solve", "planner.batch.run"])
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=limit_threads) as pool:
-        futs = {pool.submit(fn, it, time_limit_s): k for k, it in enumerate(items)}
-        pending = set(futs)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in sorted(done, key=lambda f: futs[f]):
-                try:
-                    r = f.result()
-                except Exception as e:
-                    if on_error is None:
-                        raise
-                    on_error(futs[f], e)
-                else:
-                    on_done(futs[f], r)
+    ctx.set_forkserver_preload(["planner.batch.worker_signals", "planner.search.solve", "planner.batch.run"])
+    pool = None
+    try:
+        # Starting the resource tracker unblocks SIGINT in this thread, so it goes first, on its own; the
+        # forkserver and its workers start in the first submit, with a Ctrl-C held until they have started.
+        with deferred_sigint():
+            resource_tracker.ensure_running()
+        with deferred_sigint():
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=worker_init)
+            futs = {pool.submit(fn, it, time_limit_s): k for k, it in enumerate(items)}
+        _collect(futs, on_done, on_error)
+    except BaseException:                 # Ctrl-C, or a callback failing: no worker may outlive the batch
+        if pool is not None:
+            _stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _collect(futs: dict, on_done, on_error) -> None:
+    """Hand every result (or failure) to its callback as the cases finish, in sweep order among ties."""
+    pending = set(futs)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for f in sorted(done, key=lambda f: futs[f]):
+            try:
+                r = f.result()
+            except Exception as e:
+                if on_error is None:
+                    raise
+                on_error(futs[f], e)
+            else:
+                on_done(futs[f], r)
+
+
+def worker_init() -> None:
+    """Every local worker: Ctrl-C is the parent's (it stops the workers), and one thread per solver."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    limit_threads()
+
+
+def _stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
+    """Stop now rather than finish the queue (what leaving the `with` block would do): queued cases are
+    dropped, running ones end with their workers (their rows stay unsolved, so a resume solves them),
+    and every worker is reaped. A second Ctrl-C meanwhile is held, not allowed to cut this short."""
+    from planner.interrupt import deferred_sigint
+    with deferred_sigint():
+        procs = list((getattr(pool, "_processes", None) or {}).values())   # no public handle before 3.14
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join(grace_s)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        pool.shutdown(wait=True)          # the manager thread sees the workers gone and ends
 
 
 def _ray(fn, items, workers: int | None, address: str | None, time_limit_s, on_done, on_error=None):
@@ -207,6 +253,12 @@ def read_rows(path: str) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def _append_rows(path: str, rows: list[dict], columns: list[str]) -> None:
+    """Add rows to an archive CSV (stale or replaced rows), after the ones it already holds; atomic."""
+    if rows:
+        atomic_write_text(path, rows_csv(read_rows(path) + rows, columns))
+
+
 def rows_csv(rows: list[dict], columns: list[str]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
@@ -258,14 +310,18 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
     t0 = time.perf_counter()
     workers = workers or os.cpu_count() or 1
     csv_path = os.path.join(out_dir, f"{sweep.name}.csv")
-    old = read_rows(csv_path) if resume else []
+    old = read_rows(csv_path)
     ids = [c.id for c in sweep.cases]
     idset = set(ids)
     have = {r["case_id"]: r for r in old if r.get("case_id") in idset and r.get("status") not in ("ERROR", "")}
     stale = [r for r in old if r.get("case_id") not in idset]     # rows of an edited sweep: moved aside, not lost
     if stale:
-        stale_path = os.path.join(out_dir, f"{sweep.name}.stale.csv")
-        atomic_write_text(stale_path, rows_csv(read_rows(stale_path) + stale, COLUMNS))
+        _append_rows(os.path.join(out_dir, f"{sweep.name}.stale.csv"), stale, COLUMNS)
+    if not resume:
+        # every case is solved again; the rows it replaces are kept aside before the CSV is first rewritten
+        _append_rows(os.path.join(out_dir, f"{sweep.name}.previous.csv"),
+                     [r for r in old if r.get("case_id") in idset], COLUMNS)
+        have = {}
     todo = [c for c in sweep.cases if c.id not in have]
     rows: dict[str, dict] = dict(have)
 
@@ -279,8 +335,12 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
         bar.advance(f"{row['model']} {row['gpus']}g: {row['status']}")
 
     sizing_csv = os.path.join(out_dir, f"{sweep.name}.sizing.csv") if sweep.sizing else None
-    old_sizing = {r["task_id"]: r for r in (read_rows(sizing_csv) if sizing_csv and resume else [])
+    old_sizing = {r["task_id"]: r for r in (read_rows(sizing_csv) if sizing_csv else [])
                   if r.get("status") in ("OK", "NONE_FITS")}
+    if sizing_csv and not resume:
+        _append_rows(os.path.join(out_dir, f"{sweep.name}.sizing.previous.csv"), read_rows(sizing_csv),
+                     SIZING_COLUMNS)
+        old_sizing = {}
     sizing_rows: dict[int, dict] = {k: old_sizing[t.id] for k, t in enumerate(sweep.sizing) if t.id in old_sizing}
     size_todo = [k for k, t in enumerate(sweep.sizing) if t.id not in old_sizing]
 

@@ -2,7 +2,7 @@
 
 A sweep YAML (see sweeps/*.yaml and docs/notes/batch.md):
 
-    name: gpt-sizes-a100-128
+    name: gpt-sizes-a100-128             # names OUT/<name>.csv: a plain file name (default: the file's)
     models: [../models/gpt3-13b.yaml, {name: tiny, num_layers: 4, ...}]   # paths or inline
     grid:                                 # and/or a grid of generated models
       family: gpt
@@ -311,10 +311,19 @@ def _stable_id(label: str, content: dict) -> str:
     return f"{label}-{hashlib.sha256(blob).hexdigest()[:8]}"
 
 
+def _file_name(f: Fields, key: str, default: str) -> str:
+    """A string that names the output files (OUT/<name>.csv, ...): a plain file name, so that they stay in OUT."""
+    v = f.str(key, default)
+    seps = {"/", "\\", "\0"} | {s for s in (os.sep, os.altsep) if s}
+    if v in ("", ".", "..") or any(c in v for c in seps):
+        raise f.error(key, f"must be a plain file name (no path separators, not '.' or '..'), got {v!r}")
+    return v
+
+
 def parse_sweep(data, file: str | None = None) -> Sweep:
     f = Fields(data, file)
     base = os.path.dirname(file) if file else "."
-    name = f.str("name", os.path.splitext(os.path.basename(file))[0] if file else "sweep")
+    name = _file_name(f, "name", os.path.splitext(os.path.basename(file))[0] if file else "sweep")
     f.raw("description", None)
 
     t = f.sub("training")

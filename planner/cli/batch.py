@@ -1,6 +1,7 @@
 """planner batch SWEEP.yaml: plan every case of a sweep (local worker processes or Ray) into a CSV."""
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 
@@ -19,7 +20,8 @@ def register(sub) -> None:
     p.add_argument("--out", default="results", help="output folder (default: results/)")
     p.add_argument("--time-limit", type=finite_float, default=None,
                    help="seconds per case (default: the sweep's solver)")
-    p.add_argument("--no-resume", action="store_true", help="re-solve cases already in the output CSV")
+    p.add_argument("--no-resume", action="store_true",
+                   help="re-solve cases already in the output CSV (their old rows go to NAME.previous.csv)")
     p.add_argument("--plots", action="store_true", help="also draw PNG pictures of the results into --out")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
@@ -37,8 +39,9 @@ def run(args) -> int:
     if args.address and args.executor != "ray":
         raise SpecError(None, "--address", "only applies with --executor ray")
     sweep = load_sweep(args.sweep)
+    _out_folder(args.out)
     res = run_batch(sweep, args.out, executor=args.executor, workers=args.workers, address=args.address,
-                    time_limit_s=args.time_limit, progress=not args.json)
+                    time_limit_s=args.time_limit, progress=not args.json, resume=not args.no_resume)
     cvf = cheapest_vs_fastest(res.rows)
     plots = []
     if args.plots:
@@ -60,7 +63,7 @@ def run(args) -> int:
                           f"{msg if len(msg) <= 300 else msg[:300] + '...'}", markup=False, highlight=False)
         multi = [g for g in cvf if g["options"] > 1]
         if multi:
-            con.print(cheapest_table(multi))
+            con.print(cheapest_table(multi, res.rows))
         if res.sizing:
             con.print(sizing_table(res.sizing))
         for what, why in sweep.skipped:
@@ -71,6 +74,16 @@ def run(args) -> int:
             con.print(f"wrote {p}")
     ok = sum(1 for r in res.rows if r.get("status") in OK_STATUSES)
     return 0 if ok or not res.rows else 1
+
+
+def _out_folder(path: str) -> None:
+    """Create --out if missing (one level or many); refuse a path that cannot be a folder, before any solve."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SpecError(None, "--out", f"{path} exists and is not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise SpecError(None, "--out", f"cannot create the folder {path}: {e.strerror or e}") from None
 
 
 def _f(v, fmt: str) -> str:
@@ -95,16 +108,25 @@ def results_table(rows, title):
     return t
 
 
-def cheapest_table(groups):
+# what, besides the model, tells the cheapest-vs-fastest groups apart: shown when the sweep has several
+GROUP_KEYS = (("global_batch_size", "batch", ""), ("seq_length", "seq", ""), ("tokens", "tokens", ".3g"))
+
+
+def cheapest_table(groups, rows=()):
+    """One line per group of cheapest_vs_fastest; `rows` (the sweep's) decide which group keys vary and so
+    need a column (two batch sizes of one model would otherwise be two lines named alike)."""
     from rich.table import Table
+
+    from planner.batch.plots import varies_within
+    keys = [(k, head, fmt) for k, head, fmt in GROUP_KEYS if varies_within(rows or groups, k, ("model",))]
     t = Table(title="cheapest vs fastest plan per model (over clusters and GPU counts)")
-    for c in ("model", "options", "fastest", "days", "$", "cheapest", "days", "$"):
+    for c in ("model", *(head for _, head, _ in keys), "options", "fastest", "days", "$", "cheapest", "days", "$"):
         t.add_column(c)
     for g in groups:
         f, c = g["fastest"], g["cheapest"]
-        t.add_row(str(g["model"]), str(g["options"]), f"{f['cluster']} {f['gpus']}g", _f(f["train_days"], ".1f"),
-                  _f(f["cost_usd"], ",.0f"), f"{c['cluster']} {c['gpus']}g", _f(c["train_days"], ".1f"),
-                  _f(c["cost_usd"], ",.0f"))
+        t.add_row(str(g["model"]), *(_f(g.get(k), fmt) for k, _, fmt in keys), str(g["options"]),
+                  f"{f['cluster']} {f['gpus']}g", _f(f["train_days"], ".1f"), _f(f["cost_usd"], ",.0f"),
+                  f"{c['cluster']} {c['gpus']}g", _f(c["train_days"], ".1f"), _f(c["cost_usd"], ",.0f"))
     return t
 
 
