@@ -576,6 +576,18 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def deepspeed_recompute_note(solution: dict) -> str | None:
+    """What the DeepSpeed config cannot say about the plan's recompute: its activation_checkpointing block only sets up
+    deepspeed.checkpointing; the model code chooses what to checkpoint (a JSON file has no comments)."""
+    rc = (solution.get("config") or {}).get("recompute", "none")
+    if rc == "none":
+        return None
+    what = ("every transformer layer (full)" if rc == "full" else
+            "the attention core only (selective): DeepSpeed has no such mode, the model code must wrap just that part")
+    return (f"the plan recomputes {what}; DeepSpeed's activation_checkpointing block configures "
+            "deepspeed.checkpointing.checkpoint, which the model code must call on those modules")
+
+
 def deepspeed_config(solution: dict, file: str | None = None) -> dict:
     """A DeepSpeed config (JSON) for a ZeRO-3 plan: DeepSpeed's ZeRO-3 runs without pipeline parallelism
     (microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3 deepspeed/runtime/pipe/engine.py refuses ZeRO >= 2

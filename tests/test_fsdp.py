@@ -398,3 +398,14 @@ def test_pp_fp32_accumulation_is_in_every_backward(make_spec, monkeypatch):
         spied = it.stage_times(spec, c, costs)
         monkeypatch.undo()
         assert [s.backward for s in spied] == [s.backward for s in it.stage_times(spec, c, costs)]
+
+
+def test_deepspeed_export_says_what_its_checkpointing_block_cannot():
+    """DeepSpeed's activation_checkpointing block only configures deepspeed.checkpointing: the export notes what the
+    plan recomputes, and that selective (the attention core) has no DeepSpeed mode; nothing for rc=none."""
+    from planner.export import deepspeed_recompute_note
+    sel = _solution(ParallelConfig(1, 1, 64, 1, 4, "1f1b", 1, "selective", 3, False))
+    assert "activation_checkpointing" in deepspeed_config(sel)
+    assert "selective" in deepspeed_recompute_note(sel) and "no such mode" in deepspeed_recompute_note(sel)
+    assert "full" in deepspeed_recompute_note(_solution(ParallelConfig(1, 1, 64, 1, 4, "1f1b", 1, "full", 3, False)))
+    assert deepspeed_recompute_note(_solution(ParallelConfig(1, 1, 64, 1, 4, "1f1b", 1, "none", 3, False))) is None

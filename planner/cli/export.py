@@ -16,6 +16,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from planner.export import (
         deepspeed_config,
+        deepspeed_recompute_note,
         hostfile,
         megatron_args,
         rank_layout,
@@ -24,6 +25,8 @@ def run(args) -> int:
         torchrun_commands,
         torchtitan_toml,
     )
+    import sys
+
     from planner.io import print_json
     from planner.solution import load_solution
 
@@ -38,6 +41,9 @@ def run(args) -> int:
             print(text, end="")
     elif args.format == "deepspeed":
         print_json(deepspeed_config(sol, file))
+        why = deepspeed_recompute_note(sol)
+        if why:
+            print(f"planner: note: {file}: {why}", file=sys.stderr)
     elif args.json:
         flags, notes = split_megatron_args(megatron_args(sol, file))
         print_json({"megatron_args": flags, "notes": notes, "torchrun": torchrun_commands(sol, file=file),
