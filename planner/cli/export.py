@@ -14,6 +14,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import sys
+
     from planner.export import (
         deepspeed_config,
         deepspeed_recompute_note,
@@ -25,8 +27,6 @@ def run(args) -> int:
         torchrun_commands,
         torchtitan_toml,
     )
-    import sys
-
     from planner.io import print_json
     from planner.solution import load_solution
 
