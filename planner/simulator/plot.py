@@ -34,10 +34,12 @@ def plot_timeline(sim, path: str, title: str | None = None) -> None:
             if not s.any():
                 continue
             st, en = sim.op_start[s], sim.op_end[s]
-            ax.broken_barh(list(zip(st, en - st, strict=True)), (d - 0.4, 0.8),
+            ax.broken_barh(list(zip(st, en - st, strict=True)), (d - 0.4, 0.55),
                            facecolors=_shade(COLOURS[name], sim.op_mb[s]), edgecolor="none")
+        # the all-reduce in a strip of its own under the lane: overlapped, it runs beside the last backward ops
+        # and drawn over them it hid them
         if sim.dp_end and sim.dp_end[d] > sim.dp_start[d]:
-            ax.broken_barh([(sim.dp_start[d], sim.dp_end[d] - sim.dp_start[d])], (d - 0.4, 0.8),
+            ax.broken_barh([(sim.dp_start[d], sim.dp_end[d] - sim.dp_start[d])], (d + 0.2, 0.2),
                            facecolors=(0.85, 0.2, 0.2), edgecolor="none")
     ax.set_yticks(range(p))
     ax.set_yticklabels([f"rank {d}" for d in range(p)])
