@@ -295,3 +295,17 @@ def test_export_flags():
     assert "--num-virtual-stages-per-pipeline-rank 2" in a
     even = megatron_args({"config": C(8, 8, 2, 1, 256, "interleaved", 2).as_dict()})
     assert not any("pipeline-num-layers" in x or "account-for" in x for x in even)
+
+
+def test_estimate_divisibility_errors_point_to_what_would_work(make_spec):
+    """pp not dividing the layers: the error names --first-stage-layers / --last-stage-layers for 1F1B, and for a
+    V-shape (two equal chunks per stage, no uneven split) says to choose another pp or schedule."""
+    from planner.config import ParallelConfig
+    from planner.errors import SpecError
+    from planner.search.solve import check_config
+    spec = make_spec(nodes=1, gpn=8, layers=30, gbs=8)
+    with pytest.raises(SpecError, match="--first-stage-layers") as e:
+        check_config(spec, ParallelConfig(1, 4, 2, 1, 4, "1f1b", 1, "none", 0, False))
+    assert "must divide 30 layers" in str(e.value)
+    with pytest.raises(SpecError, match="V-shape schedules hold two equal chunks"):
+        check_config(spec, ParallelConfig(1, 4, 2, 1, 4, "v-half", 2, "none", 0, False))

@@ -141,7 +141,9 @@ def check_config(spec, cfg: ParallelConfig) -> None:
     check_split(m, cfg, None, "--")
     if not cfg.uneven and m.num_layers % (cfg.pp * max(1, cfg.vpp)):
         from planner.config import V_SHAPES
-        hint = ("" if cfg.schedule in V_SHAPES else
+        hint = ("; V-shape schedules hold two equal chunks per stage and take no uneven split: choose a pp that "
+                "divides half the layers, or 1f1b / interleaved with --first-stage-layers / --last-stage-layers"
+                if cfg.schedule in V_SHAPES else
                 "; or give the first and last stages fewer layers with --first-stage-layers / --last-stage-layers "
                 "(Megatron-Core's --decoder-first/last-pipeline-num-layers)")
         raise SpecError(None, "--pp", f"pp*vpp={cfg.pp * cfg.vpp} must divide {m.num_layers} layers{hint}")
