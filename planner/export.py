@@ -337,7 +337,7 @@ def _positive_int(solution: dict, key: str, file: str | None, why: str) -> int:
     """A model or training figure the export needs from the solution; SpecError naming the key when absent or bad."""
     v = solution.get(key)
     if v is None:
-        raise SpecError(file, key, f"is not in this solution (planners before Dec 2025 recorded it for ZeRO-3 plans "
+        raise SpecError(file, key, f"is not in this solution (planners before Nov 26 2026 recorded it for ZeRO-3 plans "
                                    f"only) and {why}: solve the spec again, or add `{key}: N` to the file")
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise SpecError(file, key, f"must be a positive integer, got {v!r}")

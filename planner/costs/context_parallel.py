@@ -78,6 +78,14 @@ def legal_modes(spec, cfg: ParallelConfig) -> tuple[str, ...]:
     return tuple(m for m in modes if m == "ring" or m == "all_to_all" and all_to_all_ok(spec.model, cfg))
 
 
+def load_balance_refusal(seq_length: int, cp: int) -> str | None:
+    """The one rule on the sequence both frameworks share: causal load balancing cuts it into 2 * cp chunks."""
+    if cp > 1 and seq_length % (2 * cp):
+        return (f"seq_length {seq_length} is not a multiple of 2 * cp = {2 * cp} (causal load balancing: "
+                "Megatron-Core and PyTorch's context parallel both cut a sequence into 2 * cp chunks)")
+    return None
+
+
 def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
     """Why the plan's framework (Megatron-Core for ZeRO 0-2, torchtitan for ZeRO-3) or the planner's placement cannot
     run this cp, or None."""
@@ -88,9 +96,8 @@ def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
     if gpn % w and w % gpn:
         return (f"tp*cp = {w} neither divides gpus_per_node={gpn} nor is a multiple of it: a tp x cp group fills "
                 "part of one node or whole nodes (docs/ARCHITECTURE.md)")
-    if tr.seq_length % (2 * cp):
-        return (f"seq_length {tr.seq_length} is not a multiple of 2 * cp = {2 * cp} (causal load balancing: "
-                "Megatron-Core and PyTorch's context parallel both cut a sequence into 2 * cp chunks)")
+    if load_balance_refusal(tr.seq_length, cp):
+        return load_balance_refusal(tr.seq_length, cp)
     if tr.attention != "fused":
         return "context parallelism runs inside fused attention (Transformer Engine), not training.attention: unfused"
     if cfg.zero == 3 and cfg.dp_shard:

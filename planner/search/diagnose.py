@@ -106,7 +106,15 @@ def why_no_config(spec, num_gpus: int | None = None) -> str:
              f"{t.global_batch_size}: every (tp, pp, dp) breaks a rule. Closest:"]
     for (tp, pp, dp), b in closest:
         lines.append(f"  tp={tp} pp={pp} dp={dp}: " + "; ".join(text for _, text in b))
+    fixes = nearest_fixes(spec, G)
+    lines.append("Nearest values that give a configuration: " + ("; ".join(fixes) if fixes else "none found") + ".")
+    return "\n".join(lines)
 
+
+def nearest_fixes(spec, G: int, fewer_nodes: bool = True) -> list[str]:
+    """The nearest spec values (global batch, micro-batch sizes, layers; with fewer_nodes, a node count) for which
+    some configuration uses all G GPUs."""
+    cl, m, t = spec.cluster, spec.model, spec.training
     B, L = t.global_batch_size, m.num_layers
     fixes = []
 
@@ -121,8 +129,7 @@ def why_no_config(spec, num_gpus: int | None = None) -> str:
     if layers:
         fixes.append("model.num_layers " + " or ".join(map(str, layers)))
     nodes = [k for k in range(cl.nodes, 0, -1) if k * cl.gpus_per_node != G
-             and _has_config(spec, k * cl.gpus_per_node)][:1]
+             and _has_config(spec, k * cl.gpus_per_node)][:1] if fewer_nodes else []
     if nodes:
         fixes.append(f"{nodes[0]} of the {cl.nodes} nodes")
-    lines.append("Nearest values that give a configuration: " + ("; ".join(fixes) if fixes else "none found") + ".")
-    return "\n".join(lines)
+    return fixes

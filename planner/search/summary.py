@@ -168,26 +168,24 @@ def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs, f
 
 def idle_gpus_note(spec, cfg) -> str:
     """Where no configuration uses every GPU and the plan runs on whole nodes fewer (screen.fitting_configs): say how
-    many stay idle and the nearest spec values that would use them all (diagnose.why_no_config)."""
+    many stay idle and the nearest spec values that would use them all (diagnose.nearest_fixes)."""
     cl = spec.cluster
     if cfg.num_gpus >= cl.num_gpus:
         return ""
-    from planner.search.diagnose import why_no_config
-    nearest = why_no_config(spec).rsplit("Nearest values that give a configuration:", 1)
-    # the "k of the n nodes" item is the plan itself: not a way to use every GPU
-    items = [x.strip() for x in nearest[-1].strip().rstrip(".").split(";")] if len(nearest) == 2 else []
-    items = [x for x in items if not x.endswith(" nodes")]
+    from planner.search.diagnose import nearest_fixes
+    # fewer nodes is the plan itself, not a way to use every GPU
+    items = nearest_fixes(spec, cl.num_gpus, fewer_nodes=False)
     hint = f"; nearest values that would use them all: {'; '.join(items)}" if items else ""
     idle = (cl.num_gpus - cfg.num_gpus) // cl.gpus_per_node
     return (f"uses {cfg.num_gpus} of the cluster's {cl.num_gpus} GPUs, {idle} node(s) idle: no configuration in the "
             f"search space uses every GPU{hint}")
 
 
-def micro_batch_note(spec) -> str:
-    """Where the default micro-batch sizes (powers of two) leave out sizes the batch divides into: the optimum and
-    its proof are over the searched sizes only."""
+def micro_batch_note(spec, num_gpus: int) -> str:
+    """Where the default micro-batch sizes (powers of two) leave out sizes the batch divides into on the plan's
+    num_gpus: the optimum and its proof are over the searched sizes only."""
     from planner.search.space import unsearched_micro_batches
-    extra = unsearched_micro_batches(spec)
+    extra = unsearched_micro_batches(spec, num_gpus)
     if not extra:
         return ""
     shown = ", ".join(str(b) for b in extra[:8]) + (", ..." if len(extra) > 8 else "")
@@ -207,7 +205,7 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     rec.mapping_objective = best.result.objective - p0.const
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
     for why in (fsdp_comparison(spec, best, cands, costs, fits), cp_comparison(spec, best, cands, costs, fits),
-                micro_batch_note(spec), idle_gpus_note(spec, best.cfg)):
+                micro_batch_note(spec, best.cfg.num_gpus), idle_gpus_note(spec, best.cfg)):
         if why and why not in rec.note:
             rec.note = ((rec.note + "; ") if rec.note else "") + why
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)

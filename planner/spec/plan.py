@@ -311,6 +311,7 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
     """Rules on search.context_parallel that do not depend on the rest of the configuration (Megatron-LM @ d98e8a64,
     megatron/training/arguments.py: 'seq-length should be a multiple of 2 * context-parallel-size'; context
     parallelism runs inside Transformer Engine's fused attention, so the unfused path has none)."""
+    from planner.costs.context_parallel import load_balance_refusal
     cps = [c for c in search.context_parallel if c > 1]
     if not cps:
         return
@@ -319,10 +320,8 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
     for c in cps:
         if not any(gpn % (t * c) == 0 or (t * c) % gpn == 0 for t in range(1, gpn + 1) if gpn % t == 0):
             why[c] = f"cp={c}: no tp makes tp x cp part of a node or whole nodes of {gpn} GPUs (docs/ARCHITECTURE.md)"
-        elif training.seq_length % (2 * c):
-            why[c] = (f"cp={c}: training.seq_length {training.seq_length} must be a multiple of 2 * cp = {2 * c} "
-                      "(causal load balancing: Megatron-Core and PyTorch's context parallel both cut a sequence into "
-                      "2 * cp chunks)")
+        elif load_balance_refusal(training.seq_length, c):
+            why[c] = f"cp={c}: training.{load_balance_refusal(training.seq_length, c)}"
     # a list with some legal value is searched over those (the search skips the others, context_parallel.cp_refusal,
     # and `estimate` explains each); only a list with none is refused
     if why and len(why) == len(cps) and 1 not in search.context_parallel:
