@@ -50,7 +50,8 @@ KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", 
          "fsdp_float8_all_gather",     # training.fsdp_float8_all_gather: torchao's fp8 all-gather of FSDP2
          "tp_backward_overlap",        # training.overlap.tp_backward (Megatron's async backward TP collectives)
          "cp_comm",                    # training.cp_comm (torchtitan's CP rotate method `allgather`: allgather)
-         "compile_loss")               # training.compile_loss (torchtitan compiles its loss since Feb 2025)
+         "compile_loss",               # training.compile_loss (torchtitan compiles its loss since Feb 2025)
+         "fp8_recipe")                 # training.fp8_recipe (Megatron-Core --fp8-recipe: delayed / tensorwise)
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
@@ -60,7 +61,7 @@ METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
                  "kernels": "kernels", "fp8_param_gather": "fp8_param_gather",
                  "fsdp_float8_all_gather": "fsdp_float8_all_gather", "cp_comm": "cp_comm",
-                 "compile_loss": "compile_loss"}
+                 "compile_loss": "compile_loss", "fp8_recipe": "fp8_recipe"}
 # recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
 OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
                 "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm", "tp_backward_overlap": "tp_backward"}
@@ -69,7 +70,7 @@ FALLBACK = {"precision": "bf16"}
 IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
             "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "grad_reduce_in_fp32": False,
             "kernels": "fused", "fp8_param_gather": False, "fsdp_float8_all_gather": False, "cp_comm": "ring",
-            "tp_backward_overlap": True}
+            "tp_backward_overlap": True, "fp8_recipe": "delayed"}
 
 
 # ---- the data file ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import shlex
 from planner.config import TORCHTITAN_SCHEDULES, V_SHAPES, ParallelConfig, torchtitan_problem
 from planner.errors import SpecError
 from planner.spec.hosts import check_hostname
-from planner.spec.plan import PRECISIONS
+from planner.spec.plan import FP8_RECIPES, PRECISIONS
 
 _WORKER_INTS = ("stage", "tp_rank", "dp_rank", "node", "gpu")
 
@@ -110,7 +110,10 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     if precision not in PRECISIONS:
         raise SpecError(file, "precision", f"has {precision!r}, expected one of {list(PRECISIONS)}")
     if precision == "fp8":
-        args += fp8_args(bool(solution.get("fp8_param_gather")))
+        recipe = solution.get("fp8_recipe", "delayed")
+        if recipe not in FP8_RECIPES:
+            raise SpecError(file, "fp8_recipe", f"has {recipe!r}, expected one of {list(FP8_RECIPES)}")
+        args += fp8_args(bool(solution.get("fp8_param_gather")), recipe)
     elif precision in ("bf16", "fp16"):
         args.append(f"--{precision}")          # Megatron-LM trains in fp32 without one of them
     if recorded is None:
@@ -174,7 +177,7 @@ def uneven_stage_args(c: dict) -> list[str]:
     return out
 
 
-def fp8_args(param_gather: bool = False) -> list[str]:
+def fp8_args(param_gather: bool = False, recipe: str = "delayed") -> list[str]:
     """Transformer Engine FP8 as planned (docs/notes/compute.md, "FP8"): bf16 weights and activations, the layers'
     GEMMs in fp8, E4M3 forward / E5M2 gradients ('hybrid'), delayed scaling over a 1024-step amax history. Flag
     names: Megatron-LM @ d98e8a6, megatron/core/transformer/transformer_config.py (fp8 -> --fp8-format, fp8_recipe,
@@ -182,7 +185,18 @@ def fp8_args(param_gather: bool = False) -> list[str]:
     values: NeMo's bf16_with_fp8_mixed (NVIDIA/NeMo @ 0a07447, nemo/collections/llm/recipes/precision/
     mixed_precision.py), which also turns on fp8_param_gather: the plan does not (its memory keeps the bf16 weights
     beside TE's cached fp8 copies), so the NeMo line turns it off -- unless the plan's training.fp8_param_gather
-    says otherwise (then --fp8-param-gather and True)."""
+    says otherwise (then --fp8-param-gather and True).
+    recipe tensorwise (training.fp8_recipe): per-tensor current scaling, --fp8-recipe tensorwise (Megatron-LM @
+    d98e8a6 transformer_config.py fp8_recipe) with no amax history; NeMo's bf16_with_fp8_current_scaling_mixed
+    (NVIDIA/NeMo @ 8cfedd72, same file) keeps the first and the last transformer layer in bf16 unless told
+    otherwise, which the plan does not (every layer's GEMMs in fp8, as Megatron-Bridge's performance recipes run it:
+    first_last_layers_bf16 = False), and turns on fp8_param_gather."""
+    if recipe == "tensorwise":
+        pg = ["--fp8-param-gather"] if param_gather else []
+        return ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise", *pg,
+                "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_current_scaling_mixed(); "
+                "recipe.trainer.plugins.first_last_layers_bf16 = False (the plan runs every layer in fp8)"
+                + ("" if param_gather else "; recipe.trainer.plugins.fp8_param_gather = False (as planned)")]
     if param_gather:
         return ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
                 "--fp8-amax-compute-algo max", "--fp8-param-gather",

@@ -108,6 +108,9 @@ class Solution:
             # fp32 gradient buffer and reduction (the memory and the DP time assume it); absent: 16-bit, as before
             **({"grad_reduce_in_fp32": True} if self.spec.training.grad_reduce_in_fp32 else {}),
             **({"fp8_param_gather": True} if self.spec.training.fp8_param_gather else {}),
+            # current scaling (export's --fp8-recipe); delayed, the default: absent, as before
+            **({"fp8_recipe": self.spec.training.fp8_recipe}
+               if self.spec.training.precision == "fp8" and self.spec.training.fp8_recipe != "delayed" else {}),
             # a fused kernel the spec names (export passes it on); auto: absent, as before
             **({"attention_backend": self.spec.training.attention_backend}
                if self.spec.training.attention_backend != "auto" else {}),

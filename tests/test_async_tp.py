@@ -163,17 +163,17 @@ def test_torchao_float8_gathers_in_one_byte_only_under_zero3():
 
 
 def test_torchao_dynamic_scaling_reads_each_cast_tensor_once_more():
-    from planner.costs.compute import FP8_CAST_BYTES, TORCHAO_AMAX_READ_BYTES, fp8_cast_bytes
+    from planner.costs.compute import CURRENT_SCALING_AMAX_READ_BYTES, FP8_CAST_BYTES, fp8_cast_bytes
     from planner.spec import load_cluster
     from planner.spec.model import ModelSpec
     from planner.spec.plan import TrainingSpec
-    assert fp8_cast_bytes(_cfg(1)) == FP8_CAST_BYTES and fp8_cast_bytes(_cfg(3)) == FP8_CAST_BYTES + 2
     h100 = load_cluster("clusters/dgx-h100.yaml")
     llama = ModelSpec(name="l", family="llama", num_layers=16, hidden_size=8192, num_attention_heads=64,
                       num_kv_heads=8, ffn_hidden_size=28672, vocab_size=128256)
     fp8 = TrainingSpec(global_batch_size=64, seq_length=4096, precision="fp8")
+    assert fp8_cast_bytes(fp8, _cfg(1)) == FP8_CAST_BYTES and fp8_cast_bytes(fp8, _cfg(3)) == FP8_CAST_BYTES + 2
     cm = default_costs(h100).compute
     p3, p1 = cm.layer_parts(llama, h100, fp8, _cfg(3)), cm.layer_parts(llama, h100, fp8, _cfg(1))
-    ratio = (FP8_CAST_BYTES + TORCHAO_AMAX_READ_BYTES) / FP8_CAST_BYTES
+    ratio = (FP8_CAST_BYTES + CURRENT_SCALING_AMAX_READ_BYTES) / FP8_CAST_BYTES
     assert p3["fp8_cast"] == pytest.approx(ratio * p1["fp8_cast"])
     assert p3["fp8_cast_bwd"] == pytest.approx(ratio * p1["fp8_cast_bwd"])

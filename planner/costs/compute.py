@@ -64,12 +64,19 @@ FP8_GEMM_RELATIVE_EFFICIENCY = 0.96
 # TE's cast of a GEMM operand to fp8 with delayed scaling (amax taken in the same kernel, the scale from the history):
 # read bf16 (2 bytes), write the fp8 row-wise and column-wise (transposed, Hopper's FP8 GEMMs need TN) copies (2).
 FP8_CAST_BYTES = 4.0
-# torchao's Float8 (ZeRO-3 fp8 plans: torchtitan), tensor-wise dynamic scaling: hp_tensor_to_float8_dynamic computes
-# the scale from tensor_to_amax (torch.max(torch.abs(x))) over the whole tensor before hp_tensor_and_scale_to_float8
-# casts it (pytorch/ao@00b36bcc torchao/float8/float8_scaling_utils.py, @00141f40 float8_utils.py): the cast needs
-# the finished reduction, so the bf16 operand is read once more (2 bytes per element) than TE's delayed scaling,
-# whose scale comes from the history and whose amax is taken in the cast kernel.
-TORCHAO_AMAX_READ_BYTES = 2.0
+# Current (tensor-wise dynamic) scaling: the scale comes from the tensor's own amax, so the cast needs the finished
+# reduction and the bf16 operand is read once more (2 bytes per element) than with TE's delayed scaling, whose scale
+# comes from the history and whose amax is taken in the cast kernel. Two stacks run it:
+# - torchao's Float8 (ZeRO-3 fp8 plans: torchtitan): hp_tensor_to_float8_dynamic computes the scale from
+#   tensor_to_amax (torch.max(torch.abs(x))) before hp_tensor_and_scale_to_float8 casts (pytorch/ao@00b36bcc
+#   torchao/float8/float8_scaling_utils.py, @00141f40 float8_utils.py);
+# - Transformer Engine's Float8CurrentScaling (training.fp8_recipe tensorwise, Megatron-Core --fp8-recipe tensorwise).
+#   TE's GEMM profiling tutorial (H200 NVL, the 12 GEMMs of a layer, M = 15872, hidden 4096, ffn 16384;
+#   NVIDIA/TransformerEngine@d0067d0d docs/examples/gemm_profiling/gemm_profiling.rst) times its autocast at
+#   20.285 ms against 16.785 pre-quantized: 3.50 ms of casts where delayed scaling's are 2.19 (1.60x; 6 / 4 bytes
+#   is 1.5x). Not charged: the amax all-reduce over the TP group before a sequence-parallel fp8 all-gather (one
+#   float, latency only).
+CURRENT_SCALING_AMAX_READ_BYTES = 2.0
 
 # Bytes moved per token per hidden unit by the element-wise kernels of one GPT layer forward
 # (16-bit activations): two LayerNorms (read+write, 8) and two bias-dropout-adds (two reads, a
@@ -350,7 +357,7 @@ class ComputeModel:
         if fp8:
             fwd_cast, bwd_cast = fp8_cast_elements(model, training, cfg)
             hbm = self.hbm_GBps * 1e9
-            cast = fp8_cast_bytes(cfg)
+            cast = fp8_cast_bytes(training, cfg)
             parts["fp8_cast"] = cast * fwd_cast / hbm
             parts["fp8_cast_bwd"] = cast * bwd_cast / hbm
         if self.sustained_slowdown != 1.0:        # profiles without it: every part bit for bit as before
@@ -532,10 +539,16 @@ def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, floa
     return fwd, bwd
 
 
-def fp8_cast_bytes(cfg: ParallelConfig) -> float:
-    """HBM bytes per element of one activation / gradient cast to fp8: TE's delayed scaling (FP8_CAST_BYTES) for
-    Megatron plans, plus torchao's amax read (TORCHAO_AMAX_READ_BYTES) for ZeRO-3 plans."""
-    return FP8_CAST_BYTES + (TORCHAO_AMAX_READ_BYTES if cfg.zero == 3 else 0.0)
+def current_scaling(training, cfg: ParallelConfig) -> bool:
+    """The plan's fp8 casts scale by the tensor's own amax: TE with training.fp8_recipe tensorwise, or a ZeRO-3 plan
+    (torchao's Float8, tensor-wise dynamic, whatever fp8_recipe says)."""
+    return cfg.zero == 3 or getattr(training, "fp8_recipe", "delayed") == "tensorwise"
+
+
+def fp8_cast_bytes(training, cfg: ParallelConfig) -> float:
+    """HBM bytes per element of one activation / gradient cast to fp8: TE's delayed scaling (FP8_CAST_BYTES), plus
+    the amax read of current scaling (CURRENT_SCALING_AMAX_READ_BYTES: TE tensorwise, torchao for ZeRO-3 plans)."""
+    return FP8_CAST_BYTES + (CURRENT_SCALING_AMAX_READ_BYTES if current_scaling(training, cfg) else 0.0)
 
 
 def tp_gather_bytes(training, cfg: ParallelConfig) -> float:

@@ -21,6 +21,7 @@ ATTENTION = ("fused", "unfused")
 ATTENTION_BACKENDS = ("auto", "flash2", "cudnn")
 CP_COMM = ("ring", "all_to_all", "allgather", "auto")
 KERNELS = ("fused", "eager")
+FP8_RECIPES = ("delayed", "tensorwise")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +132,14 @@ class TrainingSpec:
     its Llama block without torch.compile: RMSNorm, rotary embedding, repeat_kv, SiLU, the gate product, residual
     adds and every dtype cast each a separate kernel (costs.compute.eager_elementwise_bytes, counted from
     torchtitan's model code). Needs a Llama-style model (gated MLP) and bf16."""
+    fp8_recipe: str = "delayed"
+    """precision fp8 only: how Transformer Engine scales each fp8 tensor (Megatron-Core --fp8-recipe, FP8_RECIPES).
+    delayed: the scale from a 1024-step amax history, the amax taken inside the cast kernel (Megatron-Core's
+    default; NeMo's bf16_with_fp8_mixed). tensorwise: per-tensor current scaling (Megatron-Bridge's and NeMo 2.0's
+    "fp8_cs" recipes, bf16_with_fp8_current_scaling_mixed): each tensor's amax is reduced before its cast, so the
+    bf16 operand is read once more (costs.compute.fp8_cast_bytes) and no amax history is kept. The fp8 GEMMs run at
+    the same speed (TE's GEMM profiling tutorial). ZeRO-3 plans are torchao's Float8 (torchtitan), tensorwise
+    whatever this says."""
     fp8_param_gather: bool = False
     """precision fp8 only: the transformer layers' GEMM weights are Transformer Engine fp8 tensors (Megatron-Core
     --fp8-param-gather; Megatron-Bridge's FP8 current-scaling recipe sets it): per weight 1 fp8 byte in the
@@ -299,6 +308,12 @@ def parse_spec(data, file: str | None = None) -> Spec:
         if len(bad) == len(search.schedules):
             raise SpecError(file, "search.schedules", f"has only {', '.join(bad)}; ZeRO-3 plans (search.zero 3) "
                             f"run on torchtitan's schedules {sorted(TORCHTITAN_SCHEDULES)}")
+    tr = data.get("training")
+    if isinstance(tr, dict) and tr.get("fp8_recipe") == "delayed" and set(search.zero) == {3}:
+        # the mirror of cp_comm all_to_all: ZeRO-3 plans are torchtitan's, whose torchao Float8 scales tensorwise
+        raise SpecError(file, "training.fp8_recipe", "delayed is Transformer Engine's (Megatron-Core); search.zero "
+                        "has only 3, whose plans are torchtitan's (torchao Float8, tensorwise scaling): use "
+                        "tensorwise, or add 0, 1 or 2 to search.zero")
     if search.dp_shard != (0,) and 3 not in search.zero:
         raise SpecError(file, "search.dp_shard", "sets HSDP shard groups, which need 3 in search.zero")
     raw = {"name": name, "model": mdata, "cluster": cdata, "training": data.get("training"),
@@ -364,6 +379,7 @@ def _parse_training(f: Fields) -> TrainingSpec:
         cp_comm=f.str("cp_comm", DEFAULT, choices=CP_COMM),
         grad_reduce_in_fp32=f.bool("grad_reduce_in_fp32", DEFAULT),
         kernels=f.str("kernels", DEFAULT, choices=KERNELS),
+        fp8_recipe=f.str("fp8_recipe", DEFAULT, choices=FP8_RECIPES),
         fp8_param_gather=f.bool("fp8_param_gather", DEFAULT),
         fsdp_float8_all_gather=f.bool("fsdp_float8_all_gather", DEFAULT),
         compile_loss=f.bool("compile_loss", DEFAULT),
@@ -372,6 +388,9 @@ def _parse_training(f: Fields) -> TrainingSpec:
     if t.attention_backend != "auto" and t.attention != "fused":
         raise f.error("attention_backend", f"picks a fused kernel ({t.attention_backend}); training.attention is "
                       f"{t.attention}")
+    if f.has("fp8_recipe") and t.precision != "fp8":
+        raise f.error("fp8_recipe", f"scales fp8 tensors (Transformer Engine); training.precision is {t.precision}, "
+                      "not fp8")
     if t.fp8_param_gather and t.precision != "fp8":
         raise f.error("fp8_param_gather", f"stores fp8 weights (Transformer Engine); training.precision is "
                       f"{t.precision}, not fp8")
