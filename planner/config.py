@@ -231,6 +231,13 @@ def _layers(v) -> int | None:
     return int(v)
 
 
+def current_scaling(training, cfg: ParallelConfig) -> bool:
+    """The plan's fp8 casts scale by the tensor's own amax: Transformer Engine with training.fp8_recipe tensorwise,
+    or a ZeRO-3 plan (torchao's Float8, tensor-wise dynamic, whatever fp8_recipe says); costs.compute.fp8_cast_bytes
+    and costs.memory.fp8_weight_copy_bytes read it."""
+    return cfg.zero == 3 or getattr(training, "fp8_recipe", "delayed") == "tensorwise"
+
+
 def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
     """Why torchtitan cannot run `cfg`'s split, as (config field, reason), or None. ZeRO-3 plans are costed as
     torchtitan's FSDP2 (docs/notes/fsdp.md), so the command line checks these for them and the torchtitan export for

@@ -31,7 +31,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, replace
 
-from planner.config import ParallelConfig
+from planner.config import ParallelConfig, current_scaling
 from planner.costs.comm import CommModel
 from planner.costs.pipeline import chunks_per_device
 
@@ -537,12 +537,6 @@ def fp8_cast_elements(model, training, cfg: ParallelConfig) -> tuple[float, floa
     fwd = tokens * (2 * h / sp + h / t + f / t)
     bwd = tokens * ((h + 2 * kv) / t + 2 * h / sp + f * (2 if model.gated_mlp else 1) / t)
     return fwd, bwd
-
-
-def current_scaling(training, cfg: ParallelConfig) -> bool:
-    """The plan's fp8 casts scale by the tensor's own amax: TE with training.fp8_recipe tensorwise, or a ZeRO-3 plan
-    (torchao's Float8, tensor-wise dynamic, whatever fp8_recipe says)."""
-    return cfg.zero == 3 or getattr(training, "fp8_recipe", "delayed") == "tensorwise"
 
 
 def fp8_cast_bytes(training, cfg: ParallelConfig) -> float:

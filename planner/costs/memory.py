@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from planner.config import V_SHAPES, ParallelConfig
+from planner.config import V_SHAPES, ParallelConfig, current_scaling
 from planner.costs.pipeline import chunks_per_device, inflight_microbatches
 
 GiB = 1024 ** 3
@@ -460,7 +460,7 @@ def fp8_weight_copy_bytes(model, training, cfg: ParallelConfig, stage: int = 0) 
       `_fp8_workspaces["weight"]` across micro-batches when is_first_microbatch is not None, which Megatron-Core's
       TE wrappers pass unless --disable-parameter-transpose-cache. Kept per model replica: ZeRO does not shard it.
     - the delayed-scaling state: per GEMM 5 fp8 tensors x (amax history + scale) fp32 (quantization.py); none under
-      current scaling (training.fp8_recipe tensorwise, ZeRO-3 plans: compute.current_scaling).
+      current scaling (training.fp8_recipe tensorwise, ZeRO-3 plans: config.current_scaling).
     With training.fp8_param_gather (--fp8-param-gather, fp8 primary weights) the GEMM weights are TE fp8 tensors: the
     distributed optimizer's param buffer holds them as 1-byte storage (Megatron-LM @ d98e8a64
     megatron/core/distributed/param_and_grad_buffer.py group_params_for_buffers: "torch.uint8 for FP8/NVFP4
@@ -469,7 +469,6 @@ def fp8_weight_copy_bytes(model, training, cfg: ParallelConfig, stage: int = 0) 
     so nothing beyond it. Their gradients keep the bf16 nominal dtype (param.dtype) and the fp32 main weights stay."""
     if training.precision != "fp8":
         return 0.0
-    from planner.costs.compute import current_scaling
     gemms = stage_layer_count(model, cfg, stage) * 4
     state = 0.0 if current_scaling(training, cfg) else gemms * FP8_TENSORS_PER_GEMM * (FP8_AMAX_HISTORY_LEN + 1) * 4.0
     if getattr(training, "fp8_param_gather", False):
