@@ -227,3 +227,18 @@ def test_exact_model_too_large_to_build_in_the_budget_is_not_built(monkeypatch):
     small = family_problem(2, 4, 0)
     r = cpsat.solve_exact(small, time_limit_s=2.0, wall_limit_s=60, hint=small.rank_order(), ring_cap=False)
     assert built and r.status == "OPTIMAL"
+
+
+def test_a_tiny_search_space_is_not_annealed_far_past_its_size(monkeypatch):
+    p = family_problem(2, 2, 0)                       # 4 blocks on 4 nodes: 24 placements
+    assert portfolio.placements(p) == 24
+    assert work_budget(10.0, p)[0] == portfolio.ANNEAL_PER_PLACEMENT * 24
+    r = solve(p, time_limit_s=10.0, seed=0)
+    assert r.status == "OPTIMAL" and r.objective == pytest.approx(brute_force(p)[0], rel=1e-9)
+    assert r.work["iterations"] == portfolio.ANNEAL_PER_PLACEMENT * 24
+    big = family_problem(3, 3, 0)                     # 9! placements: the cap does not bind
+    assert portfolio.placements(big) == portfolio.SMALL_SPACE + 1
+    capped = work_budget(10.0, big)[0], work_budget(10.0, p)[0]
+    monkeypatch.setattr(portfolio, "SMALL_SPACE", 0)  # no cap anywhere
+    assert work_budget(10.0, big)[0] == capped[0]
+    assert work_budget(10.0, p)[0] > 100 * capped[1]
