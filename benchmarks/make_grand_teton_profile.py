@@ -16,8 +16,12 @@ published figures for that part:
   (measured at 700 W: a tighter power limit favours fp8; costs/compute.py FP8_GEMM_RELATIVE_EFFICIENCY); and
   sustained_slowdown 1.0, not the H100 profile's 1.03 (a 700 W steady-state over short-run ratio): the 500 W GEMM
   ceiling is FBGEMM's measured rate itself, and a 700 W ratio says nothing of a 500 W part;
-- everything else (attention efficiency, launch floor, overheads, comm): the H100 profile's, unchanged. Fused
-  attention keeps the 700 W FlashAttention-2 curve: no 500 W attention figure is published (docs/notes/fsdp.md).
+- fused attention (attention_rate): its efficiency tables are 700 W parts' (FlashAttention-2's published H100 row,
+  PyTorch's flash kernel and cuDNN measured on 700 W H100 / H200); the 500 W cap lowers the clock of every
+  tensor-core-bound kernel, and no 500 W attention figure is published, so the attention runs at the same fraction
+  of its 700 W rate as the GEMMs do: this ceiling over the H100 profile's (0.579 / 0.800 = 0.72). Until Nov 26 it
+  kept the 700 W rate (docs/notes/fsdp.md "Attention under the 500 W cap");
+- everything else (launch floor, overheads, comm): the H100 profile's, unchanged.
 No such GPU was measured here: when one is at hand, `bash benchmarks/profile_gpu.sh OUT` and `planner fit compute`
 replace this file.
 
@@ -54,14 +58,17 @@ def build() -> dict:
         "Derived, not measured here: the H100 profile with the element-wise bandwidth scaled by 2400/3350 "
         "(torchtitan's stated 2.4 TB/s HBM2e over the H100 SXM5 datasheet's 3.35 TB/s) and the GEMM ceiling from "
         "cuBLAS bf16 GEMMs measured on a 500 W H100 (pytorch/FBGEMM#2546: 585 / 575 / 546 TFLOP/s at 8192^3, "
-        "65536x8192x7168, 65536x3584x8192; the mean implied ceiling). Built by "
+        "65536x8192x7168, 65536x3584x8192; the mean implied ceiling); fused attention at that ceiling's ratio to the "
+        "700 W H100's (attention_rate). Built by "
         "benchmarks/make_grand_teton_profile.py."),
         gemm_source="pytorch/FBGEMM#2546 (H100 500W, cuBLAS bf16)",
         gemm_points=[list(p) for p in FBGEMM_500W])
-    prof["compute"]["max_efficiency"] = round(gemm_ceiling(prof["compute"]["half_size"]), 4)
+    ceiling = round(gemm_ceiling(prof["compute"]["half_size"]), 4)
+    prof["compute"]["attention_rate"] = round(ceiling / prof["compute"]["max_efficiency"], 4)   # 500 W / 700 W
+    prof["compute"]["max_efficiency"] = ceiling
     prof["compute"]["fp8_relative_efficiency"] = FP8_GEMM_RELATIVE_EFFICIENCY     # 500 W: FBGEMM's ratio, above
     prof["compute"]["sustained_slowdown"] = 1.0        # the ceiling is FBGEMM's 500 W figure itself, above
-    prof["fit"]["measured"] = ["max_efficiency"]
+    prof["fit"]["measured"] = ["max_efficiency"]      # attention_rate follows from it (above)
     return prof
 
 

@@ -95,3 +95,29 @@ def test_grand_teton_gemm_rate_is_the_500w_measurement():
         f = 2.0 * m * n * k
         assert f / cm._gemm_time(f, 989e12) / 1e12 == pytest.approx(tf, rel=0.05)
         assert f / cm.fp8_gemm_time(f, 989e12, 1979e12) / 1e12 == pytest.approx(tf8, rel=0.05)
+
+
+def test_grand_teton_attention_runs_at_the_gemms_500w_fraction(tmp_path):
+    """Fused attention's tables are 700 W parts' rates; the 500 W profile runs it at its GEMM ceiling's ratio to the
+    700 W H100's (attention_rate), and only fused attention moves with it."""
+    import dataclasses
+
+    from planner.config import ParallelConfig
+    from planner.costs.compute import load_profile, save_profile
+    from planner.spec.plan import TrainingSpec
+    gt = load_profile(os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.compute.json"))
+    h100 = load_profile(os.path.join(ROOT, "planner", "data", "h100_compute_profile.json"))
+    assert h100.attention_rate == 1.0
+    assert gt.attention_rate == pytest.approx(gt.max_efficiency / h100.max_efficiency, abs=1e-3)
+    spec = _spec()
+    cfg = ParallelConfig(1, 1, 8, 2, 1, "1f1b", 1, "selective", 3)
+    t = TrainingSpec(global_batch_size=16, seq_length=8192)
+    full = dataclasses.replace(gt, attention_rate=1.0)
+    a, b = full.layer_parts(spec.model, spec.cluster, t, cfg), gt.layer_parts(spec.model, spec.cluster, t, cfg)
+    for k in ("attn", "attn_backward"):
+        assert b[k] == pytest.approx(a[k] / gt.attention_rate)
+    assert {k: v for k, v in b.items() if not k.startswith("attn")} == \
+        {k: v for k, v in a.items() if not k.startswith("attn")}
+    out = save_profile(str(tmp_path / "p.json"), gt, {"kind": "test"})
+    assert out["compute"]["attention_rate"] == gt.attention_rate and load_profile(str(tmp_path / "p.json")) == gt
+    assert "attention_rate" not in save_profile(str(tmp_path / "q.json"), h100, {"kind": "test"})["compute"]

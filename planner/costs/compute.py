@@ -262,6 +262,10 @@ class ComputeModel:
     backward_ratio: float = 2.0        # backward time / forward time of the same work
     fp8_relative_efficiency: float = FP8_GEMM_RELATIVE_EFFICIENCY   # fp8 GEMMs' throughput part, relative to bf16's
     sustained_slowdown: float = 1.0    # GPU work in steady-state training / the same kernels as the profile timed them
+    # fused attention's rate on this part / on the 700 W parts its tables were measured on (FUSED_ATTENTION_EFFICIENCY):
+    # a power-capped part throttles every tensor-core-bound kernel; derived profiles carry their GEMM ceiling's ratio
+    # to the reference part's (benchmarks/make_grand_teton_profile.py)
+    attention_rate: float = 1.0
     comm: CommModel = field(default_factory=CommModel)
     source: str | None = field(default=None, compare=False)
 
@@ -322,7 +326,7 @@ class ComputeModel:
             apeak = cluster.gpu.peak_flops(training.precision if training.precision in ("fp32", "fp16") else "bf16")
             backend = charged_backend(cluster.gpu.type, training, cfg)
             eff = fused_attention_efficiency(cluster.gpu.type, s, backend=backend)
-            attn = causal_attention_flops(b, s, h, t) / (apeak * eff)
+            attn = causal_attention_flops(b, s, h, t) / (apeak * eff * self.attention_rate)
         else:
             # QK^T and AV: 2 GEMMs of 2*b*s*s*h/t FLOPs, batched over the local heads
             attn = 2 * self._gemm_time(2 * b * s * s * h / t, peak) / self.attn_efficiency
@@ -565,7 +569,7 @@ def smooth_max(a: float, b: float, p: float = 8.0) -> float:
 
 PROFILE_FORMAT = "planner.compute-profile/1"     # a profile without "format" is read as this version
 PROFILE_KEYS = ("format", "comm", "compute", "fit")
-COMPUTE_KEYS = FITTED + ("fp8_relative_efficiency", "sustained_slowdown")   # measured, not fitted: optional
+COMPUTE_KEYS = FITTED + ("fp8_relative_efficiency", "sustained_slowdown", "attention_rate")   # not fitted: optional
 COMM_KEYS = ("intra_efficiency", "inter_efficiency", "grad_bytes", "allreduce_tables")
 
 
@@ -621,6 +625,8 @@ def save_profile(path: str, model: ComputeModel, fit: dict, allreduce_tables: st
         out["compute"]["fp8_relative_efficiency"] = model.fp8_relative_efficiency
     if model.sustained_slowdown != 1.0:
         out["compute"]["sustained_slowdown"] = model.sustained_slowdown
+    if model.attention_rate != 1.0:
+        out["compute"]["attention_rate"] = model.attention_rate
     out["fit"] = fit
     atomic_write_text(path, json.dumps(out, indent=2) + "\n")
     return out
