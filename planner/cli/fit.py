@@ -8,7 +8,6 @@ import sys
 
 from planner.cli.common import finite_float
 from planner.errors import SpecError
-from planner.io import check_out
 
 
 def register(subparsers) -> None:
@@ -65,6 +64,7 @@ def run_compute(args) -> int:
     from planner.costs.compute import ComputeModel
     from planner.costs.compute_fit import IterationTimeFit, LayerTimeFit, cross_validate
     from planner.costs.metrics import mape, percent_errors
+    from planner.io import check_out  # here: registering the command imports no numpy
     from planner.spec import load_cluster
     check_out(args.output, "--output", _compute_inputs(args), given=False)
     tables = read_nccl_dir(args.nccl) if args.nccl else {}
@@ -131,6 +131,7 @@ def run_memory(args) -> int:
         raise SpecError(None, "--margin", f"must be >= 0, got {args.margin:g}")
     if args.overhead_GiB < 0:
         raise SpecError(None, "--overhead-GiB", f"must be >= 0, got {args.overhead_GiB:g}")
+    from planner.io import check_out
     check_out(args.output, "--output", {args.samples: "the samples file"}, given=False)
     rows = read_samples(args.samples)
     check_sample_count(rows, args.samples)
