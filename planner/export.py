@@ -81,12 +81,30 @@ def attention_backend_args(solution: dict, file: str | None = None) -> list[str]
     return [f"--attention-backend {v}", f"# NeMo 2.0 recipe: recipe.model.config.attention_backend = AttnBackend.{v}"]
 
 
+# NVIDIA/Megatron-LM @ 50b073cc docs/source/api-guide/dist_optimizer.md: bytes per parameter with the distributed
+# optimizer, bf16 parameters and fp32 gradients "6 + 12/d": the 2-byte parameter and the 4-byte gradient buffer stay
+# whole
+ZERO2_NOT_MEGATRON = ("2 shards the gradients as well as the optimizer state, which Megatron-Core's distributed "
+                      "optimizer (--use-distributed-optimizer) does not: it keeps the whole gradient buffer and "
+                      "reduce-scatters in place (Megatron-LM's dist_optimizer.md: 6 + 12/d bytes per parameter with "
+                      "bf16 parameters and fp32 gradients), so Megatron-LM would run this plan as ZeRO-1, with the "
+                      "gradient memory the plan does not charge")
+
+
 def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     c = _config(solution, file)
-    if int(c.get("zero", 0)) == 3:
+    zero = int(c.get("zero", 0))
+    if zero == 3:
+        ds = deepspeed_refusal(solution, file) is None
         raise SpecError(file, "config.zero", "3 is planned as torchtitan's FSDP2 runs it (per-block all-gathers, "
-                        "fp32 reduce-scatters); export it with --format torchtitan (or --format deepspeed when pp = 1 "
-                        "and no HSDP)")
+                        "fp32 reduce-scatters); export it with --format torchtitan"
+                        + (" or --format deepspeed (ZeRO stage 3)" if ds else ""))
+    if zero == 2:
+        why = deepspeed_refusal(solution, file)
+        raise SpecError(file, "config.zero", ZERO2_NOT_MEGATRON + "; " + (
+            "export it with --format deepspeed (DeepSpeed's ZeRO stage 2 shards both)" if why is None else
+            f"DeepSpeed's ZeRO stage 2 cannot run it either ({why[0]}: {why[1]}); solve again with "
+            "search.zero [1] (Megatron's distributed optimizer) or [3] (torchtitan's FSDP)"))
     args = [f"--tensor-model-parallel-size {c['tp']}", f"--pipeline-model-parallel-size {c['pp']}",
             f"--micro-batch-size {c['micro_batch_size']}",
             f"--global-batch-size {c['micro_batch_size'] * c['num_microbatches'] * c['dp']}"]
@@ -249,8 +267,9 @@ def nemo_overrides(overlap: dict | None, c: dict, engine: str) -> list[str]:
                    '"uniform"; recipe.model.config.recompute_num_layers = 1')
     out.append(f"recipe.optim.config.use_distributed_optimizer = {int(c.get('zero', 0)) >= 1}")
     if overlap:
-        ddp = [f"overlap_grad_reduce={bool(overlap.get('grad_reduce'))}",
-               f"overlap_param_gather={bool(overlap.get('param_gather') and overlap.get('grad_reduce'))}"]
+        # --overlap-param-gather's condition (overlap_args): Megatron-LM asserts it needs the distributed optimizer
+        gather = bool(overlap.get("param_gather") and overlap.get("grad_reduce") and int(c.get("zero", 0)) >= 1)
+        ddp = [f"overlap_grad_reduce={bool(overlap.get('grad_reduce'))}", f"overlap_param_gather={gather}"]
         if overlap.get("bucket_size"):
             ddp.append(f"bucket_size={int(overlap['bucket_size'])}")
         out.append(f"recipe.trainer.strategy.ddp: {', '.join(ddp)}")
@@ -369,9 +388,8 @@ def _torchtitan_precision(solution: dict, cfg: ParallelConfig, file: str | None)
         raise SpecError(file, "precision", "fp16: torchtitan trains in bfloat16 or float32 only (mixed_precision_param "
                         "in torchtitan/config/job_config.py, and no fp16 loss scaling); solve again with "
                         "training.precision bf16 (on a GPU with bf16 tensor cores) or fp32"
-                        + (", or export this plan with --format deepspeed" if cfg.zero == 3 and cfg.pp == 1
-                           and cfg.tp == 1 and cfg.cp == 1 and not cfg.dp_shard else
-                           ", or export this plan with --format megatron" if cfg.zero < 3 else ""))
+                        + (", or export this plan with --format deepspeed" if _deepspeed_limits(cfg, precision) is None
+                           else ", or export this plan with --format megatron" if cfg.zero < 2 else ""))
     if precision == "fp8" and cfg.zero != 3:
         raise SpecError(file, "precision", "fp8 plans without ZeRO-3 are Transformer Engine's (Megatron-Core); "
                                            "torchtitan's Float8 (torchao) is planned with FSDP (zero 3) only")
@@ -390,8 +408,12 @@ def _torchtitan_data_parallel(cfg: ParallelConfig, precision: str, file: str | N
         raise SpecError(file, "config.zero", f"{what}: ZeRO-{cfg.zero} ({sharded} sharded, parameters replicated) is "
                         "not a torchtitan data-parallel form: torchtitan replicates everything (DDP, "
                         "data_parallel_replicate_degree) or shards the parameters too (FSDP / HSDP, "
-                        "data_parallel_shard_degree); solve again with search.zero [3] for torchtitan, or export "
-                        "this plan with --format megatron")
+                        "data_parallel_shard_degree); solve again with search.zero [3] for torchtitan"
+                        + (", or export this plan with --format megatron" if cfg.zero == 1 else
+                           ", or export this plan with --format deepspeed (ZeRO stage 2)"
+                           if _deepspeed_limits(cfg, precision) is None else
+                           " or [1] for Megatron-LM (no export runs this ZeRO-2 plan: Megatron-LM's distributed "
+                           "optimizer keeps the gradients whole, DeepSpeed's ZeRO-2 runs without tp, pp and cp)"))
     fsdp = cfg.cp > 1 or (cfg.zero == 3 and cfg.shard_size > 1)
     if (cfg.tp > 1 or cfg.pp > 1) and not fsdp and (cfg.zero == 3 or cfg.dp == 1) and precision != "fp32":
         raise SpecError(file, "config.zero", f"{what}: without FSDP torchtitan turns mixed precision off under TP or "
@@ -602,35 +624,76 @@ def deepspeed_recompute_note(solution: dict) -> str | None:
             "deepspeed.checkpointing.checkpoint, which the model code must call on those modules")
 
 
+def deepspeed_zero2_note(solution: dict) -> str | None:
+    """What DeepSpeed's ZeRO-2 does beyond the plan: it reduce-scatters the gradients after every micro-batch
+    (deepspeed/runtime/engine.py allreduce_gradients: "ZeRO stage >= 2 communicates during non gradient accumulation
+    boundaries as well"), where the plan, as Megatron-Core, reduces once per iteration. None for one micro-batch."""
+    c = solution.get("config") or {}
+    m = c.get("num_microbatches", 1)
+    if c.get("zero") != 2 or not isinstance(m, int) or m <= 1:
+        return None
+    return (f"DeepSpeed's ZeRO-2 reduce-scatters the gradients after each of the {m} micro-batches (overlapped with "
+            "their backward with overlap_comm); the plan charges one reduce-scatter per iteration, so its "
+            "data-parallel time is a lower bound here (exact with 1 micro-batch)")
+
+
+def _deepspeed_limits(cfg: ParallelConfig, precision) -> tuple[str, str] | None:
+    """(field, reason) of the first thing DeepSpeed's own config cannot run as planned, None when it can: ZeRO-2 or
+    ZeRO-3 over plain data parallelism in 16 or 32 bits."""
+    if cfg.zero not in (2, 3):
+        return "config.zero", (f"{cfg.zero}: --format deepspeed writes ZeRO-2 and ZeRO-3 configs; ZeRO-{cfg.zero} "
+                               "plans are Megatron-LM's (export with --format megatron)")
+    if cfg.pp > 1:     # microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py: assert zero_optimization_stage() < 2
+        return "config.pp", (f"{cfg.pp}: DeepSpeed's ZeRO-{cfg.zero} is incompatible with its pipeline parallelism "
+                             "(\"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism\")")
+    if cfg.dp_shard:
+        return "config.dp_shard", "HSDP is exported for torchtitan only (--format torchtitan)"
+    if cfg.tp > 1:      # DeepSpeed alone has no tensor parallelism: the tp ranks would be read as data-parallel ones
+        return "config.tp", (f"{cfg.tp}: DeepSpeed's config has no tensor parallelism (it comes from the model code, "
+                             "e.g. Megatron-DeepSpeed)")
+    if cfg.cp > 1:      # the config has no such key: the plan's cp ranks would be read as data-parallel ones
+        return "config.cp", (f"{cfg.cp}: DeepSpeed's config has no context parallelism (the plan's is torchtitan's "
+                             "or Megatron-Core's)")
+    if not (isinstance(precision, str) and precision in PRECISIONS) or precision == "fp8":
+        return "precision", f"{precision!r}: DeepSpeed configs are written for bf16, fp16 or fp32"
+    return None
+
+
+def deepspeed_refusal(solution: dict, file: str | None = None) -> tuple[str, str] | None:
+    """(field, reason) why `--format deepspeed` cannot write this plan, None when it can: the one rule behind
+    deepspeed_config and the other exports' hints, so that they name DeepSpeed only for plans it takes."""
+    cfg = ParallelConfig.from_dict(_config(solution, file), file)
+    return _deepspeed_limits(cfg, solution.get("precision", "bf16"))
+
+
 def deepspeed_config(solution: dict, file: str | None = None) -> dict:
-    """A DeepSpeed config (JSON) for a ZeRO-3 plan: DeepSpeed's ZeRO-3 runs without pipeline parallelism
-    (microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3 deepspeed/runtime/pipe/engine.py refuses ZeRO >= 2
-    in its PipelineEngine; keys from deepspeed/runtime/zero/config.py) and shards over all of dp (its
-    MiCS / hpZ partial sharding are not HSDP as planned here)."""
+    """A DeepSpeed config (JSON) for a ZeRO-2 or ZeRO-3 plan over data parallelism alone. DeepSpeed's ZeRO-2 and -3
+    run without pipeline parallelism (microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3
+    deepspeed/runtime/pipe/engine.py refuses ZeRO >= 2 in its PipelineEngine; keys from
+    deepspeed/runtime/zero/config.py), its config has no tensor or context parallelism, and it shards over all of dp
+    (its MiCS / hpZ partial sharding are not HSDP as planned here).
+
+    ZeRO-2 (optimizer state and gradients sharded, parameters whole: the plan's memory, costs/memory.py) is the one
+    export of such a plan: Megatron-Core's distributed optimizer keeps the whole gradient buffer (megatron_args
+    refuses it). Its reduce and all-gather buckets are the plan's (training.overlap.bucket_size, else Megatron-Core's
+    max(40M, 1M x dp) parameters): DeepSpeed's default 5e8 elements would hold gigabytes of bucket buffers with
+    overlap_comm that the memory estimate does not charge."""
     c = _config(solution, file)
     cfg = ParallelConfig.from_dict(c, file)
-    if cfg.zero != 3:
-        raise SpecError(file, "config.zero", f"{cfg.zero}: --format deepspeed writes ZeRO-3 configs; Megatron plans "
-                                             "export with --format megatron")
-    if cfg.pp > 1:
-        raise SpecError(file, "config.pp", f"{cfg.pp}: DeepSpeed's ZeRO-3 is incompatible with its pipeline "
-                                           "parallelism; export with --format torchtitan")
-    if cfg.dp_shard:
-        raise SpecError(file, "config.dp_shard", "HSDP is exported for torchtitan only (--format torchtitan)")
-    if cfg.tp > 1:      # DeepSpeed alone has no tensor parallelism: the tp ranks would be read as data-parallel ones
-        raise SpecError(file, "config.tp", f"{cfg.tp}: DeepSpeed's ZeRO-3 config has no tensor parallelism (it comes "
-                                           "from the model code, e.g. Megatron-DeepSpeed); export with --format "
-                                           "torchtitan")
-    if cfg.cp > 1:      # the config has no such key: the plan's cp ranks would be read as data-parallel ones
-        raise SpecError(file, "config.cp", f"{cfg.cp}: context parallelism is planned as torchtitan's (PyTorch's "
-                                           "context parallel) or Megatron-Core's; export with --format torchtitan")
+    why = _deepspeed_limits(cfg, solution.get("precision", "bf16"))
+    if why:
+        field, reason = why
+        other = ("export with --format torchtitan" if cfg.zero == 3 else
+                 "solve again with search.zero [1] for Megatron-LM's distributed optimizer" if cfg.zero == 2 else "")
+        raise SpecError(file, field, reason + (f"; {other}" if other and field != "config.dp_shard" else ""))
     precision = solution.get("precision", "bf16")
-    if precision not in PRECISIONS or precision == "fp8":
-        raise SpecError(file, "precision", f"{precision!r}: DeepSpeed configs are written for bf16, fp16 or fp32")
     out = {"train_batch_size": cfg.global_batch_size, "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
            "gradient_accumulation_steps": cfg.num_microbatches,
-           "zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+           "zero_optimization": {"stage": cfg.zero, "overlap_comm": True, "contiguous_gradients": True,
                                  "reduce_scatter": True}}
+    if cfg.zero == 2:
+        bucket = int((solution.get("overlap") or {}).get("bucket_size") or max(40_000_000, 1_000_000 * cfg.dp))
+        out["zero_optimization"].update(reduce_bucket_size=bucket, allgather_bucket_size=bucket)
     if precision == "bf16":
         out["bf16"] = {"enabled": True}
     elif precision == "fp16":

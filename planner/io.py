@@ -74,6 +74,58 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
         raise
 
 
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: the same resolved path (symbolic links and '..' followed), or, both existing,
+    the same inode (a hard link, a case-insensitive file system)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:               # one of them does not exist (yet): not the same file
+        return False
+
+
+def check_out(path: str, flag: str = "--out", inputs=None, given: bool = True) -> str:
+    """The absolute path of an output file, checked before any work is spent on it; SpecError naming `flag` (exit 2)
+    for a path that is a directory, whose folder is missing (when the user named the path; a default folder is
+    created), is not a folder or not writable, or that is one of the files this run reads: `inputs` maps each input
+    path to what it is ("the spec", "the source solution", ...), and writing there would replace the input with the
+    output (an atomic rename leaves nothing of it)."""
+    from planner.errors import SpecError
+    for src, what in (inputs or {}).items():
+        if src and same_file(path, src):
+            raise SpecError(None, flag, f"{path} is {what} this command reads ({src}); writing the output there would "
+                                        "overwrite it: give another path")
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        raise SpecError(None, flag, f"{path} is a directory; give a file path")
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent) and not given:     # the default solutions/ folder is created
+        parent = os.path.dirname(parent)
+    if not os.path.exists(parent):
+        raise SpecError(None, flag, f"the folder {parent} does not exist")
+    if not os.path.isdir(parent):
+        raise SpecError(None, flag, f"{parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise SpecError(None, flag, f"{path} cannot be written (permission denied)")
+    return path
+
+
+def check_outs(outs: dict, inputs=None, given: bool = True) -> None:
+    """check_out for each {flag: path} given (None: not asked for), and no two flags naming one file (the second
+    write would replace the first)."""
+    from planner.errors import SpecError
+    seen: dict = {}
+    for flag, path in outs.items():
+        if not path:
+            continue
+        check_out(path, flag, inputs, given)
+        other = next((f for f, p in seen.items() if same_file(p, path)), None)
+        if other:
+            raise SpecError(None, flag, f"{path} is also {other}'s output: give each its own file")
+        seen[flag] = path
+
+
 def write_yaml(path: str, data) -> None:
     atomic_write_text(path, yaml.safe_dump(plain(data), sort_keys=False, default_flow_style=None, width=120))
 

@@ -30,7 +30,10 @@ def plan_table(sol) -> Table:
     t.add_row("parallelism", f"tp={c.tp}{cp}  pp={c.pp}  dp={c.dp}  ({c.num_gpus} GPUs)")
     t.add_row("batch", f"micro-batch {c.micro_batch_size} x {c.num_microbatches} micro-batches")
     t.add_row("schedule", c.schedule + (f" (v={c.vpp})" if c.vpp > 1 else ""))
-    t.add_row("recompute / ZeRO / SP", f"{c.recompute} / {c.zero} / {'on' if c.sequence_parallel else 'off'}")
+    # HSDP (dp_shard): the shard group and the replicas, as the label's hsdpN says; plain FSDP shards over all of dp
+    zero = f"{c.zero} (HSDP {c.shard_size} x {c.replicas}: shard groups of {c.shard_size}, {c.replicas} replicas)" \
+        if c.zero == 3 and c.dp_shard else str(c.zero)
+    t.add_row("recompute / ZeRO / SP", f"{c.recompute} / {zero} / {'on' if c.sequence_parallel else 'off'}")
     per = "per node" if sol.layout.span == 1 else f"per {sol.layout.span} nodes (tp x cp spans them)"
     t.add_row("layout", f"{sol.layout.a} stage(s) x {sol.layout.b} replica(s) {per}, "
                         f"{sol.layout.rows} x {sol.layout.cols} node grid")

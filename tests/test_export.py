@@ -90,3 +90,105 @@ def test_megatron_export_names_the_plans_precision(precision, want, not_want):
     assert all(w in args for w in want) and not any(w in args for w in not_want)
     # a solution written before precisions were recorded says what it assumed
     assert any(a.startswith("# precision") for a in args) == (precision is None)
+
+
+# --- tryout 4: ZeRO-2 has no Megatron-LM form (#1), the NeMo line's overlap_param_gather (#13), DeepSpeed hints (#14)
+
+def _plan(tp=1, pp=1, dp=16, zero=2, cp=1, m=4, shard=0, precision="bf16", **extra):
+    from planner.config import ParallelConfig
+    cfg = ParallelConfig(tp, pp, dp, 1, m, "1f1b", 1, "full", zero, tp > 1, cp=cp, dp_shard=shard)
+    mapping = [{"stage": s, "tp_rank": t, "dp_rank": d, "node": (s * dp + d) * tp * cp // 8,
+                "gpu": (t + tp * (c + cp * d)) % 8, "cp_rank": c}
+               for s in range(pp) for d in range(dp) for c in range(cp) for t in range(tp)]
+    return {"config": cfg.as_dict(), "mapping": mapping, "precision": precision,
+            "overlap": {"grad_reduce": True, "param_gather": True, "p2p": True, "tp_comm": True, "bucket_size": None},
+            **({"cp_comm": "ring"} if cp > 1 else {}), **extra}
+
+
+def test_zero2_is_refused_by_megatron_export_and_written_as_deepspeed_stage_2():
+    """Megatron-Core's distributed optimizer keeps the whole gradient buffer (Megatron-LM dist_optimizer.md: 6 + 12/d
+    bytes per parameter), so --use-distributed-optimizer runs a ZeRO-2 plan as ZeRO-1, with the gradient memory the
+    plan did not charge (tryout 4: 62.8 GiB planned, 78.3 GiB as ZeRO-1 over 76 usable). Megatron export and its
+    torchrun lines refuse it, naming config.zero and DeepSpeed's stage 2 where DeepSpeed runs the plan (dp alone),
+    which writes it."""
+    from planner.export import deepspeed_config, deepspeed_zero2_note, megatron_args, torchrun_commands
+    z2 = _plan()
+    for export in (megatron_args, torchrun_commands):
+        with pytest.raises(SpecError) as e:
+            export(z2, file="z2.yaml")
+        msg = str(e.value)
+        assert msg.startswith("z2.yaml: config.zero: 2") and "gradient buffer" in msg
+        assert "export it with --format deepspeed" in msg
+    ds = deepspeed_config(z2)
+    zo = ds["zero_optimization"]
+    assert zo["stage"] == 2 and zo["reduce_scatter"] and zo["contiguous_gradients"]
+    assert zo["reduce_bucket_size"] == zo["allgather_bucket_size"] == 40_000_000      # the plan's bucket, not 5e8
+    assert deepspeed_config(_plan(overlap={"bucket_size": 10_000_000}))["zero_optimization"]["reduce_bucket_size"] \
+        == 10_000_000
+    assert ds["train_batch_size"] == 64 and ds["gradient_accumulation_steps"] == 4 and ds["bf16"] == {"enabled": True}
+    # DeepSpeed reduce-scatters after every micro-batch, the plan once per iteration: said on stderr
+    assert "4 micro-batches" in deepspeed_zero2_note(z2) and deepspeed_zero2_note(_plan(m=1)) is None
+    assert deepspeed_zero2_note(_plan(zero=3)) is None
+    # with pipeline or tensor parallelism DeepSpeed cannot run it either: the refusals say so and send to ZeRO-1
+    for plan, field in ((_plan(pp=2, dp=8), "config.pp"), (_plan(tp=2, dp=8), "config.tp"),
+                        (_plan(cp=2, dp=8), "config.cp"), (_plan(precision="fp8"), "precision")):
+        with pytest.raises(SpecError) as e:
+            megatron_args(plan, "z2.yaml")
+        assert "config.zero" in str(e.value) and "--format deepspeed" not in str(e.value)
+        assert f"({field}:" in str(e.value) and "search.zero [1]" in str(e.value)
+        with pytest.raises(SpecError) as e:
+            deepspeed_config(plan, "z2.yaml")
+        assert e.value.field == field and "search.zero [1]" in str(e.value)
+    for zero in (0, 1):
+        with pytest.raises(SpecError, match="ZeRO-2 and ZeRO-3 configs.*--format megatron"):
+            deepspeed_config(_plan(zero=zero))
+
+
+def test_export_cli_refuses_a_zero2_plan_for_megatron_and_writes_it_for_deepspeed(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from planner.cli.main import main
+    path = tmp_path / "z2.yaml"
+    path.write_text(yaml.safe_dump(_plan()))
+    assert main(["export", str(path), "--format", "megatron"]) == 2
+    out = capsys.readouterr()
+    assert "config.zero: 2" in out.err and "Traceback" not in out.err and out.out == ""
+    assert main(["export", str(path), "--format", "deepspeed"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["zero_optimization"]["stage"] == 2 and "after each of the 4 micro-batches" in out.err
+
+
+def test_nemo_line_sets_overlap_param_gather_only_with_the_distributed_optimizer():
+    """overlap_param_gather follows --overlap-param-gather's condition (zero >= 1 and grad_reduce): Megatron-LM asserts
+    it needs the distributed optimizer, and the ZeRO-0 NeMo line said True beside use_distributed_optimizer = False."""
+    from planner.export import megatron_args, nemo_overrides, overlap_args
+    on = {"grad_reduce": True, "param_gather": True}
+    for zero, want in ((0, False), (1, True)):
+        c = {"tp": 1, "pp": 1, "zero": zero, "sequence_parallel": False}
+        line = nemo_overrides(on, c, "megatron")[0]
+        assert f"overlap_param_gather={want}" in line and f"use_distributed_optimizer = {want}" in line
+        assert ("--overlap-param-gather" in overlap_args(on, c, "megatron")) == want
+    assert "overlap_param_gather=False" in nemo_overrides({"grad_reduce": False, "param_gather": True},
+                                                         {"tp": 1, "pp": 1, "zero": 1}, "megatron")[0]
+    z0 = " ".join(megatron_args(_plan(zero=0, dp=16)))
+    assert "overlap_param_gather=False" in z0 and "--overlap-param-gather" not in z0
+
+
+@pytest.mark.parametrize("plan, deepspeed", [
+    ({}, True),                                  # tp = pp = cp = 1, no HSDP, bf16: DeepSpeed's ZeRO-3 runs it
+    ({"tp": 2, "dp": 8}, False), ({"cp": 2, "dp": 8}, False), ({"pp": 2, "dp": 8}, False),
+    ({"shard": 8}, False), ({"precision": "fp8"}, False)])
+def test_megatron_zero3_refusal_names_deepspeed_only_where_it_applies(plan, deepspeed):
+    from planner.export import deepspeed_config, megatron_args
+    sol = _plan(zero=3, **plan)
+    with pytest.raises(SpecError) as e:
+        megatron_args(sol, "z3.yaml")
+    assert "config.zero" in str(e.value) and "--format torchtitan" in str(e.value)
+    assert ("--format deepspeed" in str(e.value)) == deepspeed
+    if deepspeed:
+        assert deepspeed_config(sol)["zero_optimization"]["stage"] == 3
+    else:
+        with pytest.raises(SpecError):
+            deepspeed_config(sol)

@@ -58,7 +58,12 @@ def test_plain_ddp_is_exported_as_replicate_with_the_gradient_note():
 def test_zero1_and_zero2_are_no_torchtitan_form(zero):
     with pytest.raises(SpecError) as e:       # even where torchtitan_problem would complain first (no sp)
         torchtitan_toml(_sol(ParallelConfig(2, 1, 8, 1, 4, "1f1b", 1, "full", zero, False)), "s.yaml")
-    assert "config.zero" in str(e.value) and f"ZeRO-{zero}" in str(e.value) and "--format megatron" in str(e.value)
+    assert "config.zero" in str(e.value) and f"ZeRO-{zero}" in str(e.value)
+    # the hint names an export that takes the plan: Megatron-LM's distributed optimizer is ZeRO-1 only, and DeepSpeed's
+    # ZeRO-2 runs without tp (this plan has tp 2), so a ZeRO-2 plan gets neither (tryout 4, #1)
+    assert ("--format megatron" in str(e.value)) == (zero == 1) and "--format deepspeed" not in str(e.value)
+    with pytest.raises(SpecError, match="--format deepspeed"):
+        torchtitan_toml(_sol(ParallelConfig(1, 1, 16, 1, 4, "1f1b", 1, "full", 2, False)), "s.yaml")
 
 
 # --- 2. seq_length / num_layers recorded for every plan; old files say which is missing ----------------------------

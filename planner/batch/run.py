@@ -24,10 +24,11 @@ COLUMNS = ["case_id", "model", "family", "params", "num_layers", "hidden_size", 
            "cluster", "gpus", "nodes", "global_batch_size", "seq_length", "tokens",
            "tp", "pp", "dp", "cp", "micro_batch_size", "num_microbatches", "schedule", "vpp", "recompute", "zero",
            "sequence_parallel", "iteration_s", "tokens_per_s", "mfu", "peak_memory_GiB", "status", "gap",
-           "bound_s", "solver_wall_s", "train_days", "gpu_hours", "price_per_gpu_hour_usd", "cost_usd", "error"]
+           "bound_s", "solver_wall_s", "train_days", "gpu_hours", "price_per_gpu_hour_usd", "cost_usd", "error",
+           "precision"]     # appended last (tryout 4): readers of the older columns by position keep working
 SIZING_COLUMNS = ["task_id", "cluster", "gpus", "budget_gpu_days", "global_batch_size", "seq_length", "model",
                   "params", "num_layers", "hidden_size", "tokens", "tokens_per_s", "mfu", "gpu_days", "train_days",
-                  "cost_usd", "config", "solves", "wall_s", "status", "error"]
+                  "cost_usd", "config", "solves", "wall_s", "status", "error", "precision"]
 OK_STATUSES = ("OPTIMAL", "FEASIBLE", "TIME_LIMIT")
 
 
@@ -50,7 +51,8 @@ def _base_row(case) -> dict:
             "num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_attention_heads": m.num_attention_heads,
             "cluster": case.cluster_label, "gpus": case.gpus, "nodes": case.spec.cluster.nodes,
             "global_batch_size": case.spec.training.global_batch_size, "seq_length": case.spec.training.seq_length,
-            "tokens": case.tokens, "price_per_gpu_hour_usd": case.price_per_gpu_hour_usd}
+            "tokens": case.tokens, "price_per_gpu_hour_usd": case.price_per_gpu_hour_usd,
+            "precision": case.spec.training.precision}
 
 
 def run_case(case, time_limit_s: float | None = None) -> dict:
@@ -94,7 +96,7 @@ def failed_case_row(case, exc: BaseException) -> dict:
 def _sizing_base(task) -> dict:
     return {"task_id": task.id, "cluster": task.cluster_label, "gpus": task.gpus,
             "budget_gpu_days": task.budget_gpu_days, "global_batch_size": task.training.global_batch_size,
-            "seq_length": task.training.seq_length}
+            "seq_length": task.training.seq_length, "precision": task.training.precision}
 
 
 def failed_sizing_row(task, exc: BaseException) -> dict:
@@ -281,7 +283,8 @@ def _coerce(row: dict) -> dict:
     out = {}
     for k, v in row.items():
         if isinstance(v, str) and v != "" and k not in ("case_id", "task_id", "model", "cluster", "schedule",
-                                                         "recompute", "status", "error", "config", "family"):
+                                                         "recompute", "status", "error", "config", "family",
+                                                         "precision"):
             try:
                 f = float(v)
                 v = int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
@@ -324,6 +327,10 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
         have = {}
     todo = [c for c in sweep.cases if c.id not in have]
     rows: dict[str, dict] = dict(have)
+    # rows of a CSV written before the precision column: the case knows it (its id hashes its training)
+    for c in sweep.cases:
+        if c.id in rows and not rows[c.id].get("precision"):
+            rows[c.id] = {**rows[c.id], "precision": c.spec.training.precision}
 
     def flush():
         ordered = [rows[i] for i in ids if i in rows]
@@ -341,7 +348,9 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
         _append_rows(os.path.join(out_dir, f"{sweep.name}.sizing.previous.csv"), read_rows(sizing_csv),
                      SIZING_COLUMNS)
         old_sizing = {}
-    sizing_rows: dict[int, dict] = {k: old_sizing[t.id] for k, t in enumerate(sweep.sizing) if t.id in old_sizing}
+    sizing_rows: dict[int, dict] = {k: {**old_sizing[t.id], "precision": old_sizing[t.id].get("precision")
+                                        or t.training.precision}
+                                    for k, t in enumerate(sweep.sizing) if t.id in old_sizing}
     size_todo = [k for k, t in enumerate(sweep.sizing) if t.id not in old_sizing]
 
     bar = _Bar(len(todo) + len(size_todo), progress, f"{sweep.name}: {len(sweep.cases)} cases, "

@@ -30,6 +30,7 @@ head_dim closest to 128.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -43,9 +44,11 @@ from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
 from planner.spec.fields import FieldError, Fields
 from planner.spec.model import FAMILIES, ModelSpec, parse_model
-from planner.spec.plan import PRECISIONS, Spec, TrainingSpec, _parse_search, _parse_solver
+from planner.spec.plan import Spec, TrainingSpec, _parse_search, _parse_solver, _parse_training, parse_spec
 
 CHINCHILLA_TOKENS_PER_PARAM = 20.0     # Hoffmann et al. 2022: compute-optimal tokens ~= 20 x parameters
+SWEEP_LISTS = ("global_batch_size", "seq_length", "tokens")    # training keys a sweep lists (its grid); the others
+#                                                                are a plan spec's, one value for every case
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ class ClusterEntry:
     cluster: ClusterSpec
     gpus: tuple                      # GPU counts to plan for (whole nodes)
     price_per_gpu_hour_usd: float | None
+    ref: object = None               # the cluster's path or inline mapping (the plan-spec rules are checked on it)
 
 
 @dataclass(frozen=True)
@@ -296,7 +300,7 @@ def _cluster_entries(f: Fields, base: str, default_gpus, default_price) -> list[
                               f"{what} ({cl.gpus_per_node} GPUs each, {cl.nodes} nodes)")
         if price is None:
             price = cl.price_per_gpu_hour_usd
-        out.append(ClusterEntry(cl, tuple(sorted(set(counts))), price))
+        out.append(ClusterEntry(cl, tuple(sorted(set(counts))), price, path if isinstance(ref, str) else ref))
     return out
 
 
@@ -329,8 +333,6 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
     t = f.sub("training")
     gbs_list = _num_list(t, "global_batch_size", None, integer=True)
     seq_list = _num_list(t, "seq_length", [2048], integer=True)
-    precision = t.str("precision", "bf16", choices=PRECISIONS)
-    optimizer = t.str("optimizer", "adam", choices=("adam", "adamw", "sgd"))
     tok = t.raw("tokens", None)
     if tok == "chinchilla":
         tokens_list = ["chinchilla"]
@@ -338,7 +340,16 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
         tokens_list = [None]
     else:
         tokens_list = _num_list(t, "tokens", None, integer=False)
+    # every other key is a plan spec's training key, one value for the whole sweep, read by the plan spec's own
+    # reader (precision, optimizer, fp8_recipe, fp8_param_gather, overlap, cp_comm, ...): unknown keys and bad
+    # values are refused as `solve` refuses them, naming training.<key> in the sweep file
+    same = {k: t.raw(k) for k in list(t.data) if k not in SWEEP_LISTS}
     t.done()
+    training_raw = {**same, "global_batch_size": gbs_list[0], "seq_length": seq_list[0]}
+    base_training = _parse_training(Fields(training_raw, file, t.prefix))
+
+    def training_for(gbs: int, seq: int, tokens=None) -> TrainingSpec:
+        return dataclasses.replace(base_training, global_batch_size=gbs, seq_length=seq, tokens=tokens)
 
     skipped: list = []
     models: list[tuple[ModelSpec, str]] = []
@@ -383,14 +394,15 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
         key = id(cl)
         if key not in search_cache:   # search options are validated against the cluster (tp | gpus_per_node)
             search_cache[key] = _parse_search(Fields(search_data, file, "search"), cl)
+            for seq in seq_list:      # and the plan spec's rules across its parts, as `solve` checks a spec
+                _check_plan_rules(file, entry, models[0][0], {**training_raw, "seq_length": seq}, search_data)
         search = search_cache[key]
         for g in entry.gpus:
             sub = subset_cluster(cl, g)
             for m, _msrc in models:
                 for gbs in gbs_list:
                     for seq in seq_list:
-                        training = TrainingSpec(global_batch_size=gbs, seq_length=seq, precision=precision,
-                                                optimizer=optimizer, tokens=None)
+                        training = training_for(gbs, seq)
                         for tk in tokens_list:
                             tokens = CHINCHILLA_TOKENS_PER_PARAM * m.num_params() if tk == "chinchilla" else tk
                             content = {"model": m.__dict__, "cluster": cl.name, "cluster_file": cl.source and
@@ -403,10 +415,7 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
                                    "training": training.__dict__, "search": search_data,
                                    "solver": solver.__dict__}
                             try:
-                                spec = Spec(name=cid, model=m, cluster=sub,
-                                            training=TrainingSpec(global_batch_size=gbs, seq_length=seq,
-                                                                  precision=precision, optimizer=optimizer,
-                                                                  tokens=tokens),
+                                spec = Spec(name=cid, model=m, cluster=sub, training=training_for(gbs, seq, tokens),
                                             search=search, solver=solver, source=file, raw=raw)
                             except FieldError as e:   # the plan's own rules (fp8 on an A100): name the sweep file
                                 raise SpecError(file, e.field, f"{e.reason} (case {label})") from None
@@ -422,8 +431,7 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
             for gbs in gbs_list:
                 for seq in seq_list:
                     for b in budgets:
-                        training = TrainingSpec(global_batch_size=gbs, seq_length=seq, precision=precision,
-                                                optimizer=optimizer, tokens=None)
+                        training = training_for(gbs, seq)
                         content = {"cluster": entry.cluster.name, "gpus": g, "budget": b,
                                    "training": training.__dict__, "search": search.__dict__,
                                    "solver": solver.__dict__, "family": sizing_family, "vocab": sizing_vocab}
@@ -432,6 +440,18 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
                                                  training, search, solver, sizing_family, sizing_vocab, ShapeRule(),
                                                  entry.price_per_gpu_hour_usd))
     return Sweep(name, cases, sizing, skipped, file)
+
+
+def _check_plan_rules(file, entry: ClusterEntry, model: ModelSpec, training: dict, search: dict) -> None:
+    """The rules a plan spec checks across its parts (training against search and cluster: fp8_recipe delayed with
+    only ZeRO-3, cp_comm, the pipeline engine's schedules and ZeRO stages, dp_shard without ZeRO-3, context
+    parallelism against seq_length, ...), checked by reading the sweep's training and search with one of its
+    clusters and models as a plan spec: SpecError naming the sweep file and field."""
+    if entry.ref is None:
+        return
+    cluster = os.path.abspath(entry.ref) if isinstance(entry.ref, str) else entry.ref
+    parse_spec({"name": "sweep", "model": dict(model.__dict__), "cluster": cluster, "training": training,
+                "search": search}, file)
 
 
 def dump_models(sweep: Sweep) -> str:

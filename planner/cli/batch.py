@@ -92,17 +92,25 @@ def _f(v, fmt: str) -> str:
 
 def results_table(rows, title):
     from rich.table import Table
-    t = Table(title=f"batch: {title}")
-    for c in ("model", "params", "cluster", "GPUs", "tp/pp/dp", "mbs", "sched", "rc/z", "iter s", "tokens/s",
-              "MFU", "mem GiB", "status", "gap", "days", "GPU-h", "$"):
-        t.add_column(c, justify="right" if c not in ("model", "cluster", "sched", "status") else "left",
+
+    from planner.costs.iteration import precision_mfu_note
+    # MFU is against the plan's own precision's peak, except fp8's: against the bf16 peak (costs.iteration.mfu_note,
+    # model TFLOP/s as NeMo and Megatron report it), which the table says as `estimate` and `solve` do
+    fp8 = any(precision_mfu_note(r.get("precision")) for r in rows)
+    t = Table(title=f"batch: {title}",
+              caption=f"MFU*: MFU{precision_mfu_note('fp8')} (fp8 rows)" if fp8 else None)
+    for c in ("model", "params", "cluster", "GPUs", "prec", "tp/pp/dp", "mbs", "sched", "rc/z", "iter s",
+              "tokens/s", "MFU", "mem GiB", "status", "gap", "days", "GPU-h", "$"):
+        t.add_column(c, justify="right" if c not in ("model", "cluster", "prec", "sched", "status") else "left",
                      no_wrap=True)
     for r in rows:
         ok = r.get("tp") is not None
+        mfu = _f(r.get("mfu"), ".1%") + ("*" if precision_mfu_note(r.get("precision")) and r.get("mfu") else "")
         t.add_row(str(r["model"]), f"{r['params'] / 1e9:.2f}B", str(r["cluster"]), str(r["gpus"]),
+                  str(r.get("precision") or ""),
                   f"{r['tp']}/{r['pp']}/{r['dp']}" if ok else "", str(r.get("micro_batch_size") or ""),
                   str(r.get("schedule") or ""), f"{r['recompute']}/{r['zero']}" if ok else "",
-                  _f(r.get("iteration_s"), ".3f"), _f(r.get("tokens_per_s"), ",.0f"), _f(r.get("mfu"), ".1%"),
+                  _f(r.get("iteration_s"), ".3f"), _f(r.get("tokens_per_s"), ",.0f"), mfu,
                   _f(r.get("peak_memory_GiB"), ".1f"), str(r.get("status")), _f(r.get("gap"), ".1%"),
                   _f(r.get("train_days"), ".1f"), _f(r.get("gpu_hours"), ",.0f"), _f(r.get("cost_usd"), ",.0f"))
     return t
@@ -132,14 +140,20 @@ def cheapest_table(groups, rows=()):
 
 def sizing_table(rows):
     from rich.table import Table
-    t = Table(title="compute-optimal model (Chinchilla: 20 tokens per parameter) within a GPU-day budget")
+
+    from planner.costs.iteration import precision_mfu_note
+    fp8 = any(precision_mfu_note(r.get("precision")) for r in rows)
+    t = Table(title="compute-optimal model (Chinchilla: 20 tokens per parameter) within a GPU-day budget",
+              caption=f"MFU*: MFU{precision_mfu_note('fp8')} (fp8 rows)" if fp8 else None)
     for c in ("cluster", "GPUs", "budget GPU-days", "model", "params", "tokens/s", "MFU", "GPU-days", "days",
               "solves", "status"):
         t.add_column(c)
     for r in rows:
         t.add_row(str(r["cluster"]), str(r["gpus"]), _f(r["budget_gpu_days"], ",.0f"), str(r.get("model") or ""),
                   _f(r.get("params") and r["params"] / 1e9, ".2f") + ("B" if r.get("params") else ""),
-                  _f(r.get("tokens_per_s"), ",.0f"), _f(r.get("mfu"), ".1%"), _f(r.get("gpu_days"), ",.0f"),
+                  _f(r.get("tokens_per_s"), ",.0f"),
+                  _f(r.get("mfu"), ".1%") + ("*" if precision_mfu_note(r.get("precision")) and r.get("mfu") else ""),
+                  _f(r.get("gpu_days"), ",.0f"),
                   _f(r.get("train_days"), ".1f"), str(r.get("solves") or ""), str(r["status"]))
     return t
 

@@ -35,6 +35,10 @@ def run(args) -> int:
         md = est.memory_dict()
         engine = "" if spec.training.pipeline_engine == "megatron" else f" ({spec.training.pipeline_engine} engine)"
         con.print(f"[bold]{cfg.label()}[/bold]{engine}")
+        if cfg.num_gpus < spec.cluster.num_gpus:     # with --mapping: the nodes outside it idle
+            used = {int(k) * lay.span + r for k in assign.ravel() for r in range(lay.span)}
+            con.print(f"on {cfg.num_gpus} of {spec.cluster.num_gpus} GPUs (the mapping's nodes); idle nodes "
+                      f"{[n for n in range(spec.cluster.nodes) if n not in used]}")
         con.print(f"iteration {est.iteration_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, "
                   f"MFU {est.mfu:.1%}{mfu_note(spec)} "
                   f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, "

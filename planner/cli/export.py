@@ -7,8 +7,8 @@ def register(sub) -> None:
     p.add_argument("solution")
     p.add_argument("--format", choices=("megatron", "torchrun", "hostfile", "torchtitan", "deepspeed"),
                    default="torchrun", help="torchtitan: a job config TOML (ZeRO-3 / FSDP / HSDP plans, and ZeRO-0 "
-                                            "DDP plans without tp, pp or cp); deepspeed: a ZeRO-3 config JSON "
-                                            "(tp = 1, pp = 1, cp = 1)")
+                                            "DDP plans without tp, pp or cp); deepspeed: a ZeRO-2 / ZeRO-3 "
+                                            "config JSON (tp = 1, pp = 1, cp = 1; ZeRO-2 plans export only here)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -19,6 +19,7 @@ def run(args) -> int:
     from planner.export import (
         deepspeed_config,
         deepspeed_recompute_note,
+        deepspeed_zero2_note,
         hostfile,
         megatron_args,
         rank_layout,
@@ -41,9 +42,9 @@ def run(args) -> int:
             print(text, end="")
     elif args.format == "deepspeed":
         print_json(deepspeed_config(sol, file))
-        why = deepspeed_recompute_note(sol)
-        if why:
-            print(f"planner: note: {file}: {why}", file=sys.stderr)
+        for why in (deepspeed_recompute_note(sol), deepspeed_zero2_note(sol)):
+            if why:
+                print(f"planner: note: {file}: {why}", file=sys.stderr)
     elif args.json:
         flags, notes = split_megatron_args(megatron_args(sol, file))
         print_json({"megatron_args": flags, "notes": notes, "torchrun": torchrun_commands(sol, file=file),

@@ -41,6 +41,22 @@ def _add_compute(sub) -> None:
     p.set_defaults(func=run_compute)
 
 
+def _compute_inputs(args) -> dict:
+    """{path: what} of the files `fit compute` reads, which its --output must not overwrite."""
+    import glob
+
+    from planner.inputs import cluster_inputs
+    out = {}
+    if args.cluster:
+        out.update(cluster_inputs(args.cluster))
+    for flag in ("measured", "profile"):
+        if getattr(args, flag):
+            out[getattr(args, flag)] = f"the --{flag} file"
+    if args.nccl:
+        out.update(dict.fromkeys(glob.glob(os.path.join(args.nccl, "*gpu*")), "an nccl-tests table (--nccl)"))
+    return out
+
+
 def run_compute(args) -> int:
     import numpy as np
 
@@ -48,7 +64,9 @@ def run_compute(args) -> int:
     from planner.costs.compute import ComputeModel
     from planner.costs.compute_fit import IterationTimeFit, LayerTimeFit, cross_validate
     from planner.costs.metrics import mape, percent_errors
+    from planner.io import check_out  # here: registering the command imports no numpy
     from planner.spec import load_cluster
+    check_out(args.output, "--output", _compute_inputs(args), given=False)
     tables = read_nccl_dir(args.nccl) if args.nccl else {}
     base = ComputeModel(comm=CommModel(grad_bytes=args.grad_bytes, allreduce_tables=tables))
     if args.measured:
@@ -113,6 +131,8 @@ def run_memory(args) -> int:
         raise SpecError(None, "--margin", f"must be >= 0, got {args.margin:g}")
     if args.overhead_GiB < 0:
         raise SpecError(None, "--overhead-GiB", f"must be >= 0, got {args.overhead_GiB:g}")
+    from planner.io import check_out
+    check_out(args.output, "--output", {args.samples: "the samples file"}, given=False)
     rows = read_samples(args.samples)
     check_sample_count(rows, args.samples)
     est = fit_samples(rows, args.margin, args.overhead_GiB, os.path.basename(args.samples), args.fragmentation)

@@ -114,7 +114,9 @@ def run_memory(args) -> int:
     import torch
 
     from planner.costs.memory import GiB
+    from planner.io import check_out
     from planner.profile import memory as pm
+    check_out(args.output, "--output", {args.replay: "the --replay samples"} if args.replay else None, given=False)
     args.samples_given = args.samples is not None
     if not args.samples_given:
         args.samples = 300
@@ -228,7 +230,10 @@ def network_options(args):
 
 
 def run_network(args) -> int:
-    from planner.profile.network import profile_from_env, profile_spawn, write_profile
+    from planner.io import check_outs
+    from planner.profile.network import profile_from_env, profile_spawn, sidecar_path, write_profile
+    check_outs({"--output": args.output, "--sidecar": args.sidecar or sidecar_path(args.output),
+                "--gpu-matrix": args.gpu_matrix}, given=False)
     opts = network_options(args)
     if args.spawn:
         hosts = [h.strip() for h in args.spawn_hosts.split(",")] if args.spawn_hosts else None

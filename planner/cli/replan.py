@@ -19,11 +19,16 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from planner.inputs import solution_inputs
+    from planner.io import check_out
     from planner.report import show_solution
     from planner.search.replan import replan
 
-    sol = replan(args.solution, args.exclude_nodes, args.time_limit, args.seed, args.spec)
     out = args.out or os.path.splitext(args.solution)[0] + "-replan.yaml"
+    # before the re-plan: not over the solution, its spec, model and cluster files or the cluster's measured data
+    # (a missing folder is created, as atomic writes always did)
+    check_out(out, "--out", solution_inputs(args.solution, args.spec), given=False)
+    sol = replan(args.solution, args.exclude_nodes, args.time_limit, args.seed, args.spec)
     r = sol.extra["replan"]
     show_solution(sol, out, args.json,
                   f"excluded nodes {r['excluded_nodes']}: {r['old_iteration_s']:.3f} s -> "

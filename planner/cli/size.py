@@ -8,6 +8,8 @@ from planner.cli.common import finite_float
 from planner.errors import SpecError
 from planner.io import print_json
 
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")     # planner.spec.plan.PRECISIONS (`--help` imports no spec package)
+
 
 def register(sub) -> None:
     p = sub.add_parser("size", help="largest compute-optimal (Chinchilla) model for a GPU-day budget on a cluster")
@@ -18,7 +20,8 @@ def register(sub) -> None:
     p.add_argument("--vocab-size", type=int, default=50257)
     p.add_argument("--global-batch-size", type=int, default=1024)
     p.add_argument("--seq-length", type=int, default=2048)
-    p.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16")
+    p.add_argument("--precision", choices=PRECISIONS, default="bf16",
+                   help="fp8: Transformer Engine FP8 as `solve` plans it (GPUs with FP8 tensor cores: H100, H200, ...)")
     p.add_argument("--schedules", default="1f1b,interleaved", help="comma-separated schedules to search")
     p.add_argument("--time-limit", type=finite_float, default=5.0, help="solver seconds per candidate size")
     p.add_argument("--price", type=finite_float, default=None, help="dollars per GPU-hour (default: the cluster's)")
@@ -31,6 +34,7 @@ def run(args) -> int:
     from planner.batch.sizing import optimal_size
     from planner.batch.sweep import subset_cluster
     from planner.config import SCHEDULES
+    from planner.costs.iteration import precision_mfu_note
     from planner.errors import InfeasibleError
     from planner.spec import load_cluster
     from planner.spec.plan import SearchSpec, SolverSpec, TrainingSpec
@@ -44,6 +48,14 @@ def run(args) -> int:
         if getattr(args, flag) < 1:
             raise SpecError(None, "--" + flag.replace("_", "-"), "must be a positive integer")
     cl = load_cluster(args.cluster)
+    from planner.spec.cluster import bf16_refusal, fp8_refusal
+    why = {"fp8": fp8_refusal, "bf16": bf16_refusal}.get(args.precision, lambda gpu: None)(cl.gpu)
+    if why:                         # the plan spec's rule (Spec), said before any solve, naming the flag
+        raise SpecError(None, "--precision", f"{args.precision}: {why}")
+    if args.plot:                   # before the solves: not over the cluster file or the data it names
+        from planner.inputs import cluster_inputs
+        from planner.io import check_out
+        check_out(args.plot, "--plot", cluster_inputs(args.cluster), given=False)
     gpus = cl.num_gpus if args.gpus is None else args.gpus      # 0 is a mistake, not "the whole cluster"
     if gpus > cl.num_gpus:
         raise SpecError(None, "--gpus", f"{gpus} is more than {cl.name}'s {cl.num_gpus} GPUs ({cl.nodes} nodes of "
@@ -83,6 +95,8 @@ def run(args) -> int:
         t = Table(title=f"sizes solved on {cl.name}, {gpus} GPUs, budget {_days(args.budget_gpu_days)} GPU-days")
         for c in ("model", "params", "layers x hidden", "status", "tokens/s", "MFU", "GPU-days (20 tok/param)", "fits"):
             t.add_column(c)
+        if precision_mfu_note(args.precision):
+            t.caption = f"MFU{precision_mfu_note(args.precision)} (fp8)"
         for p in d["points"]:
             t.add_row(p["model"], f"{p['params'] / 1e9:.2f}B", f"{p['num_layers']} x {p['hidden_size']}", p["status"],
                       f"{p['tokens_per_s']:,.0f}" if p["tokens_per_s"] else "", f"{p['mfu']:.1%}" if p["mfu"] else "",
@@ -94,7 +108,8 @@ def run(args) -> int:
             con.print(f"largest compute-optimal model: {b['model']} ({b['params'] / 1e9:.2f}B parameters, "
                       f"{b['num_layers']} layers x {b['hidden_size']} hidden) on {b['tokens'] / 1e9:,.0f}B tokens: "
                       f"{_days(b['gpu_days'])} GPU-days, {b['train_days']:.1f} days on {gpus} GPUs{cost}; "
-                      f"plan {b['config']} at {b['tokens_per_s']:,.0f} tokens/s (MFU {b['mfu']:.1%}); "
+                      f"plan {b['config']} at {b['tokens_per_s']:,.0f} tokens/s (MFU {b['mfu']:.1%}"
+                      f"{precision_mfu_note(args.precision)}); "
                       f"{d['solves']} sizes solved in {d['wall_s']:.1f} s")
     if d["best"] is None:
         raise InfeasibleError(f"no model of the size grid (from 0.1B) trains within {args.budget_gpu_days:g} "

@@ -29,23 +29,10 @@ def solution_dir_for(spec_path: str) -> str:
     return os.path.join(os.getcwd(), "solutions")
 
 
-def check_out(path: str, given: bool) -> str:
-    """Refuse an output path that cannot be written before spending the solve on it: a directory, a
-    parent that is missing (when the user named the path), not a directory or not writable."""
-    from planner.errors import SpecError
-    path = os.path.abspath(path)
-    if os.path.isdir(path):
-        raise SpecError(None, "--out", f"{path} is a directory; give a file path")
-    parent = os.path.dirname(path)
-    while not os.path.exists(parent) and not given:     # the default solutions/ folder is created
-        parent = os.path.dirname(parent)
-    if not os.path.exists(parent):
-        raise SpecError(None, "--out", f"the folder {parent} does not exist")
-    if not os.path.isdir(parent):
-        raise SpecError(None, "--out", f"{parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise SpecError(None, "--out", f"{path} cannot be written (permission denied)")
-    return path
+def check_out(path: str, given: bool, inputs=None) -> str:
+    """planner.io.check_out for --out (kept here for callers of the old name)."""
+    from planner.io import check_out as _check
+    return _check(path, "--out", inputs, given)
 
 
 def run(args) -> int:
@@ -59,7 +46,8 @@ def run(args) -> int:
         raise SpecError(None, "--time-limit", f"must be a positive number of seconds, got {args.time_limit}")
     spec = spec_arg(args.spec)
     out = args.out or os.path.join(solution_dir_for(args.spec), f"{spec.name}.yaml")
-    check_out(out, given=args.out is not None)
+    from planner.inputs import spec_inputs
+    check_out(out, given=args.out is not None, inputs=spec_inputs(args.spec))
     sol = run_interruptible(lambda: solve(spec, method=args.method, time_limit_s=args.time_limit, seed=args.seed,
                                           robust=args.robust, simulate=not args.no_simulate))
     show_solution(sol, out, args.json)

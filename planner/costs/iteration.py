@@ -70,7 +70,12 @@ class Estimate:
 def mfu_note(spec) -> str:
     """What an MFU figure is measured against: for fp8 plans the 16-bit (bf16) peak, as NeMo's and Megatron's model
     TFLOP/s figures are; empty for 16/32-bit plans, whose MFU is against their own peak."""
-    return " of the bf16 peak" if spec.training.precision == "fp8" else ""
+    return precision_mfu_note(spec.training.precision)
+
+
+def precision_mfu_note(precision: str | None) -> str:
+    """mfu_note of a plan in `precision` (a batch CSV row's)."""
+    return " of the bf16 peak" if precision == "fp8" else ""
 
 
 def memory_limit_GiB(spec) -> float:

@@ -90,7 +90,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
 def estimate_plan(spec, cfg: ParallelConfig, mapping=None, costs: Costs | None = None, file: str | None = None):
     """Estimate one given plan (no search). mapping: None (Megatron rank order) or a worker list."""
     costs = costs or default_costs(spec.cluster)
-    check_config(spec, cfg)
+    check_config(spec, cfg, idle_ok=mapping is not None)     # a mapping places the plan: nodes outside it idle
     if mapping is None:
         lay = default_layout(cfg, spec.cluster.gpus_per_node)
         prob = build_problem(spec, cfg, lay, costs)
@@ -128,11 +128,16 @@ def check_split(model, cfg: ParallelConfig, file: str | None, prefix: str = "con
                                      "stage; Megatron-Core's rule)") from None
 
 
-def check_config(spec, cfg: ParallelConfig) -> None:
-    """Reject configs that do not fit the cluster or the model, naming the flag."""
+def check_config(spec, cfg: ParallelConfig, idle_ok: bool = False) -> None:
+    """Reject configs that do not fit the cluster or the model, naming the flag. idle_ok (a plan given with its
+    mapping, which says which nodes it uses): fewer GPUs than the cluster's are fine, the other nodes idle, as a
+    re-plan or a solve that leaves nodes idle writes them."""
     cl, m = spec.cluster, spec.model
-    if cfg.num_gpus != cl.num_gpus:
-        raise SpecError(None, "--tp/--pp/--dp", f"tp*cp*pp*dp = {cfg.num_gpus} but the cluster has {cl.num_gpus} GPUs")
+    if cfg.num_gpus > cl.num_gpus or (cfg.num_gpus < cl.num_gpus and not idle_ok):
+        raise SpecError(None, "--tp/--pp/--dp", f"tp*cp*pp*dp = {cfg.num_gpus} but the cluster has {cl.num_gpus} GPUs"
+                        + ("" if cfg.num_gpus > cl.num_gpus else
+                           "; a plan that leaves nodes idle (a re-plan, a solve with idle nodes) needs its placement: "
+                           "`planner estimate ... --mapping SOLUTION` or `planner simulate SOLUTION`"))
     if cl.gpus_per_node % cfg.tp:
         raise SpecError(None, "--tp", f"tp={cfg.tp} must divide gpus_per_node={cl.gpus_per_node}")
     if m.num_attention_heads % cfg.tp or m.num_kv_heads % cfg.tp:

@@ -1,0 +1,31 @@
+"""The solve / replan plan table shows what the plan is: an HSDP plan's shard group and replicas (tryout 4, #15: the
+table said "tp=1 pp=1 dp=128" and ZeRO "3" for the label's "z3 hsdp8", indistinguishable from plain FSDP)."""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import yaml
+from plan_fixtures import mini_spec_dict
+
+from planner.cli.main import main
+
+
+def _solve_table(tmp_path, dp_shard):
+    d = mini_spec_dict(search={"zero": [3], "dp_shard": [dp_shard], "schedules": ["1f1b"], "tensor_parallel": [1],
+                               "micro_batch_sizes": [1]}, solver={"time_limit_s": 2, "seed": 0})
+    spec = tmp_path / f"s{dp_shard}.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["solve", str(spec), "--out", str(tmp_path / f"sol{dp_shard}.yaml"), "--no-simulate"])
+    assert rc == 0, err.getvalue()
+    return yaml.safe_load((tmp_path / f"sol{dp_shard}.yaml").read_text()), " ".join(err.getvalue().split())
+
+
+def test_plan_table_shows_the_hsdp_shard_group(tmp_path):
+    sol, table = _solve_table(tmp_path, 2)
+    assert sol["config"]["dp_shard"] == 2 and sol["config"]["dp"] == 8
+    assert "none / 3 (HSDP 2 x 4: shard groups of 2, 4 replicas) / off" in table
+    sol, table = _solve_table(tmp_path, 0)                 # plain FSDP: over all of dp, as before
+    assert "dp_shard" not in sol["config"] and "none / 3 / off" in table and "HSDP" not in table
