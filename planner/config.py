@@ -251,6 +251,77 @@ def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
     return None
 
 
+def sequence_parallel_problem(training, cfg: ParallelConfig) -> str | None:
+    """Why sequence parallelism cannot split this configuration's sequence, or None. Megatron-Core lays a
+    micro-batch out as [s / cp, b, h] (context parallelism keeps s / cp tokens per rank) and sequence parallelism
+    scatters that first dimension over tp: NVIDIA/Megatron-LM megatron/core/tensor_parallel/mappings.py
+    _split_along_first_dim / _reduce_scatter_along_first_dim assert 'First dimension of the tensor should be
+    divisible by tensor parallel size'. torchtitan's SequenceParallel shards the same tokens; it is held to the same
+    rule."""
+    if not cfg.sequence_parallel or cfg.tp == 1:
+        return None
+    s = training.seq_length // cfg.cp
+    if s % cfg.tp:
+        cp = f" / cp {cfg.cp}" if cfg.cp > 1 else ""
+        return (f"sequence parallelism splits the {s} tokens of a sequence (seq_length {training.seq_length}{cp}) "
+                f"over tp={cfg.tp}, which does not divide them (Megatron-Core tensor_parallel/mappings.py: 'First "
+                "dimension of the tensor should be divisible by tensor parallel size')")
+    return None
+
+
+# FP8 GEMM shapes. Transformer Engine (NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b,
+# transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec, called on each Linear's local input and weight by
+# module/linear.py, layernorm_linear.py, layernorm_mlp.py): "FP8 execution requires the product of all dimensions
+# except the last to be divisible by 8 and the last dimension to be divisible by 16" (older TE: "FP8 execution
+# requires 2D input matrices with height divisible by 8 and width divisible by 16"). On Hopper the fp8 GEMM is TN
+# only, so the backward GEMMs read the transposes and cuBLASLt's leading dimension is the reduced one:
+# common/gemm/cublaslt_gemm.cu "Leading dimension requirement on A for FP8 GEMM. Caller must pad." asks lda % 16 ==
+# 0, which for the weight-gradient GEMM is the micro-batch's tokens (gathered over sequence parallelism) and for the
+# input-gradient GEMM each weight's output width. torchao's Float8Linear (ZeRO-3 plans, torchtitan) calls
+# torch._scaled_mm, whose checks (torch/_meta_registrations.py) ask "self.size(1) to be divisible by 16" and "both
+# dimensions of mat2 to be divisble by 16": tokens and widths multiples of 16 in its three GEMMs (torchtitan's float8
+# converter, _module_filter_fn, leaves a Linear whose unsharded dims are not multiples of 16 in bf16, which the plan
+# would cost as fp8; a tensor-parallel shard that is not fails _scaled_mm).
+FP8_TOKENS = 16            # tokens of a GEMM (the weight-gradient GEMM's reduced dimension): TE on Hopper and torchao
+FP8_TOKENS_TE_LOCAL = 8    # TE's forward assertion on the sequence-parallel local input (column-parallel layers)
+FP8_WIDTH = 16             # every GEMM width (input features, and output features read transposed in backward)
+
+
+def fp8_shape_problem(model, training, cfg: ParallelConfig) -> tuple[str, str] | None:
+    """Why the fp8 GEMMs of this configuration have a shape Transformer Engine (ZeRO 0-2 plans) or torchao's Float8
+    (ZeRO-3 plans) refuses, as (config field, reason), or None (also for other precisions). Per micro-batch a GEMM
+    sees mbs * seq_length / cp tokens (sequence parallel: TE's column-parallel layers assert on their local
+    1 / tp of them); its widths are the hidden size and the tensor-parallel shards of the QKV, projection, fc1 and
+    fc2 weights (torchtitan: wq, wk, wv, w1, w3 separately)."""
+    if training.precision != "fp8":
+        return None
+    h, t = model.hidden_size, cfg.tp
+    q, kv, f = model.num_attention_heads * model.head_dim, model.kv_channels, model.ffn_hidden_size
+    if cfg.zero == 3:
+        who = "torchao's Float8 (torch._scaled_mm: every GEMM dimension a multiple of 16)"
+        widths = {"hidden_size": h, "query width / tp": q // t, "kv width / tp": kv // t,
+                  "ffn_hidden_size / tp": f // t}
+    else:
+        who = ("Transformer Engine (assert_dim_for_fp8_exec, and on Hopper cuBLASLt's fp8 leading dimensions, "
+               "multiples of 16)")
+        widths = {"hidden_size": h, "QKV width / tp": (q + 2 * kv) // t, "attention width / tp": q // t,
+                  "fc1 width / tp": f * (2 if model.gated_mlp else 1) // t, "ffn_hidden_size / tp": f // t}
+    bad = [f"{k} {v}" for k, v in widths.items() if v % FP8_WIDTH]
+    if bad:
+        return "tp", (f"fp8 GEMM widths must be multiples of {FP8_WIDTH} for {who}; tp={t} gives "
+                      f"{', '.join(bad)}")
+    tokens = cfg.micro_batch_size * training.seq_length // cfg.cp
+    shown = f"mbs {cfg.micro_batch_size} x seq_length {training.seq_length}" + (f" / cp {cfg.cp}" if cfg.cp > 1 else "")
+    if tokens % FP8_TOKENS:
+        return "micro_batch_size", (f"an fp8 GEMM's tokens per micro-batch ({shown} = {tokens}) must be a multiple of "
+                                    f"{FP8_TOKENS} for {who}")
+    if cfg.zero != 3 and cfg.sequence_parallel and t > 1 and (tokens % t or (tokens // t) % FP8_TOKENS_TE_LOCAL):
+        return "sequence_parallel", (f"with sequence parallelism a column-parallel layer's fp8 input holds "
+                                     f"{tokens / t:g} tokens ({shown} / tp {t}), not a multiple of "
+                                     f"{FP8_TOKENS_TE_LOCAL} (Transformer Engine assert_dim_for_fp8_exec)")
+    return None
+
+
 def dp_shard_problem(cfg: ParallelConfig) -> str | None:
     """Why cfg.dp_shard is illegal (None if it is fine): HSDP needs ZeRO-3 and a shard group that divides dp and lies
     strictly between 1 and dp (dp_shard = dp is plain FSDP, written 0)."""

@@ -103,7 +103,7 @@ def config_from_args(args, spec) -> ParallelConfig:
     if gbs % (args.dp * args.mbs):
         raise SpecError(None, "--mbs", f"dp*mbs = {args.dp * args.mbs} does not divide the global batch {gbs}")
     m = gbs // (args.dp * args.mbs)
-    schedule, vpp = schedule_and_vpp(args.schedule, args.vpp)
+    schedule, vpp = schedule_and_vpp(args.schedule, args.vpp, args.pp)
     if args.sp and args.tp == 1:
         raise SpecError(None, "--sp", "sequence parallel needs --tp > 1 (it splits the tensor-parallel group's work)")
     cfg = ParallelConfig(args.tp, args.pp, args.dp, args.mbs, m, schedule, vpp, args.recompute, args.zero,
@@ -124,16 +124,24 @@ def config_from_args(args, spec) -> ParallelConfig:
     return cfg
 
 
-def schedule_and_vpp(schedule: str | None, vpp: int | None) -> tuple[str, int]:
-    """--schedule and --vpp together: a flag is implied or refused, never dropped. --vpp N > 1 alone means
-    interleaved; interleaved alone means v = 2; V-shapes run exactly 2 chunks; the others one."""
+def schedule_and_vpp(schedule: str | None, vpp: int | None, pp: int | None = None) -> tuple[str, int]:
+    """--schedule and --vpp together (and --pp when given): a flag is implied or refused, never dropped. --vpp N > 1
+    alone means interleaved; interleaved alone means v = 2, and needs pp > 1; V-shapes run exactly 2 chunks; the
+    others one."""
     if vpp is not None and vpp < 1:
         raise SpecError(None, "--vpp", f"must be a positive integer, got {vpp}")
+    given = schedule
     if schedule is None:
         schedule = "interleaved" if vpp is not None and vpp > 1 else "1f1b"
     if schedule == "interleaved":
         if vpp == 1:
             raise SpecError(None, "--vpp", "interleaved needs at least 2 virtual stages (--vpp 1 is --schedule 1f1b)")
+        if pp == 1:
+            # Megatron-Core parallel_state.initialize_model_parallel raises it for any virtual pipeline size
+            flag = "--schedule" if given == "interleaved" else "--vpp"
+            raise SpecError(None, flag, f"{'interleaved' if flag == '--schedule' else f'--vpp {vpp}'} with --pp 1: "
+                            "model chunks interleave over pipeline stages (Megatron-Core: 'pipeline-model-parallel "
+                            "size should be greater than 1 with interleaved schedule'); use --pp > 1 or drop it")
         return schedule, vpp or 2
     if schedule in V_SHAPES:
         if vpp not in (None, 2):

@@ -86,6 +86,43 @@ def load_balance_refusal(seq_length: int, cp: int) -> str | None:
     return None
 
 
+def node_fit_refusal(gpus_per_node: int, cp: int) -> str | None:
+    """The placement's rule on cp alone: some tp (a divisor of the node) makes tp x cp part of a node or whole
+    nodes (docs/ARCHITECTURE.md, the mapping model)."""
+    gpn = gpus_per_node
+    if cp > 1 and not any(gpn % (t * cp) == 0 or (t * cp) % gpn == 0 for t in range(1, gpn + 1) if gpn % t == 0):
+        return f"cp={cp}: no tp makes tp x cp part of a node or whole nodes of {gpn} GPUs (docs/ARCHITECTURE.md)"
+    return None
+
+
+def auto_context_parallel(seq_length: int, gpus_per_node: int, num_gpus: int) -> tuple[int, ...]:
+    """search.context_parallel auto's degrees above 1: the powers of two 2 .. num_gpus (Megatron-Core / NeMo recipes
+    use powers of two) that pass the rules on cp alone, the node fit and causal load balancing (2 * cp divides
+    seq_length)."""
+    out, c = [], 2
+    while c <= num_gpus:
+        if not node_fit_refusal(gpus_per_node, c) and not load_balance_refusal(seq_length, c):
+            out.append(c)
+        c *= 2
+    return tuple(out)
+
+
+def dropped_degrees(seq_length: int, gpus_per_node: int, degrees) -> str:
+    """The degrees > 1 of a search.context_parallel list that the rules on cp alone drop, in words ('' if none):
+    what the solution's note and the memory advice say when a list searched no cp > 1."""
+    bits = []
+    seq = [c for c in degrees
+           if c > 1 and not node_fit_refusal(gpus_per_node, c) and load_balance_refusal(seq_length, c)]
+    if seq:
+        bits.append(f"cp {', '.join(map(str, seq))} dropped: seq_length {seq_length} is not a multiple of 2 * cp "
+                    "(causal load balancing)")
+    node = [c for c in degrees if c > 1 and node_fit_refusal(gpus_per_node, c)]
+    if node:
+        bits.append(f"cp {', '.join(map(str, node))} dropped: no tp makes tp x cp part of a node or whole nodes of "
+                    f"{gpus_per_node} GPUs")
+    return "; ".join(bits)
+
+
 def cp_refusal(spec, cfg: ParallelConfig) -> str | None:
     """Why the plan's framework (Megatron-Core for ZeRO 0-2, torchtitan for ZeRO-3) or the planner's placement cannot
     run this cp, or None."""

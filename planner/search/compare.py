@@ -4,8 +4,9 @@ iteration, and the part the mapping decides), wall time. The planner's rows run 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
-from planner.config import ParallelConfig
+from planner.config import ParallelConfig, fp8_shape_problem, sequence_parallel_problem
 from planner.costs import default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate, memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
@@ -13,10 +14,24 @@ from planner.mapping.anneal import anneal
 from planner.search.solve import solve
 
 
+def megatron_zero(spec) -> int | None:
+    """The ZeRO stage of the Megatron baseline: the lowest of the spec's search.zero that Megatron-Core runs (0, or 1
+    / 2 with training.fp8_param_gather, which needs the distributed optimizer); None when the spec asks for ZeRO-3
+    (torchtitan) only, which has no Megatron baseline."""
+    pg = getattr(spec.training, "fp8_param_gather", False)
+    stages = [z for z in spec.search.zero if z < 3 and not (z == 0 and pg)]
+    return min(stages) if stages else None
+
+
 def megatron_config(spec, costs, min_pp: int = 1) -> ParallelConfig | None:
     """Megatron-LM's rule of thumb: tp = GPUs per node (or the largest power-of-two divisor of the heads),
-    the smallest pp >= min_pp that fits, 1F1B, selective then full recompute; None when nothing fits."""
+    the smallest pp >= min_pp that fits, 1F1B, selective then full recompute, sequence parallel where it splits the
+    sequence, at the lowest ZeRO stage of the spec's list that Megatron runs (megatron_zero); None when nothing fits
+    or no stage is Megatron's."""
     cl, m = spec.cluster, spec.model
+    zero = megatron_zero(spec)
+    if zero is None:
+        return None
     tp = cl.gpus_per_node
     while tp > 1 and (m.num_attention_heads % tp or m.num_kv_heads % tp):
         tp //= 2
@@ -27,7 +42,11 @@ def megatron_config(spec, costs, min_pp: int = 1) -> ParallelConfig | None:
         if spec.training.global_batch_size % dp:
             continue
         for rc in ("selective", "full"):
-            cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "1f1b", 1, rc, 0, tp > 1)
+            cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "1f1b", 1, rc, zero, tp > 1)
+            if sequence_parallel_problem(spec.training, cfg):
+                cfg = replace(cfg, sequence_parallel=False)
+            if fp8_shape_problem(m, spec.training, cfg):
+                continue
             if max(x.total for x in stage_memory(spec, cfg, costs)) / GiB <= memory_limit_GiB(spec):
                 return cfg
     return None

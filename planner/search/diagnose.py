@@ -54,7 +54,8 @@ def _cp_rule(spec, tp: int) -> str | None:
     plans and the ZeRO-3 plans the search has), or None when one does (or cp = 1 is searched)."""
     from planner.config import ParallelConfig
     from planner.costs.context_parallel import cp_refusal
-    cps = spec.search.context_parallel
+    from planner.search.space import context_parallel_options
+    cps = context_parallel_options(spec)
     if 1 in cps:
         return None
     zeros = sorted({3 if z == 3 else 0 for z in spec.search.zero})

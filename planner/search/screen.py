@@ -62,12 +62,13 @@ def scenarios(spec, robust: str | None) -> list[np.ndarray]:
     return [cl.bandwidth]
 
 
-def feasible_configs(spec, costs: Costs, num_gpus: int | None = None, keep=None):
+def feasible_configs(spec, costs: Costs, num_gpus: int | None = None, keep=None, dropped: dict | None = None):
     """(fitting configs with their compute bound, count enumerated, the closest miss); with `keep` (a predicate on
-    ParallelConfig), of the configs it keeps only."""
+    ParallelConfig), of the configs it keeps only; `dropped` collects what the frameworks' rules drop
+    (space.enumerate_configs)."""
     limit = memory_limit_GiB(spec)
     fits, total, closest = [], 0, None
-    for cfg in enumerate_configs(spec, num_gpus):
+    for cfg in enumerate_configs(spec, num_gpus, dropped):
         if keep is not None and not keep(cfg):
             continue
         total += 1
@@ -87,7 +88,8 @@ def fitting_configs(spec, costs: Costs, num_gpus: int | None = None):
 
     With no valid config on every GPU (e.g. 14 nodes after failures) and no num_gpus given, the most
     whole nodes that have one are used: the mapping then also chooses which nodes stay idle."""
-    fits, total, closest = feasible_configs(spec, costs, num_gpus)
+    dropped: dict = {}
+    fits, total, closest = feasible_configs(spec, costs, num_gpus, dropped=dropped)
     if total == 0 and num_gpus is None:
         gpn = spec.cluster.gpus_per_node
         for k in range(spec.cluster.nodes - 1, 0, -1):
@@ -95,12 +97,14 @@ def fitting_configs(spec, costs: Costs, num_gpus: int | None = None):
             if total:
                 break
     if not fits:
-        raise InfeasibleError(_infeasible_message(spec, total, closest))
+        raise InfeasibleError(_infeasible_message(spec, total, closest, dropped, num_gpus))
     return fits, total
 
 
-def _infeasible_message(spec, total, closest) -> str:
+def _infeasible_message(spec, total, closest, dropped=None, num_gpus: int | None = None) -> str:
     limit = memory_limit_GiB(spec)
+    if total == 0 and dropped:
+        return dropped_message(spec, dropped, num_gpus)
     if total == 0:
         from planner.search.diagnose import why_no_config
         return why_no_config(spec)
@@ -110,18 +114,67 @@ def _infeasible_message(spec, total, closest) -> str:
             f"Try {memory_advice(spec, closest[1], largest_term(closest[2])[0])}.")
 
 
+# what the frameworks' rules that drop configurations ask of the spec (space.enumerate_configs' `dropped`), by field
+DROPPED_FIX = {
+    "search.zero": "add 0, 1 or 2 to search.zero (ZeRO-3 needs dp x cp > 1)",
+    "search.dp_shard": "add 0 (FSDP over all dp) to search.dp_shard, or a shard size that divides dp",
+    "search.sequence_parallel": "a tp that divides seq_length / cp, or false in search.sequence_parallel",
+    "training.precision": "a seq_length / micro-batch size whose tokens per GEMM are a multiple of 16, a model whose "
+                          "widths are, or precision bf16",
+}
+
+
+def dropped_message(spec, dropped: dict, num_gpus: int | None = None) -> str:
+    """Why a spec whose divisibility rules leave configurations has none to search: the frameworks' rules that
+    dropped them (space.enumerate_configs' `dropped`), each with its spec field, the first case and the fix."""
+    G = num_gpus or spec.cluster.num_gpus
+    lines = [f"no configuration to search for {G} GPUs: the divisibility rules leave some, but every one breaks a "
+             "framework rule:"]
+    for key, (n, why) in dropped.items():
+        lines.append(f"  {key} ({n} configuration(s) dropped), e.g. {why}. Fix: {DROPPED_FIX.get(key, key)}")
+    return "\n".join(lines)
+
+
 def memory_advice(spec, cfg, top: str) -> str:
     """What could still lower the closest miss's largest memory term: only knobs it does not already use. Model state
     (weights, gradients, optimizer) shrinks with more GPUs to shard it over or ZeRO; activations and logits with
-    recompute, a smaller micro-batch or a shorter sequence."""
+    recompute, context parallelism (when the search had no legal cp > 1), a smaller micro-batch or a shorter
+    sequence."""
     tips = ["more GPUs"]
     if cfg.dp * cfg.cp > 1 and cfg.zero < 3:
         tips.append("ZeRO" + ("" if 3 in spec.search.zero else " (search.zero: [.., 3])"))
     if top in ("activations", "logits", "transient", "correction"):
         if cfg.recompute != "full":
             tips.append("full recompute" + ("" if "full" in spec.search.recompute else " (search.recompute)"))
+        cp = context_parallel_tip(spec, cfg)
+        if cp:
+            tips.append(cp)
         tips.append("a smaller micro-batch" if cfg.micro_batch_size > 1 else "a shorter sequence")
     return tips[0] if len(tips) == 1 else ", ".join(tips[:-1]) + " or " + tips[-1]
+
+
+def context_parallel_tip(spec, cfg) -> str:
+    """Context parallelism as memory advice (activations and logits shrink by cp), when the search had no legal
+    cp > 1 to offer: the degrees auto would search, or why the spec's list searched none ('' when cp > 1 was
+    searched)."""
+    from planner.costs.context_parallel import (
+        auto_context_parallel,
+        dropped_degrees,
+        load_balance_refusal,
+        node_fit_refusal,
+    )
+    from planner.search.space import context_parallel_options
+    G, tr, gpn = cfg.num_gpus, spec.training, spec.cluster.gpus_per_node
+    if cfg.cp > 1 or any(1 < c <= G and not node_fit_refusal(gpn, c) and not load_balance_refusal(tr.seq_length, c)
+                         for c in context_parallel_options(spec, G)):
+        return ""
+    legal = auto_context_parallel(tr.seq_length, gpn, G)
+    listed = [c for c in (spec.search.context_parallel or ()) if c > 1]
+    if not legal:
+        return (f"context parallelism (search.context_parallel; seq_length {tr.seq_length} must be a multiple of "
+                "2 * cp)")
+    why = f"; {dropped_degrees(tr.seq_length, gpn, listed)}" if listed else ""
+    return (f"context parallelism (search.context_parallel: auto = [1, {', '.join(map(str, legal))}]{why})")
 
 
 def closest_miss(closest, limit: float) -> str:

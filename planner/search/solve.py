@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from planner import interrupt
-from planner.config import V_SHAPES, ParallelConfig
+from planner.config import V_SHAPES, ParallelConfig, fp8_shape_problem, sequence_parallel_problem
 from planner.costs import Costs, default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate
 from planner.errors import SpecError
@@ -157,5 +157,24 @@ def check_config(spec, cfg: ParallelConfig, idle_ok: bool = False) -> None:
                                        f"{spec.training.global_batch_size}")
     if cfg.cp > 1:
         check_cp(spec, cfg, "--cp")
+    if cfg.zero == 0 and getattr(spec.training, "fp8_param_gather", False):
+        raise SpecError(None, "--zero", "0: training.fp8_param_gather needs Megatron-Core's distributed optimizer, "
+                        "ZeRO 1 or 2 (Megatron-LM megatron/training/arguments.py: '--fp8-param-gather only supported "
+                        "with distributed optimizer, torch fsdp2, megatron fsdp, or inference mode')")
+    why = sequence_parallel_problem(spec.training, cfg)
+    if why:
+        raise SpecError(None, "--sp", why)
+    bad = fp8_shape_problem(m, spec.training, cfg)
+    if bad:
+        flag = {"tp": "--tp", "micro_batch_size": "--mbs", "sequence_parallel": "--sp"}[bad[0]]
+        raise SpecError(None, flag, bad[1])
+    gpn = cl.gpus_per_node
+    if cfg.zero == 3 and cfg.dp_shard and (gpn % cfg.dp_shard or not layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpn,
+                                                                             cfg.dp_shard)):
+        # the rule search.dp_shard states (spec.plan._dp_shard, search.space.shard_sizes)
+        w = cfg.tp * cfg.cp
+        held = f" (at tp*cp = {w} a node holds at most {gpn // w} replica(s))" if not gpn % cfg.dp_shard else ""
+        raise SpecError(None, "--dp-shard", f"{cfg.dp_shard}: HSDP's shard group lies inside one node: shard-group "
+                        f"sizes > 1 that divide gpus_per_node={gpn}, on nodes that hold whole shard groups{held}")
     if not layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, cl.gpus_per_node, cfg.dp_shard):
         raise SpecError(None, "--tp/--pp/--dp", "the config does not tile whole nodes")

@@ -3,8 +3,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from planner.config import V_SHAPES, ParallelConfig, split_layers, torchtitan_problem
-from planner.costs.context_parallel import cp_refusal
+from planner.config import (
+    V_SHAPES,
+    ParallelConfig,
+    fp8_shape_problem,
+    sequence_parallel_problem,
+    split_layers,
+    torchtitan_problem,
+)
+from planner.costs.context_parallel import auto_context_parallel, cp_refusal
 from planner.mapping.problem import layouts
 
 
@@ -37,13 +44,37 @@ def unsearched_micro_batches(spec, num_gpus: int | None = None) -> list[int]:
     return sorted(out)
 
 
-def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelConfig]:
+def context_parallel_options(spec, num_gpus: int | None = None) -> tuple:
+    """search.context_parallel, or for auto (None): 1 and every power of two 2 .. GPUs that the spec allows
+    (context_parallel.auto_context_parallel: 2 * cp divides seq_length, some tp makes tp x cp part of a node or whole
+    nodes), the degrees Megatron-Core / NeMo recipes use. The configurations' own rules (heads, exchange mode,
+    framework) are cp_refusal's, per configuration."""
+    cps = spec.search.context_parallel
+    if cps is not None:
+        return cps
+    return (1,) + auto_context_parallel(spec.training.seq_length, spec.cluster.gpus_per_node,
+                                        num_gpus or spec.cluster.num_gpus)
+
+
+def _drop(dropped, field: str, why: str) -> None:
+    """Record why a configuration the divisibility rules allow is not searched (enumerate_configs' `dropped`): the
+    spec field to change, how many configurations, the first reason in words."""
+    if dropped is not None:
+        n, first = dropped.get(field, (0, why))
+        dropped[field] = (n + 1, first)
+
+
+def enumerate_configs(spec, num_gpus: int | None = None, dropped: dict | None = None) -> Iterator[ParallelConfig]:
     """Every (tp, cp, pp, dp, mbs, schedule, vpp, recompute, zero, sp) that satisfies the divisibility rules.
 
     tp stays inside a node and divides heads and kv heads; so does the tp x cp group (search.context_parallel;
     Megatron-Core's rules in context_parallel.cp_refusal); the layers split over pp (by 2pp for V-shapes,
     pp*v for interleaved) evenly or, for Megatron-Core's schedules, with the uneven first / last stages of
-    `uneven_splits`; dp*mbs divides the global batch; all GPUs are used and tile whole nodes.
+    `uneven_splits`; dp*mbs divides the global batch; all GPUs are used and tile whole nodes. The frameworks' own
+    rules drop more: ZeRO-3 needs dp x cp > 1 and an HSDP shard size of search.dp_shard that fits; fp8_param_gather
+    needs the distributed optimizer (ZeRO 1 / 2); sequence parallelism needs tp | seq_length / cp; fp8 GEMMs need
+    Transformer Engine's / torchao's shapes (config.fp8_shape_problem). `dropped` (a dict), when given, collects
+    {spec field: (configurations dropped, the first reason)} for those, so that an empty space can say why.
     """
     model, cl, s = spec.model, spec.cluster, spec.search
     G = num_gpus or cl.num_gpus
@@ -51,16 +82,34 @@ def enumerate_configs(spec, num_gpus: int | None = None) -> Iterator[ParallelCon
     for tp in tps:
         if cl.gpus_per_node % tp or model.num_attention_heads % tp or model.num_kv_heads % tp or G % tp:
             continue
-        for cp in s.context_parallel:
+        for cp in context_parallel_options(spec, G):
             # the exchange mode is legal for Megatron-Core's plans or torchtitan's (ZeRO-3): refused only if for both
             if G % (tp * cp) or (cp > 1 and cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, cp=cp))
                                  and cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, zero=3, cp=cp))):
                 continue
-            yield from _configs(spec, G, tp, cp)
+            yield from _configs(spec, G, tp, cp, dropped)
 
 
-def _configs(spec, G: int, tp: int, cp: int) -> Iterator[ParallelConfig]:
-    model, cl, s = spec.model, spec.cluster, spec.search
+def zero_options(spec, dp: int, cp: int) -> tuple:
+    """The ZeRO stages of search.zero to enumerate for dp x cp replicas (ZeRO shards over Megatron-Core's
+    data-parallel-with-context-parallel group). With fp8_param_gather ZeRO-0 is out: Megatron-LM
+    megatron/training/arguments.py asserts '--fp8-param-gather only supported with distributed optimizer, torch fsdp2,
+    megatron fsdp, or inference mode'. With dp x cp = 1 the stages 0-2 are one plan, run as ZeRO-0 (the smallest
+    of 1 / 2 with fp8_param_gather, which needs the distributed optimizer even on one rank), and ZeRO-3 has nothing to
+    shard: torchtitan would run it without FSDP, with mixed precision off under TP or PP (export's torchtitan
+    refusal), so it is not searched; a search.zero of [3] alone has no configuration there."""
+    pg = getattr(spec.training, "fp8_param_gather", False)
+    zs = tuple(z for z in spec.search.zero if not (z == 0 and pg))
+    if dp * cp > 1:
+        return zs
+    lower = [z for z in zs if z < 3]
+    if not lower:
+        return ()
+    return (min(lower),) if pg else (0,)
+
+
+def _configs(spec, G: int, tp: int, cp: int, dropped=None) -> Iterator[ParallelConfig]:
+    model, cl, s, tr = spec.model, spec.cluster, spec.search, spec.training
     w = tp * cp                    # GPUs of one replica of a stage: the block width
     # Megatron-Core's plans (ZeRO 0-2) run this cp by cp_refusal's rules (e.g. allgather is torchtitan's, ZeRO-3 only);
     # they do not depend on dp or on which of ZeRO 0-2
@@ -69,28 +118,46 @@ def _configs(spec, G: int, tp: int, cp: int) -> Iterator[ParallelConfig]:
         if model.num_layers % pp and not (s.uneven_stages and pp > 1):
             continue
         dp = G // (w * pp)
-        if spec.training.global_batch_size % dp:
+        if tr.global_batch_size % dp:
             continue
         lay = layouts(w, pp, dp, cl.gpus_per_node)
         if not lay or lay[0].blocks * lay[0].span > cl.nodes:
             continue
+        zeros = zero_options(spec, dp, cp)
+        if not zeros:
+            _drop(dropped, "search.zero", f"tp={tp} pp={pp} dp={dp}" + (f" cp={cp}" if cp > 1 else "") +
+                  ": search.zero has only 3, and ZeRO-3 (torchtitan's FSDP) needs dp x cp > 1: with one "
+                  "data-parallel rank there is nothing to shard, and without FSDP torchtitan turns mixed precision "
+                  "off under TP or PP (torchtitan/distributed/utils.py maybe_enable_amp)")
+            continue
         for mbs in micro_batch_options(spec, dp):
-            m = spec.training.global_batch_size // (dp * mbs)
+            m = tr.global_batch_size // (dp * mbs)
             for sched, v, split in _schedules(spec, pp, m):
                 for rc in s.recompute:
-                    # ZeRO shards over the data-parallel-with-context-parallel group (Megatron-Core)
-                    for z in (s.zero if dp * cp > 1 else (0,)):
-                        if z == 3 and (dp * cp == 1 or (cp > 1 and cp_refusal(spec, ParallelConfig(
-                                tp, 1, dp, 1, 1, zero=3, cp=cp)))):
+                    for z in zeros:
+                        if z == 3 and cp > 1 and cp_refusal(spec, ParallelConfig(tp, 1, dp, 1, 1, zero=3, cp=cp)):
                             continue      # ZeRO-3 is torchtitan's FSDP: over dp x cp, PyTorch's CP exchange
                         if z != 3 and not megatron_cp:
                             continue      # e.g. allgather is torchtitan's (ZeRO-3): no Megatron-Core plan runs it
+                        shards = shard_sizes(spec, tp, pp, dp) if z == 3 and cp == 1 else [0]
+                        if not shards:
+                            _drop(dropped, "search.dp_shard", f"tp={tp} pp={pp} dp={dp}: no size in search.dp_shard "
+                                  f"{list(s.dp_shard)} is 0 or an HSDP shard group 1 < k < dp dividing dp={dp} "
+                                  "whose group lies inside one node")
                         for sp in (s.sequence_parallel if tp > 1 else (False,)):
-                            for shard in (shard_sizes(spec, tp, pp, dp) if z == 3 and cp == 1 else (0,)):
+                            for shard in shards:
                                 cfg = ParallelConfig(tp, pp, dp, mbs, m, sched, v, rc, z, sp, *split, cp=cp,
                                                      dp_shard=shard)
                                 if z == 3 and torchtitan_problem(cfg):
                                     continue      # ZeRO-3 plans are torchtitan's: its schedules, splits and SP
+                                why = sequence_parallel_problem(tr, cfg)
+                                if why:
+                                    _drop(dropped, "search.sequence_parallel", f"{cfg.label()}: {why}")
+                                    continue
+                                bad = fp8_shape_problem(model, tr, cfg)
+                                if bad:
+                                    _drop(dropped, "training.precision", f"{cfg.label()}: {bad[1]}")
+                                    continue
                                 yield cfg
 
 

@@ -101,7 +101,7 @@ def _peak(spec, cfg, costs: Costs) -> float:
 
 
 def best_of_other_family(spec, best: Candidate, cands: list[Candidate], costs: Costs, other, name: str,
-                         all_fits=None) -> str:
+                         all_fits=None, why_none: str = "") -> str:
     """The best plan the search saw among configs with other(cfg) true, against the chosen one: its mapped candidates,
     and the fitting configs it pruned by their bounds (never mapped) at their rank-order mapping, since a mapped few
     alone can mislead (a pruned config may be close behind the chosen plan); when none fits, the closest miss.
@@ -113,7 +113,8 @@ def best_of_other_family(spec, best: Candidate, cands: list[Candidate], costs: C
         fits, total, closest = feasible_configs(spec, costs, best.cfg.num_gpus, keep=other)
     if not fits:
         if closest is None:
-            return f"no {name} plan in the search" if not total else f"no {name} plan fits in memory"
+            return (f"no {name} plan in the search" + (f" ({why_none})" if why_none else "") if not total
+                    else f"no {name} plan fits in memory")
         return f"no {name} plan fits in memory: the closest, {closest_miss(closest, memory_limit_GiB(spec))}"
     found = [(c.result.objective, c.cfg) for c in cands if other(c.cfg)]
     mapped = {cfg for _, cfg in found}
@@ -157,13 +158,20 @@ def fsdp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs,
 def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs, fits=None) -> str:
     """With cp = 1 and cp > 1 in the search: the best plan on the other side of cp = 1 against the chosen one, or why
     none is (the closest miss of memory)."""
-    degrees = spec.search.context_parallel
+    from planner.costs.context_parallel import dropped_degrees
+    from planner.search.space import context_parallel_options
+    tr, gpn = spec.training, spec.cluster.gpus_per_node
+    degrees = context_parallel_options(spec, best.cfg.num_gpus)
+    if spec.search.context_parallel is None and degrees == (1,) and best.cfg.num_gpus > 1:
+        return (f"search.context_parallel auto searched cp = 1 only: seq_length {tr.seq_length} is not a multiple of "
+                "2 * cp for any cp > 1 (causal load balancing)")
     if 1 not in degrees or len(degrees) == 1:
         return ""
     mine = best.cfg.cp > 1
     head = f"cp = {best.cfg.cp} chosen ({best.result.objective:.4f} s, {_peak(spec, best.cfg, costs):.1f} GiB)"
     other = "cp = 1" if mine else "cp > 1"
-    return f"{head}; " + best_of_other_family(spec, best, cands, costs, lambda c: (c.cp > 1) != mine, other, fits)
+    return f"{head}; " + best_of_other_family(spec, best, cands, costs, lambda c: (c.cp > 1) != mine, other, fits,
+                                              why_none=dropped_degrees(tr.seq_length, gpn, degrees))
 
 
 def idle_gpus_note(spec, cfg) -> str:
@@ -179,6 +187,16 @@ def idle_gpus_note(spec, cfg) -> str:
     idle = (cl.num_gpus - cfg.num_gpus) // cl.gpus_per_node
     return (f"uses {cfg.num_gpus} of the cluster's {cl.num_gpus} GPUs, {idle} node(s) idle: no configuration in the "
             f"search space uses every GPU{hint}")
+
+
+def fp8_param_gather_note(spec, cfg) -> str:
+    """A ZeRO-3 plan (torchtitan's torchao Float8) chosen from a spec with training.fp8_param_gather: the key is
+    Transformer Engine's (Megatron-Core's distributed optimizer) and the plan is costed without it."""
+    if cfg.zero != 3 or not getattr(spec.training, "fp8_param_gather", False):
+        return ""
+    return ("training.fp8_param_gather does not apply to this ZeRO-3 plan (torchtitan, torchao Float8) and is not "
+            "costed: its fp8 all-gather is training.fsdp_float8_all_gather" +
+            ("" if getattr(spec.training, "fsdp_float8_all_gather", False) else ", off in this spec"))
 
 
 def micro_batch_note(spec, num_gpus: int) -> str:
@@ -205,7 +223,8 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     rec.mapping_objective = best.result.objective - p0.const
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
     for why in (fsdp_comparison(spec, best, cands, costs, fits), cp_comparison(spec, best, cands, costs, fits),
-                micro_batch_note(spec, best.cfg.num_gpus), idle_gpus_note(spec, best.cfg)):
+                micro_batch_note(spec, best.cfg.num_gpus), idle_gpus_note(spec, best.cfg),
+                fp8_param_gather_note(spec, best.cfg)):
         if why and why not in rec.note:
             rec.note = ((rec.note + "; ") if rec.note else "") + why
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)

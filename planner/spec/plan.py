@@ -145,7 +145,10 @@ class TrainingSpec:
     --fp8-param-gather; Megatron-Bridge's FP8 current-scaling recipe sets it): per weight 1 fp8 byte in the
     distributed optimizer's param buffer and its 1-byte transpose, instead of the bf16 weight plus TE's cached fp8
     copy and transpose (costs/memory.py fp8_weight_copy_bytes). The fp32 main weights and gradients are as without it.
-    Memory only: the all-gather time still counts 16-bit parameters."""
+    Memory only: the all-gather time still counts 16-bit parameters. It needs the distributed optimizer (Megatron-LM
+    asserts '--fp8-param-gather only supported with distributed optimizer, ...'): ZeRO-0 configurations are not
+    searched, and search.zero must hold 1 or 2. ZeRO-3 plans (torchtitan's torchao Float8) are costed without it (their
+    fp8 all-gather is fsdp_float8_all_gather); with search.zero [3] alone it is refused."""
     compile_loss: bool = True
     """ZeRO-3 plans (torchtitan's) with kernels fused: the loss F.cross_entropy(pred.float()) is torch.compile'd with
     the model, as torchtitan does since Feb 2025 (pytorch/torchtitan d1f62be7, bbb1b616; `[compile] components` with
@@ -194,9 +197,13 @@ class SearchSpec:
     """Uneven first / last pipeline stages to try (Megatron-Core --decoder-first/last-pipeline-num-layers): how
     many layers per model chunk the first and the last stage may hold fewer than a middle stage (search.space
     uneven_splits). `auto` = (0, 1, 2); `none` = () (even splits only)."""
-    context_parallel: tuple = (1,)
-    """Context-parallel degrees to try (Megatron-Core --context-parallel-size); the tp * cp group stays inside a node.
-    Default (1,): no context parallelism, the search space of specs written before it existed."""
+    context_parallel: tuple | None = (1,)
+    """Context-parallel degrees to try (Megatron-Core --context-parallel-size); the tp * cp group fills part of a node
+    or whole nodes. Default (1,): no context parallelism, the search space of specs written before it existed.
+    None (`auto` in a file): 1 and every power of two from 2 up to the GPU count (the degrees Megatron-Core / NeMo
+    recipes use) that is legal for the spec: 2 * cp divides seq_length (causal load balancing) and some tp makes
+    tp * cp part of a node or whole nodes (search.space.context_parallel_options, resolved against the GPUs a search
+    runs on); each configuration's own rules (heads for all_to_all, the exchange's framework) still apply."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,6 +321,19 @@ def parse_spec(data, file: str | None = None) -> Spec:
         raise SpecError(file, "training.fp8_recipe", "delayed is Transformer Engine's (Megatron-Core); search.zero "
                         "has only 3, whose plans are torchtitan's (torchao Float8, tensorwise scaling): use "
                         "tensorwise, or add 0, 1 or 2 to search.zero")
+    if training.fp8_param_gather and set(search.zero) == {3}:
+        # the mirror of fp8_recipe delayed: --fp8-param-gather is Transformer Engine's fp8 weights in Megatron-Core's
+        # distributed optimizer; ZeRO-3 plans are torchtitan's (torchao Float8), whose fp8 all-gather is its own key
+        raise SpecError(file, "training.fp8_param_gather", "is Transformer Engine's fp8 weights in Megatron-Core's "
+                        "distributed optimizer (--fp8-param-gather); search.zero has only 3, whose plans are "
+                        "torchtitan's (torchao Float8): use training.fsdp_float8_all_gather for fp8 all-gathers, or "
+                        "add 1 or 2 to search.zero")
+    if training.fp8_param_gather and not {1, 2} & set(search.zero):
+        raise SpecError(file, "training.fp8_param_gather", f"needs Megatron-Core's distributed optimizer, ZeRO 1 or 2 "
+                        f"(Megatron-LM megatron/training/arguments.py: '--fp8-param-gather only supported with "
+                        f"distributed optimizer, torch fsdp2, megatron fsdp, or inference mode'); search.zero has "
+                        f"{list(search.zero)} (add 1 or 2; ZeRO-3 plans are torchtitan's, which use "
+                        "training.fsdp_float8_all_gather instead)")
     if search.dp_shard != (0,) and 3 not in search.zero:
         raise SpecError(file, "search.dp_shard", "sets HSDP shard groups, which need 3 in search.zero")
     raw = {"name": name, "model": mdata, "cluster": cdata, "training": data.get("training"),
@@ -326,24 +346,30 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
     """Rules on search.context_parallel that do not depend on the rest of the configuration (Megatron-LM @ d98e8a64,
     megatron/training/arguments.py: 'seq-length should be a multiple of 2 * context-parallel-size'; context
     parallelism runs inside Transformer Engine's fused attention, so the unfused path has none)."""
-    from planner.costs.context_parallel import load_balance_refusal
-    cps = [c for c in search.context_parallel if c > 1]
+    from planner.costs.context_parallel import auto_context_parallel, load_balance_refusal, node_fit_refusal
+    auto = search.context_parallel is None
+    if auto:       # what the search will try on the whole cluster (search.space.context_parallel_options)
+        cps = list(auto_context_parallel(training.seq_length, cluster.gpus_per_node, cluster.num_gpus))
+    else:
+        cps = [c for c in search.context_parallel if c > 1]
     if not cps:
         return
     gpn = cluster.gpus_per_node
     why = {}
     for c in cps:
-        if not any(gpn % (t * c) == 0 or (t * c) % gpn == 0 for t in range(1, gpn + 1) if gpn % t == 0):
-            why[c] = f"cp={c}: no tp makes tp x cp part of a node or whole nodes of {gpn} GPUs (docs/ARCHITECTURE.md)"
+        if node_fit_refusal(gpn, c):
+            why[c] = node_fit_refusal(gpn, c)
         elif load_balance_refusal(training.seq_length, c):
             why[c] = f"cp={c}: training.{load_balance_refusal(training.seq_length, c)}"
     # a list with some legal value is searched over those (the search skips the others, context_parallel.cp_refusal,
     # and `estimate` explains each); only a list with none is refused
-    if why and len(why) == len(cps) and 1 not in search.context_parallel:
+    if why and len(why) == len(cps) and 1 not in (search.context_parallel or (1,)):
         raise SpecError(file, "search.context_parallel", "; ".join(why.values()))
     cps = [c for c in cps if c not in why]
     if not cps:
         return
+    if auto:       # the rules below name the list; auto's is the spec's legal degrees
+        cps = f"auto, i.e. {cps}"
     if training.attention != "fused":
         raise SpecError(file, "search.context_parallel", f"has {cps}; context parallelism runs inside a fused "
                         "attention kernel (Transformer Engine), not with training.attention: unfused")
@@ -507,7 +533,8 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
         memory_margin=f.float("memory_margin", DEFAULT, positive=False, min_value=0.0, max_value=0.9),
         top_k=f.int("top_k", DEFAULT),
         uneven_stages=_uneven_stages(f),
-        context_parallel=_pos_ints(f, "context_parallel") or DEFAULT,
+        context_parallel=None if f.raw("context_parallel", None) == "auto" else (
+            _pos_ints(f, "context_parallel") or DEFAULT),
         dp_shard=_dp_shard(f, cluster),
     )
     # checked against the cluster here, not in Spec: a sweep validates one search block per cluster it lists
