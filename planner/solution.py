@@ -107,7 +107,8 @@ class Solution:
             "precision": self.spec.training.precision,
             # fp32 gradient buffer and reduction (the memory and the DP time assume it); absent: 16-bit, as before
             **({"grad_reduce_in_fp32": True} if self.spec.training.grad_reduce_in_fp32 else {}),
-            **({"fp8_param_gather": True} if self.spec.training.fp8_param_gather else {}),
+            # Transformer Engine's key: not a ZeRO-3 (torchao) plan's, which is costed without it
+            **({"fp8_param_gather": True} if self.spec.training.fp8_param_gather and self.config.zero != 3 else {}),
             # current scaling (export's --fp8-recipe); delayed, the default: absent, as before
             **({"fp8_recipe": self.spec.training.fp8_recipe}
                if self.spec.training.precision == "fp8" and self.spec.training.fp8_recipe != "delayed" else {}),

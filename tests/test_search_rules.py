@@ -241,3 +241,25 @@ def test_dp_shard_larger_than_a_node_names_the_flag(tmp_path):
     rc, _, err = _run(["estimate", str(path), "--tp", "1", "--pp", "1", "--dp", "32", "--mbs", "1", "--zero", "3",
                        "--dp-shard", "16"])
     assert rc == 2 and "--dp-shard" in err and "tile whole nodes" not in err
+
+
+def test_a_zero3_solution_does_not_record_fp8_param_gather_and_zero2_says_it_has_no_export():
+    """The solution file carries TE's fp8_param_gather only for the plans costed with it (not ZeRO-3's); a ZeRO-2
+    plan over tp > 1 says that no export format runs it (Megatron-LM has no ZeRO-2, DeepSpeed no tp)."""
+    from planner.search.solve import estimate_plan
+    from planner.search.summary import zero2_note
+    from planner.solution import Solution, SolverRecord
+    s = spec(nodes=2, precision="fp8", fp8_recipe="tensorwise", fp8_param_gather=True, search={"zero": [1, 3]})
+
+    def record(c):
+        est, lay, assign, prob = estimate_plan(s, c)
+        rec = SolverRecord("auto", "FEASIBLE", est.iteration_s, est.iteration_s, 0.0, 1, 0, 0, 1, 0)
+        return Solution(s, c, lay, assign, prob.nodes, est, rec).as_dict()
+
+    assert "fp8_param_gather" not in record(cfg_of(s, 2, 1, 8, zero=3, sequence_parallel=True))
+    assert record(cfg_of(s, 2, 1, 8, zero=1, sequence_parallel=True))["fp8_param_gather"] is True
+    b = spec(nodes=2, search={"zero": [1, 2]})
+    assert "no `planner export` format runs" in zero2_note(b, cfg_of(b, 2, 1, 8, zero=2, sequence_parallel=True))
+    assert "config.tp" in zero2_note(b, cfg_of(b, 2, 1, 8, zero=2, sequence_parallel=True))
+    assert not zero2_note(b, cfg_of(b, 1, 1, 16, zero=2))          # DeepSpeed's ZeRO stage 2 runs it
+    assert not zero2_note(b, cfg_of(b, 2, 1, 8, zero=1, sequence_parallel=True))

@@ -199,6 +199,20 @@ def fp8_param_gather_note(spec, cfg) -> str:
             ("" if getattr(spec.training, "fsdp_float8_all_gather", False) else ", off in this spec"))
 
 
+def zero2_note(spec, cfg) -> str:
+    """A ZeRO-2 plan no export runs: Megatron-LM has no ZeRO-2 (its distributed optimizer keeps the whole gradient
+    buffer) and DeepSpeed's config takes ZeRO-2 only over plain data parallelism (export._deepspeed_limits)."""
+    if cfg.zero != 2:
+        return ""
+    from planner.export import _deepspeed_limits
+    why = _deepspeed_limits(cfg, spec.training.precision)
+    if why is None:
+        return ""
+    return (f"ZeRO-2 plan that no `planner export` format runs: Megatron-LM has no ZeRO-2 (its distributed optimizer "
+            f"keeps the whole gradient buffer) and DeepSpeed cannot run it ({why[0]} {why[1].split(':')[0]}); "
+            "search.zero [1] or [3] gives plans that export")
+
+
 def micro_batch_note(spec, num_gpus: int) -> str:
     """Where the default micro-batch sizes (powers of two) leave out sizes the batch divides into on the plan's
     num_gpus: the optimum and its proof are over the searched sizes only."""
@@ -224,7 +238,7 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
     for why in (fsdp_comparison(spec, best, cands, costs, fits), cp_comparison(spec, best, cands, costs, fits),
                 micro_batch_note(spec, best.cfg.num_gpus), idle_gpus_note(spec, best.cfg),
-                fp8_param_gather_note(spec, best.cfg)):
+                fp8_param_gather_note(spec, best.cfg), zero2_note(spec, best.cfg)):
         if why and why not in rec.note:
             rec.note = ((rec.note + "; ") if rec.note else "") + why
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)
