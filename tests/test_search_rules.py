@@ -198,6 +198,11 @@ def test_interleaved_with_pp_1_is_refused():
     with pytest.raises(SpecError, match="--schedule"):
         schedule_and_vpp("interleaved", None, 1)
     assert schedule_and_vpp("interleaved", 2, 2) == ("interleaved", 2)
+    from planner.config import V_SHAPES
+    for v in V_SHAPES:                    # a V folds two chunks per device over the pipeline: none with pp 1
+        with pytest.raises(SpecError, match="--schedule"):
+            schedule_and_vpp(v, None, 1)
+        assert schedule_and_vpp(v, None, 2) == (v, 2)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     rc, _, err = _run(["estimate", os.path.join(root, "specs", "gpt3-13b-a100-128.yaml"), "--tp", "8", "--pp", "1",
                        "--dp", "16", "--mbs", "1", "--vpp", "2"])

@@ -146,6 +146,9 @@ def schedule_and_vpp(schedule: str | None, vpp: int | None, pp: int | None = Non
     if schedule in V_SHAPES:
         if vpp not in (None, 2):
             raise SpecError(None, "--vpp", f"{schedule} runs exactly 2 chunks per device, got --vpp {vpp}")
+        if pp == 1:        # the V folds the model's two halves over the pipeline stages: none to fold over
+            raise SpecError(None, "--schedule", f"{schedule} with --pp 1: a V-shape places two model chunks per "
+                            "device along the pipeline; use --pp > 1 or --schedule 1f1b")
         return schedule, 2
     if vpp not in (None, 1):
         raise SpecError(None, "--vpp", f"--vpp {vpp} needs --schedule interleaved ({schedule} runs one chunk "
