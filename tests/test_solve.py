@@ -80,13 +80,21 @@ def test_cli_infeasible_exit_1(tmp_path):
     assert not (tmp_path / "s.yaml").exists()
 
 
-def test_cli_solve_writes_solution_and_export(tmp_path, make_spec):
+@pytest.fixture(scope="module")
+def cli_solved(tmp_path_factory):
+    """One `planner solve` run of a 128-GPU spec (16 nodes of 8 A100, heterogeneous links), shared by the solve /
+    export test and the replan test below: each used to solve a 128-GPU spec of its own (~4 s each)."""
+    out = tmp_path_factory.mktemp("cli-solve") / "sol.yaml"
+    r = _cli("solve", "specs/gpt3-13b-a100-het-128.yaml", "--time-limit", "20", "--out", str(out), "--json",
+             "--no-simulate")
+    return r, out
+
+
+def test_cli_solve_writes_solution_and_export(cli_solved):
     import json
 
     import yaml
-    out = tmp_path / "sol.yaml"
-    r = _cli("solve", "specs/gpt3-13b-a100-128.yaml", "--time-limit", "20", "--out", str(out), "--json",
-             "--no-simulate")
+    r, out = cli_solved
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     for k in ("tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp", "recompute", "zero",
@@ -103,28 +111,33 @@ def test_cli_solve_writes_solution_and_export(tmp_path, make_spec):
     assert r.stdout.count("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == 16
 
 
-def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path):
+def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path, cli_solved, capsys):
+    # the re-plans run in this process (main(), as `python -m planner` does): `planner solve` above and
+    # tests/test_cli_startup.py run the command as its own process
     import yaml
-    out = tmp_path / "sol.yaml"
-    r = _cli("solve", "specs/gpt3-13b-a100-het-128.yaml", "--time-limit", "3", "--out", str(out), "--no-simulate")
+
+    from planner.cli.main import main
+    r, out = cli_solved
     assert r.returncode == 0, r.stderr
-    r = _cli("replan", str(out), "--exclude-nodes", "3,7", "--time-limit", "3", "--out", str(tmp_path / "re.yaml"))
-    assert r.returncode == 0, r.stderr
+    rc = main(["replan", str(out), "--exclude-nodes", "3,7", "--time-limit", "3", "--out", str(tmp_path / "re.yaml")])
+    assert rc == 0, capsys.readouterr().err
     d = yaml.safe_load((tmp_path / "re.yaml").read_text())
     used = {w["node"] for w in d["mapping"]}
     assert not used & {3, 7} and used <= set(range(16))
     assert d["replan"]["excluded_nodes"] == [3, 7]
     assert d["simulated"] and set(d["replan"]["idle_nodes"]) == set(range(16)) - {3, 7} - used
     # a re-plan of the re-plan keeps the earlier exclusions
-    r = _cli("replan", str(tmp_path / "re.yaml"), "--exclude-nodes", "5", "--time-limit", "3",
-             "--out", str(tmp_path / "re2.yaml"))
-    assert r.returncode == 0, r.stderr
+    rc = main(["replan", str(tmp_path / "re.yaml"), "--exclude-nodes", "5", "--time-limit", "3",
+               "--out", str(tmp_path / "re2.yaml")])
+    assert rc == 0, capsys.readouterr().err
     d2 = yaml.safe_load((tmp_path / "re2.yaml").read_text())
     assert d2["replan"]["excluded_nodes"] == [3, 5, 7] and not {w["node"] for w in d2["mapping"]} & {3, 5, 7}
-    r = _cli("replan", str(out), "--exclude-nodes", "99")
-    assert r.returncode == 2 and "--exclude-nodes" in r.stderr
-    r = _cli("replan", str(out), "--exclude-nodes", "\u00b2")         # a superscript two: isdigit(), not int()
-    assert r.returncode == 2 and "--exclude-nodes" in r.stderr and "internal" not in r.stderr
+    capsys.readouterr()
+    assert main(["replan", str(out), "--exclude-nodes", "99"]) == 2
+    assert "--exclude-nodes" in capsys.readouterr().err
+    assert main(["replan", str(out), "--exclude-nodes", "\u00b2"]) == 2   # a superscript two: isdigit(), not int()
+    err = capsys.readouterr().err
+    assert "--exclude-nodes" in err and "internal" not in err
 
 
 def test_solve_simulates_and_records_agreement(make_spec):
