@@ -58,24 +58,34 @@ def _cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=cwd)
 
 
-def test_cli_bad_spec_exit_2_names_field(tmp_path):
+def _main(capsys, *args):
+    """The command in this process: main() is what `python -m planner` exits with (the command as a process of its
+    own: cli_solved below and tests/test_cli_startup.py); no interpreter start and imports (~1.5 s) per call."""
+    from planner.cli.main import main
+    capsys.readouterr()
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
+
+
+def test_cli_bad_spec_exit_2_names_field(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {name: m, num_layers: 4, hidden_size: 100, num_attention_heads: 3, vocab_size: 10}\n"
                    "cluster: {name: c, gpu: {type: X, memory_GiB: 8, peak_tflops: {bf16: 1}}, nodes: 1,"
                    " gpus_per_node: 1, network: {intra_node: {bandwidth_GBps: 1}, inter_node: {bandwidth_Gbps: 1}}}\n"
                    "training: {global_batch_size: 4, seq_length: 8}\n")
-    r = _cli("solve", str(bad))
+    r = _main(capsys, "solve", str(bad))
     assert r.returncode == 2
     assert "model.num_attention_heads" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_cli_infeasible_exit_1(tmp_path):
+def test_cli_infeasible_exit_1(tmp_path, capsys):
     p = tmp_path / "big.yaml"
     p.write_text("model: {name: m, num_layers: 8, hidden_size: 8192, num_attention_heads: 64, vocab_size: 50000}\n"
                  "cluster: {name: c, gpu: {type: X, memory_GiB: 8, peak_tflops: {bf16: 100}}, nodes: 1,"
                  " gpus_per_node: 2, network: {intra_node: {bandwidth_GBps: 100}, inter_node: {bandwidth_Gbps: 100}}}\n"
                  "training: {global_batch_size: 4, seq_length: 2048}\n")
-    r = _cli("solve", str(p), "--out", str(tmp_path / "s.yaml"))
+    r = _main(capsys, "solve", str(p), "--out", str(tmp_path / "s.yaml"))
     assert r.returncode == 1 and "memory" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "s.yaml").exists()
 
@@ -90,7 +100,7 @@ def cli_solved(tmp_path_factory):
     return r, out
 
 
-def test_cli_solve_writes_solution_and_export(cli_solved):
+def test_cli_solve_writes_solution_and_export(cli_solved, capsys):
     import json
 
     import yaml
@@ -105,39 +115,34 @@ def test_cli_solve_writes_solution_and_export(cli_solved):
     assert d["estimate"]["memory_GiB"]["peak"] > 0
     saved = yaml.safe_load(out.read_text())
     assert saved["config"] == d["config"] and len(saved["mapping"]) == 128
-    r = _cli("export", str(out), "--format", "torchrun")
+    r = _main(capsys, "export", str(out), "--format", "torchrun")
     assert r.returncode == 0 and r.stdout.count("torchrun") == 16
     # the memory estimate's fragmentation term was measured with expandable segments: launch with them
     assert r.stdout.count("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == 16
 
 
 def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path, cli_solved, capsys):
-    # the re-plans run in this process (main(), as `python -m planner` does): `planner solve` above and
-    # tests/test_cli_startup.py run the command as its own process
     import yaml
-
-    from planner.cli.main import main
     r, out = cli_solved
     assert r.returncode == 0, r.stderr
-    rc = main(["replan", str(out), "--exclude-nodes", "3,7", "--time-limit", "3", "--out", str(tmp_path / "re.yaml")])
-    assert rc == 0, capsys.readouterr().err
+    r = _main(capsys, "replan", str(out), "--exclude-nodes", "3,7", "--time-limit", "3",
+              "--out", str(tmp_path / "re.yaml"))
+    assert r.returncode == 0, r.stderr
     d = yaml.safe_load((tmp_path / "re.yaml").read_text())
     used = {w["node"] for w in d["mapping"]}
     assert not used & {3, 7} and used <= set(range(16))
     assert d["replan"]["excluded_nodes"] == [3, 7]
     assert d["simulated"] and set(d["replan"]["idle_nodes"]) == set(range(16)) - {3, 7} - used
     # a re-plan of the re-plan keeps the earlier exclusions
-    rc = main(["replan", str(tmp_path / "re.yaml"), "--exclude-nodes", "5", "--time-limit", "3",
-               "--out", str(tmp_path / "re2.yaml")])
-    assert rc == 0, capsys.readouterr().err
+    r = _main(capsys, "replan", str(tmp_path / "re.yaml"), "--exclude-nodes", "5", "--time-limit", "3",
+              "--out", str(tmp_path / "re2.yaml"))
+    assert r.returncode == 0, r.stderr
     d2 = yaml.safe_load((tmp_path / "re2.yaml").read_text())
     assert d2["replan"]["excluded_nodes"] == [3, 5, 7] and not {w["node"] for w in d2["mapping"]} & {3, 5, 7}
-    capsys.readouterr()
-    assert main(["replan", str(out), "--exclude-nodes", "99"]) == 2
-    assert "--exclude-nodes" in capsys.readouterr().err
-    assert main(["replan", str(out), "--exclude-nodes", "\u00b2"]) == 2   # a superscript two: isdigit(), not int()
-    err = capsys.readouterr().err
-    assert "--exclude-nodes" in err and "internal" not in err
+    r = _main(capsys, "replan", str(out), "--exclude-nodes", "99")
+    assert r.returncode == 2 and "--exclude-nodes" in r.stderr
+    r = _main(capsys, "replan", str(out), "--exclude-nodes", "\u00b2")   # a superscript two: isdigit(), not int()
+    assert r.returncode == 2 and "--exclude-nodes" in r.stderr and "internal" not in r.stderr
 
 
 def test_solve_simulates_and_records_agreement(make_spec):
