@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -92,11 +93,20 @@ def test_cli_infeasible_exit_1(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def cli_solved(tmp_path_factory):
-    """One `planner solve` run of a 128-GPU spec (16 nodes of 8 A100, heterogeneous links), shared by the solve /
-    export test and the replan test below: each used to solve a 128-GPU spec of its own (~4 s each)."""
-    out = tmp_path_factory.mktemp("cli-solve") / "sol.yaml"
-    r = _cli("solve", "specs/gpt3-13b-a100-het-128.yaml", "--time-limit", "20", "--out", str(out), "--json",
-             "--no-simulate")
+    """One `planner solve` run, a process of its own, shared by the solve / export test and the replan test below:
+    GPT-3 13B on 16 nodes of 8 A100 with heterogeneous links (specs/gpt3-13b-a100-het-128.yaml), its search space
+    narrowed to 1F1B / ZB-H1, selective recompute and ZeRO-1 so that the solve and the re-plans end by proof in a
+    second or two (the shipped space takes ~5 s to solve)."""
+    import yaml
+    tmp = tmp_path_factory.mktemp("cli-solve")
+    src = os.path.abspath("specs/gpt3-13b-a100-het-128.yaml")
+    raw = yaml.safe_load(open(src))
+    for k in ("model", "cluster"):
+        raw[k] = os.path.normpath(os.path.join(os.path.dirname(src), raw[k]))
+    raw["search"] = {"schedules": ["1f1b", "zb-h1"], "recompute": ["selective"], "zero": [1]}
+    spec, out = tmp / "gpt3-13b-het-128.yaml", tmp / "sol.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    r = _cli("solve", str(spec), "--time-limit", "20", "--out", str(out), "--json", "--no-simulate")
     return r, out
 
 
