@@ -68,8 +68,8 @@ def test_size_grid_is_increasing_and_distinct():
 def memo_heads():
     """size_grid shapes ~360 sizes and sweep._heads_for scans every multiple of 8 up to each hidden size it tries,
     the same few hundred sizes again and again: memoized here (a pure function of (h, rule)), the grid takes under
-    a second instead of ~5 s per call. The grid itself is checked unmemoized by
-    test_size_grid_is_increasing_and_distinct and tests/test_sweep.py."""
+    a second instead of ~5 s per call. The grid is checked unmemoized by test_size_grid_is_increasing_and_distinct,
+    the shapes by tests/test_sweep.py."""
     import functools
 
     import planner.batch.sweep as sweep
