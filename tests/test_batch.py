@@ -65,10 +65,26 @@ def test_resume_skips_done_cases_and_retries_errors(solved):
     assert third.rows[1]["status"] in ("OPTIMAL", "FEASIBLE")
 
 
-def test_workers_agree_with_in_process(solved):
-    tmp, sw, res = solved
-    one = run_batch(sw, str(tmp / "one"), workers=1, progress=False)
-    for a, b in zip(one.rows, res.rows, strict=True):
+@pytest.fixture(scope="module")
+def cli_one(tmp_path_factory):
+    """`planner batch --workers 1 --json --plots` on the same sweep, once: the CLI test's run, and the in-process
+    (one worker) rows that the worker pool's must agree with."""
+    import contextlib
+    import io
+    tmp = tmp_path_factory.mktemp("batch-cli")
+    path = write_sweep(tmp)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["batch", path, "--out", str(tmp / "res"), "--workers", "1", "--json", "--plots"])
+    return rc, buf.getvalue()
+
+
+def test_workers_agree_with_in_process(solved, cli_one):
+    _, _, res = solved
+    rc, out = cli_one
+    assert rc == 0
+    one = json.loads(out)
+    for a, b in zip(one["rows"], res.rows, strict=True):
         assert a["status"] == b["status"]
         if a["status"] == "OPTIMAL" and b["status"] == "OPTIMAL":
             assert a["iteration_s"] == pytest.approx(b["iteration_s"], rel=1e-9)
@@ -92,12 +108,10 @@ def test_unexpected_error_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatc
     assert all(r["status"] in ("OPTIMAL", "FEASIBLE") for r in res.rows if r["model"] == "m-small")
 
 
-def test_cli_json_and_plots(tmp_path, capsys):
-    path = write_sweep(tmp_path)
-    out = tmp_path / "res"
-    rc = main(["batch", path, "--out", str(out), "--workers", "1", "--json", "--plots"])
+def test_cli_json_and_plots(cli_one):
+    rc, out = cli_one
     assert rc == 0
-    d = json.loads(capsys.readouterr().out)
+    d = json.loads(out)
     assert d["cases"] == 6 and d["solved"] == 6
     assert len(d["rows"]) == 6 and d["csv"].endswith("mini.csv")
     # two GPU counts per model: cheapest and fastest are reported, fastest is never slower

@@ -291,6 +291,9 @@ def test_spec_solver_robust_key(tmp_path, capsys):
     for k in ("model", "cluster"):
         raw[k] = os.path.normpath(os.path.join(os.path.dirname(src), raw[k]))
     raw["solver"] = {"method": "anneal", "time_limit_s": 2, "seed": 0, "robust": "worst"}
+    # a small search space: the search ends by its work limit in about a second (the shipped space runs into the
+    # clock's safety stop); the robust key's path through spec, search and solution is the same
+    raw["search"] = {"schedules": ["1f1b"], "recompute": ["selective"], "zero": [0]}
     spec = tmp_path / "robust.yaml"
     spec.write_text(yaml.safe_dump(raw))
     out = tmp_path / "sol.yaml"

@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -58,35 +59,62 @@ def _cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=cwd)
 
 
-def test_cli_bad_spec_exit_2_names_field(tmp_path):
+def _main(capsys, *args):
+    """The command in this process: main() is what `python -m planner` exits with (the command as a process of its
+    own: cli_solved below and tests/test_cli_startup.py); no interpreter start and imports (~1.5 s) per call."""
+    from planner.cli.main import main
+    capsys.readouterr()
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, rc, out, err)
+
+
+def test_cli_bad_spec_exit_2_names_field(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {name: m, num_layers: 4, hidden_size: 100, num_attention_heads: 3, vocab_size: 10}\n"
                    "cluster: {name: c, gpu: {type: X, memory_GiB: 8, peak_tflops: {bf16: 1}}, nodes: 1,"
                    " gpus_per_node: 1, network: {intra_node: {bandwidth_GBps: 1}, inter_node: {bandwidth_Gbps: 1}}}\n"
                    "training: {global_batch_size: 4, seq_length: 8}\n")
-    r = _cli("solve", str(bad))
+    r = _main(capsys, "solve", str(bad))
     assert r.returncode == 2
     assert "model.num_attention_heads" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_cli_infeasible_exit_1(tmp_path):
+def test_cli_infeasible_exit_1(tmp_path, capsys):
     p = tmp_path / "big.yaml"
     p.write_text("model: {name: m, num_layers: 8, hidden_size: 8192, num_attention_heads: 64, vocab_size: 50000}\n"
                  "cluster: {name: c, gpu: {type: X, memory_GiB: 8, peak_tflops: {bf16: 100}}, nodes: 1,"
                  " gpus_per_node: 2, network: {intra_node: {bandwidth_GBps: 100}, inter_node: {bandwidth_Gbps: 100}}}\n"
                  "training: {global_batch_size: 4, seq_length: 2048}\n")
-    r = _cli("solve", str(p), "--out", str(tmp_path / "s.yaml"))
+    r = _main(capsys, "solve", str(p), "--out", str(tmp_path / "s.yaml"))
     assert r.returncode == 1 and "memory" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "s.yaml").exists()
 
 
-def test_cli_solve_writes_solution_and_export(tmp_path, make_spec):
+@pytest.fixture(scope="module")
+def cli_solved(tmp_path_factory):
+    """One `planner solve` run, a process of its own, shared by the solve / export test and the replan test below:
+    GPT-3 13B on 16 nodes of 8 A100 with heterogeneous links (specs/gpt3-13b-a100-het-128.yaml), its search space
+    narrowed to 1F1B / ZB-H1, selective recompute and ZeRO-1 so that the solve and the re-plans end by proof in a
+    second or two (the shipped space takes ~5 s to solve)."""
+    import yaml
+    tmp = tmp_path_factory.mktemp("cli-solve")
+    src = os.path.abspath("specs/gpt3-13b-a100-het-128.yaml")
+    raw = yaml.safe_load(open(src))
+    for k in ("model", "cluster"):
+        raw[k] = os.path.normpath(os.path.join(os.path.dirname(src), raw[k]))
+    raw["search"] = {"schedules": ["1f1b", "zb-h1"], "recompute": ["selective"], "zero": [1]}
+    spec, out = tmp / "gpt3-13b-het-128.yaml", tmp / "sol.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    r = _cli("solve", str(spec), "--time-limit", "20", "--out", str(out), "--json", "--no-simulate")
+    return r, out
+
+
+def test_cli_solve_writes_solution_and_export(cli_solved, capsys):
     import json
 
     import yaml
-    out = tmp_path / "sol.yaml"
-    r = _cli("solve", "specs/gpt3-13b-a100-128.yaml", "--time-limit", "20", "--out", str(out), "--json",
-             "--no-simulate")
+    r, out = cli_solved
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     for k in ("tp", "pp", "dp", "micro_batch_size", "num_microbatches", "schedule", "vpp", "recompute", "zero",
@@ -97,18 +125,18 @@ def test_cli_solve_writes_solution_and_export(tmp_path, make_spec):
     assert d["estimate"]["memory_GiB"]["peak"] > 0
     saved = yaml.safe_load(out.read_text())
     assert saved["config"] == d["config"] and len(saved["mapping"]) == 128
-    r = _cli("export", str(out), "--format", "torchrun")
+    r = _main(capsys, "export", str(out), "--format", "torchrun")
     assert r.returncode == 0 and r.stdout.count("torchrun") == 16
     # the memory estimate's fragmentation term was measured with expandable segments: launch with them
     assert r.stdout.count("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == 16
 
 
-def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path):
+def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path, cli_solved, capsys):
     import yaml
-    out = tmp_path / "sol.yaml"
-    r = _cli("solve", "specs/gpt3-13b-a100-het-128.yaml", "--time-limit", "3", "--out", str(out), "--no-simulate")
+    r, out = cli_solved
     assert r.returncode == 0, r.stderr
-    r = _cli("replan", str(out), "--exclude-nodes", "3,7", "--time-limit", "3", "--out", str(tmp_path / "re.yaml"))
+    r = _main(capsys, "replan", str(out), "--exclude-nodes", "3,7", "--time-limit", "3",
+              "--out", str(tmp_path / "re.yaml"))
     assert r.returncode == 0, r.stderr
     d = yaml.safe_load((tmp_path / "re.yaml").read_text())
     used = {w["node"] for w in d["mapping"]}
@@ -116,14 +144,14 @@ def test_replan_excludes_nodes_and_keeps_original_ids(tmp_path):
     assert d["replan"]["excluded_nodes"] == [3, 7]
     assert d["simulated"] and set(d["replan"]["idle_nodes"]) == set(range(16)) - {3, 7} - used
     # a re-plan of the re-plan keeps the earlier exclusions
-    r = _cli("replan", str(tmp_path / "re.yaml"), "--exclude-nodes", "5", "--time-limit", "3",
-             "--out", str(tmp_path / "re2.yaml"))
+    r = _main(capsys, "replan", str(tmp_path / "re.yaml"), "--exclude-nodes", "5", "--time-limit", "3",
+              "--out", str(tmp_path / "re2.yaml"))
     assert r.returncode == 0, r.stderr
     d2 = yaml.safe_load((tmp_path / "re2.yaml").read_text())
     assert d2["replan"]["excluded_nodes"] == [3, 5, 7] and not {w["node"] for w in d2["mapping"]} & {3, 5, 7}
-    r = _cli("replan", str(out), "--exclude-nodes", "99")
+    r = _main(capsys, "replan", str(out), "--exclude-nodes", "99")
     assert r.returncode == 2 and "--exclude-nodes" in r.stderr
-    r = _cli("replan", str(out), "--exclude-nodes", "\u00b2")         # a superscript two: isdigit(), not int()
+    r = _main(capsys, "replan", str(out), "--exclude-nodes", "\u00b2")   # a superscript two: isdigit(), not int()
     assert r.returncode == 2 and "--exclude-nodes" in r.stderr and "internal" not in r.stderr
 
 

@@ -2,8 +2,6 @@
 embedding / loss, through the split rule, memory, compute, simulator, search space, spec knob and export."""
 import dataclasses
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -130,17 +128,18 @@ def test_flags_refusal_names_the_flag(spec405):
     assert e.value.field == "--pp"
 
 
-def test_cli_estimate_refusal_exit_2():
-    r = subprocess.run([sys.executable, "-m", "planner", "estimate", "specs/gpt3-13b-a100-128.yaml", "--tp", "8",
-                        "--pp", "4", "--dp", "4", "--mbs", "1", "--first-stage-layers", "9",
-                        "--last-stage-layers", "9"], cwd=ROOT, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": ROOT})
+def test_cli_estimate_refusal_exit_2(capsys):
+    # in-process main(), which `python -m planner` exits with (tests/test_cli_startup.py runs that as a process)
+    from planner.cli.main import main
+    spec = os.path.join(ROOT, "specs", "gpt3-13b-a100-128.yaml")
+    rc = main(["estimate", spec, "--tp", "8", "--pp", "4", "--dp", "4", "--mbs", "1", "--first-stage-layers", "9",
+               "--last-stage-layers", "9"])
     # 40 - 18 = 22 over 2 middle stages: legal (9, 11, 11, 9)
-    assert r.returncode in (0, 1), r.stderr
-    r = subprocess.run([sys.executable, "-m", "planner", "estimate", "specs/gpt3-13b-a100-128.yaml", "--tp", "8",
-                        "--pp", "4", "--dp", "4", "--mbs", "1", "--last-stage-layers", "9"], cwd=ROOT,
-                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
-    assert r.returncode == 2 and "--last-stage-layers" in r.stderr, r.stderr
+    assert rc in (0, 1), capsys.readouterr().err
+    capsys.readouterr()
+    rc = main(["estimate", spec, "--tp", "8", "--pp", "4", "--dp", "4", "--mbs", "1", "--last-stage-layers", "9"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--last-stage-layers" in err, err
 
 
 # ---- memory and time per stage
