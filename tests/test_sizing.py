@@ -64,21 +64,7 @@ def test_size_grid_is_increasing_and_distinct():
     assert all(b / a < 1.1 for a, b in zip(p, p[1:]) if a >= 1e9)
 
 
-@pytest.fixture(scope="module")
-def memo_heads():
-    """size_grid shapes ~360 sizes and sweep._heads_for scans every multiple of 8 up to each hidden size it tries,
-    the same few hundred sizes again and again: memoized here (a pure function of (h, rule)), the grid takes under
-    a second instead of ~5 s per call. The grid is checked unmemoized by test_size_grid_is_increasing_and_distinct,
-    the shapes by tests/test_sweep.py."""
-    import functools
-
-    import planner.batch.sweep as sweep
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sweep, "_heads_for", functools.cache(sweep._heads_for))
-        yield
-
-
-def test_optimal_size_is_the_largest_within_budget(memo_heads):
+def test_optimal_size_is_the_largest_within_budget():
     cl = parse_cluster(CLUSTER, "mini.yaml").subset([0, 1])
     training = TrainingSpec(global_batch_size=64, seq_length=1024)
     search = SearchSpec(schedules=("1f1b",), recompute=("selective",), zero=(0, 1))
@@ -100,7 +86,7 @@ def test_optimal_size_is_the_largest_within_budget(memo_heads):
     assert len(res.points) < 15 < k
 
 
-def test_size_cli_json(capsys, tmp_path, memo_heads):
+def test_size_cli_json(capsys, tmp_path):
     png = str(tmp_path / "s.png")
     # one node of 8 GPUs: fewer configurations per bisection solve than on two nodes
     rc = main(["size", "--cluster", "clusters/a100-16x8-hdr.yaml", "--gpus", "8", "--budget-gpu-days", "50",
@@ -127,7 +113,7 @@ def test_size_cli_bad_input(argv, capsys):
 
 
 @pytest.mark.slow
-def test_sizing_within_a_sweep_and_resume(tmp_path, monkeypatch, memo_heads):
+def test_sizing_within_a_sweep_and_resume(tmp_path, monkeypatch):
     from batch_fixtures import sweep_dict, write_sweep
 
     import planner.batch.run as batch

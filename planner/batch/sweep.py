@@ -31,6 +31,7 @@ head_dim closest to 128.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -61,7 +62,10 @@ class ShapeRule:
     tolerance: float = 0.02           # relative parameter error accepted to stay near the aspect ratio
 
 
+@functools.lru_cache(maxsize=8192)
 def _heads_for(h: int, rule: ShapeRule) -> int:
+    """The head count (a multiple of rule.heads_multiple dividing h) whose head size is nearest rule.head_dim.
+    Cached: a size grid asks for the same few hundred hidden sizes again and again (~5 s per grid uncached)."""
     best = None
     for a in range(rule.heads_multiple, h + 1, rule.heads_multiple):
         if h % a:
