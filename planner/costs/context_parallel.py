@@ -95,13 +95,18 @@ def node_fit_refusal(gpus_per_node: int, cp: int) -> str | None:
     return None
 
 
+def cp_alone_legal(seq_length: int, gpus_per_node: int, cp: int) -> bool:
+    """cp passes the rules on cp alone: the node fit and causal load balancing (2 * cp divides seq_length)."""
+    return not node_fit_refusal(gpus_per_node, cp) and not load_balance_refusal(seq_length, cp)
+
+
 def auto_context_parallel(seq_length: int, gpus_per_node: int, num_gpus: int) -> tuple[int, ...]:
     """search.context_parallel auto's degrees above 1: the powers of two 2 .. num_gpus (Megatron-Core / NeMo recipes
     use powers of two) that pass the rules on cp alone, the node fit and causal load balancing (2 * cp divides
     seq_length)."""
     out, c = [], 2
     while c <= num_gpus:
-        if not node_fit_refusal(gpus_per_node, c) and not load_balance_refusal(seq_length, c):
+        if cp_alone_legal(seq_length, gpus_per_node, c):
             out.append(c)
         c *= 2
     return tuple(out)

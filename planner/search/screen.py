@@ -157,15 +157,10 @@ def context_parallel_tip(spec, cfg) -> str:
     """Context parallelism as memory advice (activations and logits shrink by cp), when the search had no legal
     cp > 1 to offer: the degrees auto would search, or why the spec's list searched none ('' when cp > 1 was
     searched)."""
-    from planner.costs.context_parallel import (
-        auto_context_parallel,
-        dropped_degrees,
-        load_balance_refusal,
-        node_fit_refusal,
-    )
+    from planner.costs.context_parallel import auto_context_parallel, cp_alone_legal, dropped_degrees
     from planner.search.space import context_parallel_options
     G, tr, gpn = cfg.num_gpus, spec.training, spec.cluster.gpus_per_node
-    if cfg.cp > 1 or any(1 < c <= G and not node_fit_refusal(gpn, c) and not load_balance_refusal(tr.seq_length, c)
+    if cfg.cp > 1 or any(1 < c <= G and cp_alone_legal(tr.seq_length, gpn, c)
                          for c in context_parallel_options(spec, G)):
         return ""
     legal = auto_context_parallel(tr.seq_length, gpn, G)
