@@ -51,7 +51,8 @@ KNOBS = ("tp", "pp", "cp", "vp", "mbs", "gbs", "seq", "precision", "recompute", 
          "tp_backward_overlap",        # training.overlap.tp_backward (Megatron's async backward TP collectives)
          "cp_comm",                    # training.cp_comm (torchtitan's CP rotate method `allgather`: allgather)
          "compile_loss",               # training.compile_loss (torchtitan compiles its loss since Feb 2025)
-         "fp8_recipe")                 # training.fp8_recipe (Megatron-Core --fp8-recipe: delayed / tensorwise)
+         "fp8_recipe",                 # training.fp8_recipe (Megatron-Core --fp8-recipe: delayed / tensorwise)
+         "attention_backend")          # training.attention_backend: the fused kernel the run's stack picked
 ROW_KEYS = {"id", "source", "row", "model", "gpus", "knobs", "unstated", "assumed", "measured"}
 METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
@@ -61,7 +62,8 @@ METRICS = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 TRAINING_KEYS = {"precision": "precision", "attention": "attention", "grad_reduce_in_fp32": "grad_reduce_in_fp32",
                  "kernels": "kernels", "fp8_param_gather": "fp8_param_gather",
                  "fsdp_float8_all_gather": "fsdp_float8_all_gather", "cp_comm": "cp_comm",
-                 "compile_loss": "compile_loss", "fp8_recipe": "fp8_recipe"}
+                 "compile_loss": "compile_loss", "fp8_recipe": "fp8_recipe",
+                 "attention_backend": "attention_backend"}
 # recipe knob -> key of the spec's training.overlap (Megatron-Core's flags; docs/ARCHITECTURE.md)
 OVERLAP_KEYS = {"overlap_grad_reduce": "grad_reduce", "overlap_param_gather": "param_gather",
                 "overlap_p2p_comm": "p2p", "tp_comm_overlap": "tp_comm", "tp_backward_overlap": "tp_backward"}
@@ -70,7 +72,7 @@ FALLBACK = {"precision": "bf16"}
 IMPLICIT = {"attention": "unfused", "overlap_grad_reduce": False, "overlap_param_gather": False,
             "overlap_p2p_comm": False, "tp_comm_overlap": False, "precision": "bf16", "grad_reduce_in_fp32": False,
             "kernels": "fused", "fp8_param_gather": False, "fsdp_float8_all_gather": False, "cp_comm": "ring",
-            "tp_backward_overlap": True, "fp8_recipe": "delayed"}
+            "tp_backward_overlap": True, "fp8_recipe": "delayed", "attention_backend": "auto"}
 
 
 # ---- the data file ---------------------------------------------------------------------------------------------

@@ -600,8 +600,8 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     if backend:
         # torchtitan's job config has no SDPA back-end key: PyTorch's priority order decides
         # a ZeRO-3 plan naming flash2 was charged PyTorch's own flash copy (compute.attention_backend: sdpa_flash)
-        charged = ("PyTorch's flash kernel as measured in training steps (sdpa_flash; FlashAttention-2's published "
-                   "row where the GPU type has none)" if backend == "flash2" and cfg.zero == 3
+        charged = ("PyTorch's flash kernel as measured in training steps (sdpa_flash; FlashAttention-2's row "
+                   "where the GPU type has none)" if backend == "flash2" and cfg.zero == 3
                    else "that kernel's speed")
         lines.append(f"# attention_backend {backend}: the plan charged {charged}; "
                      "torchtitan has no key for it, PyTorch's SDPA priority picks (cuDNN first on Hopper in torch "

@@ -233,9 +233,9 @@ def test_zero3_with_cp_is_fsdp_over_dp_x_cp():
     assert m3.transient - m1.transient == pytest.approx(
         cpar.buffer_bytes(spec, z3, "ring") - cpar.buffer_bytes(spec, z1, "ring"))
     assert (m3.activations, m3.transient) != (mf.activations, mf.transient)
-    # the same GEMMs; ZeRO-3 plans (torchtitan's) are charged PyTorch's flash in steady state, a slower row than
-    # FlashAttention-2's published one, and, compiled, the rotary multiply Inductor leaves eager: pinning one kernel
-    # for both (cuDNN's row is the same whoever calls it) leaves the rotary difference alone
+    # the same GEMMs; ZeRO-3 plans (torchtitan's) are charged PyTorch's flash in steady state, another row than
+    # FlashAttention-2's burst one made steady, and, compiled, the rotary multiply Inductor leaves eager: pinning one
+    # kernel for both (cuDNN's row is the same whoever calls it) leaves the rotary difference alone
     from planner.costs.compute import rotary_bytes
     pinned = replace(spec, training=replace(spec.training, attention_backend="cudnn"))
     p3, p1 = (costs.compute.layer_parts(spec.model, spec.cluster, pinned.training, c) for c in (z3, z1))

@@ -101,13 +101,17 @@ ELEM_BACKWARD = 1.5
 # Fused causal attention, forward + backward, head dim 128, as a fraction of the GPU's dense 16-bit peak, by
 # sequence length, per kernel (training.attention_backend). FLOPs counted as 4 b s^2 heads d / 2 forward (causal)
 # and 2.5x that backward (FlashAttention's benchmarks/benchmark_flash_attention.py count).
-# flash2: FlashAttention-2's published fwd+bwd benchmark, causal mask, head dim 128 (panel d), in
-# Dao-AILab/flash-attention at commit 0251105a2fb19d2957484b7f023cd8c115286ced:
-#   A100 80GB SXM4 (assets/flash2_a100_fwd_bwd_benchmark.png): 99, 133, 155, 173, 182, 189 TFLOP/s of 312;
-#   H100 80GB SXM5 (assets/flash2_h100_fwd_bwd_benchmark.png): 163, 221, 265, 294, 308, 328 TFLOP/s of 989.
-#   PyTorch's flash SDPA back end (its FlashAttention-2 copy) measured on an H200 runs 5-15% below it: 225, 265,
-#   291, 313 at 2k-16k (benchmarks/data/h200/bias_probe/attention.json); the published row stays for
-#   Megatron-Core / TE plans, ZeRO-3 (torchtitan) plans are charged sdpa_flash below.
+# flash2: FlashAttention-2's kernel. A100: its published fwd+bwd benchmark, causal mask, head dim 128 (panel d),
+#   Dao-AILab/flash-attention@0251105a2fb19d2957484b7f023cd8c115286ced assets/flash2_a100_fwd_bwd_benchmark.png:
+#   99, 133, 155, 173, 182, 189 TFLOP/s of 312. Hopper: measured on the lent H100 / H200 (PyTorch's flash SDPA back
+#   end, its FlashAttention-2 copy; the same script and calls as cudnn below, benchmarks/data/{h100,h200}/bias_probe/
+#   attention.json, median of 20 calls): H100 95, 161, 215, 257, 283, 308, 311 at 512-32768 tokens, H200 108, 169,
+#   225, 265, 291, 313, 323. The flash-attn package itself, as
+#   Transformer Engine runs it, agrees where it is published with shapes: 206 TFLOP/s at 2k (flash-attn 2.4.2, H100
+#   SXM5; NVIDIA/TransformerEngine@d0067d0d docs/examples/attention/attention.ipynb, test_1; 324 at 8k with GQA,
+#   test_3; docs/notes/te_published.md). The published H100 panel (assets/flash2_h100_fwd_bwd_benchmark.png: 163, 221,
+#   265, 294, 308, 328) lies 6-42% above both at 512-8k, so it is not charged (docs/notes/published_recipes.md,
+#   "FlashAttention-2 on Hopper, as measured").
 # cudnn: cuDNN's fused attention (sdpa_sm90 flash fprop/bprop kernels), measured on one H200 SXM (torch 2.11, cuDNN
 #   9.19, PyTorch's cudnn SDPA back end; benchmarks/data/h200/bias_probe/attention.json, median of 20 calls):
 #   146, 289, 397, 485, 500, 522, 544 TFLOP/s at 512-32768 tokens; on one H100 80GB HBM3 (same software, the same
@@ -118,13 +122,14 @@ ELEM_BACKWARD = 1.5
 #   get_attention_backend: "Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance
 #   reasons") and PyTorch 2.11's SDPA
 #   default on the H200 (the probe's default-back-end layer ran at the cuDNN layer's speed, layer.json).
-# cudnn has a measured row per Hopper type; FlashAttention-2's published H100 row and sdpa_flash serve both.
+# cudnn and flash2 have a measured row per Hopper type; sdpa_flash's one row serves both.
 # Other GPU types (V100, B200, unknown): A100's FlashAttention-2 fractions, an assumption, not a measurement; cudnn
 # has no row for them (the spec check refuses it).
 # Fused attention stays 16-bit under fp8 training (Transformer Engine's default keeps DPA in bf16).
 FUSED_ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
 CUDNN_ATTENTION_SEQ = (512, 1024, 2048, 4096, 8192, 16384, 32768)
-_FA2_H100 = tuple(x / 989 for x in (163, 221, 265, 294, 308, 328))
+_FA2_H100 = tuple(x / 989 for x in (95.2, 160.5, 215.0, 256.6, 282.5, 308.2, 311.2))
+_FA2_H200 = tuple(x / 989 for x in (108.3, 169.0, 224.9, 265.3, 290.8, 313.1, 323.4))
 _CUDNN_H200 = tuple(x / 989 for x in (146, 289, 397, 485, 500, 522, 544))
 _CUDNN_H100 = tuple(x / 989 for x in (142, 246, 357, 434, 489, 532, 535))
 # sdpa_flash: PyTorch's flash SDPA back end (its FlashAttention-2 copy) as it runs inside a training step, the kernel
@@ -150,19 +155,20 @@ def _per_peak(row: tuple) -> tuple:
 STEADY_STATE_BACKENDS = ("sdpa_flash",)
 FUSED_ATTENTION_EFFICIENCY = {
     "flash2": {"A100": (FUSED_ATTENTION_SEQ, tuple(x / 312 for x in (99, 133, 155, 173, 182, 189))),
-               "H100": (FUSED_ATTENTION_SEQ, _FA2_H100), "H200": (FUSED_ATTENTION_SEQ, _FA2_H100)},
+               "H100": (CUDNN_ATTENTION_SEQ, _FA2_H100), "H200": (CUDNN_ATTENTION_SEQ, _FA2_H200)},
     "cudnn": {"H100": (CUDNN_ATTENTION_SEQ, _CUDNN_H100), "H200": (CUDNN_ATTENTION_SEQ, _CUDNN_H200)},
     "sdpa_flash": {"H100": _per_peak(SDPA_FLASH_CAUSAL), "H200": _per_peak(SDPA_FLASH_CAUSAL)},
 }
 # The same without the causal mask (FLOPs 4 b s^2 heads d forward, not halved): PyTorch's context parallel runs its
 # non-diagonal steps as unmasked SDPA calls (costs/context_parallel.py, allgather). flash2: FlashAttention-2's panel
 # b (A100's 512 label is hidden by the legend: 151 read from the bar height against the labelled bars, 1.84 px per
-# TFLOP/s). cudnn: measured as above at 2048, 8192 and 16384 tokens (H200 486, 538, 547; H100 467, 531, 513), flat
-# below 2048.
-_FA2_H100_FULL = tuple(x / 989 for x in (248, 294, 320, 326, 335, 338))
+# TFLOP/s); on Hopper measured as above at 2048, 8192 and 16384 tokens (H100 268, 300, 293; H200 276, 311, 317;
+# the published H100 panel b: 320, 335, 338). cudnn: measured as above (H200 486, 538, 547; H100 467, 531, 513).
+# Both flat below 2048.
 FUSED_ATTENTION_EFFICIENCY_NONCAUSAL = {
     "flash2": {"A100": (FUSED_ATTENTION_SEQ, tuple(x / 312 for x in (151, 173, 187, 196, 201, 203))),
-               "H100": (FUSED_ATTENTION_SEQ, _FA2_H100_FULL), "H200": (FUSED_ATTENTION_SEQ, _FA2_H100_FULL)},
+               "H100": _per_peak(((2048, 8192, 16384), (268.3, 299.8, 292.5))),
+               "H200": _per_peak(((2048, 8192, 16384), (275.5, 311.1, 317.3)))},
     "cudnn": {"H100": _per_peak(((2048, 8192, 16384), (467, 531, 513))),
               "H200": _per_peak(((2048, 8192, 16384), (486, 538, 547)))},
     "sdpa_flash": {"H100": _per_peak(SDPA_FLASH_UNMASKED), "H200": _per_peak(SDPA_FLASH_UNMASKED)},
@@ -184,10 +190,11 @@ def attention_backend(training, cfg=None) -> str:
     """The fused kernel whose efficiency a plan is charged: training.attention_backend, and for auto FlashAttention-2.
     ZeRO-3 plans (torchtitan's, cfg.zero == 3) run PyTorch's SDPA, whose flash back end is its own FlashAttention-2
     copy: auto and flash2 both charge it as measured in training steps (sdpa_flash; where the GPU type has no such
-    row, fused_attention_efficiency charges FlashAttention-2's published one).
+    row, fused_attention_efficiency charges FlashAttention-2's row).
     auto is not cuDNN on Hopper although TE and PyTorch 2.11 pick it there: with the cuDNN 9.19 row the published
-    long-context NeMo rows (2024, attention-bound) come out 26-42% too fast, with FlashAttention-2's within 3-13%
-    (docs/notes/gpu_h200.md): NeMo 24.07's launcher turned cuDNN attention off (NVIDIA/NeMo-Framework-Launcher@8325688d
+    long-context NeMo rows (2024, attention-bound) come out 26-42% too fast, with FlashAttention-2's as measured
+    within -6..+5% (docs/notes/gpu_h200.md, docs/notes/published_recipes.md): NeMo 24.07's launcher turned cuDNN
+    attention off (NVIDIA/NeMo-Framework-Launcher@8325688d
     launcher_scripts/conf/config.yaml, NVTE_FUSED_ATTN: 0)."""
     b = getattr(training, "attention_backend", "auto")
     if b not in ("auto", "flash2"):

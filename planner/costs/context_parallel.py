@@ -271,7 +271,7 @@ def layer_times(spec, cfg: ParallelConfig, costs, mode: str | None = None) -> CP
 #   without CP. Step 0 runs at the causal kernel's efficiency for s/cp (the shard view's attention); steps 1..cp-1
 #   at the unmasked kernel's efficiency for s/2cp, the rectangle's shorter side (a (s/cp x s/2cp) call has the
 #   k-loop of an s/2cp square and twice its q-blocks, a (s/2cp x s/cp) call its q-blocks and twice its k-loop:
-#   neither less efficient than the square; FlashAttention-2's published figures are squares);
+#   neither less efficient than the square; the measured and published figures are squares);
 # - torchtitan compiles each TransformerBlock with fullgraph=True, so the ring loop is traced and Inductor fuses
 #   each merge / accumulation chain into one kernel (`kernels: eager` counts PyTorch's op-by-op passes instead).
 # Bytes per element of a local output (b * s/cp * hidden/tp), moved by the merge / accumulation kernels:
