@@ -84,9 +84,38 @@ def test_zero3_only_never_yields_zero0_configurations():
     s = spec(nodes=4, search={"zero": [3], "tensor_parallel": [8]})
     cfgs = list(enumerate_configs(s))
     assert cfgs and all(c.zero == 3 and c.dp * c.cp > 1 for c in cfgs)
-    # ZeRO 1 over one rank is still searched as ZeRO-0 (Megatron's distributed optimizer over one rank)
-    one = spec(nodes=4, search={"zero": [1], "tensor_parallel": [8]})
-    assert {c.zero for c in enumerate_configs(one) if c.dp == 1} == {0}
+
+
+@pytest.mark.parametrize("zero, kept", [([1], 1), ([2], 2), ([1, 2], 1), ([0, 1], 0), ([0, 1, 2, 3], 0),
+                                        ([2, 3], 2)])
+def test_zero_1_or_2_over_one_rank_keeps_the_stage_asked_for(zero, kept):
+    """dp * cp = 1 turned search.zero [1] into ZeRO-0 configurations: the plan was labelled z0 (exported without
+    --use-distributed-optimizer) though the user asked for the distributed optimizer, which Megatron-LM runs with dp 1.
+    The lowest listed stage is kept, one configuration per shape as before."""
+    s = spec(nodes=4, search={"zero": zero, "tensor_parallel": [8]})
+    one_rank = [c for c in enumerate_configs(s) if c.dp * c.cp == 1]
+    assert one_rank and {c.zero for c in one_rank} == {kept}
+    plain = spec(nodes=4, search={"zero": [0], "tensor_parallel": [8]})
+    assert len(one_rank) == len([c for c in enumerate_configs(plain) if c.dp * c.cp == 1])
+
+
+def test_a_one_rank_zero1_plan_says_zero_1_in_solution_table_and_export(tmp_path):
+    """A one-node tp 8 spec has dp = 1 only: search.zero [1] is written, shown and exported as ZeRO 1 (Megatron's
+    distributed optimizer); [2] as ZeRO 2, which the Megatron export refuses naming config.zero as for any ZeRO-2
+    plan (the distributed optimizer keeps the whole gradient buffer)."""
+    for zero in (1, 2):
+        path, out = tmp_path / f"z{zero}.yaml", tmp_path / f"z{zero}-sol.yaml"
+        path.write_text(yaml.safe_dump(spec_dict(nodes=1, search={"zero": [zero], "tensor_parallel": [8]})))
+        rc, _, err = _run(["solve", str(path), "--out", str(out), "--time-limit", "5"])
+        assert rc == 0, err
+        sol = yaml.safe_load(out.read_text())
+        assert sol["config"]["dp"] == 1 and sol["config"]["zero"] == zero
+        assert f"/ {zero} /" in err and f"z{zero}" in err
+        rc, text, err = _run(["export", str(out), "--format", "megatron"])
+        if zero == 1:
+            assert rc == 0 and "--use-distributed-optimizer" in text
+        else:
+            assert rc == 2 and "config.zero" in err
 
 
 def test_zero3_only_with_impossible_hsdp_names_the_search_fields():
