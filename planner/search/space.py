@@ -154,7 +154,7 @@ def _configs(spec, G: int, tp: int, cp: int, dropped=None) -> Iterator[ParallelC
                                 if why:
                                     _drop(dropped, "search.sequence_parallel", f"{cfg.label()}: {why}")
                                     continue
-                                bad = fp8_shape_problem(model, tr, cfg)
+                                bad = fp8_shape_problem(model, tr, cfg, cl.gpu)
                                 if bad:
                                     _drop(dropped, "training.precision", f"{cfg.label()}: {bad[1]}")
                                     continue
