@@ -269,32 +269,49 @@ def sequence_parallel_problem(training, cfg: ParallelConfig) -> str | None:
     return None
 
 
-# FP8 GEMM shapes. Transformer Engine (NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b,
-# transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec, called on each Linear's local input and weight by
-# module/linear.py, layernorm_linear.py, layernorm_mlp.py): "FP8 execution requires the product of all dimensions
-# except the last to be divisible by 8 and the last dimension to be divisible by 16" (older TE: "FP8 execution
-# requires 2D input matrices with height divisible by 8 and width divisible by 16"). On Hopper the fp8 GEMM is TN
-# only, so the backward GEMMs read the transposes and cuBLASLt's leading dimension is the reduced one:
-# common/gemm/cublaslt_gemm.cu "Leading dimension requirement on A for FP8 GEMM. Caller must pad." asks lda % 16 ==
-# 0, which for the weight-gradient GEMM is the micro-batch's tokens (gathered over sequence parallelism) and for the
-# input-gradient GEMM each weight's output width. torchao's Float8Linear (ZeRO-3 plans, torchtitan) calls
-# torch._scaled_mm, whose checks (torch/_meta_registrations.py) ask "self.size(1) to be divisible by 16" and "both
-# dimensions of mat2 to be divisble by 16": tokens and widths multiples of 16 in its three GEMMs (torchtitan's float8
-# converter, _module_filter_fn, leaves a Linear whose unsharded dims are not multiples of 16 in bf16, which the plan
-# would cost as fp8; a tensor-parallel shard that is not fails _scaled_mm).
-FP8_TOKENS = 16            # tokens of a GEMM (the weight-gradient GEMM's reduced dimension): TE on Hopper and torchao
-FP8_TOKENS_TE_LOCAL = 8    # TE's forward assertion on the sequence-parallel local input (column-parallel layers)
+# FP8 GEMM shapes. Transformer Engine (NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b), for the
+# per-tensor recipes the planner models (delayed and tensorwise current scaling; MXFP8 is not modelled):
+# - on every GPU, transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec, called on each Linear's local input and
+#   weight by module/linear.py, layernorm_linear.py, layernorm_mlp.py: "FP8 execution requires the product of all
+#   dimensions except the last to be divisible by 8 and the last dimension to be divisible by 16" (older TE: "FP8
+#   execution requires 2D input matrices with height divisible by 8 and width divisible by 16"); and
+#   common/gemm/cublaslt_gemm.cu CanonicalizeGemmInput's "Leading dimension requirement on A / B for FP8 GEMM. Caller
+#   must pad.", lda % 16 and ldb % 16: the input-gradient GEMM's output-gradient operand (layout NN) has the weight's
+#   output width as its leading dimension on every GPU, so every GEMM width is a multiple of 16;
+# - on GPUs whose fp8 GEMM is TN only (Hopper, Ada, RTX Blackwell: spec.cluster.fp8_gemm_tn_only), the same function
+#   swaps a non-transposed operand for its stored transpose ("Hopper only supports TN GEMMs for FP8"), so the
+#   weight-gradient GEMM (layout NT) reads both operands with the micro-batch's tokens (gathered over sequence
+#   parallelism) as the leading dimension: tokens a multiple of 16. On data-centre Blackwell
+#   (nvte_is_non_tn_fp8_gemm_supported, compute capability 10.x) the tensors keep only row-wise data
+#   (pytorch/csrc/quantizer.cpp Float8Quantizer / Float8CurrentScalingQuantizer::create_tensor: with_transpose is
+#   false) and that GEMM's leading dimensions are the two widths: the tokens need only assert_dim_for_fp8_exec's 8.
+# torchao's Float8Linear (ZeRO-3 plans, torchtitan) calls torch._scaled_mm, whose checks (torch/_meta_registrations.py,
+# on every GPU) ask "self.size(1) to be divisible by 16" and "both dimensions of mat2 to be divisble by 16": tokens and
+# widths multiples of 16 in its three GEMMs (torchtitan's float8 converter, _module_filter_fn, leaves a Linear whose
+# unsharded dims are not multiples of 16 in bf16, which the plan would cost as fp8; a tensor-parallel shard that is
+# not fails _scaled_mm).
+FP8_TOKENS = 16            # tokens of a GEMM: TE's TN-only weight-gradient GEMM's leading dimension, and torchao's
+FP8_TOKENS_TE_LOCAL = 8    # TE's assertion on a Linear's local input rows (sequence parallel: column-parallel layers)
 FP8_WIDTH = 16             # every GEMM width (input features, and output features read transposed in backward)
 
 
-def fp8_shape_problem(model, training, cfg: ParallelConfig) -> tuple[str, str] | None:
+def fp8_token_multiple(zero: int, tn_only: bool) -> int:
+    """The multiple an fp8 micro-batch's tokens must be: 16 for torchao's Float8 (ZeRO-3 plans) on every GPU and for
+    Transformer Engine where the fp8 GEMM is TN only; 8 for TE where it takes any layout (data-centre Blackwell)."""
+    return FP8_TOKENS if zero == 3 or tn_only else FP8_TOKENS_TE_LOCAL
+
+
+def fp8_shape_problem(model, training, cfg: ParallelConfig, gpu) -> tuple[str, str] | None:
     """Why the fp8 GEMMs of this configuration have a shape Transformer Engine (ZeRO 0-2 plans) or torchao's Float8
-    (ZeRO-3 plans) refuses, as (config field, reason), or None (also for other precisions). Per micro-batch a GEMM
-    sees mbs * seq_length / cp tokens (sequence parallel: TE's column-parallel layers assert on their local
-    1 / tp of them); its widths are the hidden size and the tensor-parallel shards of the QKV, projection, fc1 and
-    fc2 weights (torchtitan: wq, wk, wv, w1, w3 separately)."""
+    (ZeRO-3 plans) refuses on `gpu` (the cluster's GPUSpec), as (config field, reason), or None (also for other
+    precisions). Per micro-batch a GEMM sees mbs * seq_length / cp tokens (sequence parallel: TE's column-parallel
+    layers assert on their local 1 / tp of them); its widths are the hidden size and the tensor-parallel shards of the
+    QKV, projection, fc1 and fc2 weights (torchtitan: wq, wk, wv, w1, w3 separately). The widths' rule is the same on
+    every GPU; the tokens' depends on whether its fp8 GEMM is TN only (spec.cluster.fp8_gemm_tn_only)."""
     if training.precision != "fp8":
         return None
+    from planner.spec.cluster import fp8_gemm_tn_only
+    tn_only = fp8_gemm_tn_only(gpu)
     h, t = model.hidden_size, cfg.tp
     q, kv, f = model.num_attention_heads * model.head_dim, model.kv_channels, model.ffn_hidden_size
     if cfg.zero == 3:
@@ -302,8 +319,7 @@ def fp8_shape_problem(model, training, cfg: ParallelConfig) -> tuple[str, str] |
         widths = {"hidden_size": h, "query width / tp": q // t, "kv width / tp": kv // t,
                   "ffn_hidden_size / tp": f // t}
     else:
-        who = ("Transformer Engine (assert_dim_for_fp8_exec, and on Hopper cuBLASLt's fp8 leading dimensions, "
-               "multiples of 16)")
+        who = "Transformer Engine (assert_dim_for_fp8_exec and cuBLASLt's fp8 leading dimensions, multiples of 16)"
         widths = {"hidden_size": h, "QKV width / tp": (q + 2 * kv) // t, "attention width / tp": q // t,
                   "fc1 width / tp": f * (2 if model.gated_mlp else 1) // t, "ffn_hidden_size / tp": f // t}
     bad = [f"{k} {v}" for k, v in widths.items() if v % FP8_WIDTH]
@@ -312,9 +328,13 @@ def fp8_shape_problem(model, training, cfg: ParallelConfig) -> tuple[str, str] |
                       f"{', '.join(bad)}")
     tokens = cfg.micro_batch_size * training.seq_length // cfg.cp
     shown = f"mbs {cfg.micro_batch_size} x seq_length {training.seq_length}" + (f" / cp {cfg.cp}" if cfg.cp > 1 else "")
-    if tokens % FP8_TOKENS:
+    step = fp8_token_multiple(cfg.zero, tn_only)
+    if tokens % step:
+        why = (who if cfg.zero == 3 else
+               f"Transformer Engine on {gpu.type}, whose fp8 GEMM is TN only (the weight-gradient GEMM's leading "
+               "dimension)" if tn_only else "Transformer Engine (assert_dim_for_fp8_exec)")
         return "micro_batch_size", (f"an fp8 GEMM's tokens per micro-batch ({shown} = {tokens}) must be a multiple of "
-                                    f"{FP8_TOKENS} for {who}")
+                                    f"{step} for {why}")
     if cfg.zero != 3 and cfg.sequence_parallel and t > 1 and (tokens % t or (tokens // t) % FP8_TOKENS_TE_LOCAL):
         return "sequence_parallel", (f"with sequence parallelism a column-parallel layer's fp8 input holds "
                                      f"{tokens / t:g} tokens ({shown} / tp {t}), not a multiple of "

@@ -87,10 +87,13 @@ def same_file(a: str, b: str) -> bool:
 
 def check_out(path: str, flag: str = "--out", inputs=None, given: bool = True) -> str:
     """The absolute path of an output file, checked before any work is spent on it; SpecError naming `flag` (exit 2)
-    for a path that is a directory, whose folder is missing (when the user named the path; a default folder is
-    created), is not a folder or not writable, or that is one of the files this run reads: `inputs` maps each input
-    path to what it is ("the spec", "the source solution", ...), and writing there would replace the input with the
-    output (an atomic rename leaves nothing of it)."""
+    for a path that is a directory, whose folder is missing, is not a folder or not writable, or that is one of the
+    files this run reads: `inputs` maps each input path to what it is ("the spec", "the source solution", ...), and
+    writing there would replace the input with the output (an atomic rename leaves nothing of it).
+
+    One rule for every output flag: planner creates no folder the user named (as cp, sort -o or a compiler's -o: a
+    mistyped folder is refused before the work, not created with the result hidden in it); only a default path of its
+    own (`given` False: solve's solutions/ folder) has its missing folders created."""
     from planner.errors import SpecError
     for src, what in (inputs or {}).items():
         if src and same_file(path, src):
@@ -99,15 +102,42 @@ def check_out(path: str, flag: str = "--out", inputs=None, given: bool = True) -
     path = os.path.abspath(path)
     if os.path.isdir(path):
         raise SpecError(None, flag, f"{path} is a directory; give a file path")
-    parent = os.path.dirname(path)
-    while not os.path.exists(parent) and not given:     # the default solutions/ folder is created
+    check_out_parent(path, flag, given)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise SpecError(None, flag, f"{path} cannot be written (permission denied)")
+    return path
+
+
+def check_out_parent(path: str, flag: str, given: bool = True) -> None:
+    """The folder an output (a file, or batch's --out folder) goes into exists, is a folder and may be written in;
+    SpecError naming `flag` otherwise. `given` False (a default path): missing folders will be created, so the nearest
+    existing one is checked instead."""
+    from planner.errors import SpecError
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent) and not given:
         parent = os.path.dirname(parent)
     if not os.path.exists(parent):
-        raise SpecError(None, flag, f"the folder {parent} does not exist")
+        raise SpecError(None, flag, f"the folder {parent} does not exist (planner creates no folder you name: create "
+                                    "it first, or give a path in an existing folder)")
     if not os.path.isdir(parent):
         raise SpecError(None, flag, f"{parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise SpecError(None, flag, f"{path} cannot be written (permission denied)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SpecError(None, flag, f"{path} cannot be written in {parent} (permission denied)")
+
+
+def check_out_folder(path: str, flag: str = "--out", given: bool = True) -> str:
+    """Create an output folder (batch --out: the folder is the output, filled with the command's files), checked as an
+    output file is (check_out_parent: the folder above it must exist when the user named it); SpecError naming `flag`
+    for a path that exists and is not a folder or cannot be created."""
+    from planner.errors import SpecError
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SpecError(None, flag, f"{path} exists and is not a folder")
+    check_out_parent(path, flag, given)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise SpecError(None, flag, f"cannot create the folder {path}: {e.strerror or e}") from None
     return path
 
 

@@ -256,7 +256,10 @@ def test_cli_out_folder_is_created_or_refused(tmp_path, capsys, monkeypatch):
     import planner.batch.run as batch
     monkeypatch.setattr(batch, "run_case", lambda case, t: {**batch._base_row(case), "status": "INFEASIBLE"})
     path = _one_model_sweep(tmp_path)
-    deep = tmp_path / "new" / "deeper"
+    deep = tmp_path / "new" / "deeper"          # the folder above a named --out must exist, as for every output flag
+    assert main(["batch", path, "--out", str(deep), "--workers", "1"]) == 2
+    assert "--out:" in capsys.readouterr().err and not (tmp_path / "new").exists()
+    (tmp_path / "new").mkdir()
     assert main(["batch", path, "--out", str(deep), "--workers", "1", "--json"]) == 1    # every case INFEASIBLE
     assert len(read_rows(str(deep / "mini.csv"))) == 2
     (tmp_path / "afile").write_text("keep me")

@@ -109,6 +109,51 @@ def test_fit_and_import_outputs_may_not_be_their_inputs(tree):
         assert (tree / "x.csv").read_text() == before and "overwrite" in err
 
 
+MISSING = "nowhere/deeper"
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["solve", "specs/s.yaml", "--out", f"{MISSING}/s.yaml"], "--out"),
+    (["replan", "solutions/s.yaml", "--exclude-nodes", "1", "--out", f"{MISSING}/r.yaml"], "--out"),
+    (["simulate", "solutions/s.yaml", "--plot", f"{MISSING}/p.png"], "--plot"),
+    (["simulate", "solutions/s.yaml", "--trace", f"{MISSING}/t.json"], "--trace"),
+    (["size", "--cluster", "clusters/c.yaml", "--budget-gpu-days", "1", "--plot", f"{MISSING}/p.png"], "--plot"),
+    (["fit", "memory", "clusters/c.csv", "-o", f"{MISSING}/e.json"], "--output"),
+    (["fit", "compute", "--profile", "clusters/c.csv", "--peak-tflops", "1", "-o", f"{MISSING}/c.json"], "--output"),
+    (["import", "nccl-tests", "clusters/c.csv", "-o", f"{MISSING}/n.csv"], "--output"),
+    (["import", "mpigraph", "clusters/c.csv", "-o", f"{MISSING}/m.csv"], "--output"),
+    (["import", "mpigraph", "clusters/c.csv", "-o", "m.csv", "--sidecar", f"{MISSING}/m.yaml"], "--sidecar"),
+    (["import", "mpigraph", "clusters/c.csv", "-o", "m.csv", "--rank-matrix", f"{MISSING}/r.csv"], "--rank-matrix"),
+    (["profile", "compute", "--device", "cpu", "-o", f"{MISSING}/c.csv"], "--output"),
+    (["profile", "memory", "-o", f"{MISSING}/m.csv"], "--output"),
+    (["profile", "network", "-o", f"{MISSING}/b.csv"], "--output"),
+    (["batch", "sweep.yaml", "--out", MISSING], "--out"),
+])
+def test_no_output_flag_creates_a_folder_the_user_named(tree, argv, flag):
+    """replan --out, simulate --plot / --trace, size --plot, fit / import / profile outputs and batch --out created a
+    missing folder where solve --out refused one. One rule now (planner.io.check_out): a named output goes into a
+    folder that exists, refused with exit 2 naming the flag before any work, nothing created; only a default path
+    (solve's solutions/, batch's results/) gets its folder made."""
+    if argv[0] == "batch":
+        (tree / "sweep.yaml").write_text(yaml.safe_dump({"name": "b", "models": ["models/m.yaml"],
+                                                         "clusters": ["clusters/c.yaml"],
+                                                         "training": {"global_batch_size": [16],
+                                                                      "seq_length": [128]}}))
+    rc, _, err = _run(argv)
+    assert rc == 2 and f"{flag}:" in err and "does not exist" in err and "Traceback" not in err, err
+    assert not (tree / "nowhere").exists()
+
+
+def test_default_output_folders_are_still_created(tree):
+    """solve's default solutions/ folder (and the folders above it) are the tool's own: created, as batch's results/."""
+    from planner.io import check_out, check_out_folder
+    assert check_out("fresh/solutions/s.yaml", "--out", given=False) == str(tree / "fresh" / "solutions" / "s.yaml")
+    assert check_out_folder("results", "--out", given=False) == str(tree / "results") and (tree / "results").is_dir()
+    assert check_out_folder("results/run1", "--out") == str(tree / "results" / "run1")    # the named folder itself
+    with pytest.raises(Exception, match="does not exist"):
+        check_out_folder("nowhere/run1", "--out")
+
+
 def test_a_fresh_output_path_is_accepted(tree):
     from planner.inputs import spec_inputs
     from planner.io import check_out

@@ -84,9 +84,38 @@ def test_zero3_only_never_yields_zero0_configurations():
     s = spec(nodes=4, search={"zero": [3], "tensor_parallel": [8]})
     cfgs = list(enumerate_configs(s))
     assert cfgs and all(c.zero == 3 and c.dp * c.cp > 1 for c in cfgs)
-    # ZeRO 1 over one rank is still searched as ZeRO-0 (Megatron's distributed optimizer over one rank)
-    one = spec(nodes=4, search={"zero": [1], "tensor_parallel": [8]})
-    assert {c.zero for c in enumerate_configs(one) if c.dp == 1} == {0}
+
+
+@pytest.mark.parametrize("zero, kept", [([1], 1), ([2], 2), ([1, 2], 1), ([0, 1], 0), ([0, 1, 2, 3], 0),
+                                        ([2, 3], 2)])
+def test_zero_1_or_2_over_one_rank_keeps_the_stage_asked_for(zero, kept):
+    """dp * cp = 1 turned search.zero [1] into ZeRO-0 configurations: the plan was labelled z0 (exported without
+    --use-distributed-optimizer) though the user asked for the distributed optimizer, which Megatron-LM runs with dp 1.
+    The lowest listed stage is kept, one configuration per shape as before."""
+    s = spec(nodes=4, search={"zero": zero, "tensor_parallel": [8]})
+    one_rank = [c for c in enumerate_configs(s) if c.dp * c.cp == 1]
+    assert one_rank and {c.zero for c in one_rank} == {kept}
+    plain = spec(nodes=4, search={"zero": [0], "tensor_parallel": [8]})
+    assert len(one_rank) == len([c for c in enumerate_configs(plain) if c.dp * c.cp == 1])
+
+
+def test_a_one_rank_zero1_plan_says_zero_1_in_solution_table_and_export(tmp_path):
+    """A one-node tp 8 spec has dp = 1 only: search.zero [1] is written, shown and exported as ZeRO 1 (Megatron's
+    distributed optimizer); [2] as ZeRO 2, which the Megatron export refuses naming config.zero as for any ZeRO-2
+    plan (the distributed optimizer keeps the whole gradient buffer)."""
+    for zero in (1, 2):
+        path, out = tmp_path / f"z{zero}.yaml", tmp_path / f"z{zero}-sol.yaml"
+        path.write_text(yaml.safe_dump(spec_dict(nodes=1, search={"zero": [zero], "tensor_parallel": [8]})))
+        rc, _, err = _run(["solve", str(path), "--out", str(out), "--time-limit", "5"])
+        assert rc == 0, err
+        sol = yaml.safe_load(out.read_text())
+        assert sol["config"]["dp"] == 1 and sol["config"]["zero"] == zero
+        assert f"/ {zero} /" in err and f"z{zero}" in err
+        rc, text, err = _run(["export", str(out), "--format", "megatron"])
+        if zero == 1:
+            assert rc == 0 and "--use-distributed-optimizer" in text
+        else:
+            assert rc == 2 and "config.zero" in err
 
 
 def test_zero3_only_with_impossible_hsdp_names_the_search_fields():
@@ -178,7 +207,7 @@ def test_fp8_widths_and_the_sequence_parallel_input():
     # ffn 14352 = 16 x 897: tp 1 only (7176 = 14352 / 2 is not a multiple of 16)
     w = spec(precision="fp8", model={"ffn_hidden_size": 14352})
     assert {c.tp for c in enumerate_configs(w)} == {1}
-    assert fp8_shape_problem(w.model, w.training, cfg_of(w, 2, 1, 8))[0] == "tp"
+    assert fp8_shape_problem(w.model, w.training, cfg_of(w, 2, 1, 8), w.cluster.gpu)[0] == "tp"
     with pytest.raises(SpecError, match="--tp"):
         check_config(w, cfg_of(w, 2, 1, 8))
     # 8208 = 16 x 513 tokens: TE's sequence-parallel input at tp 4 holds 2052, not a multiple of 8; torchao (ZeRO-3)
@@ -188,6 +217,53 @@ def test_fp8_widths_and_the_sequence_parallel_input():
     assert (4, True, 1) not in got and (4, False, 1) in got and (2, True, 1) in got and (4, True, 3) in got
     with pytest.raises(SpecError, match="--sp"):
         check_config(s, cfg_of(s, 4, 1, 4, zero=1, sequence_parallel=True))
+
+
+B200 = {"type": "B200-SXM-180GB", "memory_GiB": 180, "peak_tflops": {"bf16": 2250, "fp8": 4500}}
+
+
+def test_fp8_gemm_layout_follows_the_gpu_architecture():
+    """Transformer Engine runs TN-only fp8 GEMMs below compute capability 10 and on 12.x (nvte_is_non_tn_fp8_gemm_
+    supported); data-centre Blackwell takes any layout. Unknown types get the stricter TN rule."""
+    from planner.spec.cluster import GPUSpec, fp8_gemm_tn_only
+
+    def tn(kind):
+        return fp8_gemm_tn_only(GPUSpec(type=kind, memory_GiB=80, peak_tflops={"fp8": 1}))
+    assert all(tn(k) for k in ("H100-SXM5-80GB", "H200-141GB", "GH200", "L40S", "RTX-PRO-6000-Blackwell", "X1"))
+    assert not any(tn(k) for k in ("B200-SXM-180GB", "GB200-NVL72", "b300", "HGX-B100"))
+
+
+def test_fp8_tokens_rule_is_hoppers_only_where_the_gemm_is_tn_only():
+    """8200 tokens per micro-batch (8 x 1025): Hopper's TN-only weight-gradient GEMM reads them as its leading
+    dimension (a multiple of 16), a B200's reads the widths, and TE's assert_dim_for_fp8_exec asks 8 of the rows on
+    both. The rule used to be Hopper's for every fp8 GPU. torchao's _scaled_mm (ZeRO-3) asks 16 everywhere, and the
+    widths' rule is the same on both."""
+    from planner.config import fp8_shape_problem
+    h = spec(nodes=2, seq=8200, gbs=64, precision="fp8", search={"tensor_parallel": [1], "zero": [1, 3]})
+    b = parse_spec({**spec_dict(nodes=2, seq=8200, gbs=64, precision="fp8",
+                                search={"tensor_parallel": [1], "zero": [1, 3]}),
+                    "cluster": {**spec_dict()["cluster"], "gpu": B200}}, "t.yaml")
+    te, fsdp = cfg_of(h, 1, 1, 16, zero=1), cfg_of(h, 1, 1, 16, zero=3)
+    why = fp8_shape_problem(h.model, h.training, te, h.cluster.gpu)
+    assert why[0] == "micro_batch_size" and "multiple of 16" in why[1] and "H100-SXM5-80GB" in why[1]
+    assert fp8_shape_problem(b.model, b.training, te, b.cluster.gpu) is None
+    assert fp8_shape_problem(b.model, b.training, fsdp, b.cluster.gpu)[0] == "micro_batch_size"
+    assert fp8_shape_problem(h.model, h.training, cfg_of(h, 1, 1, 8, mbs=2, zero=1), h.cluster.gpu) is None
+    with pytest.raises(SpecError, match="--mbs"):
+        check_config(h, te)
+    check_config(b, te)
+    got = {(c.zero, c.micro_batch_size) for c in enumerate_configs(b) if c.dp == 16}
+    assert (1, 1) in got and (3, 1) not in got
+    assert not any(c.micro_batch_size == 1 for c in enumerate_configs(h) if c.dp == 16)
+    # 4100 tokens (4 x 1025): assert_dim_for_fp8_exec refuses them on a B200 too
+    b4 = parse_spec({**spec_dict(nodes=2, seq=4100, gbs=64, precision="fp8", search={"tensor_parallel": [1]}),
+                     "cluster": {**spec_dict()["cluster"], "gpu": B200}}, "t.yaml")
+    assert "multiple of 8" in fp8_shape_problem(b4.model, b4.training, cfg_of(b4, 1, 1, 16), b4.cluster.gpu)[1]
+    # widths: ffn 14352 / tp 2 = 7176 is refused on both
+    for gpu in (spec_dict()["cluster"]["gpu"], B200):
+        w = parse_spec({**spec_dict(precision="fp8", model={"ffn_hidden_size": 14352}),
+                        "cluster": {**spec_dict()["cluster"], "gpu": gpu}}, "t.yaml")
+        assert fp8_shape_problem(w.model, w.training, cfg_of(w, 2, 1, 8), w.cluster.gpu)[0] == "tp"
 
 
 # --- #9: interleaving needs a pipeline ----------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """planner batch SWEEP.yaml: plan every case of a sweep (local worker processes or Ray) into a CSV."""
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 
@@ -17,7 +16,8 @@ def register(sub) -> None:
                    help="local worker processes (default) or Ray")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray instance)")
     p.add_argument("--workers", type=int, default=None, help="parallel cases (default: CPU cores)")
-    p.add_argument("--out", default="results", help="output folder (default: results/)")
+    p.add_argument("--out", default=None, help="output folder, created if missing in a folder that exists "
+                                                 "(default: results/)")
     p.add_argument("--time-limit", type=finite_float, default=None,
                    help="seconds per case (default: the sweep's solver)")
     p.add_argument("--no-resume", action="store_true",
@@ -39,7 +39,10 @@ def run(args) -> int:
     if args.address and args.executor != "ray":
         raise SpecError(None, "--address", "only applies with --executor ray")
     sweep = load_sweep(args.sweep)
-    _out_folder(args.out)
+    from planner.io import check_out_folder
+    given = args.out is not None
+    args.out = args.out or "results"
+    check_out_folder(args.out, "--out", given)
     res = run_batch(sweep, args.out, executor=args.executor, workers=args.workers, address=args.address,
                     time_limit_s=args.time_limit, progress=not args.json, resume=not args.no_resume)
     cvf = cheapest_vs_fastest(res.rows)
@@ -74,16 +77,6 @@ def run(args) -> int:
             con.print(f"wrote {p}")
     ok = sum(1 for r in res.rows if r.get("status") in OK_STATUSES)
     return 0 if ok or not res.rows else 1
-
-
-def _out_folder(path: str) -> None:
-    """Create --out if missing (one level or many); refuse a path that cannot be a folder, before any solve."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise SpecError(None, "--out", f"{path} exists and is not a folder")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise SpecError(None, "--out", f"cannot create the folder {path}: {e.strerror or e}") from None
 
 
 def _f(v, fmt: str) -> str:

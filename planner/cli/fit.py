@@ -66,7 +66,7 @@ def run_compute(args) -> int:
     from planner.costs.metrics import mape, percent_errors
     from planner.io import check_out  # here: registering the command imports no numpy
     from planner.spec import load_cluster
-    check_out(args.output, "--output", _compute_inputs(args), given=False)
+    check_out(args.output, "--output", _compute_inputs(args))
     tables = read_nccl_dir(args.nccl) if args.nccl else {}
     base = ComputeModel(comm=CommModel(grad_bytes=args.grad_bytes, allreduce_tables=tables))
     if args.measured:
@@ -132,7 +132,7 @@ def run_memory(args) -> int:
     if args.overhead_GiB < 0:
         raise SpecError(None, "--overhead-GiB", f"must be >= 0, got {args.overhead_GiB:g}")
     from planner.io import check_out
-    check_out(args.output, "--output", {args.samples: "the samples file"}, given=False)
+    check_out(args.output, "--output", {args.samples: "the samples file"})
     rows = read_samples(args.samples)
     check_sample_count(rows, args.samples)
     est = fit_samples(rows, args.margin, args.overhead_GiB, os.path.basename(args.samples), args.fragmentation)

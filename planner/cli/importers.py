@@ -38,7 +38,7 @@ def _mpigraph(args) -> int:
     from planner.profile.network import matrix_csv, sidecar_path
     if args.output:      # the sidecar and the rank matrix are written only beside a matrix file
         check_outs({"--output": args.output, "--sidecar": args.sidecar or sidecar_path(args.output),
-                    "--rank-matrix": args.rank_matrix}, {args.log: "the mpiGraph log"}, given=False)
+                    "--rank-matrix": args.rank_matrix}, {args.log: "the mpiGraph log"})
     log = imp.parse_mpigraph(imp.read_text(args.log), args.log)
     nm = imp.mpigraph_node_matrix(log, args.combine, args.aggregate)
     from planner.spec.hosts import is_hostname
@@ -75,7 +75,7 @@ def _mpigraph(args) -> int:
 def _nccl(args) -> int:
     from planner.io import atomic_write_text, check_out, print_json
     if args.output:
-        check_out(args.output, "--output", {args.out: "the nccl-tests output"}, given=False)
+        check_out(args.output, "--output", {args.out: "the nccl-tests output"})
     table = imp.parse_nccl_tests(imp.read_text(args.out), args.out, args.placement)
     comments = [f"imported from nccl-tests output {os.path.basename(args.out)} "
                 f"({table.placement}, {table.layout} layout"

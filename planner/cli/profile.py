@@ -56,6 +56,8 @@ def _ints(text: str) -> list[int]:
 def run_compute(args) -> int:
     import json
 
+    from planner.io import check_out
+    check_out(args.output, "--output")          # before the profiling, as every output flag
     import torch
 
     from planner.profile.compute import profile_grid, write_profile_csv
@@ -116,7 +118,7 @@ def run_memory(args) -> int:
     from planner.costs.memory import GiB
     from planner.io import check_out
     from planner.profile import memory as pm
-    check_out(args.output, "--output", {args.replay: "the --replay samples"} if args.replay else None, given=False)
+    check_out(args.output, "--output", {args.replay: "the --replay samples"} if args.replay else None)
     args.samples_given = args.samples is not None
     if not args.samples_given:
         args.samples = 300
@@ -233,7 +235,7 @@ def run_network(args) -> int:
     from planner.io import check_outs
     from planner.profile.network import profile_from_env, profile_spawn, sidecar_path, write_profile
     check_outs({"--output": args.output, "--sidecar": args.sidecar or sidecar_path(args.output),
-                "--gpu-matrix": args.gpu_matrix}, given=False)
+                "--gpu-matrix": args.gpu_matrix})
     opts = network_options(args)
     if args.spawn:
         hosts = [h.strip() for h in args.spawn_hosts.split(",")] if args.spawn_hosts else None

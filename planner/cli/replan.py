@@ -25,9 +25,9 @@ def run(args) -> int:
     from planner.search.replan import replan
 
     out = args.out or os.path.splitext(args.solution)[0] + "-replan.yaml"
-    # before the re-plan: not over the solution, its spec, model and cluster files or the cluster's measured data
-    # (a missing folder is created, as atomic writes always did)
-    check_out(out, "--out", solution_inputs(args.solution, args.spec), given=False)
+    # before the re-plan: not over the solution, its spec, model and cluster files or the cluster's measured data, and
+    # into a folder that exists (the default lies beside the solution)
+    check_out(out, "--out", solution_inputs(args.solution, args.spec))
     sol = replan(args.solution, args.exclude_nodes, args.time_limit, args.seed, args.spec)
     r = sol.extra["replan"]
     show_solution(sol, out, args.json,

@@ -78,7 +78,7 @@ def run(args) -> int:
     if args.plot or args.trace:     # before the simulation: neither may overwrite a file it reads, nor each other
         from planner.inputs import plan_inputs
         from planner.io import check_outs
-        check_outs({"--plot": args.plot, "--trace": args.trace}, plan_inputs(args.path), given=False)
+        check_outs({"--plot": args.plot, "--trace": args.trace}, plan_inputs(args.path))
     spec = with_engine(args, spec, cfg)
     try:
         sim = simulate(spec, cfg, mapping, recompute_in_bubbles=args.recompute_in_bubbles,

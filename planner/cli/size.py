@@ -55,7 +55,7 @@ def run(args) -> int:
     if args.plot:                   # before the solves: not over the cluster file or the data it names
         from planner.inputs import cluster_inputs
         from planner.io import check_out
-        check_out(args.plot, "--plot", cluster_inputs(args.cluster), given=False)
+        check_out(args.plot, "--plot", cluster_inputs(args.cluster))
     gpus = cl.num_gpus if args.gpus is None else args.gpus      # 0 is a mistake, not "the whole cluster"
     if gpus > cl.num_gpus:
         raise SpecError(None, "--gpus", f"{gpus} is more than {cl.name}'s {cl.num_gpus} GPUs ({cl.nodes} nodes of "

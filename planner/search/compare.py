@@ -45,7 +45,7 @@ def megatron_config(spec, costs, min_pp: int = 1) -> ParallelConfig | None:
             cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "1f1b", 1, rc, zero, tp > 1)
             if sequence_parallel_problem(spec.training, cfg):
                 cfg = replace(cfg, sequence_parallel=False)
-            if fp8_shape_problem(m, spec.training, cfg):
+            if fp8_shape_problem(m, spec.training, cfg, cl.gpu):
                 continue
             if max(x.total for x in stage_memory(spec, cfg, costs)) / GiB <= memory_limit_GiB(spec):
                 return cfg

@@ -164,7 +164,7 @@ def check_config(spec, cfg: ParallelConfig, idle_ok: bool = False) -> None:
     why = sequence_parallel_problem(spec.training, cfg)
     if why:
         raise SpecError(None, "--sp", why)
-    bad = fp8_shape_problem(m, spec.training, cfg)
+    bad = fp8_shape_problem(m, spec.training, cfg, cl.gpu)
     if bad:
         flag = {"tp": "--tp", "micro_batch_size": "--mbs", "sequence_parallel": "--sp"}[bad[0]]
         raise SpecError(None, flag, bad[1])

@@ -94,18 +94,18 @@ def zero_options(spec, dp: int, cp: int) -> tuple:
     """The ZeRO stages of search.zero to enumerate for dp x cp replicas (ZeRO shards over Megatron-Core's
     data-parallel-with-context-parallel group). With fp8_param_gather ZeRO-0 is out: Megatron-LM
     megatron/training/arguments.py asserts '--fp8-param-gather only supported with distributed optimizer, torch fsdp2,
-    megatron fsdp, or inference mode'. With dp x cp = 1 the stages 0-2 are one plan, run as ZeRO-0 (the smallest
-    of 1 / 2 with fp8_param_gather, which needs the distributed optimizer even on one rank), and ZeRO-3 has nothing to
-    shard: torchtitan would run it without FSDP, with mixed precision off under TP or PP (export's torchtitan
+    megatron fsdp, or inference mode'. With dp x cp = 1 the stages 0-2 cost the same (nothing to shard: memory and
+    time are ZeRO-0's), so one of them is searched, the lowest the spec lists: the stage the user asked for, as it
+    would run (Megatron-LM runs --use-distributed-optimizer with dp 1; [0, 1] keeps 0, [1] or [1, 2] keeps 1, [2]
+    keeps 2, whose exports are ZeRO-2's), and the space stays one configuration per shape. ZeRO-3 has nothing to
+    shard there: torchtitan would run it without FSDP, with mixed precision off under TP or PP (export's torchtitan
     refusal), so it is not searched; a search.zero of [3] alone has no configuration there."""
     pg = getattr(spec.training, "fp8_param_gather", False)
     zs = tuple(z for z in spec.search.zero if not (z == 0 and pg))
     if dp * cp > 1:
         return zs
     lower = [z for z in zs if z < 3]
-    if not lower:
-        return ()
-    return (min(lower),) if pg else (0,)
+    return (min(lower),) if lower else ()
 
 
 def _configs(spec, G: int, tp: int, cp: int, dropped=None) -> Iterator[ParallelConfig]:
@@ -154,7 +154,7 @@ def _configs(spec, G: int, tp: int, cp: int, dropped=None) -> Iterator[ParallelC
                                 if why:
                                     _drop(dropped, "search.sequence_parallel", f"{cfg.label()}: {why}")
                                     continue
-                                bad = fp8_shape_problem(model, tr, cfg)
+                                bad = fp8_shape_problem(model, tr, cfg, cl.gpu)
                                 if bad:
                                     _drop(dropped, "training.precision", f"{cfg.label()}: {bad[1]}")
                                     continue

@@ -55,6 +55,23 @@ NO_FP8_TYPES = ("V100", "P100", "A100", "A800", "A30", "A40", "A10", "T4")
 PRE_AMPERE_TYPES = ("V100", "P100", "T4")
 
 
+# GPU types whose FP8 GEMMs take any operand layout under per-tensor scaling (Transformer Engine's delayed and
+# tensorwise recipes). NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b,
+# transformer_engine/common/transformer_engine.cpp nvte_is_non_tn_fp8_gemm_supported(): compute capability 10.x-11.x
+# or >= 13.0, i.e. data-centre Blackwell (B100 / B200 / GB200: 10.0; B300 / GB300: 10.3). Hopper (9.0), Ada (8.9)
+# and the RTX / workstation Blackwell parts (12.x) run only TN fp8 GEMMs (common/gemm/cublaslt_gemm.cu "Hopper only
+# supports TN GEMMs for FP8"), and so is every type not listed here taken to: the stricter rule (config.
+# fp8_shape_problem), whose plans run on either kind.
+FP8_ANY_LAYOUT_TYPES = ("B100", "B200", "B300")      # GB200 / GB300 contain them
+
+
+def fp8_gemm_tn_only(gpu: GPUSpec) -> bool:
+    """Whether `gpu`'s per-tensor-scaled FP8 GEMMs are TN only (Hopper, Ada, RTX Blackwell, unknown types) rather than
+    any layout (data-centre Blackwell), by its catalog type (FP8_ANY_LAYOUT_TYPES)."""
+    kind = gpu.type.upper()
+    return not any(t in kind for t in FP8_ANY_LAYOUT_TYPES)
+
+
 def runs_transformer_engine(gpu: GPUSpec) -> bool:
     kind = gpu.type.upper()
     return not any(t in kind for t in PRE_AMPERE_TYPES)
