@@ -121,6 +121,9 @@ class Solution:
             # current scaling (export's --fp8-recipe); delayed, the default: absent, as before
             **({"fp8_recipe": self.spec.training.fp8_recipe}
                if self.spec.training.precision == "fp8" and self.spec.training.fp8_recipe != "delayed" else {}),
+            # the unfused softmax path (stated, or a GPU without fused kernels: spec.plan.attention_in_force), for
+            # export (Megatron-LM's --transformer-impl local on pre-Ampere GPUs); fused, the default: absent, as before
+            **({"attention": self.spec.training.attention} if self.spec.training.attention != "fused" else {}),
             # a fused kernel the spec names (export passes it on); auto: absent, as before
             **({"attention_backend": self.spec.training.attention_backend}
                if self.spec.training.attention_backend != "auto" else {}),
