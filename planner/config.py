@@ -269,6 +269,22 @@ def sequence_parallel_problem(training, cfg: ParallelConfig) -> str | None:
     return None
 
 
+def interleaved_p2p_problem(training, schedule: str, pp: int) -> str | None:
+    """Why Megatron-LM refuses the interleaved schedule on `pp` stages with training.overlap.p2p off, or None.
+    NVIDIA/Megatron-LM @ d98e8a64 megatron/training/arguments.py (validate_args), with virtual pipeline stages and
+    overlap_p2p_comm off: 'When interleaved schedule is used and p2p communication overlap is disabled,
+    pipeline-model-parallel size should be greater than 2 to avoid having multiple p2p sends and recvs between same 2
+    ranks per communication batch'. The search skips these configurations (search.space), estimate and simulate
+    refuse them (search.solve.check_config)."""
+    if schedule != "interleaved" or pp > 2 or training.overlap.p2p:
+        return None
+    return (f"the interleaved schedule on pp={pp} stages needs training.overlap.p2p: with p2p overlap off Megatron-LM "
+            "asserts pipeline-model-parallel size > 2 (megatron/training/arguments.py: 'When interleaved schedule is "
+            "used and p2p communication overlap is disabled, pipeline-model-parallel size should be greater than 2 "
+            "to avoid having multiple p2p sends and recvs between same 2 ranks per communication batch'): use pp > 2, "
+            "another schedule, or training.overlap.p2p true")
+
+
 # FP8 GEMM shapes. Transformer Engine (NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b), for the
 # per-tensor recipes the planner models (delayed and tensorwise current scaling; MXFP8 is not modelled):
 # - on every GPU, transformer_engine/pytorch/utils.py assert_dim_for_fp8_exec, called on each Linear's local input and

@@ -37,7 +37,8 @@ def plan_table(sol) -> Table:
     per = "per node" if sol.layout.span == 1 else f"per {sol.layout.span} nodes (tp x cp spans them)"
     t.add_row("layout", f"{sol.layout.a} stage(s) x {sol.layout.b} replica(s) {per}, "
                         f"{sol.layout.rows} x {sol.layout.cols} node grid")
-    t.add_row("iteration", f"{e.iteration_s:.3f} s  ({e.tokens_per_s:,.0f} tokens/s, MFU {e.mfu:.1%}"
+    on = "" if getattr(s, "robust", "none") == "none" else "on the cluster's bandwidth matrix, "
+    t.add_row("iteration", f"{e.iteration_s:.3f} s  ({on}{e.tokens_per_s:,.0f} tokens/s, MFU {e.mfu:.1%}"
                            f"{mfu_note(sol.spec)})")
     t.add_row("  compute | p2p | dp | emb",
               f"{e.compute_s:.3f} | {e.pp_comm_s:.4f} | {e.dp_comm_s:.4f} | {e.emb_comm_s:.4f} s")

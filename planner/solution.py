@@ -31,6 +31,7 @@ class SolverRecord:
     stopped_by: str = "work"         # what ended the search: proof | work (the budget: deterministic) | wall
     #                                  (the wall-clock safety stop: the plan may depend on the machine's load)
     work_s: float = 0.0              # work seconds spent (planner/mapping/work.py: deterministic, unlike wall_s)
+    snapshots: int = 0               # robust only: the bandwidth snapshots the objective is taken over
 
     @property
     def gap(self) -> float:
@@ -43,6 +44,14 @@ class SolverRecord:
         m = self.mapping_objective
         return max(0.0, (m - self.mapping_bound) / m) if m > 0 else 0.0
 
+    @property
+    def robust_over(self) -> str:
+        """Robust solutions: which figures are over the snapshots and which on the cluster's matrix."""
+        n = f"{self.snapshots} " if self.snapshots else ""
+        return (f"objective, bound, mapping_* and the alternatives: the {self.robust} over the {n}bandwidth snapshots "
+                "(network.bandwidth_snapshots); estimate and simulated: the cluster's own matrix (network.bandwidth), "
+                "as planner estimate --mapping and planner simulate compute them")
+
     def as_dict(self) -> dict:
         return {"method": self.method, "status": self.status, "objective": self.objective, "bound": self.bound,
                 "gap": self.gap, "wall_s": self.wall_s, "candidates": self.candidates,
@@ -50,7 +59,7 @@ class SolverRecord:
                 "mappings_solved": self.mappings_solved, "mappings_proved": self.mappings_proved,
                 "mapping_objective_s": self.mapping_objective, "mapping_bound_s": self.mapping_bound,
                 "mapping_gap": self.mapping_gap, "stopped_by": self.stopped_by, "work_s": round(self.work_s, 6),
-                **({"robust": self.robust} if self.robust != "none" else {}),
+                **({"robust": self.robust, "robust_over": self.robust_over} if self.robust != "none" else {}),
                 **({"note": self.note} if self.note else {})}
 
 
@@ -112,6 +121,9 @@ class Solution:
             # current scaling (export's --fp8-recipe); delayed, the default: absent, as before
             **({"fp8_recipe": self.spec.training.fp8_recipe}
                if self.spec.training.precision == "fp8" and self.spec.training.fp8_recipe != "delayed" else {}),
+            # the unfused softmax path (stated, or a GPU without fused kernels: spec.plan.attention_in_force), for
+            # export (Megatron-LM's --transformer-impl local on pre-Ampere GPUs); fused, the default: absent, as before
+            **({"attention": self.spec.training.attention} if self.spec.training.attention != "fused" else {}),
             # a fused kernel the spec names (export passes it on); auto: absent, as before
             **({"attention_backend": self.spec.training.attention_backend}
                if self.spec.training.attention_backend != "auto" else {}),

@@ -163,3 +163,65 @@ def test_validations_declare_unfused():
     row = Row(8, 16, 1, 2048, 16, 24, 2048, 2, 4, 1, 1.0)
     spec, _ = row_spec(row, replace(A100.subset([0]), gpus_per_node=8))
     assert spec.training.attention == "unfused"
+
+
+# --- tryout 5, #3: no fused attention before Ampere ----------------------------------------------------------------
+
+def _v100_spec(training, search=None):
+    return {"name": "v", "model": os.path.join(ROOT, "models", "gpt3-1.3b.yaml"),
+            "cluster": {"name": "v", "gpu": {"type": "Tesla V100-SXM2-32GB", "memory_GiB": 32,
+                                             "peak_tflops": {"fp16": 125, "fp32": 15.7}},
+                        "nodes": 1, "gpus_per_node": 8,
+                        "network": {"intra_node": {"bandwidth_GBps": 150}, "inter_node": {"bandwidth_Gbps": 100}}},
+            "training": {"global_batch_size": 8, "seq_length": 2048, "precision": "fp16", **training},
+            **({"search": search} if search else {})}
+
+
+def test_v100_runs_unfused_attention_by_default():
+    """FlashAttention-2 and Transformer Engine (cuDNN's fused attention) need Ampere; on V100 Megatron-LM runs
+    --transformer-impl local, the unfused softmax path. A spec that leaves training.attention out means unfused
+    there, and its hash says so; an A100 spec keeps fused and its hash."""
+    from planner.spec import load_spec
+    s = parse_spec(_v100_spec({}), "v.yaml")
+    assert s.training.attention == "unfused"
+    assert parse_spec(_v100_spec({"attention": "unfused"}), "v.yaml").training == s.training
+    shipped = load_spec(os.path.join(ROOT, "specs", "llama2-7b-v100-het-128.yaml"))
+    assert shipped.training.attention == "unfused" and shipped.raw["training"]["attention"] == "unfused"
+    assert "attention" not in load_spec(os.path.join(ROOT, "specs", "gpt3-13b-a100-het-128.yaml")).raw["training"]
+    # a Spec built in code (a sweep's case, `size`) gets the same default
+    assert replace(shipped, training=replace(shipped.training, attention="fused")).training.attention == "unfused"
+
+
+@pytest.mark.parametrize("training, field", [({"attention": "fused"}, "training.attention"),
+                                             ({"attention_backend": "flash2"}, "training.attention_backend")])
+def test_fused_attention_stated_on_v100_is_refused(training, field):
+    with pytest.raises(SpecError) as e:
+        parse_spec(_v100_spec(training), "v.yaml")
+    assert e.value.file == "v.yaml" and e.value.field == field
+    assert "V100" in str(e.value) and "Ampere" in str(e.value)
+
+
+def test_v100_refusal_through_the_cli(tmp_path, capsys):
+    import yaml
+
+    from planner.cli.main import main
+    p = tmp_path / "v.yaml"
+    p.write_text(yaml.safe_dump(_v100_spec({"attention": "fused"})))
+    assert main(["estimate", str(p), "--tp", "8", "--pp", "1", "--dp", "1", "--mbs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert str(p) in err and "training.attention" in err and "V100" in err and "Traceback" not in err
+
+
+def test_v100_context_parallel_names_the_gpu():
+    with pytest.raises(SpecError) as e:
+        parse_spec(_v100_spec({}, {"context_parallel": [2]}), "v.yaml")
+    assert e.value.field == "search.context_parallel" and "V100" in str(e.value)
+
+
+def test_v100_solution_records_unfused():
+    from planner.search.solve import solve
+    s = parse_spec(_v100_spec({}, {"recompute": ["full"], "zero": [0], "micro_batch_sizes": [1]}), "v.yaml")
+    d = solve(s, time_limit_s=1, simulate=False).as_dict()
+    assert d["attention"] == "unfused"
+    h = parse_spec(_spec({}), "s.yaml")
+    assert "attention" not in solve(h, time_limit_s=1, simulate=False).as_dict()      # fused: absent, as before

@@ -197,6 +197,30 @@ def test_interleaved_needs_pp_above_2_without_p2p_overlap():
     assert 2 not in pps(False) and 4 in pps(False)
 
 
+@pytest.mark.parametrize("cmd", ["estimate", "simulate"])
+def test_estimate_and_simulate_refuse_interleaved_pp2_without_p2p_overlap(tmp_path, capsys, cmd):
+    """Tryout 5, #8: the search drops interleaved on pp = 2 with training.overlap.p2p false (Megatron-LM asserts pp >
+    2 there); estimate and simulate costed it (exit 0). Now the same predicate refuses it, naming --pp and the key."""
+    import yaml
+
+    from planner.cli.main import main
+    d = {"model": {"name": "m", "num_layers": 8, "hidden_size": 256, "num_attention_heads": 8, "vocab_size": 1000},
+         "cluster": {"name": "c", "gpu": {"type": "A100", "memory_GiB": 80, "peak_tflops": {"bf16": 312}},
+                     "nodes": 1, "gpus_per_node": 8,
+                     "network": {"intra_node": {"bandwidth_GBps": 300}, "inter_node": {"bandwidth_Gbps": 200}}},
+         "training": {"global_batch_size": 16, "seq_length": 128, "overlap": {"p2p": False}},
+         "search": {"schedules": ["interleaved"], "virtual_stages": [2]}}
+    path = tmp_path / "nop2p.yaml"
+    path.write_text(yaml.safe_dump(d))
+    flags = ["--tp", "4", "--dp", "1", "--mbs", "1", "--schedule", "interleaved", "--vpp", "2"]
+    assert main([cmd, str(path), "--pp", "2", *flags]) == 2
+    err = capsys.readouterr().err
+    assert "--pp" in err and "training.overlap.p2p" in err and "greater than 2" in err and "Traceback" not in err
+    d["training"]["overlap"]["p2p"] = True         # legal with p2p overlap on
+    path.write_text(yaml.safe_dump(d))
+    assert main([cmd, str(path), "--pp", "2", *flags, *(["--json"] if cmd == "simulate" else [])]) == 0
+
+
 def test_no_userbuffers_before_ampere():
     """Transformer Engine needs compute capability 8.0: on a V100 cluster --tp-comm-overlap cannot run, so the plan
     is charged Megatron's own asynchronous backward instead, and the solution and export do not claim it."""
@@ -216,3 +240,23 @@ def test_no_userbuffers_before_ampere():
     from planner.solution import load_solution
     shipped = load_solution("solutions/llama2-7b-v100-het-128.yaml")
     assert shipped["overlap"]["tp_comm"] is False and "--tp-comm-overlap" not in megatron_args(shipped)
+
+
+def test_simulate_refuses_a_solution_file_with_interleaved_pp2_without_p2p_overlap(tmp_path, capsys):
+    """The same rule for a (hand-edited) solution file given to simulate: exit 2 naming the file's config.pp."""
+    import yaml
+
+    from planner.cli.main import main
+    d = {"model": {"name": "m", "num_layers": 8, "hidden_size": 256, "num_attention_heads": 8, "vocab_size": 1000},
+         "cluster": {"name": "c", "gpu": {"type": "A100", "memory_GiB": 80, "peak_tflops": {"bf16": 312}},
+                     "nodes": 1, "gpus_per_node": 8,
+                     "network": {"intra_node": {"bandwidth_GBps": 300}, "inter_node": {"bandwidth_Gbps": 200}}},
+         "training": {"global_batch_size": 16, "seq_length": 128, "overlap": {"p2p": False}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(d))
+    sol = tmp_path / "sol.yaml"
+    sol.write_text(yaml.safe_dump({"spec": str(tmp_path / "s.yaml"), "config": {
+        "tp": 4, "pp": 2, "dp": 1, "micro_batch_size": 1, "num_microbatches": 16, "schedule": "interleaved", "vpp": 2,
+        "recompute": "none", "zero": 0, "sequence_parallel": False}, "mapping": []}))
+    assert main(["simulate", str(sol)]) == 2
+    err = capsys.readouterr().err
+    assert str(sol) in err and "config.pp" in err and "training.overlap.p2p" in err

@@ -344,3 +344,42 @@ def test_a_zero3_solution_does_not_record_fp8_param_gather_and_zero2_says_it_has
     assert "config.tp" in zero2_note(b, cfg_of(b, 2, 1, 8, zero=2, sequence_parallel=True))
     assert not zero2_note(b, cfg_of(b, 1, 1, 16, zero=2))          # DeepSpeed's ZeRO stage 2 runs it
     assert not zero2_note(b, cfg_of(b, 2, 1, 8, zero=1, sequence_parallel=True))
+
+
+# --- tryout 5, #7: compare's Megatron baseline inside the spec's search space --------------------------------------
+
+NARROW = {"schedules": ["interleaved"], "recompute": ["none"], "zero": [1], "tensor_parallel": [8],
+          "context_parallel": [2], "micro_batch_sizes": [2]}
+
+
+def test_megatron_baseline_follows_the_search_space():
+    """The baseline was always cp 1, mbs 1, 1F1B and selective / full recompute, whatever the spec searched: with a
+    narrow space it lay outside it (and beat the OPTIMAL plan with a negative gap to the bound). It is now built from
+    the space's lists, and is a configuration the search enumerates."""
+    s = spec(nodes=4, gbs=64, search=NARROW)
+    cfg = megatron_config(s, default_costs(s.cluster))
+    assert cfg in set(enumerate_configs(s))
+    assert (cfg.tp, cfg.cp, cfg.micro_batch_size, cfg.recompute) == (8, 2, 2, "none")
+    assert cfg.schedule == "interleaved" or cfg.pp == 1
+    # the default space keeps the rule as it was: tp = node, cp 1, mbs 1, 1F1B, selective first
+    d = spec(nodes=4, gbs=64, search={"recompute": ["none", "selective", "full"], "micro_batch_sizes": [1, 2]})
+    c = megatron_config(d, default_costs(d.cluster))
+    assert (c.tp, c.cp, c.micro_batch_size, c.schedule, c.recompute) == (8, 1, 1, "1f1b", "selective")
+
+
+def test_compare_gap_to_bound_is_never_negative_for_the_baseline(monkeypatch):
+    from planner.search import compare as cmp
+    s = spec(nodes=4, gbs=64, search=NARROW)
+    monkeypatch.setattr(cmp, "anneal", lambda prob, **k: type("R", (), {"objective": prob.objective(
+        prob.rank_order())})())                               # Pipette's row is not what this test is about
+    res = cmp.compare(s, time_limit_s=1)
+    row = next(r for r in res["rows"] if r["method"].startswith("Megatron"))
+    assert row["in_space"] and row["gap_to_bound"] >= -1e-9 and row["vs_best"] >= -1e-9
+    # where no configuration of the space follows the rule, the rule as written is shown, outside the space: no gap to
+    # a bound that does not cover it, and not the best
+    monkeypatch.setattr(cmp, "megatron_config", lambda *a, **k: None)
+    res = cmp.compare(s, time_limit_s=1)
+    row = next(r for r in res["rows"] if r["method"].startswith("Megatron"))
+    assert row["in_space"] is False and row["gap_to_bound"] is None and row["vs_best"] is None
+    assert "outside the search space" in row["method"] and " cp" not in row["config"]
+    assert min(r["vs_best"] for r in res["rows"] if r["vs_best"] is not None) == 0.0

@@ -35,8 +35,10 @@ def run(args) -> int:
         t.add_column(c)
     for r in res["rows"]:
         mg = f"{r['mapping_gap']:.2%}" if "mapping_gap" in r else "-"
-        t.add_row(r["method"], r["config"], f"{r['iteration_s']:.4f}", f"{r['vs_best']:+.2%}",
-                  f"{r['gap_to_bound']:.2%}", mg, r["status"], r.get("stopped_by", "-"), f"{r['wall_s']:.1f}")
+        vs = "-" if r["vs_best"] is None else f"{r['vs_best']:+.2%}"         # None: outside the search space
+        gap = "-" if r["gap_to_bound"] is None else f"{r['gap_to_bound']:.2%}"
+        t.add_row(r["method"], r["config"], f"{r['iteration_s']:.4f}", vs, gap, mg, r["status"],
+                  r.get("stopped_by", "-"), f"{r['wall_s']:.1f}")
     console().print(t)
     rb = res.get("robust")
     if rb:

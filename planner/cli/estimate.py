@@ -71,4 +71,8 @@ def costs_note(spec, cfg=None) -> str:
     if spec.training.attention == "fused":
         kernel = charged_backend(spec.cluster.gpu.type, spec.training, cfg)
         bits.append(f"fused attention {kernel}" + (" (measured in training steps)" if kernel == "sdpa_flash" else ""))
+    else:
+        from planner.spec.cluster import fused_attention_refusal
+        bits.append("unfused attention" + (f" ({spec.cluster.gpu.type} has no fused kernel)"
+                                           if fused_attention_refusal(spec.cluster.gpu) else ""))
     return "costs: " + ", ".join(bits)

@@ -9,7 +9,7 @@ import os
 import sys
 
 from planner.cli.common import add_config_args, config_from_args, spec_arg, with_engine
-from planner.config import ParallelConfig
+from planner.config import ParallelConfig, interleaved_p2p_problem
 from planner.errors import SpecError
 from planner.io import load_yaml
 
@@ -62,7 +62,13 @@ def load_target(args):
         mapping = raw.get("mapping")
         if mapping is not None and not (isinstance(mapping, list) and all(isinstance(w, dict) for w in mapping)):
             raise SpecError(path, "mapping", "must be a list of {stage, tp_rank, dp_rank, node, gpu}")
-        return spec, ParallelConfig.from_dict(raw.get("config"), path), mapping
+        cfg = ParallelConfig.from_dict(raw.get("config"), path)
+        # the search's rule (a hand-edited file may break it); check_config's others are not applied: a re-plan's
+        # config leaves excluded nodes out
+        why = interleaved_p2p_problem(spec.training, cfg.schedule, cfg.pp)
+        if why:
+            raise SpecError(path, "config.pp", why + f" ({spec.source} sets training.overlap.p2p false)")
+        return spec, cfg, mapping
     spec = spec_arg(path)
     if not flags:
         raise SpecError(path, None, "a plan spec needs a configuration to simulate: give --tp --pp --dp --mbs "

@@ -15,7 +15,13 @@ from __future__ import annotations
 import time
 
 from planner import interrupt
-from planner.config import V_SHAPES, ParallelConfig, fp8_shape_problem, sequence_parallel_problem
+from planner.config import (
+    V_SHAPES,
+    ParallelConfig,
+    fp8_shape_problem,
+    interleaved_p2p_problem,
+    sequence_parallel_problem,
+)
 from planner.costs import Costs, default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate
 from planner.errors import SpecError
@@ -152,6 +158,10 @@ def check_config(spec, cfg: ParallelConfig, idle_ok: bool = False) -> None:
                 "; or give the first and last stages fewer layers with --first-stage-layers / --last-stage-layers "
                 "(Megatron-Core's --decoder-first/last-pipeline-num-layers)")
         raise SpecError(None, "--pp", f"pp*vpp={cfg.pp * cfg.vpp} must divide {m.num_layers} layers{hint}")
+    why = interleaved_p2p_problem(spec.training, cfg.schedule, cfg.pp)
+    if why:
+        raise SpecError(None, "--pp", why + (f" ({spec.source} sets training.overlap.p2p false)" if spec.source
+                                             else ""))
     if cfg.global_batch_size != spec.training.global_batch_size:
         raise SpecError(None, "--mbs", f"dp*mbs*microbatches={cfg.global_batch_size} != global batch "
                                        f"{spec.training.global_batch_size}")

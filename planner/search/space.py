@@ -7,6 +7,7 @@ from planner.config import (
     V_SHAPES,
     ParallelConfig,
     fp8_shape_problem,
+    interleaved_p2p_problem,
     sequence_parallel_problem,
     split_layers,
     torchtitan_problem,
@@ -237,10 +238,8 @@ def _schedules(spec, pp: int, m: int):
                 yield "1f1b", 1, EVEN
             continue
         if sched == "interleaved":
-            if pp <= 2 and not spec.training.overlap.p2p:
-                # Megatron refuses it: with p2p overlap off, pp <= 2 puts two sends and receives between the same
-                # two ranks in one batch (Megatron-LM megatron/training/arguments.py, validate_args)
-                continue
+            if interleaved_p2p_problem(spec.training, sched, pp):
+                continue      # Megatron refuses it (estimate and simulate too: search.solve.check_config)
             for v in virtual_stage_options(spec, pp):
                 if v > 1 and m % pp == 0:
                     for split in _splits(spec, pp, v):

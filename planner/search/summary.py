@@ -230,7 +230,13 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     """The Solution of `best`; the record is updated to describe it (the re-ranked plan, if the simulator
     overruled)."""
     p0 = best.probs[0]
-    est = evaluate(spec, best.cfg, p0, best.result.assign, costs)
+    # the plan's estimate on the cluster's own matrix (network.bandwidth), as `estimate --mapping` and `simulate` see
+    # it; a robust search's problems are the bandwidth snapshots (screen.scenarios), whose worst / mean stays the
+    # record's objective and the alternatives' scale (SolverRecord.robust_over says which is which)
+    main = p0 if rec.robust == "none" else build_problem(spec, best.cfg, best.layout, costs)
+    est = evaluate(spec, best.cfg, main, best.result.assign, costs)
+    if rec.robust != "none":
+        rec.snapshots = len(best.probs)
     alts = alternatives(spec, cands, best, costs, fits, mats, robust)
     rec.objective = best.result.objective
     rec.bound = min(rec.bound, rec.objective)

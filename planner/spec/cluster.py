@@ -77,6 +77,22 @@ def runs_transformer_engine(gpu: GPUSpec) -> bool:
     return not any(t in kind for t in PRE_AMPERE_TYPES)
 
 
+def fused_attention_refusal(gpu: GPUSpec) -> str | None:
+    """Why `gpu` runs no fused attention kernel (None: it does). FlashAttention-2 runs on Ampere, Ada and Hopper only
+    (Dao-AILab/flash-attention @ 0251105a README.md: "Ampere, Ada, or Hopper GPUs"; Turing has a separate subset,
+    Volta none), and cuDNN's fused attention reaches Megatron-Core through Transformer Engine, which needs compute
+    capability 8.0 (PRE_AMPERE_TYPES). On such a GPU Megatron-LM runs --transformer-impl local, whose core attention is
+    the unfused softmax path (NVIDIA/Megatron-LM @ d98e8a64 megatron/core/models/backends.py LocalSpecProvider:
+    DotProductAttention), the planner's training.attention unfused."""
+    kind = gpu.type.upper()
+    old = next((t for t in PRE_AMPERE_TYPES if t in kind), None)
+    if old is None:
+        return None
+    return (f"fused attention (FlashAttention-2, or cuDNN's through Transformer Engine) needs Ampere or newer (compute "
+            f"capability 8.0); the cluster's GPU {gpu.type} ({old} class) runs neither: Megatron-LM runs it with "
+            "--transformer-impl local, whose core attention is the unfused softmax path")
+
+
 def bf16_refusal(gpu: GPUSpec) -> str | None:
     """Why `gpu` cannot train in bf16 (None: it can): bf16 tensor cores came with Ampere; before it PyTorch runs bf16
     math in emulation, far below any listed peak."""

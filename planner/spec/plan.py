@@ -106,7 +106,9 @@ class TrainingSpec:
     attention: str = "fused"
     """fused (FlashAttention-2/3, cuDNN fused attention through Transformer Engine: no s x s tensors kept, causal
     FLOPs at the fused kernels' efficiency) or unfused (Megatron's local softmax path that Korthikanti et al. 2022
-    count: scores, softmax and dropout mask stored); one of ATTENTION."""
+    count: scores, softmax and dropout mask stored); one of ATTENTION. On a GPU without fused kernels (before Ampere:
+    V100, P100, T4; cluster.fused_attention_refusal) a Spec runs unfused, as Megatron-LM's --transformer-impl local
+    does there: left out of a spec file it means unfused on such a GPU, and `fused` stated there is refused."""
     attention_backend: str = "auto"
     """The fused attention kernel (training.attention fused), one of ATTENTION_BACKENDS: cudnn (cuDNN's fused
     attention: Transformer Engine's choice on Hopper, Megatron-Core --attention-backend fused; PyTorch 2.11's SDPA
@@ -247,6 +249,9 @@ class Spec:
         why = refusal(self.cluster.gpu) if refusal else None
         if why:
             raise FieldError("training.precision", why)
+        # the attention a GPU without fused kernels runs (a spec file that states fused there is refused by
+        # parse_spec, which knows what the file says; a Spec built in code, e.g. by a sweep or `size`, has the default)
+        object.__setattr__(self, "training", attention_in_force(self.training, self.cluster.gpu))
         if self.training.kernels == "eager" and not self.model.gated_mlp:
             raise FieldError("training.kernels", "eager counts torchtitan's Llama block (RMSNorm, rotary, SwiGLU); "
                              f"model {self.model.name} has no gated MLP")
@@ -254,6 +259,34 @@ class Spec:
     def digest(self) -> str:
         blob = json.dumps(self.raw or {}, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def attention_in_force(training: TrainingSpec, gpu) -> TrainingSpec:
+    """`training` with the attention it runs on `gpu`: unfused where the GPU has no fused kernel
+    (cluster.fused_attention_refusal), as it stands elsewhere."""
+    from dataclasses import replace
+
+    from planner.spec.cluster import fused_attention_refusal
+    if training.attention == "fused" and fused_attention_refusal(gpu):
+        return replace(training, attention="unfused")
+    return training
+
+
+def _check_attention(file, data: dict, training: TrainingSpec, cluster: ClusterSpec) -> TrainingSpec:
+    """training.attention against the cluster's GPU: fused stated for a GPU without fused kernels is refused (as is a
+    fused kernel named in attention_backend); left out, it is unfused there (attention_in_force)."""
+    from planner.spec.cluster import fused_attention_refusal
+    why = fused_attention_refusal(cluster.gpu)
+    if not why:
+        return training
+    tr = data.get("training")
+    if isinstance(tr, dict) and tr.get("attention") == "fused":
+        raise SpecError(file, "training.attention", f"fused: {why}. Use unfused, or leave training.attention out (on "
+                        f"{cluster.gpu.type} it means unfused)")
+    if training.attention_backend != "auto":
+        raise SpecError(file, "training.attention_backend", f"{training.attention_backend} is a fused attention "
+                        f"kernel: {why}; leave attention_backend out")
+    return attention_in_force(training, cluster.gpu)
 
 
 def _part(f: Fields, key: str, base: str):
@@ -299,7 +332,8 @@ def parse_spec(data, file: str | None = None) -> Spec:
     if training.pipeline_engine == "deepspeed" and other:
         raise SpecError(file, "search.schedules", f"has {', '.join(other)}; training.pipeline_engine deepspeed "
                         "runs only its 1F1B TrainSchedule")
-    _check_context_parallel(file, training, search, cluster)
+    resolved = _check_attention(file, data, training, cluster)
+    _check_context_parallel(file, resolved, search, cluster)
     from planner.costs.compute import has_attention_backend  # the costs package is built on specs: lazily
     if training.attention_backend == "cudnn" and not has_attention_backend(cluster.gpu.type, "cudnn"):
         raise SpecError(file, "training.attention_backend", f"cudnn has no measured efficiency row for GPU type "
@@ -336,9 +370,13 @@ def parse_spec(data, file: str | None = None) -> Spec:
                         "training.fsdp_float8_all_gather instead)")
     if search.dp_shard != (0,) and 3 not in search.zero:
         raise SpecError(file, "search.dp_shard", "sets HSDP shard groups, which need 3 in search.zero")
-    raw = {"name": name, "model": mdata, "cluster": cdata, "training": data.get("training"),
+    raw_training = data.get("training")
+    if resolved.attention != training.attention:
+        # the spec means unfused on this GPU: its hash says so (specs whose meaning did not change keep theirs)
+        raw_training = {**raw_training, "attention": resolved.attention}
+    raw = {"name": name, "model": mdata, "cluster": cdata, "training": raw_training,
            "search": data.get("search"), "solver": data.get("solver")}
-    return f.build(Spec, name=name, model=model, cluster=cluster, training=training, search=search, solver=solver,
+    return f.build(Spec, name=name, model=model, cluster=cluster, training=resolved, search=search, solver=solver,
                    source=file, raw=raw)
 
 
@@ -371,8 +409,11 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
     if auto:       # the rules below name the list; auto's is the spec's legal degrees
         cps = f"auto, i.e. {cps}"
     if training.attention != "fused":
+        from planner.spec.cluster import fused_attention_refusal
+        gpu = (f" (the cluster's GPU {cluster.gpu.type} has no fused attention kernel, so the spec runs unfused)"
+               if fused_attention_refusal(cluster.gpu) else "")
         raise SpecError(file, "search.context_parallel", f"has {cps}; context parallelism runs inside a fused "
-                        "attention kernel (Transformer Engine), not with training.attention: unfused")
+                        f"attention kernel (Transformer Engine), not with training.attention: unfused{gpu}")
     if training.pipeline_engine == "deepspeed":
         raise SpecError(file, "search.context_parallel", f"has {cps}; the planner models Megatron-Core's context "
                         "parallelism, not with training.pipeline_engine: deepspeed")
