@@ -342,6 +342,12 @@ def hostfile(solution: dict, file: str | None = None) -> str:
 # context_parallel_rotate_method;
 # [activation_checkpoint] mode.
 TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"
+# its child, pytorch/torchtitan 9810191bb "[BC Breaking] Config System Refactor: TOML to Python Dataclass Registry
+# (#2386)", removed TOML loading (torchtitan/config/manager.py: no config_file, no tomllib); runs are Python functions
+# picked with --module / --config (torchtitan/config/README.md at b5bcd76)
+TORCHTITAN_TOML_LIMIT = ("# torchtitan up to 238fa99 only: 9810191bb (Feb 23 2026) replaced TOML job configs "
+                         "(--job.config_file) with Python config functions (--module / --config), which do not read "
+                         "this file")
 
 
 def _toml_value(v) -> str:
@@ -581,8 +587,9 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
                                                   "filter_fqns": ["output"]}))
     lines = [f"# planner export: {cfg.label()}; torchtitan job config keys as of "
              f"pytorch/torchtitan@{TORCHTITAN_COMMIT}",
-             "# (merge into torchtitan's llama3 preset: it adds the model name and flavor, [optimizer], "
-             "[lr_scheduler] and the dataset)",
+             TORCHTITAN_TOML_LIMIT,
+             "# (merge into torchtitan's llama3 preset, torchtitan/models/llama3/train_configs/*.toml: it adds the "
+             "model name and flavor, [optimizer], [lr_scheduler] and the dataset)",
              f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"] + notes
     if cfg.zero == 0 and cfg.dp > 1 and precision != "fp32" and not solution.get("grad_reduce_in_fp32"):
         # autocast keeps fp32 parameters, so DDP's gradients are fp32 (distributed/utils.py maybe_enable_amp)
