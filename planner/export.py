@@ -91,7 +91,9 @@ ZERO2_NOT_MEGATRON = ("2 shards the gradients as well as the optimizer state, wh
                       "gradient memory the plan does not charge")
 
 
-def megatron_args(solution: dict, file: str | None = None) -> list[str]:
+def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None = None) -> list[str]:
+    """Megatron-LM's flags for the plan, then its comment lines ('#'); gpu_type: the cluster's GPU type (None:
+    unknown), for the launch environment (launch_env)."""
     c = _config(solution, file)
     zero = int(c.get("zero", 0))
     if zero == 3:
@@ -148,7 +150,7 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
             args.append("--grad-reduce-in-bf16")
     args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     args += nemo_overrides(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
-    args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
+    args.append(environment_note(c, solution.get("pipeline_engine", "megatron"), gpu_type))
     if solution.get("pipeline_engine") == "deepspeed":
         args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's "
                     "pipeline "
@@ -284,6 +286,54 @@ def nemo_overrides(overlap: dict | None, c: dict, engine: str) -> list[str]:
 # PyTorch's default allocator needed up to 20% more on an H100 (docs/notes/memory.md), so launch with it on.
 ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
+# Megatron-LM @ d98e8a64, megatron/training/arguments.py validate_args: with tp > 1 or cp > 1 and
+# get_device_arch_version() < 10 (compute capability before Blackwell) it asserts CUDA_DEVICE_MAX_CONNECTIONS == "1"
+# (one hardware queue: the communication kernels start in issue order, ahead of the GEMMs they overlap), except with
+# Torch-FSDP2 / Megatron-FSDP or --overlap-moe-expert-parallel-comm, where it only warns: the export sets neither
+MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS=1"
+# GPU types of compute capability 10 or more, by the cluster file's gpu.type: data-centre Blackwell (B100 / B200 /
+# GB200 10.0, B300 / GB300 10.3) and parts named Blackwell (RTX PRO ... Blackwell, 12.0). Any other type, and an unknown
+# one, is taken as older: the variable is required there and only a performance hint from Blackwell on.
+BLACKWELL_OR_NEWER_TYPES = ("B100", "B200", "B300", "BLACKWELL")
+
+
+def before_blackwell(gpu_type: str | None) -> bool:
+    """Whether Megatron-LM's get_device_arch_version() < 10 on `gpu_type` (True for an unknown type)."""
+    return not (isinstance(gpu_type, str) and any(t in gpu_type.upper() for t in BLACKWELL_OR_NEWER_TYPES))
+
+
+def max_connections_needed(c: dict, engine: str, gpu_type: str | None) -> bool:
+    """Whether Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for this config (MAX_CONNECTIONS_ENV). Not for
+    DeepSpeed's pipeline engine (Megatron-DeepSpeed's own arguments) nor torchtitan (ZeRO-3 plans)."""
+    return (engine == "megatron" and int(c.get("zero", 0)) < 3 and (c["tp"] > 1 or int(c.get("cp", 1)) > 1)
+            and before_blackwell(gpu_type))
+
+
+def launch_env(c: dict, engine: str, gpu_type: str | None) -> list[str]:
+    """The environment assignments a Megatron-LM launch of the plan needs."""
+    return [ALLOC_ENV] + ([MAX_CONNECTIONS_ENV] if max_connections_needed(c, engine, gpu_type) else [])
+
+
+def environment_note(c: dict, engine: str, gpu_type: str | None) -> str:
+    """`# environment:` comment of --format megatron: launch_env's variables, each with its reason."""
+    out = f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"
+    if max_connections_needed(c, engine, gpu_type):
+        gpu = gpu_type or "the GPU type is unknown (the solution's spec was not read): not needed from Blackwell on"
+        out += f"; {MAX_CONNECTIONS_ENV} (Megatron-LM asserts it with tp > 1 or cp > 1 on GPUs before Blackwell: {gpu})"
+    return out
+
+
+def solution_gpu_type(solution: dict, file: str | None) -> str | None:
+    """The cluster's GPU type from the spec the solution names (solution_spec_path); None where it cannot be read."""
+    if not file:
+        return None
+    from planner.solution import solution_spec_path
+    from planner.spec import load_spec
+    try:
+        return load_spec(solution_spec_path(solution, file)).cluster.gpu.type
+    except (SpecError, OSError):
+        return None
+
 
 def split_megatron_args(args: list[str]) -> tuple[list[str], list[str]]:
     """(flags, comment lines) of megatron_args, in order."""
@@ -296,27 +346,31 @@ def shell_words(flag: str) -> str:
 
 
 def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None,
-                      framework: str | None = None) -> list[str]:
+                      framework: str | None = None, gpu_type: str | None = None) -> list[str]:
     """One torchrun line per node, with CUDA_VISIBLE_DEVICES ordered so local rank k gets the planned GPU. ZeRO-3
     plans, and any plan with framework "torchtitan" (export --format torchtitan), run torchtitan's trainer on the job
     config of `torchtitan_toml` (saved as job.toml): its device mesh orders ranks tp fastest, then dp_shard,
-    dp_replicate, pp, which is the rank order below."""
+    dp_replicate, pp, which is the rank order below. gpu_type: the cluster's GPU type (None: unknown), for the
+    environment (launch_env)."""
     ranks = rank_layout(solution, file)
     q = shlex.quote
     nodes = sorted({r["node"] for r in ranks}, key=lambda n: min(r["rank"] for r in ranks if r["node"] == n))
     per_node = {n: [r for r in ranks if r["node"] == n] for n in nodes}
     master = per_node[nodes[0]][0]["host"]
-    if framework == "torchtitan" or int(_config(solution, file).get("zero", 0)) == 3:
+    c = _config(solution, file)
+    if framework == "torchtitan" or int(c.get("zero", 0)) == 3:
         script, flags = "-m", "torchtitan.train --job.config_file job.toml"
+        env = ALLOC_ENV
     else:
         script = "pretrain_gpt.py"
-        flags = " ".join(shell_words(a) for a in split_megatron_args(megatron_args(solution, file))[0])
+        flags = " ".join(shell_words(a) for a in split_megatron_args(megatron_args(solution, file, gpu_type))[0])
+        env = " ".join(launch_env(c, solution.get("pipeline_engine", "megatron"), gpu_type))
     lines = []
     for idx, n in enumerate(nodes):
         rs = per_node[n]
         gpus = ",".join(str(r["gpu"]) for r in rs)
         lines.append(f"# {rs[0]['host']}: ranks {rs[0]['rank']}..{rs[-1]['rank']}\n"
-                     f"{ALLOC_ENV} CUDA_VISIBLE_DEVICES={q(gpus)} torchrun --nnodes {len(nodes)} "
+                     f"{env} CUDA_VISIBLE_DEVICES={q(gpus)} torchrun --nnodes {len(nodes)} "
                      f"--node-rank {idx} --nproc-per-node {len(rs)} --master-addr {q(master)} "
                      f"--master-port {int(master_port)} {script} {flags}")
     return lines

@@ -192,3 +192,46 @@ def test_megatron_zero3_refusal_names_deepspeed_only_where_it_applies(plan, deep
     else:
         with pytest.raises(SpecError):
             deepspeed_config(sol)
+
+
+# --- tryout 5: Megatron-LM's CUDA_DEVICE_MAX_CONNECTIONS assert (#2), the NeMo 2.0 lines (#1, #4, #5) -----------------
+
+def _env_note(args):
+    (note,) = [a for a in args if a.startswith("# environment:")]
+    return note
+
+
+@pytest.mark.parametrize("plan, gpu, needed", [
+    ({"tp": 2, "dp": 8}, "H100-SXM5-80GB", True), ({"tp": 2, "dp": 8}, "A100-SXM4-80GB", True),
+    ({"tp": 2, "dp": 8}, "V100-SXM2-32GB", True),
+    ({"cp": 2, "dp": 8}, "H100-SXM5-80GB", True),                 # cp alone, too
+    ({"tp": 2, "dp": 8}, None, True),                             # unknown GPU: set (only a hint from Blackwell on)
+    ({"tp": 2, "dp": 8}, "B200-SXM-180GB", False), ({"tp": 2, "dp": 8}, "GB300", False),
+    ({"dp": 16}, "H100-SXM5-80GB", False),                        # tp = cp = 1: no assert
+    ({"tp": 2, "dp": 8, "pipeline_engine": "deepspeed"}, "H100-SXM5-80GB", False)])
+def test_megatron_launch_sets_cuda_device_max_connections_where_megatron_asserts_it(plan, gpu, needed):
+    """Megatron-LM @ d98e8a64 validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS == "1" with tp > 1 or cp > 1 when the
+    device's compute capability is below 10 (Blackwell), so every H100 / A100 / V100 launch with tp or cp died there."""
+    engine = plan.pop("pipeline_engine", "megatron")
+    sol = {**_plan(zero=1, **plan), "pipeline_engine": engine}
+    note = _env_note(megatron_args(sol, gpu_type=gpu))
+    assert ("CUDA_DEVICE_MAX_CONNECTIONS=1" in note) == needed and "expandable_segments:True" in note
+    assert ("unknown" in note) == (needed and gpu is None)
+    for line in torchrun_commands(sol, gpu_type=gpu):
+        cmd = line.splitlines()[1]
+        assert cmd.startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ")
+        assert ("CUDA_DEVICE_MAX_CONNECTIONS=1 " in cmd.split("torchrun")[0]) == needed
+
+
+def test_torchtitan_launch_of_a_tp_plan_leaves_cuda_device_max_connections_alone():
+    sol = {**_plan(zero=3, tp=2, dp=8), "seq_length": 4096, "num_layers": 32}
+    assert all("CUDA_DEVICE_MAX_CONNECTIONS" not in x for x in torchrun_commands(sol, gpu_type="H100-SXM5-80GB"))
+
+
+def test_export_cli_reads_the_gpu_type_from_the_solutions_spec(capsys):
+    from planner.cli.main import main
+    assert main(["export", "solutions/llama3-70b-h100-256.yaml"]) == 0
+    assert "expandable_segments:True CUDA_DEVICE_MAX_CONNECTIONS=1 CUDA_VISIBLE_DEVICES" in capsys.readouterr().out
+    assert main(["export", "solutions/llama3-70b-h100-256.yaml", "--format", "megatron"]) == 0
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM asserts it with tp > 1 or cp > 1 on GPUs before Blackwell: " \
+           "H100-SXM5-80GB)" in capsys.readouterr().out
