@@ -753,7 +753,8 @@ def deepspeed_config(solution: dict, file: str | None = None) -> dict:
            "zero_optimization": {"stage": cfg.zero, "overlap_comm": True, "contiguous_gradients": True,
                                  "reduce_scatter": True}}
     if cfg.zero == 2:
-        bucket = int((solution.get("overlap") or {}).get("bucket_size") or max(40_000_000, 1_000_000 * cfg.dp))
+        from planner.costs.iteration import megatron_bucket_size
+        bucket = megatron_bucket_size((solution.get("overlap") or {}).get("bucket_size"), cfg.dp * cfg.cp)
         out["zero_optimization"].update(reduce_bucket_size=bucket, allgather_bucket_size=bucket)
     if precision == "bf16":
         out["bf16"] = {"enabled": True}
