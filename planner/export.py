@@ -76,9 +76,7 @@ def attention_backend_args(solution: dict, file: str | None = None) -> list[str]
     b = _attention_backend(solution, file)
     if b is None:
         return []
-    v = MEGATRON_ATTENTION_BACKEND[b]
-    # NeMo 2.0: TransformerConfig.attention_backend, an AttnBackend (same enum, same names)
-    return [f"--attention-backend {v}", f"# NeMo 2.0 recipe: recipe.model.config.attention_backend = AttnBackend.{v}"]
+    return [f"--attention-backend {MEGATRON_ATTENTION_BACKEND[b]}"]
 
 
 # NVIDIA/Megatron-LM @ 50b073cc docs/source/api-guide/dist_optimizer.md: bytes per parameter with the distributed
@@ -108,13 +106,12 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
             f"DeepSpeed's ZeRO stage 2 cannot run it either ({why[0]}: {why[1]}); solve again with "
             "search.zero [1] (Megatron's distributed optimizer) or [3] (torchtitan's FSDP)"))
     args = [f"--tensor-model-parallel-size {c['tp']}", f"--pipeline-model-parallel-size {c['pp']}",
-            f"--micro-batch-size {c['micro_batch_size']}",
-            f"--global-batch-size {c['micro_batch_size'] * c['num_microbatches'] * c['dp']}"]
+            f"--micro-batch-size {c['micro_batch_size']}", f"--global-batch-size {global_batch(c)}"]
     args += context_parallel_args(solution, c, file)
-    if c.get("schedule") == "interleaved" and c.get("vpp", 1) > 1:
+    if virtual_stages(c):
         # Megatron-LM's flag (megatron/training/arguments.py @ d98e8a64; it also asserts it, not layers per
         # virtual stage, with an uneven split); --virtual-pipeline-model-parallel-size is not an argparse flag
-        args.append(f"--num-virtual-stages-per-pipeline-rank {c['vpp']}")
+        args.append(f"--num-virtual-stages-per-pipeline-rank {virtual_stages(c)}")
     args += uneven_stage_args(c)
     if c.get("sequence_parallel"):
         args.append("--sequence-parallel")
@@ -134,7 +131,9 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
         if recipe not in FP8_RECIPES:
             raise SpecError(file, "fp8_recipe", f"has {recipe!r}, expected one of {list(FP8_RECIPES)}")
         args += fp8_args(bool(solution.get("fp8_param_gather")), recipe)
-    elif precision in ("bf16", "fp16"):
+    else:
+        recipe = None
+    if precision in ("bf16", "fp16"):
         args.append(f"--{precision}")          # Megatron-LM trains in fp32 without one of them
     if recorded is None:
         args.append("# precision: not in this solution (written before planner recorded 16-bit precisions); --bf16 "
@@ -149,7 +148,8 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
         elif precision in ("bf16", "fp8"):
             args.append("--grad-reduce-in-bf16")
     args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
-    args += nemo_overrides(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
+    if solution.get("pipeline_engine", "megatron") == "megatron":
+        args += nemo_recipe(solution, c, precision, recipe, file)
     args.append(environment_note(c, solution.get("pipeline_engine", "megatron"), gpu_type))
     if solution.get("pipeline_engine") == "deepspeed":
         args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's "
@@ -162,19 +162,32 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
     return args
 
 
+def global_batch(c: dict) -> int:
+    """Sequences per iteration of a config dict: micro-batch x micro-batches x data-parallel replicas."""
+    return c["micro_batch_size"] * c["num_microbatches"] * c["dp"]
+
+
+def virtual_stages(c: dict) -> int | None:
+    """Model chunks per pipeline rank of Megatron-Core's interleaved schedule; None for any other schedule."""
+    return int(c["vpp"]) if c.get("schedule") == "interleaved" and int(c.get("vpp", 1)) > 1 else None
+
+
 def context_parallel_args(solution: dict, c: dict, file: str | None) -> list[str]:
     """Megatron-LM @ d98e8a64 (megatron/training/arguments.py): --context-parallel-size and --cp-comm-type (p2p: the
     ring, a2a: all-to-all); the plan's exchange is the solution's `cp_comm`. Nothing for cp = 1."""
     cp = int(c.get("cp", 1))
     if cp == 1:
         return []
+    return [f"--context-parallel-size {cp}", f"--cp-comm-type {megatron_cp_comm(solution, file)}"]
+
+
+def megatron_cp_comm(solution: dict, file: str | None) -> str:
+    """Megatron-Core's cp_comm_type for the solution's `cp_comm` (context parallel plans)."""
     from planner.costs.context_parallel import MEGATRON_CP_COMM
     mode = solution.get("cp_comm", "ring")
     if not (isinstance(mode, str) and mode in MEGATRON_CP_COMM):     # a list in the file: not hashable
         raise SpecError(file, "cp_comm", f"has {mode!r}, expected one of {list(MEGATRON_CP_COMM)}")
-    return [f"--context-parallel-size {cp}", f"--cp-comm-type {MEGATRON_CP_COMM[mode]}",
-            f"# NeMo 2.0 recipe: recipe.trainer.strategy.context_parallel_size = {cp}; "
-            f"recipe.model.config.cp_comm_type = '{MEGATRON_CP_COMM[mode]}'"]
+    return MEGATRON_CP_COMM[mode]
 
 
 def uneven_stage_args(c: dict) -> list[str]:
@@ -190,10 +203,6 @@ def uneven_stage_args(c: dict) -> list[str]:
         out.append("--account-for-embedding-in-pipeline-split")
     if c.get("account_loss"):
         out.append("--account-for-loss-in-pipeline-split")
-    if out:    # NVIDIA/NeMo @ 8cfedd72, nemo/collections/llm/recipes/deepseek_v3.py and llama31_405b.py
-        out.append("# NeMo 2.0 recipe: recipe.trainer.strategy.num_layers_in_first_pipeline_stage / "
-                   "num_layers_in_last_pipeline_stage / account_for_embedding_in_pipeline_split / "
-                   "account_for_loss_in_pipeline_split, as above")
     return out
 
 
@@ -204,29 +213,18 @@ def fp8_args(param_gather: bool = False, recipe: str = "delayed") -> list[str]:
     fp8_amax_history_len, fp8_amax_compute_algo; megatron/training/argument_utils.py turns fields into flags);
     values: NeMo's bf16_with_fp8_mixed (NVIDIA/NeMo @ 0a07447, nemo/collections/llm/recipes/precision/
     mixed_precision.py), which also turns on fp8_param_gather: the plan does not (its memory keeps the bf16 weights
-    beside TE's cached fp8 copies), so the NeMo line turns it off -- unless the plan's training.fp8_param_gather
-    says otherwise (then --fp8-param-gather and True).
+    beside TE's cached fp8 copies), so the NeMo lines turn it off -- unless the plan's training.fp8_param_gather
+    says otherwise (then --fp8-param-gather and True; nemo_precision).
     recipe tensorwise (training.fp8_recipe): per-tensor current scaling, --fp8-recipe tensorwise (Megatron-LM @
     d98e8a6 transformer_config.py fp8_recipe) with no amax history; NeMo's bf16_with_fp8_current_scaling_mixed
     (NVIDIA/NeMo @ 8cfedd72, same file) keeps the first and the last transformer layer in bf16 unless told
     otherwise, which the plan does not (every layer's GEMMs in fp8, as Megatron-Bridge's performance recipes run it:
     first_last_layers_bf16 = False), and turns on fp8_param_gather."""
+    pg = ["--fp8-param-gather"] if param_gather else []
     if recipe == "tensorwise":
-        pg = ["--fp8-param-gather"] if param_gather else []
-        return ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise", *pg,
-                "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_current_scaling_mixed(); "
-                "recipe.trainer.plugins.first_last_layers_bf16 = False (the plan runs every layer in fp8)"
-                + ("" if param_gather else "; recipe.trainer.plugins.fp8_param_gather = False (as planned)")]
-    if param_gather:
-        return ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
-                "--fp8-amax-compute-algo max", "--fp8-param-gather",
-                "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_mixed() (fp8_param_gather = True, "
-                "as planned)"]
+        return ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise", *pg]
     return ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
-            "--fp8-amax-compute-algo max",
-            "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_mixed(); "
-            "recipe.trainer.plugins.fp8_param_gather = False (fp8_param_gather would store fp8 weights: 2 bytes per "
-            "parameter less than planned)"]
+            "--fp8-amax-compute-algo max", *pg]
 
 
 def overlap_args(overlap: dict | None, c: dict, engine: str) -> list[str]:
@@ -251,35 +249,142 @@ def overlap_args(overlap: dict | None, c: dict, engine: str) -> list[str]:
     return out
 
 
-def nemo_overrides(overlap: dict | None, c: dict, engine: str) -> list[str]:
-    """One comment line: the NeMo 2.0 recipe overrides for the flags whose names differ from Megatron-LM's (NVIDIA/NeMo
-    @ 8cfedd72: recipes/llama3_70b.py `recipe.trainer.strategy.ddp` DistributedDataParallelConfig and
-    MegatronCommOverlapCallback in `recipe.trainer.callbacks`; recipes/deepseek_v3.py
-    `recipe.model.config.recompute_granularity`; `recipe.optim.config.use_distributed_optimizer`). Note: NeMo's recipes
-    reduce gradients in fp32 (ddp grad_reduce_in_fp32=True) unless told otherwise; set it as the plan's
-    training.grad_reduce_in_fp32 was."""
-    if engine == "deepspeed":
-        return []
-    out = [f"recipe.trainer.strategy.sequence_parallel = {bool(c.get('sequence_parallel'))}"]
+# --- NeMo 2.0: the same plan as settings of a NeMo pretrain recipe (NVIDIA/NeMo @ 8cfedd72) -------------------------
+# NVIDIA/NeMo @ 8cfedd7203462cb251a914e700e5605444277561: recipes (nemo/collections/llm/recipes/llama3_70b.py, ...)
+# build a run.Partial whose trainer.strategy is a MegatronStrategy (nemo/lightning/pytorch/strategies/
+# megatron_strategy.py __init__), data a MockDataModule / PreTrainingDataModule (micro_batch_size, global_batch_size,
+# seq_length), trainer.plugins a MegatronMixedPrecision (nemo/lightning/pytorch/plugins/mixed_precision.py) and
+# optim.config a Megatron-Core OptimizerConfig. Each recipe sets its own layout (llama3_70b: tp 4, pp 4, vpp 5, cp 2,
+# mbs 1, gbs 512), so every setting the plan depends on is written, with its value.
+NEMO = "# NeMo 2.0 recipe: "
+NEMO_HEADER = ("# NeMo 2.0 recipe (NVIDIA/NeMo @ 8cfedd72): the plan's settings, after the recipe's own (run: "
+               "nemo_run; the plugins: nemo.collections.llm.recipes.precision.mixed_precision and "
+               "nemo.lightning.pytorch.plugins; MegatronCommOverlapCallback: "
+               "nemo.lightning.pytorch.callbacks.megatron_comm_overlap)")
+# the plan's precision -> the recipe's precision plugin: mixed_precision.py's factories (fp8: the recipe's own
+# factory, training.fp8_recipe delayed or tensorwise); fp32: the plugin's own "32" (its Literal precision)
+NEMO_PLUGINS = {"bf16": "bf16_mixed()", "fp16": "fp16_mixed()",
+                "fp32": 'run.Config(MegatronMixedPrecision, precision="32")',
+                "delayed": "bf16_with_fp8_mixed()", "tensorwise": "bf16_with_fp8_current_scaling_mixed()"}
+
+
+def _literal(v) -> str:
+    """A Python literal for a value the NeMo lines assign (strings in double quotes, as NeMo's recipes write them)."""
+    return f'"{v}"' if isinstance(v, str) else repr(v)
+
+
+def _assign(prefix: str, values: dict) -> str:
+    return "; ".join(f"{prefix}.{k} = {_literal(v)}" for k, v in values.items())
+
+
+def nemo_strategy(c: dict) -> dict:
+    """MegatronStrategy's layout arguments for the plan (nemo/lightning/pytorch/strategies/megatron_strategy.py
+    __init__): Megatron-LM's --num-virtual-stages-per-pipeline-rank is virtual_pipeline_model_parallel_size (None
+    without the interleaved schedule)."""
+    return {"tensor_model_parallel_size": c["tp"], "pipeline_model_parallel_size": c["pp"],
+            "virtual_pipeline_model_parallel_size": virtual_stages(c),
+            "context_parallel_size": int(c.get("cp", 1)), "sequence_parallel": bool(c.get("sequence_parallel"))}
+
+
+def nemo_pipeline_split(c: dict) -> dict:
+    """MegatronStrategy's pipeline split for pp > 1 (empty for pp = 1), all four, as recipes set them too
+    (llama31_405b.py account_for_embedding_in_pipeline_split, deepseek_v3.py num_layers_in_first_pipeline_stage):
+    Megatron-LM's --decoder-first/last-pipeline-num-layers are num_layers_in_first/last_pipeline_stage."""
+    if c["pp"] == 1:
+        return {}
+    first, last = c.get("first_stage_layers"), c.get("last_stage_layers")
+    return {"num_layers_in_first_pipeline_stage": None if first is None else int(first),
+            "num_layers_in_last_pipeline_stage": None if last is None else int(last),
+            "account_for_embedding_in_pipeline_split": bool(c.get("account_embedding")),
+            "account_for_loss_in_pipeline_split": bool(c.get("account_loss"))}
+
+
+def nemo_data(c: dict, solution: dict) -> str:
+    """The batch (Megatron-LM's --micro-batch-size / --global-batch-size) and the sequence length, which NeMo sets on
+    the data module and the model config (recipes/llama3_8b_128k.py)."""
+    out = _assign("recipe.data", {"micro_batch_size": c["micro_batch_size"], "global_batch_size": global_batch(c)})
+    seq = solution.get("seq_length")
+    if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+        out += f"; recipe.data.seq_length = recipe.model.config.seq_length = {seq}"
+    return out
+
+
+def grads_in_fp32(solution: dict, precision: str) -> bool:
+    """Whether the plan's gradient buffer and reduction are fp32 (training.grad_reduce_in_fp32, or an fp32 plan);
+    else 16-bit, as its memory and data-parallel time charge them (costs/memory.py grad_buffer_bytes)."""
+    return bool(solution.get("grad_reduce_in_fp32")) or precision == "fp32"
+
+
+def nemo_precision(solution: dict, precision: str, recipe: str | None) -> str:
+    """The precision plugin and its gradient dtype. bf16_mixed() (and the fp8 factories built on it) set
+    grad_reduce_in_fp32=True (recipes/precision/mixed_precision.py), and MegatronStrategy copies the plugin's dtype
+    config over recipe.trainer.strategy.ddp (megatron_strategy.py: update_config_with_dtype_overrides), so the
+    plugin's value is the one that runs: set after the assignment, as the performance recipes do (llama3_70b.py
+    pretrain_performance_optimizations). fp8: fp8_param_gather as planned (the factories turn it on), and the
+    current-scaling factory's first and last bf16 layers off (the plan runs every layer in fp8)."""
+    plugin = NEMO_PLUGINS[recipe if precision == "fp8" else precision]
+    out = f"recipe.trainer.plugins = {plugin}; " + _assign("recipe.trainer.plugins", {
+        "grad_reduce_in_fp32": grads_in_fp32(solution, precision)})
+    if precision == "fp8":
+        extra = {"first_last_layers_bf16": False} if recipe == "tensorwise" else {}
+        out += "; " + _assign("recipe.trainer.plugins", {**extra,
+                                                         "fp8_param_gather": bool(solution.get("fp8_param_gather"))})
+    return out
+
+
+def nemo_model(solution: dict, c: dict, file: str | None) -> str:
+    """Recompute (TransformerConfig recompute_granularity / method / num_layers: None where the plan recomputes
+    nothing, as recipes may set it), the distributed optimizer, and the context-parallel exchange and the attention
+    kernel where the plan names them (same enums as Megatron-LM's flags)."""
     rc = c.get("recompute", "none")
-    if rc == "selective":
-        out.append('recipe.model.config.recompute_granularity = "selective"')
-    elif rc == "full":
-        out.append('recipe.model.config.recompute_granularity = "full"; recipe.model.config.recompute_method = '
-                   '"uniform"; recipe.model.config.recompute_num_layers = 1')
-    out.append(f"recipe.optim.config.use_distributed_optimizer = {int(c.get('zero', 0)) >= 1}")
-    if overlap:
-        # --overlap-param-gather's condition (overlap_args): Megatron-LM asserts it needs the distributed optimizer
-        gather = bool(overlap.get("param_gather") and overlap.get("grad_reduce") and int(c.get("zero", 0)) >= 1)
-        ddp = [f"overlap_grad_reduce={bool(overlap.get('grad_reduce'))}", f"overlap_param_gather={gather}"]
-        if overlap.get("bucket_size"):
-            ddp.append(f"bucket_size={int(overlap['bucket_size'])}")
-        out.append(f"recipe.trainer.strategy.ddp: {', '.join(ddp)}")
-        cb = [f"tp_comm_overlap={bool(overlap.get('tp_comm') and c.get('sequence_parallel') and c['tp'] > 1)}"]
-        if c.get("schedule") == "interleaved" and c["pp"] > 1:
-            cb.append(f"overlap_p2p_comm={bool(overlap.get('p2p', True))}")
-        out.append(f"MegatronCommOverlapCallback({', '.join(cb)}) in recipe.trainer.callbacks")
-    return ["# NeMo 2.0 recipe: " + "; ".join(out)]
+    model = {"recompute_granularity": None if rc == "none" else rc}
+    if rc == "full":
+        model.update(recompute_method="uniform", recompute_num_layers=1)
+    if int(c.get("cp", 1)) > 1:
+        model["cp_comm_type"] = megatron_cp_comm(solution, file)
+    out = _assign("recipe.model.config", model)
+    backend = _attention_backend(solution, file)
+    if backend:
+        out += f"; recipe.model.config.attention_backend = AttnBackend.{MEGATRON_ATTENTION_BACKEND[backend]}"
+    return out + "; " + _assign("recipe.optim.config", {"use_distributed_optimizer": int(c.get("zero", 0)) >= 1})
+
+
+def nemo_overlap(overlap: dict | None, c: dict) -> str | None:
+    """training.overlap in NeMo: MegatronCommOverlapCallback (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py)
+    sets tp_comm_overlap and overlap_p2p_comm on the model config and, with the distributed optimizer, overwrites the
+    DDP config's overlap_grad_reduce, overlap_param_gather and bucket_size with its own defaults (setup ->
+    _get_optimizer_overlap_cfgs: all on and 128M-parameter buckets when dp > 1) unless given to its constructor
+    (_override_user_cfgs). So with ZeRO >= 1 they are the callback's arguments, the bucket as Megatron-Core sizes it
+    (costs.iteration.megatron_bucket_size, which the plan's bucket count assumes); with ZeRO-0 the callback leaves the
+    DDP config alone and they go on recipe.trainer.strategy.ddp. None for a solution without `overlap`."""
+    if not overlap:
+        return None
+    from planner.costs.iteration import megatron_bucket_size
+    zero = int(c.get("zero", 0))
+    grad = bool(overlap.get("grad_reduce"))
+    # --overlap-param-gather's condition (overlap_args): Megatron-LM asserts it needs the distributed optimizer
+    dp = {"overlap_grad_reduce": grad, "overlap_param_gather": bool(overlap.get("param_gather") and grad and zero >= 1)}
+    if grad:
+        dp["bucket_size"] = int(megatron_bucket_size(overlap.get("bucket_size"), c["dp"] * int(c.get("cp", 1))))
+    cb = {"tp_comm_overlap": bool(overlap.get("tp_comm") and c.get("sequence_parallel") and c["tp"] > 1)}
+    if c.get("schedule") == "interleaved" and c["pp"] > 1:
+        cb["overlap_p2p_comm"] = bool(overlap.get("p2p", True))
+    ddp = "" if zero >= 1 else _assign("recipe.trainer.strategy.ddp", dp) + "; "
+    args = ", ".join(f"{k}={v!r}" for k, v in (cb | dp if zero >= 1 else cb).items())
+    why = ("; with the distributed optimizer its arguments replace recipe.trainer.strategy.ddp's overlap and bucket "
+           "settings") if zero >= 1 else ""
+    return (f"{ddp}recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, {args}))  # in place of "
+            f"any MegatronCommOverlapCallback the recipe has{why}")
+
+
+def nemo_recipe(solution: dict, c: dict, precision: str, recipe: str | None, file: str | None) -> list[str]:
+    """Comment lines: the plan as NeMo 2.0 recipe settings (the Megatron-Core flags above under NeMo's names), one
+    line per part: layout, pipeline split, batch, precision, model and optimizer, communication overlap."""
+    strategy = "recipe.trainer.strategy"
+    parts = [_assign(strategy, nemo_strategy(c)), _assign(strategy, nemo_pipeline_split(c)), nemo_data(c, solution),
+             nemo_precision(solution, precision, recipe), nemo_model(solution, c, file),
+             nemo_overlap(solution.get("overlap"), c)]
+    return [NEMO_HEADER] + [NEMO + p for p in parts if p]
 
 
 # The memory estimate's fragmentation term was measured with expandable segments (2% of the allocated peak);
