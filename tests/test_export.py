@@ -322,17 +322,23 @@ def test_nemo_lines_give_the_plans_layout_batch_and_precision(capsys):
     """Tryout 5 #5: the NeMo lines left out tp, pp, vpp, the batch sizes, the 16-bit plugin and the uneven split's
     values, so a recipe ran its own layout (llama3_70b.py: tp 4, pp 4, vpp 5, cp 2, mbs 1, gbs 512)."""
     from planner.cli.main import main
-    assert main(["export", "solutions/llama3-70b-h100-256.yaml", "--format", "megatron"]) == 0
+    path = "solutions/llama3-70b-h100-256.yaml"          # at writing: tp8 pp2 v10 mbs2 gbs1024, seq 8192, no recompute
+    sol = load_solution(path)
+    c = sol["config"]
+    assert main(["export", path, "--format", "megatron"]) == 0
     lines = [x[len(NEMO):] for x in capsys.readouterr().out.splitlines() if x.startswith(NEMO)]
     s = "recipe.trainer.strategy."
-    for name, value in (("tensor_model_parallel_size", "8"), ("pipeline_model_parallel_size", "2"),
-                        ("virtual_pipeline_model_parallel_size", "10"), ("context_parallel_size", "1"),
-                        ("sequence_parallel", "True"), ("num_layers_in_first_pipeline_stage", "None")):
+    vpp = str(c["vpp"]) if c["schedule"] == "interleaved" and c["vpp"] > 1 else "None"
+    for name, value in (("tensor_model_parallel_size", str(c["tp"])), ("pipeline_model_parallel_size", str(c["pp"])),
+                        ("virtual_pipeline_model_parallel_size", vpp), ("context_parallel_size", str(c.get("cp", 1))),
+                        ("sequence_parallel", str(c["sequence_parallel"]))):
         assert _nemo_setting(lines, s + name) == value
-    assert _nemo_setting(lines, "recipe.data.micro_batch_size") == "2"
-    assert _nemo_setting(lines, "recipe.data.global_batch_size") == "1024"
-    assert _nemo_setting(lines, "recipe.model.config.seq_length") == "8192"
-    assert _nemo_setting(lines, "recipe.model.config.recompute_granularity") == "None"
+    assert _nemo_setting(lines, "recipe.data.micro_batch_size") == str(c["micro_batch_size"])
+    assert _nemo_setting(lines, "recipe.data.global_batch_size") == str(c["micro_batch_size"] * c["num_microbatches"]
+                                                                        * c["dp"])
+    assert _nemo_setting(lines, "recipe.model.config.seq_length") == str(sol["seq_length"])
+    rc = c["recompute"]
+    assert _nemo_setting(lines, "recipe.model.config.recompute_granularity") == ("None" if rc == "none" else f'"{rc}"')
     # V100: fp16, the fp16 plugin
     assert main(["export", "solutions/llama2-7b-v100-het-128.yaml", "--format", "megatron"]) == 0
     assert "# NeMo 2.0 recipe: recipe.trainer.plugins = fp16_mixed()" in capsys.readouterr().out
