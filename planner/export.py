@@ -76,9 +76,7 @@ def attention_backend_args(solution: dict, file: str | None = None) -> list[str]
     b = _attention_backend(solution, file)
     if b is None:
         return []
-    v = MEGATRON_ATTENTION_BACKEND[b]
-    # NeMo 2.0: TransformerConfig.attention_backend, an AttnBackend (same enum, same names)
-    return [f"--attention-backend {v}", f"# NeMo 2.0 recipe: recipe.model.config.attention_backend = AttnBackend.{v}"]
+    return [f"--attention-backend {MEGATRON_ATTENTION_BACKEND[b]}"]
 
 
 # NVIDIA/Megatron-LM @ 50b073cc docs/source/api-guide/dist_optimizer.md: bytes per parameter with the distributed
@@ -91,7 +89,9 @@ ZERO2_NOT_MEGATRON = ("2 shards the gradients as well as the optimizer state, wh
                       "gradient memory the plan does not charge")
 
 
-def megatron_args(solution: dict, file: str | None = None) -> list[str]:
+def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None = None) -> list[str]:
+    """Megatron-LM's flags for the plan, then its comment lines ('#'); gpu_type: the cluster's GPU type (None:
+    unknown), for the launch environment (launch_env)."""
     c = _config(solution, file)
     zero = int(c.get("zero", 0))
     if zero == 3:
@@ -106,13 +106,12 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
             f"DeepSpeed's ZeRO stage 2 cannot run it either ({why[0]}: {why[1]}); solve again with "
             "search.zero [1] (Megatron's distributed optimizer) or [3] (torchtitan's FSDP)"))
     args = [f"--tensor-model-parallel-size {c['tp']}", f"--pipeline-model-parallel-size {c['pp']}",
-            f"--micro-batch-size {c['micro_batch_size']}",
-            f"--global-batch-size {c['micro_batch_size'] * c['num_microbatches'] * c['dp']}"]
+            f"--micro-batch-size {c['micro_batch_size']}", f"--global-batch-size {global_batch(c)}"]
     args += context_parallel_args(solution, c, file)
-    if c.get("schedule") == "interleaved" and c.get("vpp", 1) > 1:
+    if virtual_stages(c):
         # Megatron-LM's flag (megatron/training/arguments.py @ d98e8a64; it also asserts it, not layers per
         # virtual stage, with an uneven split); --virtual-pipeline-model-parallel-size is not an argparse flag
-        args.append(f"--num-virtual-stages-per-pipeline-rank {c['vpp']}")
+        args.append(f"--num-virtual-stages-per-pipeline-rank {virtual_stages(c)}")
     args += uneven_stage_args(c)
     if c.get("sequence_parallel"):
         args.append("--sequence-parallel")
@@ -132,7 +131,9 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
         if recipe not in FP8_RECIPES:
             raise SpecError(file, "fp8_recipe", f"has {recipe!r}, expected one of {list(FP8_RECIPES)}")
         args += fp8_args(bool(solution.get("fp8_param_gather")), recipe)
-    elif precision in ("bf16", "fp16"):
+    else:
+        recipe = None
+    if precision in ("bf16", "fp16"):
         args.append(f"--{precision}")          # Megatron-LM trains in fp32 without one of them
     if recorded is None:
         args.append("# precision: not in this solution (written before planner recorded 16-bit precisions); --bf16 "
@@ -147,8 +148,9 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
         elif precision in ("bf16", "fp8"):
             args.append("--grad-reduce-in-bf16")
     args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
-    args += nemo_overrides(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
-    args.append(f"# environment: {ALLOC_ENV} (the memory estimate assumes it)")
+    if solution.get("pipeline_engine", "megatron") == "megatron":
+        args += nemo_recipe(solution, c, precision, recipe, file)
+    args.append(environment_note(c, solution.get("pipeline_engine", "megatron"), gpu_type))
     if solution.get("pipeline_engine") == "deepspeed":
         args.append("# pipeline_engine deepspeed: planned for Megatron-DeepSpeed's GPTModelPipe on DeepSpeed's "
                     "pipeline "
@@ -160,19 +162,32 @@ def megatron_args(solution: dict, file: str | None = None) -> list[str]:
     return args
 
 
+def global_batch(c: dict) -> int:
+    """Sequences per iteration of a config dict: micro-batch x micro-batches x data-parallel replicas."""
+    return c["micro_batch_size"] * c["num_microbatches"] * c["dp"]
+
+
+def virtual_stages(c: dict) -> int | None:
+    """Model chunks per pipeline rank of Megatron-Core's interleaved schedule; None for any other schedule."""
+    return int(c["vpp"]) if c.get("schedule") == "interleaved" and int(c.get("vpp", 1)) > 1 else None
+
+
 def context_parallel_args(solution: dict, c: dict, file: str | None) -> list[str]:
     """Megatron-LM @ d98e8a64 (megatron/training/arguments.py): --context-parallel-size and --cp-comm-type (p2p: the
     ring, a2a: all-to-all); the plan's exchange is the solution's `cp_comm`. Nothing for cp = 1."""
     cp = int(c.get("cp", 1))
     if cp == 1:
         return []
+    return [f"--context-parallel-size {cp}", f"--cp-comm-type {megatron_cp_comm(solution, file)}"]
+
+
+def megatron_cp_comm(solution: dict, file: str | None) -> str:
+    """Megatron-Core's cp_comm_type for the solution's `cp_comm` (context parallel plans)."""
     from planner.costs.context_parallel import MEGATRON_CP_COMM
     mode = solution.get("cp_comm", "ring")
     if not (isinstance(mode, str) and mode in MEGATRON_CP_COMM):     # a list in the file: not hashable
         raise SpecError(file, "cp_comm", f"has {mode!r}, expected one of {list(MEGATRON_CP_COMM)}")
-    return [f"--context-parallel-size {cp}", f"--cp-comm-type {MEGATRON_CP_COMM[mode]}",
-            f"# NeMo 2.0 recipe: recipe.trainer.strategy.context_parallel_size = {cp}; "
-            f"recipe.model.config.cp_comm_type = '{MEGATRON_CP_COMM[mode]}'"]
+    return MEGATRON_CP_COMM[mode]
 
 
 def uneven_stage_args(c: dict) -> list[str]:
@@ -188,10 +203,6 @@ def uneven_stage_args(c: dict) -> list[str]:
         out.append("--account-for-embedding-in-pipeline-split")
     if c.get("account_loss"):
         out.append("--account-for-loss-in-pipeline-split")
-    if out:    # NVIDIA/NeMo @ 8cfedd72, nemo/collections/llm/recipes/deepseek_v3.py and llama31_405b.py
-        out.append("# NeMo 2.0 recipe: recipe.trainer.strategy.num_layers_in_first_pipeline_stage / "
-                   "num_layers_in_last_pipeline_stage / account_for_embedding_in_pipeline_split / "
-                   "account_for_loss_in_pipeline_split, as above")
     return out
 
 
@@ -202,29 +213,18 @@ def fp8_args(param_gather: bool = False, recipe: str = "delayed") -> list[str]:
     fp8_amax_history_len, fp8_amax_compute_algo; megatron/training/argument_utils.py turns fields into flags);
     values: NeMo's bf16_with_fp8_mixed (NVIDIA/NeMo @ 0a07447, nemo/collections/llm/recipes/precision/
     mixed_precision.py), which also turns on fp8_param_gather: the plan does not (its memory keeps the bf16 weights
-    beside TE's cached fp8 copies), so the NeMo line turns it off -- unless the plan's training.fp8_param_gather
-    says otherwise (then --fp8-param-gather and True).
+    beside TE's cached fp8 copies), so the NeMo lines turn it off -- unless the plan's training.fp8_param_gather
+    says otherwise (then --fp8-param-gather and True; nemo_precision).
     recipe tensorwise (training.fp8_recipe): per-tensor current scaling, --fp8-recipe tensorwise (Megatron-LM @
     d98e8a6 transformer_config.py fp8_recipe) with no amax history; NeMo's bf16_with_fp8_current_scaling_mixed
     (NVIDIA/NeMo @ 8cfedd72, same file) keeps the first and the last transformer layer in bf16 unless told
     otherwise, which the plan does not (every layer's GEMMs in fp8, as Megatron-Bridge's performance recipes run it:
     first_last_layers_bf16 = False), and turns on fp8_param_gather."""
+    pg = ["--fp8-param-gather"] if param_gather else []
     if recipe == "tensorwise":
-        pg = ["--fp8-param-gather"] if param_gather else []
-        return ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise", *pg,
-                "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_current_scaling_mixed(); "
-                "recipe.trainer.plugins.first_last_layers_bf16 = False (the plan runs every layer in fp8)"
-                + ("" if param_gather else "; recipe.trainer.plugins.fp8_param_gather = False (as planned)")]
-    if param_gather:
-        return ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
-                "--fp8-amax-compute-algo max", "--fp8-param-gather",
-                "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_mixed() (fp8_param_gather = True, "
-                "as planned)"]
+        return ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise", *pg]
     return ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
-            "--fp8-amax-compute-algo max",
-            "# NeMo 2.0 recipe: recipe.trainer.plugins = bf16_with_fp8_mixed(); "
-            "recipe.trainer.plugins.fp8_param_gather = False (fp8_param_gather would store fp8 weights: 2 bytes per "
-            "parameter less than planned)"]
+            "--fp8-amax-compute-algo max", *pg]
 
 
 def overlap_args(overlap: dict | None, c: dict, engine: str) -> list[str]:
@@ -249,40 +249,195 @@ def overlap_args(overlap: dict | None, c: dict, engine: str) -> list[str]:
     return out
 
 
-def nemo_overrides(overlap: dict | None, c: dict, engine: str) -> list[str]:
-    """One comment line: the NeMo 2.0 recipe overrides for the flags whose names differ from Megatron-LM's (NVIDIA/NeMo
-    @ 8cfedd72: recipes/llama3_70b.py `recipe.trainer.strategy.ddp` DistributedDataParallelConfig and
-    MegatronCommOverlapCallback in `recipe.trainer.callbacks`; recipes/deepseek_v3.py
-    `recipe.model.config.recompute_granularity`; `recipe.optim.config.use_distributed_optimizer`). Note: NeMo's recipes
-    reduce gradients in fp32 (ddp grad_reduce_in_fp32=True) unless told otherwise; set it as the plan's
-    training.grad_reduce_in_fp32 was."""
-    if engine == "deepspeed":
-        return []
-    out = [f"recipe.trainer.strategy.sequence_parallel = {bool(c.get('sequence_parallel'))}"]
+# --- NeMo 2.0: the same plan as settings of a NeMo pretrain recipe (NVIDIA/NeMo @ 8cfedd72) -------------------------
+# NVIDIA/NeMo @ 8cfedd7203462cb251a914e700e5605444277561: recipes (nemo/collections/llm/recipes/llama3_70b.py, ...)
+# build a run.Partial whose trainer.strategy is a MegatronStrategy (nemo/lightning/pytorch/strategies/
+# megatron_strategy.py __init__), data a MockDataModule / PreTrainingDataModule (micro_batch_size, global_batch_size,
+# seq_length), trainer.plugins a MegatronMixedPrecision (nemo/lightning/pytorch/plugins/mixed_precision.py) and
+# optim.config a Megatron-Core OptimizerConfig. Each recipe sets its own layout (llama3_70b: tp 4, pp 4, vpp 5, cp 2,
+# mbs 1, gbs 512), so every setting the plan depends on is written, with its value.
+NEMO = "# NeMo 2.0 recipe: "
+NEMO_HEADER = ("# NeMo 2.0 recipe (NVIDIA/NeMo @ 8cfedd72): the plan's settings, after the recipe's own (run: "
+               "nemo_run; the plugins: nemo.collections.llm.recipes.precision.mixed_precision and "
+               "nemo.lightning.pytorch.plugins; MegatronCommOverlapCallback: "
+               "nemo.lightning.pytorch.callbacks.megatron_comm_overlap)")
+# the plan's precision -> the recipe's precision plugin: mixed_precision.py's factories (fp8: the recipe's own
+# factory, training.fp8_recipe delayed or tensorwise); fp32: the plugin's own "32" (its Literal precision)
+NEMO_PLUGINS = {"bf16": "bf16_mixed()", "fp16": "fp16_mixed()",
+                "fp32": 'run.Config(MegatronMixedPrecision, precision="32")',
+                "delayed": "bf16_with_fp8_mixed()", "tensorwise": "bf16_with_fp8_current_scaling_mixed()"}
+
+
+def _literal(v) -> str:
+    """A Python literal for a value the NeMo lines assign (strings in double quotes, as NeMo's recipes write them)."""
+    return f'"{v}"' if isinstance(v, str) else repr(v)
+
+
+def _assign(prefix: str, values: dict) -> str:
+    return "; ".join(f"{prefix}.{k} = {_literal(v)}" for k, v in values.items())
+
+
+def nemo_strategy(c: dict) -> dict:
+    """MegatronStrategy's layout arguments for the plan (nemo/lightning/pytorch/strategies/megatron_strategy.py
+    __init__): Megatron-LM's --num-virtual-stages-per-pipeline-rank is virtual_pipeline_model_parallel_size (None
+    without the interleaved schedule)."""
+    return {"tensor_model_parallel_size": c["tp"], "pipeline_model_parallel_size": c["pp"],
+            "virtual_pipeline_model_parallel_size": virtual_stages(c),
+            "context_parallel_size": int(c.get("cp", 1)), "sequence_parallel": bool(c.get("sequence_parallel"))}
+
+
+def nemo_pipeline_split(c: dict) -> dict:
+    """MegatronStrategy's pipeline split for pp > 1 (empty for pp = 1), all four, as recipes set them too
+    (llama31_405b.py account_for_embedding_in_pipeline_split, deepseek_v3.py num_layers_in_first_pipeline_stage):
+    Megatron-LM's --decoder-first/last-pipeline-num-layers are num_layers_in_first/last_pipeline_stage."""
+    if c["pp"] == 1:
+        return {}
+    first, last = c.get("first_stage_layers"), c.get("last_stage_layers")
+    return {"num_layers_in_first_pipeline_stage": None if first is None else int(first),
+            "num_layers_in_last_pipeline_stage": None if last is None else int(last),
+            "account_for_embedding_in_pipeline_split": bool(c.get("account_embedding")),
+            "account_for_loss_in_pipeline_split": bool(c.get("account_loss"))}
+
+
+def nemo_data(c: dict, solution: dict) -> str:
+    """The batch (Megatron-LM's --micro-batch-size / --global-batch-size) and the sequence length, which NeMo sets on
+    the data module and the model config (recipes/llama3_8b_128k.py)."""
+    out = _assign("recipe.data", {"micro_batch_size": c["micro_batch_size"], "global_batch_size": global_batch(c)})
+    seq = solution.get("seq_length")
+    if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+        out += f"; recipe.data.seq_length = recipe.model.config.seq_length = {seq}"
+    return out
+
+
+def grads_in_fp32(solution: dict, precision: str) -> bool:
+    """Whether the plan's gradient buffer and reduction are fp32 (training.grad_reduce_in_fp32, or an fp32 plan);
+    else 16-bit, as its memory and data-parallel time charge them (costs/memory.py grad_buffer_bytes)."""
+    return bool(solution.get("grad_reduce_in_fp32")) or precision == "fp32"
+
+
+def nemo_precision(solution: dict, precision: str, recipe: str | None) -> str:
+    """The precision plugin and its gradient dtype. bf16_mixed() (and the fp8 factories built on it) set
+    grad_reduce_in_fp32=True (recipes/precision/mixed_precision.py), and MegatronStrategy copies the plugin's dtype
+    config over recipe.trainer.strategy.ddp (megatron_strategy.py: update_config_with_dtype_overrides), so the
+    plugin's value is the one that runs: set after the assignment, as the performance recipes do (llama3_70b.py
+    pretrain_performance_optimizations). fp8: fp8_param_gather as planned (the factories turn it on), and the
+    current-scaling factory's first and last bf16 layers off (the plan runs every layer in fp8)."""
+    plugin = NEMO_PLUGINS[recipe if precision == "fp8" else precision]
+    out = f"recipe.trainer.plugins = {plugin}; " + _assign("recipe.trainer.plugins", {
+        "grad_reduce_in_fp32": grads_in_fp32(solution, precision)})
+    if precision == "fp8":
+        extra = {"first_last_layers_bf16": False} if recipe == "tensorwise" else {}
+        out += "; " + _assign("recipe.trainer.plugins", {**extra,
+                                                         "fp8_param_gather": bool(solution.get("fp8_param_gather"))})
+    return out
+
+
+def nemo_model(solution: dict, c: dict, file: str | None) -> str:
+    """Recompute (TransformerConfig recompute_granularity / method / num_layers: None where the plan recomputes
+    nothing, as recipes may set it), the distributed optimizer, and the context-parallel exchange and the attention
+    kernel where the plan names them (same enums as Megatron-LM's flags)."""
     rc = c.get("recompute", "none")
-    if rc == "selective":
-        out.append('recipe.model.config.recompute_granularity = "selective"')
-    elif rc == "full":
-        out.append('recipe.model.config.recompute_granularity = "full"; recipe.model.config.recompute_method = '
-                   '"uniform"; recipe.model.config.recompute_num_layers = 1')
-    out.append(f"recipe.optim.config.use_distributed_optimizer = {int(c.get('zero', 0)) >= 1}")
-    if overlap:
-        # --overlap-param-gather's condition (overlap_args): Megatron-LM asserts it needs the distributed optimizer
-        gather = bool(overlap.get("param_gather") and overlap.get("grad_reduce") and int(c.get("zero", 0)) >= 1)
-        ddp = [f"overlap_grad_reduce={bool(overlap.get('grad_reduce'))}", f"overlap_param_gather={gather}"]
-        if overlap.get("bucket_size"):
-            ddp.append(f"bucket_size={int(overlap['bucket_size'])}")
-        out.append(f"recipe.trainer.strategy.ddp: {', '.join(ddp)}")
-        cb = [f"tp_comm_overlap={bool(overlap.get('tp_comm') and c.get('sequence_parallel') and c['tp'] > 1)}"]
-        if c.get("schedule") == "interleaved" and c["pp"] > 1:
-            cb.append(f"overlap_p2p_comm={bool(overlap.get('p2p', True))}")
-        out.append(f"MegatronCommOverlapCallback({', '.join(cb)}) in recipe.trainer.callbacks")
-    return ["# NeMo 2.0 recipe: " + "; ".join(out)]
+    model = {"recompute_granularity": None if rc == "none" else rc}
+    if rc == "full":
+        model.update(recompute_method="uniform", recompute_num_layers=1)
+    if int(c.get("cp", 1)) > 1:
+        model["cp_comm_type"] = megatron_cp_comm(solution, file)
+    out = _assign("recipe.model.config", model)
+    backend = _attention_backend(solution, file)
+    if backend:
+        out += f"; recipe.model.config.attention_backend = AttnBackend.{MEGATRON_ATTENTION_BACKEND[backend]}"
+    return out + "; " + _assign("recipe.optim.config", {"use_distributed_optimizer": int(c.get("zero", 0)) >= 1})
+
+
+def nemo_overlap(overlap: dict | None, c: dict) -> str | None:
+    """training.overlap in NeMo: MegatronCommOverlapCallback (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py)
+    sets tp_comm_overlap and overlap_p2p_comm on the model config and, with the distributed optimizer, overwrites the
+    DDP config's overlap_grad_reduce, overlap_param_gather and bucket_size with its own defaults (setup ->
+    _get_optimizer_overlap_cfgs: all on and 128M-parameter buckets when dp > 1) unless given to its constructor
+    (_override_user_cfgs). So with ZeRO >= 1 they are the callback's arguments, the bucket as Megatron-Core sizes it
+    (costs.iteration.megatron_bucket_size, which the plan's bucket count assumes); with ZeRO-0 the callback leaves the
+    DDP config alone and they go on recipe.trainer.strategy.ddp. None for a solution without `overlap`."""
+    if not overlap:
+        return None
+    from planner.costs.iteration import megatron_bucket_size
+    zero = int(c.get("zero", 0))
+    grad = bool(overlap.get("grad_reduce"))
+    # --overlap-param-gather's condition (overlap_args): Megatron-LM asserts it needs the distributed optimizer
+    dp = {"overlap_grad_reduce": grad, "overlap_param_gather": bool(overlap.get("param_gather") and grad and zero >= 1)}
+    if grad:
+        dp["bucket_size"] = int(megatron_bucket_size(overlap.get("bucket_size"), c["dp"] * int(c.get("cp", 1))))
+    cb = {"tp_comm_overlap": bool(overlap.get("tp_comm") and c.get("sequence_parallel") and c["tp"] > 1)}
+    if c.get("schedule") == "interleaved" and c["pp"] > 1:
+        cb["overlap_p2p_comm"] = bool(overlap.get("p2p", True))
+    ddp = "" if zero >= 1 else _assign("recipe.trainer.strategy.ddp", dp) + "; "
+    args = ", ".join(f"{k}={v!r}" for k, v in (cb | dp if zero >= 1 else cb).items())
+    why = ("; with the distributed optimizer its arguments replace recipe.trainer.strategy.ddp's overlap and bucket "
+           "settings") if zero >= 1 else ""
+    return (f"{ddp}recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, {args}))  # in place of "
+            f"any MegatronCommOverlapCallback the recipe has{why}")
+
+
+def nemo_recipe(solution: dict, c: dict, precision: str, recipe: str | None, file: str | None) -> list[str]:
+    """Comment lines: the plan as NeMo 2.0 recipe settings (the Megatron-Core flags above under NeMo's names), one
+    line per part: layout, pipeline split, batch, precision, model and optimizer, communication overlap."""
+    strategy = "recipe.trainer.strategy"
+    parts = [_assign(strategy, nemo_strategy(c)), _assign(strategy, nemo_pipeline_split(c)), nemo_data(c, solution),
+             nemo_precision(solution, precision, recipe), nemo_model(solution, c, file),
+             nemo_overlap(solution.get("overlap"), c)]
+    return [NEMO_HEADER] + [NEMO + p for p in parts if p]
 
 
 # The memory estimate's fragmentation term was measured with expandable segments (2% of the allocated peak);
 # PyTorch's default allocator needed up to 20% more on an H100 (docs/notes/memory.md), so launch with it on.
 ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+
+# Megatron-LM @ d98e8a64, megatron/training/arguments.py validate_args: with tp > 1 or cp > 1 and
+# get_device_arch_version() < 10 (compute capability before Blackwell) it asserts CUDA_DEVICE_MAX_CONNECTIONS == "1"
+# (one hardware queue: the communication kernels start in issue order, ahead of the GEMMs they overlap), except with
+# Torch-FSDP2 / Megatron-FSDP or --overlap-moe-expert-parallel-comm, where it only warns: the export sets neither
+MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS=1"
+# GPU types of compute capability 10 or more, by the cluster file's gpu.type: data-centre Blackwell (B100 / B200 /
+# GB200 10.0, B300 / GB300 10.3) and parts named Blackwell (RTX PRO ... Blackwell, 12.0). Any other type, and an unknown
+# one, is taken as older: the variable is required there and only a performance hint from Blackwell on.
+BLACKWELL_OR_NEWER_TYPES = ("B100", "B200", "B300", "BLACKWELL")
+
+
+def before_blackwell(gpu_type: str | None) -> bool:
+    """Whether Megatron-LM's get_device_arch_version() < 10 on `gpu_type` (True for an unknown type)."""
+    return not (isinstance(gpu_type, str) and any(t in gpu_type.upper() for t in BLACKWELL_OR_NEWER_TYPES))
+
+
+def max_connections_needed(c: dict, engine: str, gpu_type: str | None) -> bool:
+    """Whether Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for this config (MAX_CONNECTIONS_ENV). Not for
+    DeepSpeed's pipeline engine (Megatron-DeepSpeed's own arguments) nor torchtitan (ZeRO-3 plans)."""
+    return (engine == "megatron" and int(c.get("zero", 0)) < 3 and (c["tp"] > 1 or int(c.get("cp", 1)) > 1)
+            and before_blackwell(gpu_type))
+
+
+def launch_env(c: dict, engine: str, gpu_type: str | None) -> list[str]:
+    """The environment assignments a Megatron-LM launch of the plan needs."""
+    return [ALLOC_ENV] + ([MAX_CONNECTIONS_ENV] if max_connections_needed(c, engine, gpu_type) else [])
+
+
+def environment_note(c: dict, engine: str, gpu_type: str | None) -> str:
+    """`# environment:` comment of --format megatron: launch_env's variables, each with its reason."""
+    out = f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"
+    if max_connections_needed(c, engine, gpu_type):
+        gpu = gpu_type or "the GPU type is unknown (the solution's spec was not read): not needed from Blackwell on"
+        out += f"; {MAX_CONNECTIONS_ENV} (Megatron-LM asserts it with tp > 1 or cp > 1 on GPUs before Blackwell: {gpu})"
+    return out
+
+
+def solution_gpu_type(solution: dict, file: str | None) -> str | None:
+    """The cluster's GPU type from the spec the solution names (solution_spec_path); None where it cannot be read."""
+    if not file:
+        return None
+    from planner.solution import solution_spec_path
+    from planner.spec import load_spec
+    try:
+        return load_spec(solution_spec_path(solution, file)).cluster.gpu.type
+    except (SpecError, OSError):
+        return None
 
 
 def split_megatron_args(args: list[str]) -> tuple[list[str], list[str]]:
@@ -296,27 +451,31 @@ def shell_words(flag: str) -> str:
 
 
 def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None,
-                      framework: str | None = None) -> list[str]:
+                      framework: str | None = None, gpu_type: str | None = None) -> list[str]:
     """One torchrun line per node, with CUDA_VISIBLE_DEVICES ordered so local rank k gets the planned GPU. ZeRO-3
     plans, and any plan with framework "torchtitan" (export --format torchtitan), run torchtitan's trainer on the job
     config of `torchtitan_toml` (saved as job.toml): its device mesh orders ranks tp fastest, then dp_shard,
-    dp_replicate, pp, which is the rank order below."""
+    dp_replicate, pp, which is the rank order below. gpu_type: the cluster's GPU type (None: unknown), for the
+    environment (launch_env)."""
     ranks = rank_layout(solution, file)
     q = shlex.quote
     nodes = sorted({r["node"] for r in ranks}, key=lambda n: min(r["rank"] for r in ranks if r["node"] == n))
     per_node = {n: [r for r in ranks if r["node"] == n] for n in nodes}
     master = per_node[nodes[0]][0]["host"]
-    if framework == "torchtitan" or int(_config(solution, file).get("zero", 0)) == 3:
+    c = _config(solution, file)
+    if framework == "torchtitan" or int(c.get("zero", 0)) == 3:
         script, flags = "-m", "torchtitan.train --job.config_file job.toml"
+        env = ALLOC_ENV
     else:
         script = "pretrain_gpt.py"
-        flags = " ".join(shell_words(a) for a in split_megatron_args(megatron_args(solution, file))[0])
+        flags = " ".join(shell_words(a) for a in split_megatron_args(megatron_args(solution, file, gpu_type))[0])
+        env = " ".join(launch_env(c, solution.get("pipeline_engine", "megatron"), gpu_type))
     lines = []
     for idx, n in enumerate(nodes):
         rs = per_node[n]
         gpus = ",".join(str(r["gpu"]) for r in rs)
         lines.append(f"# {rs[0]['host']}: ranks {rs[0]['rank']}..{rs[-1]['rank']}\n"
-                     f"{ALLOC_ENV} CUDA_VISIBLE_DEVICES={q(gpus)} torchrun --nnodes {len(nodes)} "
+                     f"{env} CUDA_VISIBLE_DEVICES={q(gpus)} torchrun --nnodes {len(nodes)} "
                      f"--node-rank {idx} --nproc-per-node {len(rs)} --master-addr {q(master)} "
                      f"--master-port {int(master_port)} {script} {flags}")
     return lines
@@ -342,6 +501,12 @@ def hostfile(solution: dict, file: str | None = None) -> str:
 # context_parallel_rotate_method;
 # [activation_checkpoint] mode.
 TORCHTITAN_COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"
+# its child, pytorch/torchtitan 9810191bb "[BC Breaking] Config System Refactor: TOML to Python Dataclass Registry
+# (#2386)", removed TOML loading (torchtitan/config/manager.py: no config_file, no tomllib); runs are Python functions
+# picked with --module / --config (torchtitan/config/README.md at b5bcd76)
+TORCHTITAN_TOML_LIMIT = ("# torchtitan up to 238fa99 only: 9810191bb (Feb 23 2026) replaced TOML job configs "
+                         "(--job.config_file) with Python config functions (--module / --config), which do not read "
+                         "this file")
 
 
 def _toml_value(v) -> str:
@@ -581,8 +746,9 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
                                                   "filter_fqns": ["output"]}))
     lines = [f"# planner export: {cfg.label()}; torchtitan job config keys as of "
              f"pytorch/torchtitan@{TORCHTITAN_COMMIT}",
-             "# (merge into torchtitan's llama3 preset: it adds the model name and flavor, [optimizer], "
-             "[lr_scheduler] and the dataset)",
+             TORCHTITAN_TOML_LIMIT,
+             "# (merge into torchtitan's llama3 preset, torchtitan/models/llama3/train_configs/*.toml: it adds the "
+             "model name and flavor, [optimizer], [lr_scheduler] and the dataset)",
              f"# environment: {ALLOC_ENV} (the memory estimate assumes it)"] + notes
     if cfg.zero == 0 and cfg.dp > 1 and precision != "fp32" and not solution.get("grad_reduce_in_fp32"):
         # autocast keeps fp32 parameters, so DDP's gradients are fp32 (distributed/utils.py maybe_enable_amp)
@@ -692,7 +858,8 @@ def deepspeed_config(solution: dict, file: str | None = None) -> dict:
            "zero_optimization": {"stage": cfg.zero, "overlap_comm": True, "contiguous_gradients": True,
                                  "reduce_scatter": True}}
     if cfg.zero == 2:
-        bucket = int((solution.get("overlap") or {}).get("bucket_size") or max(40_000_000, 1_000_000 * cfg.dp))
+        from planner.costs.iteration import megatron_bucket_size
+        bucket = megatron_bucket_size((solution.get("overlap") or {}).get("bucket_size"), cfg.dp * cfg.cp)
         out["zero_optimization"].update(reduce_bucket_size=bucket, allgather_bucket_size=bucket)
     if precision == "bf16":
         out["bf16"] = {"enabled": True}

@@ -116,15 +116,20 @@ def test_new_keys_are_validated():
 
 
 def test_export_names_the_nemo_overrides():
-    from planner.export import nemo_overrides
-    c = {"tp": 4, "pp": 2, "schedule": "interleaved", "sequence_parallel": True, "recompute": "full", "zero": 1}
-    (line,) = nemo_overrides(dict(vars(OverlapSpec(p2p=False))), c, "megatron")
-    assert line.startswith("# NeMo 2.0 recipe:")
+    from planner.config import ParallelConfig
+    from planner.export import megatron_args, nemo_overlap, nemo_recipe
+    c = {"tp": 4, "pp": 2, "dp": 2, "micro_batch_size": 1, "num_microbatches": 8, "schedule": "interleaved", "vpp": 2,
+         "sequence_parallel": True, "recompute": "full", "zero": 1}
+    lines = nemo_recipe({"overlap": dict(vars(OverlapSpec(p2p=False)))}, c, "bf16", None, None)
+    assert all(x.startswith("# NeMo 2.0 recipe") for x in lines)
+    text = "\n".join(lines)
     for part in ('recompute_granularity = "full"', "use_distributed_optimizer = True", "overlap_grad_reduce=True",
                  "tp_comm_overlap=True", "overlap_p2p_comm=False", "sequence_parallel = True"):
-        assert part in line
-    assert nemo_overrides(None, c, "deepspeed") == []
-    assert "MegatronCommOverlapCallback" not in nemo_overrides(None, {**c, "schedule": "1f1b"}, "megatron")[0]
+        assert part in text
+    assert nemo_overlap(None, c) is None            # a solution written before training.overlap: no callback
+    ds = ParallelConfig(1, 2, 2, 1, 4, "1f1b", 1).as_dict()
+    assert not any("NeMo" in a for a in megatron_args({"config": ds, "pipeline_engine": "deepspeed"}))
+    assert any("NeMo" in a for a in megatron_args({"config": ds, "pipeline_engine": "megatron"}))
 
 
 def test_userbuffers_pay_for_their_gemm_chunks(make_spec, monkeypatch):

@@ -163,17 +163,18 @@ def test_export_cli_refuses_a_zero2_plan_for_megatron_and_writes_it_for_deepspee
 def test_nemo_line_sets_overlap_param_gather_only_with_the_distributed_optimizer():
     """overlap_param_gather follows --overlap-param-gather's condition (zero >= 1 and grad_reduce): Megatron-LM asserts
     it needs the distributed optimizer, and the ZeRO-0 NeMo line said True beside use_distributed_optimizer = False."""
-    from planner.export import megatron_args, nemo_overrides, overlap_args
+    from planner.export import megatron_args, nemo_overlap, overlap_args
     on = {"grad_reduce": True, "param_gather": True}
     for zero, want in ((0, False), (1, True)):
-        c = {"tp": 1, "pp": 1, "zero": zero, "sequence_parallel": False}
-        line = nemo_overrides(on, c, "megatron")[0]
-        assert f"overlap_param_gather={want}" in line and f"use_distributed_optimizer = {want}" in line
+        c = {"tp": 1, "pp": 1, "dp": 8, "zero": zero, "sequence_parallel": False}
+        line = nemo_overlap(on, c)
+        assert (f"overlap_param_gather={want}" in line or f"ddp.overlap_param_gather = {want}" in line)
         assert ("--overlap-param-gather" in overlap_args(on, c, "megatron")) == want
-    assert "overlap_param_gather=False" in nemo_overrides({"grad_reduce": False, "param_gather": True},
-                                                         {"tp": 1, "pp": 1, "zero": 1}, "megatron")[0]
+    assert "overlap_param_gather=False" in nemo_overlap({"grad_reduce": False, "param_gather": True},
+                                                       {"tp": 1, "pp": 1, "dp": 8, "zero": 1})
     z0 = " ".join(megatron_args(_plan(zero=0, dp=16)))
-    assert "overlap_param_gather=False" in z0 and "--overlap-param-gather" not in z0
+    assert "overlap_param_gather = False" in z0 and "use_distributed_optimizer = False" in z0
+    assert "--overlap-param-gather" not in z0
 
 
 @pytest.mark.parametrize("plan, deepspeed", [
@@ -192,3 +193,167 @@ def test_megatron_zero3_refusal_names_deepspeed_only_where_it_applies(plan, deep
     else:
         with pytest.raises(SpecError):
             deepspeed_config(sol)
+
+
+# --- tryout 5: Megatron-LM's CUDA_DEVICE_MAX_CONNECTIONS assert (#2), the NeMo 2.0 lines (#1, #4, #5) -----------------
+
+def _env_note(args):
+    (note,) = [a for a in args if a.startswith("# environment:")]
+    return note
+
+
+@pytest.mark.parametrize("plan, gpu, needed", [
+    ({"tp": 2, "dp": 8}, "H100-SXM5-80GB", True), ({"tp": 2, "dp": 8}, "A100-SXM4-80GB", True),
+    ({"tp": 2, "dp": 8}, "V100-SXM2-32GB", True),
+    ({"cp": 2, "dp": 8}, "H100-SXM5-80GB", True),                 # cp alone, too
+    ({"tp": 2, "dp": 8}, None, True),                             # unknown GPU: set (only a hint from Blackwell on)
+    ({"tp": 2, "dp": 8}, "B200-SXM-180GB", False), ({"tp": 2, "dp": 8}, "GB300", False),
+    ({"dp": 16}, "H100-SXM5-80GB", False),                        # tp = cp = 1: no assert
+    ({"tp": 2, "dp": 8, "pipeline_engine": "deepspeed"}, "H100-SXM5-80GB", False)])
+def test_megatron_launch_sets_cuda_device_max_connections_where_megatron_asserts_it(plan, gpu, needed):
+    """Megatron-LM @ d98e8a64 validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS == "1" with tp > 1 or cp > 1 when the
+    device's compute capability is below 10 (Blackwell), so every H100 / A100 / V100 launch with tp or cp died there."""
+    engine = plan.pop("pipeline_engine", "megatron")
+    sol = {**_plan(zero=1, **plan), "pipeline_engine": engine}
+    note = _env_note(megatron_args(sol, gpu_type=gpu))
+    assert ("CUDA_DEVICE_MAX_CONNECTIONS=1" in note) == needed and "expandable_segments:True" in note
+    assert ("unknown" in note) == (needed and gpu is None)
+    for line in torchrun_commands(sol, gpu_type=gpu):
+        cmd = line.splitlines()[1]
+        assert cmd.startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ")
+        assert ("CUDA_DEVICE_MAX_CONNECTIONS=1 " in cmd.split("torchrun")[0]) == needed
+
+
+def test_torchtitan_launch_of_a_tp_plan_leaves_cuda_device_max_connections_alone():
+    sol = {**_plan(zero=3, tp=2, dp=8), "seq_length": 4096, "num_layers": 32}
+    assert all("CUDA_DEVICE_MAX_CONNECTIONS" not in x for x in torchrun_commands(sol, gpu_type="H100-SXM5-80GB"))
+
+
+def test_export_cli_reads_the_gpu_type_from_the_solutions_spec(capsys):
+    from planner.cli.main import main
+    assert main(["export", "solutions/llama3-70b-h100-256.yaml"]) == 0
+    assert "expandable_segments:True CUDA_DEVICE_MAX_CONNECTIONS=1 CUDA_VISIBLE_DEVICES" in capsys.readouterr().out
+    assert main(["export", "solutions/llama3-70b-h100-256.yaml", "--format", "megatron"]) == 0
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM asserts it with tp > 1 or cp > 1 on GPUs before Blackwell: " \
+           "H100-SXM5-80GB)" in capsys.readouterr().out
+
+
+NEMO = "# NeMo 2.0 recipe: "
+
+
+def _nemo(sol, gpu="H100-SXM5-80GB"):
+    """The NeMo lines of a Megatron export, without their prefix; each must be Python a recipe script can run."""
+    out = [a[len(NEMO):] for a in megatron_args(sol, gpu_type=gpu) if a.startswith(NEMO)]
+    for line in out:
+        compile(line, "nemo", "exec")
+    return out
+
+
+def _nemo_setting(lines, name):
+    """The value a NeMo line assigns to `name` (the last one, as Python would run them)."""
+    import re
+    found = [m.group(1) for line in lines for m in re.finditer(rf"{re.escape(name)} = ([^;]+?)(?:;|$|  #)", line)]
+    assert found, name
+    return found[-1]
+
+
+@pytest.mark.parametrize("extra, plugin, fp32", [
+    ({"precision": "bf16"}, "bf16_mixed()", False),
+    ({"precision": "fp16"}, "fp16_mixed()", False),
+    ({"precision": "fp8"}, "bf16_with_fp8_mixed()", False),
+    ({"precision": "fp8", "fp8_recipe": "tensorwise"}, "bf16_with_fp8_current_scaling_mixed()", False),
+    ({"precision": "bf16", "grad_reduce_in_fp32": True}, "bf16_mixed()", True),
+    ({"precision": "fp32"}, 'run.Config(MegatronMixedPrecision, precision="32")', True)])
+def test_nemo_lines_set_the_plans_gradient_dtype_on_the_precision_plugin(extra, plugin, fp32):
+    """Tryout 5 #1: NeMo's bf16_mixed() (and the fp8 plugins built on it) reduce gradients in fp32, and the strategy
+    copies the plugin's dtype config over the DDP config (NVIDIA/NeMo @ 8cfedd72 mixed_precision.py,
+    megatron_strategy.py), so a plan charged 16-bit gradient buffers (--grad-reduce-in-bf16) ran with 2 bytes more
+    per parameter. The plugin is assigned, then its grad_reduce_in_fp32 set as planned."""
+    lines = _nemo({**_plan(zero=1, tp=2, dp=8), **extra})
+    (line,) = [x for x in lines if x.startswith("recipe.trainer.plugins = ")]
+    assert line.startswith(f"recipe.trainer.plugins = {plugin}; recipe.trainer.plugins.grad_reduce_in_fp32 = {fp32}")
+    if extra["precision"] == "fp8":
+        assert _nemo_setting(lines, "recipe.trainer.plugins.fp8_param_gather") == "False"
+
+
+def test_shipped_70b_nemo_lines_keep_16_bit_gradients(capsys):
+    from planner.cli.main import main
+    assert main(["export", "solutions/llama3-70b-h100-256.yaml", "--format", "megatron"]) == 0
+    out = capsys.readouterr().out
+    assert "--grad-reduce-in-bf16" in out
+    assert "recipe.trainer.plugins = bf16_mixed(); recipe.trainer.plugins.grad_reduce_in_fp32 = False" in out
+
+
+@pytest.mark.parametrize("zero, overlap, dp, want", [
+    (1, {"grad_reduce": True, "param_gather": False, "bucket_size": 50_000_000}, 16,
+     {"overlap_grad_reduce": "True", "overlap_param_gather": "False", "bucket_size": "50000000"}),
+    (1, {"grad_reduce": True, "param_gather": True, "bucket_size": None}, 16,        # Megatron-Core's default bucket
+     {"overlap_grad_reduce": "True", "overlap_param_gather": "True", "bucket_size": "40000000"}),
+    (1, {"grad_reduce": True, "param_gather": True, "bucket_size": None}, 64,
+     {"overlap_grad_reduce": "True", "overlap_param_gather": "True", "bucket_size": "64000000"}),
+    (1, {"grad_reduce": False, "param_gather": True}, 16, {"overlap_grad_reduce": "False",
+                                                            "overlap_param_gather": "False"})])
+def test_nemo_overlap_settings_are_the_callbacks_arguments_with_the_distributed_optimizer(zero, overlap, dp, want):
+    """Tryout 5 #4: with the distributed optimizer, MegatronCommOverlapCallback.setup overwrites the DDP config's
+    overlap_grad_reduce / overlap_param_gather / bucket_size with its defaults (all on, 128M buckets for dp > 1)
+    unless they are its constructor arguments (NVIDIA/NeMo @ 8cfedd72 megatron_comm_overlap.py
+    _get_optimizer_overlap_cfgs, _override_user_cfgs), so the plan's went to recipe.trainer.strategy.ddp for nothing."""
+    import re
+    lines = _nemo(_plan(zero=zero, tp=2, dp=dp, overlap={"tp_comm": True, "p2p": True, **overlap}))
+    (cb,) = [x for x in lines if "MegatronCommOverlapCallback," in x]
+    args = dict(re.findall(r"(\w+)=(\w+)", cb.split("MegatronCommOverlapCallback,")[1].split("))")[0]))
+    assert args == {"tp_comm_overlap": "True", **want}
+    assert not any("recipe.trainer.strategy.ddp." in x for x in lines)
+
+
+def test_nemo_overlap_settings_stay_on_the_ddp_config_without_the_distributed_optimizer():
+    """ZeRO-0: the callback leaves the DDP config alone (it applies its data-parallel part only with
+    use_distributed_optimizer), so the plan's settings go on recipe.trainer.strategy.ddp and not to the callback."""
+    lines = _nemo(_plan(zero=0, tp=2, dp=8, overlap={"grad_reduce": True, "param_gather": True, "tp_comm": True,
+                                                       "bucket_size": None}))
+    assert _nemo_setting(lines, "recipe.trainer.strategy.ddp.overlap_grad_reduce") == "True"
+    assert _nemo_setting(lines, "recipe.trainer.strategy.ddp.overlap_param_gather") == "False"
+    assert _nemo_setting(lines, "recipe.trainer.strategy.ddp.bucket_size") == "40000000"
+    (cb,) = [x for x in lines if "MegatronCommOverlapCallback," in x]
+    assert "run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))" in cb
+
+
+def test_nemo_lines_give_the_plans_layout_batch_and_precision(capsys):
+    """Tryout 5 #5: the NeMo lines left out tp, pp, vpp, the batch sizes, the 16-bit plugin and the uneven split's
+    values, so a recipe ran its own layout (llama3_70b.py: tp 4, pp 4, vpp 5, cp 2, mbs 1, gbs 512)."""
+    from planner.cli.main import main
+    path = "solutions/llama3-70b-h100-256.yaml"          # at writing: tp8 pp2 v10 mbs2 gbs1024, seq 8192, no recompute
+    sol = load_solution(path)
+    c = sol["config"]
+    assert main(["export", path, "--format", "megatron"]) == 0
+    lines = [x[len(NEMO):] for x in capsys.readouterr().out.splitlines() if x.startswith(NEMO)]
+    s = "recipe.trainer.strategy."
+    vpp = str(c["vpp"]) if c["schedule"] == "interleaved" and c["vpp"] > 1 else "None"
+    for name, value in (("tensor_model_parallel_size", str(c["tp"])), ("pipeline_model_parallel_size", str(c["pp"])),
+                        ("virtual_pipeline_model_parallel_size", vpp), ("context_parallel_size", str(c.get("cp", 1))),
+                        ("sequence_parallel", str(c["sequence_parallel"]))):
+        assert _nemo_setting(lines, s + name) == value
+    assert _nemo_setting(lines, "recipe.data.micro_batch_size") == str(c["micro_batch_size"])
+    assert _nemo_setting(lines, "recipe.data.global_batch_size") == str(c["micro_batch_size"] * c["num_microbatches"]
+                                                                        * c["dp"])
+    assert _nemo_setting(lines, "recipe.model.config.seq_length") == str(sol["seq_length"])
+    rc = c["recompute"]
+    assert _nemo_setting(lines, "recipe.model.config.recompute_granularity") == ("None" if rc == "none" else f'"{rc}"')
+    # V100: fp16, the fp16 plugin
+    assert main(["export", "solutions/llama2-7b-v100-het-128.yaml", "--format", "megatron"]) == 0
+    assert "# NeMo 2.0 recipe: recipe.trainer.plugins = fp16_mixed()" in capsys.readouterr().out
+    # an uneven 1F1B split: its values, and no virtual stages
+    from planner.config import ParallelConfig
+    cfg = ParallelConfig(4, 4, 8, 1, 64, "1f1b", 1, "selective", 1, True, 19, 19)
+    lines = _nemo({"config": cfg.as_dict(), "precision": "bf16"})
+    for name, value in (("num_layers_in_first_pipeline_stage", "19"), ("num_layers_in_last_pipeline_stage", "19"),
+                        ("account_for_loss_in_pipeline_split", "False"),
+                        ("virtual_pipeline_model_parallel_size", "None")):
+        assert _nemo_setting(lines, s + name) == value
+    acc = ParallelConfig(4, 4, 8, 1, 64, "1f1b", 1, "selective", 1, True, account_embedding=True, account_loss=True)
+    lines = _nemo({"config": acc.as_dict(), "precision": "bf16"})
+    for name, value in (("account_for_embedding_in_pipeline_split", "True"),
+                        ("account_for_loss_in_pipeline_split", "True"), ("num_layers_in_first_pipeline_stage", "None")):
+        assert _nemo_setting(lines, s + name) == value
+    assert _nemo_setting(lines, "recipe.model.config.recompute_granularity") == '"selective"'
+    assert _nemo_setting(lines, "recipe.data.global_batch_size") == str(1 * 64 * 8)

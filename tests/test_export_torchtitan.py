@@ -189,3 +189,12 @@ def test_cli_torchtitan_json_runs_torchtitans_trainer_for_a_ddp_plan(tmp_path, c
     assert main(["export", str(path), "--format", "torchtitan", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert "torchtitan.train" in out["torchrun"][0] and "pretrain_gpt.py" not in out["torchrun"][0]
+
+
+def test_header_says_which_torchtitan_reads_the_toml():
+    """Tryout 5 #9: torchtitan 9810191bb (Feb 2026), 238fa99's child, replaced TOML job configs with Python config
+    functions, so the header names the last torchtitan that loads the file."""
+    lines = torchtitan_toml(_sol(_cfg(zero=3))).splitlines()
+    header = [x for x in lines if x.startswith("#")]
+    assert any("up to 238fa99 only" in x and "9810191bb" in x and "--module / --config" in x for x in header)
+    assert lines.index(header[1]) == 1          # right under the first line, before the notes

@@ -104,3 +104,20 @@ def test_estimate_refuses_a_mapping_of_another_plan(capsys, tmp_path):
     assert main(["estimate", SPEC, "--tp", "8", "--pp", "2", "--dp", "8", "--mbs", "1", "--mapping", str(path)]) == 2
     err = capsys.readouterr().err
     assert ".stage: is" in err and "another plan" in err and "Traceback" not in err
+
+
+def test_dp_sync_is_labelled_for_what_runs(capsys):
+    """Tryout 5 #10: the distributed optimizer (ZeRO >= 1) reduce-scatters the gradients and all-gathers the
+    parameters; only ZeRO-0 all-reduces. The human summary and the trace said "all-reduce" for both."""
+    from planner.simulator import simulate
+    from planner.simulator.trace import trace_events
+    spec = planner.load_spec(SPEC)
+    for zero, want, other in ((0, "all-reduce", "reduce-scatter"), (1, "reduce-scatter + all-gather", "all-reduce ")):
+        flags = ["--tp", "8", "--pp", "4", "--dp", "4", "--mbs", "1", "--zero", str(zero)]
+        assert main(["simulate", SPEC, *flags]) == 0
+        err = capsys.readouterr().err
+        assert f"DP {want} " in err and f"DP {other}" not in err
+        ev = trace_events(simulate(spec, C(8, 4, 4, 1, 32, "1f1b", 1, zero=zero)), memory_counters=False)
+        names = {e["args"]["name"] for e in ev if e["name"] == "process_name"}
+        assert names == {"compute", f"data-parallel {want}"}
+        assert {e["name"] for e in ev if e.get("cat") == "dp"} == {want}

@@ -24,6 +24,7 @@ def run(args) -> int:
         megatron_args,
         rank_layout,
         shell_words,
+        solution_gpu_type,
         split_megatron_args,
         torchrun_commands,
         torchtitan_toml,
@@ -33,6 +34,8 @@ def run(args) -> int:
 
     file = args.solution
     sol = load_solution(file)
+    # the cluster's GPU type, from the spec the solution names, for Megatron-LM's launch environment (launch_env)
+    gpu = solution_gpu_type(sol, file) if args.format not in ("torchtitan", "deepspeed") else None
     if args.format == "torchtitan":
         text = torchtitan_toml(sol, file)
         if args.json:
@@ -46,18 +49,18 @@ def run(args) -> int:
             if why:
                 print(f"planner: note: {file}: {why}", file=sys.stderr)
     elif args.json:
-        flags, notes = split_megatron_args(megatron_args(sol, file))
-        print_json({"megatron_args": flags, "notes": notes, "torchrun": torchrun_commands(sol, file=file),
+        flags, notes = split_megatron_args(megatron_args(sol, file, gpu))
+        print_json({"megatron_args": flags, "notes": notes, "torchrun": torchrun_commands(sol, file=file, gpu_type=gpu),
                     "ranks": rank_layout(sol, file)})
     elif args.format == "megatron":
         # the flags as one shell command line, then the comments: a '#' line inside a backslash-continued command
         # would end it there and drop every flag after it
-        flags, notes = split_megatron_args(megatron_args(sol, file))
+        flags, notes = split_megatron_args(megatron_args(sol, file, gpu))
         print(" \\\n  ".join(shell_words(a) for a in flags))
         for n in notes:
             print(n)
     elif args.format == "hostfile":
         print(hostfile(sol, file), end="")
     else:
-        print("\n".join(torchrun_commands(sol, file=file)))
+        print("\n".join(torchrun_commands(sol, file=file, gpu_type=gpu)))
     return 0

@@ -131,7 +131,9 @@ def _print_human(sim, cfg, est) -> None:
     w(f"{cfg.label()}\n")
     # ZeRO-3: FSDP2's exposed collectives and copies lengthen each micro-batch's F and B ops (pp = 1), so they are
     # inside the pipeline time; only the once-per-iteration part (pp > 1) comes after it
-    dp = "FSDP after the pipeline (per-micro-batch FSDP time is inside it)" if cfg.zero == 3 else "DP all-reduce"
+    from planner.simulator.ops import dp_sync_name
+    dp = ("FSDP after the pipeline (per-micro-batch FSDP time is inside it)" if cfg.zero == 3
+          else f"DP {dp_sync_name(cfg.zero)}")
     # the transfer time, not the span of its trace events (overlapped buckets wait for their gradients) nor the
     # part past the pipeline, which is what the iteration pays (with the optimizer step)
     past = max(0.0, sim.iteration_s - sim.compute_s)

@@ -314,6 +314,12 @@ def _with_fsdp_accumulation(spec, cfg: ParallelConfig, costs: Costs, st) -> list
     return out
 
 
+def megatron_bucket_size(bucket_size: int | None, dp_cp: int) -> int:
+    """Megatron-Core's DDP bucket in parameters: --ddp-bucket-size (training.overlap.bucket_size), else
+    max(40M, 1M x the data-parallel group, dp x cp) (Megatron-LM@d98e8a64 distributed_data_parallel.py)."""
+    return bucket_size if bucket_size else max(40_000_000, 1_000_000 * dp_cp)
+
+
 def dp_bucket_count(spec, cfg: ParallelConfig, params: float, first_chunk_of_stage0: bool) -> int:
     """Gradient buckets of one model chunk's data-parallel buffer (`params` per GPU). Megatron-Core buckets only
     the first chunk of pipeline rank 0 (Megatron-LM@d98e8a64 training.py: bucketing 'disabled for non-first
@@ -323,7 +329,7 @@ def dp_bucket_count(spec, cfg: ParallelConfig, params: float, first_chunk_of_sta
     other chunk is one."""
     if not (overlap_of(spec).grad_reduce and first_chunk_of_stage0):
         return 1
-    size = overlap_of(spec).bucket_size or max(40_000_000, 1_000_000 * cfg.dp * cfg.cp)
+    size = megatron_bucket_size(overlap_of(spec).bucket_size, cfg.dp * cfg.cp)
     return max(1, math.ceil(params / size))
 
 

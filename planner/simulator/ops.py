@@ -15,6 +15,14 @@ F, B, W, R = 0, 1, 2, 3
 KIND_NAMES = ("F", "B", "W", "R")
 
 
+def dp_sync_name(zero: int) -> str:
+    """The collectives of the data-parallel gradient sync, as outputs label it: ZeRO-0 all-reduces the gradients;
+    the distributed optimizer (ZeRO-1, Megatron-Core's --use-distributed-optimizer; DeepSpeed's ZeRO-1 and -2)
+    reduce-scatters them and all-gathers the updated parameters, as FSDP (ZeRO-3) does once per iteration with pp > 1
+    (the costs price the pair as one all-reduce's bytes: labels only)."""
+    return "all-reduce" if zero == 0 else "reduce-scatter + all-gather"
+
+
 @dataclass(frozen=True)
 class Schedule:
     name: str

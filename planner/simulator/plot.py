@@ -1,5 +1,5 @@
 """Timeline picture: one row per pipeline rank (colour = op type, lighter = later micro-batch in a
-group of 8), the data-parallel all-reduce in red, and a memory-per-device panel below."""
+group of 8), the data-parallel gradient sync in red, and a memory-per-device panel below."""
 from __future__ import annotations
 
 import io
@@ -7,7 +7,7 @@ import io
 import numpy as np
 
 from planner.io import atomic_write_bytes
-from planner.simulator.ops import KIND_NAMES
+from planner.simulator.ops import KIND_NAMES, dp_sync_name
 
 COLOURS = {"F": (0.20, 0.45, 0.80), "B": (0.20, 0.65, 0.30), "W": (0.95, 0.60, 0.10), "R": (0.55, 0.30, 0.70)}
 
@@ -36,7 +36,7 @@ def plot_timeline(sim, path: str, title: str | None = None) -> None:
             st, en = sim.op_start[s], sim.op_end[s]
             ax.broken_barh(list(zip(st, en - st, strict=True)), (d - 0.4, 0.55),
                            facecolors=_shade(COLOURS[name], sim.op_mb[s]), edgecolor="none")
-        # the all-reduce in a strip of its own under the lane: overlapped, it runs beside the last backward ops
+        # the gradient sync in a strip of its own under the lane: overlapped, it runs beside the last backward ops
         # and drawn over them it hid them
         if sim.dp_end and sim.dp_end[d] > sim.dp_start[d]:
             ax.broken_barh([(sim.dp_start[d], sim.dp_end[d] - sim.dp_start[d])], (d + 0.2, 0.2),
@@ -49,7 +49,7 @@ def plot_timeline(sim, path: str, title: str | None = None) -> None:
                (("F", "forward"), ("B", "backward" + (" (input grad)" if sim.schedule.split else "")),
                 ("W", "weight grad"), ("R", "recompute"))
                if np.any(sim.op_kind == KIND_NAMES.index(k))]
-    handles.append(Patch(color=(0.85, 0.2, 0.2), label="DP all-reduce"))
+    handles.append(Patch(color=(0.85, 0.2, 0.2), label=f"DP {dp_sync_name(sim.config.zero if sim.config else 0)}"))
     ax.legend(handles=handles, loc="upper right", fontsize=8, ncol=len(handles))
     cfg = sim.config.label() if sim.config else f"{sim.schedule.name} p{p} m{sim.schedule.m}"
     ax.set_title(title or f"{cfg}: iteration {sim.iteration_s * 1e3:.1f} ms, bubble {sim.bubble_fraction:.1%}")

@@ -6,15 +6,16 @@ import json
 import numpy as np
 
 from planner.io import atomic_write_text
-from planner.simulator.ops import KIND_NAMES
+from planner.simulator.ops import KIND_NAMES, dp_sync_name
 
 KIND_LONG = {"F": "forward", "B": "backward", "W": "weight-grad", "R": "recompute"}
 
 
 def trace_events(sim, memory_counters: bool = True) -> list[dict]:
     p = sim.schedule.p
+    sync = dp_sync_name(sim.config.zero if sim.config else 0)
     ev = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "compute"}},
-          {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "data-parallel all-reduce"}}]
+          {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"data-parallel {sync}"}}]
     for d in range(p):
         ev.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": d, "args": {"name": f"pp rank {d}"}})
         ev.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": d, "args": {"name": f"pp rank {d}"}})
@@ -33,7 +34,7 @@ def trace_events(sim, memory_counters: bool = True) -> list[dict]:
                    "args": args})
     for d in range(p):
         if sim.dp_end and sim.dp_end[d] > sim.dp_start[d]:
-            ev.append({"name": "all-reduce", "cat": "dp", "ph": "X", "pid": 1, "tid": d,
+            ev.append({"name": sync, "cat": "dp", "ph": "X", "pid": 1, "tid": d,
                        "ts": sim.dp_start[d] * us, "dur": (sim.dp_end[d] - sim.dp_start[d]) * us})
     if memory_counters:
         for d in range(p):
