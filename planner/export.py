@@ -11,6 +11,7 @@ import shlex
 
 from planner.config import TORCHTITAN_SCHEDULES, V_SHAPES, ParallelConfig, torchtitan_problem
 from planner.errors import SpecError
+from planner.spec.cluster import before_blackwell
 from planner.spec.hosts import check_hostname
 from planner.spec.plan import FP8_RECIPES, PRECISIONS
 
@@ -69,10 +70,20 @@ def _attention_backend(solution: dict, file: str | None) -> str | None:
     return b
 
 
-def attention_backend_args(solution: dict, file: str | None = None) -> list[str]:
-    """--attention-backend for a plan whose spec named the fused kernel. None for auto: the plan charged
-    FlashAttention-2's speed, and Megatron-Core's own auto (cuDNN on Hopper) can only be faster; pinning `flash`
-    would slow today's stacks to match the estimate (docs/notes/gpu_h200.md, section 4)."""
+def attention_backend_args(solution: dict, file: str | None = None, gpu_type: str | None = None) -> list[str]:
+    """The attention flags: for an unfused plan the unfused path the plan was costed as (Megatron-Core's
+    --attention-backend unfused, Transformer Engine's UnfusedDotProductAttention; before Ampere, where Transformer
+    Engine does not run, --transformer-impl local, Megatron-Core's own DotProductAttention: spec.cluster.
+    fused_attention_refusal); for a fused plan --attention-backend where its spec named the kernel. None for auto: the
+    plan charged FlashAttention-2's speed, and Megatron-Core's own auto (cuDNN on Hopper) can only be faster; pinning
+    `flash` would slow today's stacks to match the estimate (docs/notes/gpu_h200.md, section 4)."""
+    attention = solution.get("attention", "fused")
+    if attention not in ("fused", "unfused"):
+        raise SpecError(file, "attention", f"has {attention!r}, expected fused or unfused")
+    if attention == "unfused":
+        from planner.spec.cluster import AMPERE_CC, compute_capability
+        cc = compute_capability(gpu_type)
+        return ["--transformer-impl local"] if cc is not None and cc < AMPERE_CC else ["--attention-backend unfused"]
     b = _attention_backend(solution, file)
     if b is None:
         return []
@@ -138,7 +149,7 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
     if recorded is None:
         args.append("# precision: not in this solution (written before planner recorded 16-bit precisions); --bf16 "
                     "assumed: for an fp16 spec write --fp16 and drop --grad-reduce-in-bf16")
-    args += attention_backend_args(solution, file)
+    args += attention_backend_args(solution, file, gpu_type)
     if solution.get("pipeline_engine", "megatron") == "megatron" and int(c.get("zero", 0)) < 3:
         # the plan's gradient buffer dtype (costs/memory.py grad_buffer_bytes): Megatron-LM @ d98e8a64
         # megatron/training/arguments.py turns fp32 accumulation on with --bf16 unless --grad-reduce-in-bf16; with
@@ -335,7 +346,7 @@ def nemo_precision(solution: dict, precision: str, recipe: str | None) -> str:
 def nemo_model(solution: dict, c: dict, file: str | None) -> str:
     """Recompute (TransformerConfig recompute_granularity / method / num_layers: None where the plan recomputes
     nothing, as recipes may set it), the distributed optimizer, and the context-parallel exchange and the attention
-    kernel where the plan names them (same enums as Megatron-LM's flags)."""
+    kernel where the plan names them (same enums as Megatron-LM's flags; an unfused plan: AttnBackend.unfused)."""
     rc = c.get("recompute", "none")
     model = {"recompute_granularity": None if rc == "none" else rc}
     if rc == "full":
@@ -343,9 +354,10 @@ def nemo_model(solution: dict, c: dict, file: str | None) -> str:
     if int(c.get("cp", 1)) > 1:
         model["cp_comm_type"] = megatron_cp_comm(solution, file)
     out = _assign("recipe.model.config", model)
-    backend = _attention_backend(solution, file)
+    backend = "unfused" if solution.get("attention") == "unfused" else _attention_backend(solution, file)
     if backend:
-        out += f"; recipe.model.config.attention_backend = AttnBackend.{MEGATRON_ATTENTION_BACKEND[backend]}"
+        enum = MEGATRON_ATTENTION_BACKEND.get(backend, backend)
+        out += f"; recipe.model.config.attention_backend = AttnBackend.{enum}"
     return out + "; " + _assign("recipe.optim.config", {"use_distributed_optimizer": int(c.get("zero", 0)) >= 1})
 
 
@@ -396,15 +408,6 @@ ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 # (one hardware queue: the communication kernels start in issue order, ahead of the GEMMs they overlap), except with
 # Torch-FSDP2 / Megatron-FSDP or --overlap-moe-expert-parallel-comm, where it only warns: the export sets neither
 MAX_CONNECTIONS_ENV = "CUDA_DEVICE_MAX_CONNECTIONS=1"
-# GPU types of compute capability 10 or more, by the cluster file's gpu.type: data-centre Blackwell (B100 / B200 /
-# GB200 10.0, B300 / GB300 10.3) and parts named Blackwell (RTX PRO ... Blackwell, 12.0). Any other type, and an unknown
-# one, is taken as older: the variable is required there and only a performance hint from Blackwell on.
-BLACKWELL_OR_NEWER_TYPES = ("B100", "B200", "B300", "BLACKWELL")
-
-
-def before_blackwell(gpu_type: str | None) -> bool:
-    """Whether Megatron-LM's get_device_arch_version() < 10 on `gpu_type` (True for an unknown type)."""
-    return not (isinstance(gpu_type, str) and any(t in gpu_type.upper() for t in BLACKWELL_OR_NEWER_TYPES))
 
 
 def max_connections_needed(c: dict, engine: str, gpu_type: str | None) -> bool:

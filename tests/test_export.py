@@ -357,3 +357,28 @@ def test_nemo_lines_give_the_plans_layout_batch_and_precision(capsys):
         assert _nemo_setting(lines, s + name) == value
     assert _nemo_setting(lines, "recipe.model.config.recompute_granularity") == '"selective"'
     assert _nemo_setting(lines, "recipe.data.global_batch_size") == str(1 * 64 * 8)
+
+
+@pytest.mark.parametrize("gpu, flag", [("V100-SXM2-32GB", "--transformer-impl local"),
+                                       ("Tesla-P100", "--transformer-impl local"),
+                                       ("A100-SXM4-80GB", "--attention-backend unfused"),
+                                       ("H100-SXM5-80GB", "--attention-backend unfused"),
+                                       (None, "--attention-backend unfused")])
+def test_unfused_plans_export_the_unfused_path_they_were_costed_as(gpu, flag):
+    """An unfused plan runs Megatron-Core's unfused attention: Transformer Engine's UnfusedDotProductAttention
+    (--attention-backend unfused) where TE runs, Megatron-Core's own (--transformer-impl local) before Ampere, where it
+    does not (tryout 5 #3: a V100 plan exported with TE's default impl). A fused plan gets neither."""
+    args = megatron_args(_plan(zero=1, tp=2, dp=8) | {"attention": "unfused"}, gpu_type=gpu)
+    assert flag in args
+    assert not any(a.startswith(("--transformer-impl", "--attention-backend")) for a in args if a != flag)
+    fused = megatron_args(_plan(zero=1, tp=2, dp=8), gpu_type=gpu)
+    assert not any(a.startswith(("--transformer-impl", "--attention-backend")) for a in fused)
+
+
+def test_shipped_v100_plan_exports_megatrons_local_impl():
+    import os
+    sol = load_solution(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "solutions",
+                                     "llama2-7b-v100-het-128.yaml"))
+    args = megatron_args(sol, gpu_type="V100-SXM2-32GB")
+    assert "--transformer-impl local" in args
+    assert any("AttnBackend.unfused" in a for a in args)

@@ -44,73 +44,93 @@ class GPUSpec:
         return 1e12 * float(self.peak_tflops.get(precision) or max(self.peak_tflops.values()))
 
 
-# GPU generations without FP8 tensor cores (FP8 came with Hopper and Ada): a cluster file naming one of these and an
-# fp8 peak is a mistake, not an FP8 GPU.
-NO_FP8_TYPES = ("V100", "P100", "A100", "A800", "A30", "A40", "A10", "T4")
+# Compute capability by GPU type, the one table behind the architecture rules below; matched as a substring of the
+# cluster file's gpu.type, first hit wins (so GB200 before B200, A100 before A10, L40 before L4). NVIDIA's CUDA GPU
+# list (developer.nvidia.com/cuda-gpus): Blackwell data-centre 10.x (B300 / GB300 10.3), RTX / workstation Blackwell
+# 12.0 (named "... Blackwell"), Hopper 9.0, Ada 8.9, Ampere 8.0 / 8.6, Turing 7.5, Volta 7.0, Pascal 6.0.
+COMPUTE_CAPABILITY = (("GB300", (10, 3)), ("B300", (10, 3)), ("GB200", (10, 0)), ("B200", (10, 0)), ("B100", (10, 0)),
+                      ("BLACKWELL", (12, 0)), ("H200", (9, 0)), ("H100", (9, 0)), ("H800", (9, 0)), ("GH200", (9, 0)),
+                      ("L40", (8, 9)), ("L4", (8, 9)), ("A100", (8, 0)), ("A800", (8, 0)), ("A30", (8, 0)),
+                      ("A40", (8, 6)), ("A10", (8, 6)), ("T4", (7, 5)), ("V100", (7, 0)), ("P100", (6, 0)))
 
 
-# GPU generations Transformer Engine does not run on (it needs compute capability 8.0, Ampere, or newer: its support
-# matrix, nvidia.github.io/TransformerEngine/support_matrix.html), so no userbuffers overlap (--tp-comm-overlap);
-# PyTorch's async TP (symmetric memory) is not for them either.
-PRE_AMPERE_TYPES = ("V100", "P100", "T4")
+def compute_capability(gpu_type: str | None) -> tuple[int, int] | None:
+    """(major, minor) of `gpu_type` from COMPUTE_CAPABILITY; None for a type the table does not know."""
+    kind = (gpu_type or "").upper()
+    return next((cc for name, cc in COMPUTE_CAPABILITY if name in kind), None)
 
 
-# GPU types whose FP8 GEMMs take any operand layout under per-tensor scaling (Transformer Engine's delayed and
-# tensorwise recipes). NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b,
-# transformer_engine/common/transformer_engine.cpp nvte_is_non_tn_fp8_gemm_supported(): compute capability 10.x-11.x
-# or >= 13.0, i.e. data-centre Blackwell (B100 / B200 / GB200: 10.0; B300 / GB300: 10.3). Hopper (9.0), Ada (8.9)
-# and the RTX / workstation Blackwell parts (12.x) run only TN fp8 GEMMs (common/gemm/cublaslt_gemm.cu "Hopper only
-# supports TN GEMMs for FP8"), and so is every type not listed here taken to: the stricter rule (config.
-# fp8_shape_problem), whose plans run on either kind.
-FP8_ANY_LAYOUT_TYPES = ("B100", "B200", "B300")      # GB200 / GB300 contain them
+def _cc_text(gpu: GPUSpec) -> str:
+    major, minor = compute_capability(gpu.type)
+    return f"compute capability {major}.{minor}"
+
+
+def _known_below(gpu: GPUSpec, cc: tuple[int, int]) -> bool:
+    """A known type of compute capability below `cc` (an unknown type is taken as new enough)."""
+    have = compute_capability(gpu.type)
+    return have is not None and have < cc
+
+
+# FP8 tensor cores came with Ada and Hopper (8.9): a cluster file naming an older type and an fp8 peak is a mistake.
+FP8_MIN_CC = (8, 9)
+# Transformer Engine needs compute capability 8.0, Ampere (its support matrix, nvidia.github.io/TransformerEngine/
+# support_matrix.html), so before it no userbuffers overlap (--tp-comm-overlap), no fused attention, no bf16 tensor
+# cores; PyTorch's async TP (symmetric memory) is not for them either.
+AMPERE_CC = (8, 0)
+# Megatron-LM's get_device_arch_version() >= 10: from Blackwell on (export.py's launch environment).
+BLACKWELL_CC = (10, 0)
+
+
+def before_blackwell(gpu_type: str | None) -> bool:
+    """Whether Megatron-LM's get_device_arch_version() < 10 on `gpu_type` (True for an unknown type)."""
+    cc = compute_capability(gpu_type)
+    return cc is None or cc < BLACKWELL_CC
 
 
 def fp8_gemm_tn_only(gpu: GPUSpec) -> bool:
-    """Whether `gpu`'s per-tensor-scaled FP8 GEMMs are TN only (Hopper, Ada, RTX Blackwell, unknown types) rather than
-    any layout (data-centre Blackwell), by its catalog type (FP8_ANY_LAYOUT_TYPES)."""
-    kind = gpu.type.upper()
-    return not any(t in kind for t in FP8_ANY_LAYOUT_TYPES)
+    """Whether `gpu`'s per-tensor-scaled FP8 GEMMs are TN only rather than any layout, under Transformer Engine's
+    delayed and tensorwise recipes. NVIDIA/TransformerEngine @ d0067d0da6cb01811b8072a7d304f0e00344ce2b,
+    transformer_engine/common/transformer_engine.cpp nvte_is_non_tn_fp8_gemm_supported(): compute capability
+    10.x-11.x or >= 13.0 takes any layout (data-centre Blackwell); Hopper (9.0), Ada (8.9) and the RTX / workstation
+    Blackwell parts (12.x) run only TN fp8 GEMMs (common/gemm/cublaslt_gemm.cu "Hopper only supports TN GEMMs for
+    FP8"), and so is an unknown type taken to: the stricter rule (config.fp8_shape_problem), whose plans run on
+    either kind."""
+    cc = compute_capability(gpu.type)
+    return cc is None or not (10 <= cc[0] < 12 or cc[0] >= 13)
 
 
 def runs_transformer_engine(gpu: GPUSpec) -> bool:
-    kind = gpu.type.upper()
-    return not any(t in kind for t in PRE_AMPERE_TYPES)
+    return not _known_below(gpu, AMPERE_CC)
 
 
 def fused_attention_refusal(gpu: GPUSpec) -> str | None:
     """Why `gpu` runs no fused attention kernel (None: it does). FlashAttention-2 runs on Ampere, Ada and Hopper only
     (Dao-AILab/flash-attention @ 0251105a README.md: "Ampere, Ada, or Hopper GPUs"; Turing has a separate subset,
     Volta none), and cuDNN's fused attention reaches Megatron-Core through Transformer Engine, which needs compute
-    capability 8.0 (PRE_AMPERE_TYPES). On such a GPU Megatron-LM runs --transformer-impl local, whose core attention is
+    capability 8.0 (AMPERE_CC). On such a GPU Megatron-LM runs --transformer-impl local, whose core attention is
     the unfused softmax path (NVIDIA/Megatron-LM @ d98e8a64 megatron/core/models/backends.py LocalSpecProvider:
     DotProductAttention), the planner's training.attention unfused."""
-    kind = gpu.type.upper()
-    old = next((t for t in PRE_AMPERE_TYPES if t in kind), None)
-    if old is None:
+    if not _known_below(gpu, AMPERE_CC):
         return None
     return (f"fused attention (FlashAttention-2, or cuDNN's through Transformer Engine) needs Ampere or newer (compute "
-            f"capability 8.0); the cluster's GPU {gpu.type} ({old} class) runs neither: Megatron-LM runs it with "
+            f"capability 8.0); the cluster's GPU {gpu.type} ({_cc_text(gpu)}) runs neither: Megatron-LM runs it with "
             "--transformer-impl local, whose core attention is the unfused softmax path")
 
 
 def bf16_refusal(gpu: GPUSpec) -> str | None:
     """Why `gpu` cannot train in bf16 (None: it can): bf16 tensor cores came with Ampere; before it PyTorch runs bf16
     math in emulation, far below any listed peak."""
-    kind = gpu.type.upper()
-    old = next((t for t in PRE_AMPERE_TYPES if t in kind), None)
-    if old:
-        return (f"bf16 needs bf16 tensor cores (Ampere or newer); the cluster's GPU {gpu.type} ({old} class) has none: "
-                "use fp16")
+    if _known_below(gpu, AMPERE_CC):
+        return (f"bf16 needs bf16 tensor cores (Ampere or newer); the cluster's GPU {gpu.type} ({_cc_text(gpu)}) has "
+                "none: use fp16")
     return None
 
 
 def fp8_refusal(gpu: GPUSpec) -> str | None:
     """Why `gpu` cannot train in fp8 (None: it can): no fp8 peak in the cluster file, or a pre-Hopper type."""
-    kind = gpu.type.upper()
-    old = next((t for t in NO_FP8_TYPES if t in kind), None)
-    if old:
-        return (f"fp8 needs FP8 tensor cores (Hopper, Ada or newer); the cluster's GPU {gpu.type} ({old} class) has "
-                "none: use bf16 or fp16")
+    if _known_below(gpu, FP8_MIN_CC):
+        return (f"fp8 needs FP8 tensor cores (Hopper, Ada or newer); the cluster's GPU {gpu.type} ({_cc_text(gpu)}) "
+                "has none: use bf16 or fp16")
     if "fp8" not in gpu.peak_tflops:
         return (f"fp8 needs the GPU's fp8 peak: the cluster's GPU {gpu.type} has no gpu.peak_tflops.fp8 (dense, "
                 "without sparsity); add it if the GPU has FP8 tensor cores, or use bf16")
