@@ -133,6 +133,9 @@ def test_megatron_baseline_uses_a_stage_of_the_spec():
     assert megatron_config(s, costs) is None
     s1 = spec(nodes=4, search={"zero": [1]})
     assert megatron_config(s1, costs).zero == 1
+    # ZeRO-2 has no Megatron-LM form (the export refuses it): no Megatron baseline from it
+    assert megatron_config(spec(nodes=4, search={"zero": [2]}), costs) is None
+    assert megatron_config(spec(nodes=4, search={"zero": [1, 2]}), costs).zero == 1
 
 
 # --- #4 / #8: fp8_param_gather ------------------------------------------------------------------------------------

@@ -16,10 +16,10 @@ from planner.search.solve import solve
 
 def megatron_zero(spec) -> int | None:
     """The ZeRO stage of the Megatron baseline: the lowest of the spec's search.zero that Megatron-Core runs (0, or 1
-    / 2 with training.fp8_param_gather, which needs the distributed optimizer); None when the spec asks for ZeRO-3
-    (torchtitan) only, which has no Megatron baseline."""
+    with training.fp8_param_gather, which needs the distributed optimizer); None when the spec asks only for stages it
+    does not run: ZeRO-3 (torchtitan's) or ZeRO-2, which has no Megatron-LM form (export.ZERO2_NOT_MEGATRON)."""
     pg = getattr(spec.training, "fp8_param_gather", False)
-    stages = [z for z in spec.search.zero if z < 3 and not (z == 0 and pg)]
+    stages = [z for z in spec.search.zero if z in (0, 1) and not (z == 0 and pg)]
     return min(stages) if stages else None
 
 
@@ -41,7 +41,7 @@ def megatron_config(spec, costs, min_pp: int = 1) -> ParallelConfig | None:
     zero = megatron_zero(spec)
     if zero is None:
         return None
-    pool = [c for c in enumerate_configs(spec) if c.zero < 3 and not c.uneven and c.pp >= min_pp]
+    pool = [c for c in enumerate_configs(spec) if c.zero in (0, 1) and not c.uneven and c.pp >= min_pp]
     if not pool:
         return None
     for pick in (lambda c: -c.tp, lambda c: c.cp, lambda c: c.micro_batch_size):
