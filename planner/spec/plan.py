@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, TORCHTITAN_SCHEDULES, ZERO_STAGES
 from planner.errors import SpecError
 from planner.io import load_yaml
-from planner.spec.cluster import ClusterSpec, parse_cluster
+from planner.spec.cluster import PRECISIONS, ClusterSpec, parse_cluster
 from planner.spec.fields import DEFAULT, MAX_INT, FieldError, Fields
 from planner.spec.model import ModelSpec, parse_model
 
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
@@ -244,9 +243,10 @@ class Spec:
     """The resolved YAML (model and cluster inlined), for hashing (`digest`) and re-writing."""
 
     def __post_init__(self):
-        from planner.spec.cluster import bf16_refusal, fp8_refusal
-        refusal = {"fp8": fp8_refusal, "bf16": bf16_refusal}.get(self.training.precision)
-        why = refusal(self.cluster.gpu) if refusal else None
+        from planner.spec.cluster import bf16_refusal, peak_refusal
+        precision = self.training.precision
+        why = (bf16_refusal(self.cluster.gpu) if precision == "bf16" else None) or peak_refusal(self.cluster.gpu,
+                                                                                                precision)
         if why:
             raise FieldError("training.precision", why)
         # the attention a GPU without fused kernels runs (a spec file that states fused there is refused by

@@ -1,0 +1,112 @@
+"""Input strictness (tryout 6, findings 1, 2, 4, 5): a cluster's peak_tflops keys and profiles, empty search lists and
+virtual_stages 1 are refused with file, field and reason (exit 2), never read as something else."""
+import glob
+import os
+
+import pytest
+import yaml
+from plan_fixtures import mini_spec_dict
+
+from planner.errors import SpecError
+from planner.spec import GPUSpec, load_cluster, load_spec, parse_spec
+from planner.spec.fields import FieldError
+from planner.spec.plan import PRECISIONS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H100 = os.path.join(ROOT, "clusters", "dgx-h100-16x8.yaml")
+
+
+def _inline(cluster_file: str, precision: str = "bf16", **gpu) -> dict:
+    """mini_spec_dict on `cluster_file` inlined, its gpu fields replaced by `gpu`."""
+    with open(cluster_file) as fh:
+        c = yaml.safe_load(fh)
+    c["gpu"].update(gpu)
+    c.get("network", {}).pop("bandwidth_matrix", None)
+    c.pop("profiles", None)
+    return mini_spec_dict(cluster=c, training={"global_batch_size": 16, "seq_length": 128, "precision": precision})
+
+
+def _error(d, file="s.yaml") -> SpecError:
+    with pytest.raises(SpecError) as e:
+        parse_spec(d, file)
+    return e.value
+
+
+def _cli(argv, capsys):
+    from planner.cli.main import main
+    rc = main(argv)
+    return rc, capsys.readouterr().err
+
+
+# --- 1. gpu.peak_tflops -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key,near", [("BF16", "bf16"), ("bf61", "bf16"), ("fp61", "fp16"), ("tf32", None),
+                                      ("int8", None)])
+def test_unknown_peak_precision_is_refused(key, near):
+    e = _error(_inline(H100, peak_tflops={key: 989, "fp8": 1979, "fp32": 67}))
+    assert (e.file, e.field) == ("s.yaml", f"cluster.gpu.peak_tflops.{key}")
+    assert "unknown precision" in e.reason and all(p in e.reason for p in PRECISIONS)
+    assert (f"a misspelling of {near!r}?" in e.reason) if near else "misspelling" not in e.reason
+
+
+def test_unknown_peak_precision_in_a_cluster_file_names_the_file(tmp_path):
+    with open(H100) as fh:
+        c = yaml.safe_load(fh)
+    c["gpu"]["peak_tflops"]["bf61"] = 312
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(c))
+    with pytest.raises(SpecError) as e:
+        load_cluster(str(p))
+    assert (e.value.file, e.value.field) == (str(p), "gpu.peak_tflops.bf61")
+
+
+@pytest.mark.parametrize("precision,peaks,missing", [
+    ("bf16", {"fp8": 1979, "fp32": 67}, "bf16"),             # the tryout's case: costed at fp8's 1979 before
+    ("bf16", {"fp16": 989, "fp8": 1979, "fp32": 67}, "bf16"),
+    ("fp16", {"bf16": 989, "fp8": 1979}, "fp16"),
+    ("fp32", {"bf16": 989, "fp16": 989, "fp8": 1979}, "fp32"),
+    ("fp8", {"fp8": 1979, "fp32": 67}, "bf16"),              # fp8 plans run attention and the rest in bf16
+])
+def test_a_precision_without_its_peak_is_refused(precision, peaks, missing):
+    e = _error(_inline(H100, precision, peak_tflops=peaks))
+    assert (e.file, e.field) == ("s.yaml", "training.precision")
+    assert f"cluster.gpu.peak_tflops of H100-SXM5-80GB has no {missing} entry" in e.reason
+    assert e.reason.startswith(f"{precision} needs the GPU's {missing} peak")
+
+
+def test_the_16_bit_peaks_hint_at_each_other_from_ampere_on():
+    e = _error(_inline(H100, "fp16", peak_tflops={"bf16": 989}))
+    assert "fp16: 989" in e.reason
+    v100 = os.path.join(ROOT, "clusters", "v100-16x8-edr.yaml")
+    e = _error(_inline(v100, "fp32", peak_tflops={"fp16": 125}))      # no Ampere hint on a V100, and no bf16 one
+    assert "has no fp32 entry" in e.reason and "Ampere" not in e.reason
+
+
+def test_v100_fp16_stands_and_bf16_keeps_its_architecture_refusal():
+    v100 = os.path.join(ROOT, "clusters", "v100-16x8-edr.yaml")
+    assert parse_spec(_inline(v100, "fp16"), "s.yaml").cluster.gpu.peak_flops("fp16") == 125e12
+    e = _error(_inline(v100, "bf16"))
+    assert e.field == "training.precision" and "Ampere" in e.reason and "use fp16" in e.reason
+
+
+def test_peak_flops_never_falls_back_to_another_precision():
+    gpu = GPUSpec(type="X", memory_GiB=80, peak_tflops={"fp8": 1979, "fp32": 67})
+    with pytest.raises(FieldError, match="has no bf16 entry"):
+        gpu.peak_flops("bf16")
+    assert gpu.peak_flops("fp32") == 67e12
+
+
+def test_every_shipped_cluster_and_spec_lists_only_known_precisions_and_its_own_peak():
+    for path in sorted(glob.glob(os.path.join(ROOT, "clusters", "*.yaml"))):
+        assert set(load_cluster(path).gpu.peak_tflops) <= set(PRECISIONS), path
+    for path in sorted(glob.glob(os.path.join(ROOT, "specs", "*.yaml"))):
+        s = load_spec(path)
+        assert s.training.precision in s.cluster.gpu.peak_tflops, path
+
+
+def test_cli_refuses_a_missing_peak_with_exit_2(tmp_path, capsys):
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(_inline(H100, peak_tflops={"fp8": 1979, "fp32": 67})))
+    rc, err = _cli(["estimate", str(p), "--tp", "4", "--pp", "1", "--dp", "1", "--mbs", "1"], capsys)
+    assert rc == 2 and "Traceback" not in err
+    assert str(p) in err and "training.precision" in err and "cluster.gpu.peak_tflops" in err and "bf16" in err
