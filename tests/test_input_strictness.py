@@ -8,7 +8,7 @@ import yaml
 from plan_fixtures import mini_spec_dict
 
 from planner.errors import SpecError
-from planner.spec import GPUSpec, load_cluster, load_spec, parse_spec
+from planner.spec import GPUSpec, load_cluster, load_spec, parse_cluster, parse_spec
 from planner.spec.fields import FieldError
 from planner.spec.plan import PRECISIONS
 
@@ -110,3 +110,77 @@ def test_cli_refuses_a_missing_peak_with_exit_2(tmp_path, capsys):
     rc, err = _cli(["estimate", str(p), "--tp", "4", "--pp", "1", "--dp", "1", "--mbs", "1"], capsys)
     assert rc == 2 and "Traceback" not in err
     assert str(p) in err and "training.precision" in err and "cluster.gpu.peak_tflops" in err and "bf16" in err
+
+
+# --- 2. cluster.profiles ------------------------------------------------------------------------------------------
+
+def _with_profiles(profiles) -> dict:
+    d = mini_spec_dict()
+    d["cluster"]["profiles"] = profiles
+    return d
+
+
+@pytest.mark.parametrize("key,near", [("compute_profile", "compute"), ("compte", "compute"), ("mem", "memory"),
+                                      ("network", None)])
+def test_unknown_profile_kind_is_refused(key, near, tmp_path):
+    (tmp_path / "p.json").write_text("{}")
+    e = _error(_with_profiles({key: "p.json"}), str(tmp_path / "s.yaml"))
+    assert e.field == f"cluster.profiles.{key}" and "unknown key (known: compute, memory)" in e.reason
+    assert (f"a misspelling of {near!r}?" in e.reason) if near else "misspelling" not in e.reason
+
+
+@pytest.mark.parametrize("kind", ["compute", "memory"])
+def test_a_missing_profile_file_names_the_file_and_field(kind, tmp_path):
+    spec = str(tmp_path / "s.yaml")
+    e = _error(_with_profiles({kind: "nope.json"}), spec)
+    assert (e.file, e.field) == (spec, f"cluster.profiles.{kind}")
+    assert f"{kind} profile file {tmp_path / 'nope.json'} does not exist" in e.reason
+
+
+@pytest.mark.parametrize("value", [5, 1.5, True, ["a.json"], {"path": "a.json"}, ""])
+def test_a_profile_must_be_a_path(value):
+    e = _error(_with_profiles({"compute": value}))
+    assert e.field == "cluster.profiles.compute" and "must be the path of a compute profile file" in e.reason
+
+
+def test_profiles_must_be_a_mapping():
+    e = _error(_with_profiles(["a.json"]))
+    assert e.field == "cluster.profiles" and "must be a mapping" in e.reason
+
+
+def test_profiles_in_a_cluster_file_resolve_against_it_and_name_it(tmp_path):
+    with open(os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.yaml")) as fh:
+        c = yaml.safe_load(fh)
+    c["network"].pop("bandwidth_matrix", None)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "m.json").write_text("{}")
+    c["profiles"] = {"memory": "m.json"}
+    p = tmp_path / "sub" / "c.yaml"
+    p.write_text(yaml.safe_dump(c))
+    assert load_cluster(str(p)).profiles == {"memory": str(tmp_path / "sub" / "m.json")}
+    c["profiles"] = {"memory": "../m.json"}
+    p.write_text(yaml.safe_dump(c))
+    with pytest.raises(SpecError) as e:
+        load_cluster(str(p))
+    assert (e.value.file, e.value.field) == (str(p), "profiles.memory")
+    c["profiles"] = {"compute_profile": "m.json"}
+    p.write_text(yaml.safe_dump(c))
+    with pytest.raises(SpecError) as e:
+        load_cluster(str(p))
+    assert (e.value.file, e.value.field) == (str(p), "profiles.compute_profile")
+
+
+def test_shipped_profiles_still_load():
+    c = load_cluster(os.path.join(ROOT, "clusters", "grand-teton-h100-hbm2e.yaml"))
+    assert set(c.profiles) == {"compute"} and os.path.isfile(c.profiles["compute"])
+    with open(H100) as fh:
+        assert parse_cluster({**yaml.safe_load(fh), "profiles": None}, H100).profiles == {}
+
+
+def test_cli_refuses_a_misspelt_profile_with_exit_2(tmp_path, capsys):
+    (tmp_path / "a100.compute.json").write_text("{}")
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(_with_profiles({"compute_profile": "a100.compute.json"})))
+    rc, err = _cli(["estimate", str(p), "--tp", "4", "--pp", "1", "--dp", "1", "--mbs", "1"], capsys)
+    assert rc == 2 and "Traceback" not in err
+    assert str(p) in err and "cluster.profiles.compute_profile" in err and "'compute'" in err

@@ -23,6 +23,9 @@ INTER_NODE_LATENCY_US = 5.0
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 """The compute precisions the planner costs (training.precision) and so the keys gpu.peak_tflops may have."""
+PROFILE_KINDS = ("compute", "memory")
+"""The measured profiles a cluster may name (profiles.compute: a fitted compute profile, costs.default_costs;
+profiles.memory: a fitted memory estimator, costs.learned.default_memory_estimator)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,16 +317,37 @@ def parse_cluster(data, file: str | None, prefix: str = "") -> ClusterSpec:
     bw = DEFAULT if matrix_ref is None else _matrix(matrix_ref, base, file, net.path("bandwidth_matrix"), nodes)
     snaps = tuple(_matrix(s, base, file, f"{net.path('bandwidth_snapshots')}[{i}]", nodes)
                   for i, s in enumerate(snaps_ref))
-    profiles = f.raw("profiles", {}) or {}
-    if not isinstance(profiles, dict):
-        raise f.error("profiles", "must be a mapping like {compute: path, memory: path}")
-    profiles = {k: (os.path.normpath(os.path.join(base, v)) if isinstance(v, str) else v) for k, v in profiles.items()}
+    profiles = _profiles(f, base)
     price = f.float("price_per_gpu_hour_usd", DEFAULT)
     f.raw("description", None)
     f.done()
     return f.build(ClusterSpec, name=name, gpu=gpu, nodes=nodes, gpus_per_node=gpn, intra=intra, inter=inter,
                    nics_per_node=nics, bandwidth=bw, snapshots=snaps, node_names=tuple(str(n) for n in names),
                    profiles=profiles, price_per_gpu_hour_usd=price, source=file)
+
+
+def _profiles(f: Fields, base: str) -> dict:
+    """cluster.profiles: {compute: path, memory: path}, each optional, resolved against the cluster file and checked
+    here, where the file and the field can still be named."""
+    if f.raw("profiles", None) is None:
+        f.seen.add("profiles")
+        return {}
+    if not isinstance(f.data["profiles"], dict):
+        raise f.error("profiles", "must be a mapping like {compute: path, memory: path}")
+    p = f.sub("profiles")
+    out = {}
+    for kind in PROFILE_KINDS:
+        ref = p.raw(kind, None)
+        if ref is None:
+            continue
+        if not isinstance(ref, str) or not ref:
+            raise p.error(kind, f"must be the path of a {kind} profile file, got {ref!r}")
+        path = os.path.normpath(os.path.join(base, ref))
+        if not os.path.isfile(path):
+            raise p.error(kind, f"{kind} profile file {path} does not exist")
+        out[kind] = path
+    p.done()
+    return out
 
 
 def _matrix(ref, base, file, fieldname, nodes):
