@@ -10,7 +10,7 @@ from plan_fixtures import mini_spec_dict
 from planner.errors import SpecError
 from planner.spec import GPUSpec, load_cluster, load_spec, parse_cluster, parse_spec
 from planner.spec.fields import FieldError
-from planner.spec.plan import PRECISIONS
+from planner.spec.plan import PRECISIONS, SearchSpec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H100 = os.path.join(ROOT, "clusters", "dgx-h100-16x8.yaml")
@@ -184,3 +184,42 @@ def test_cli_refuses_a_misspelt_profile_with_exit_2(tmp_path, capsys):
     rc, err = _cli(["estimate", str(p), "--tp", "4", "--pp", "1", "--dp", "1", "--mbs", "1"], capsys)
     assert rc == 2 and "Traceback" not in err
     assert str(p) in err and "cluster.profiles.compute_profile" in err and "'compute'" in err
+
+
+# --- 3. search lists ----------------------------------------------------------------------------------------------
+
+SEARCH_LISTS = ("schedules", "recompute", "zero", "sequence_parallel", "micro_batch_sizes", "tensor_parallel",
+                "virtual_stages", "context_parallel", "uneven_stages", "dp_shard")
+
+
+@pytest.mark.parametrize("key", SEARCH_LISTS)
+def test_an_empty_search_list_is_refused(key):
+    e = _error(mini_spec_dict(search={key: []}))
+    assert e.field == f"search.{key}" and "must not be empty" in e.reason
+    if key == "context_parallel":       # absent and auto differ here: the message says which is which
+        assert "leave it out for no context parallelism, or write auto for every legal degree" in e.reason
+
+
+@pytest.mark.parametrize("value", [[1], [1, 2], 1, [0]])
+def test_virtual_stages_below_2_are_refused(value):
+    e = _error(mini_spec_dict(search={"schedules": ["interleaved"], "virtual_stages": value}))
+    assert e.field == "search.virtual_stages"
+    assert ("no interleaving" in e.reason) if value != [0] else "got 0" in e.reason
+
+
+@pytest.mark.parametrize("key", ["micro_batch_sizes", "tensor_parallel", "virtual_stages", "context_parallel",
+                                 "uneven_stages"])
+def test_auto_or_absent_is_still_the_default(key):
+    absent = parse_spec(mini_spec_dict(), "s.yaml").search
+    auto = parse_spec(mini_spec_dict(search={key: "auto"}), "s.yaml").search
+    if key == "context_parallel":       # auto: every legal degree (None); absent: no context parallelism
+        assert auto.context_parallel is None and absent.context_parallel == SearchSpec().context_parallel == (1,)
+    else:
+        assert auto == absent == SearchSpec()
+
+
+def test_cli_refuses_an_empty_list_with_exit_2(tmp_path, capsys):
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(mini_spec_dict(search={"tensor_parallel": []})))
+    rc, err = _cli(["estimate", str(p), "--tp", "4", "--pp", "1", "--dp", "1", "--mbs", "1"], capsys)
+    assert rc == 2 and "Traceback" not in err and str(p) in err and "search.tensor_parallel" in err
