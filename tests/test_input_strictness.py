@@ -223,3 +223,15 @@ def test_cli_refuses_an_empty_list_with_exit_2(tmp_path, capsys):
     p.write_text(yaml.safe_dump(mini_spec_dict(search={"tensor_parallel": []})))
     rc, err = _cli(["estimate", str(p), "--tp", "4", "--pp", "1", "--dp", "1", "--mbs", "1"], capsys)
     assert rc == 2 and "Traceback" not in err and str(p) in err and "search.tensor_parallel" in err
+
+
+# --- 4. export --help ---------------------------------------------------------------------------------------------
+
+def test_export_help_states_the_default_format(capsys):
+    from planner.cli.main import main
+    try:
+        main(["export", "--help"])
+    except SystemExit:
+        pass
+    out = " ".join(capsys.readouterr().out.split())
+    assert "default: torchrun" in out
