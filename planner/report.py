@@ -57,14 +57,24 @@ def plan_table(sol) -> Table:
                                f"{sol.simulated.get('estimate_vs_simulation', 0):+.1%}"
                                + ("" if sol.simulated.get("fits", True) else "  [red]over memory[/red]"))
     over = "" if getattr(s, "robust", "none") == "none" else f" ({s.robust} over the bandwidth snapshots)"
-    t.add_row("solver", f"{s.method} {s.status}: objective {s.objective:.4f} s{over}, bound {s.bound:.4f} s, "
-                        f"gap {s.gap:.2%}, {s.wall_s:.1f} s")
+    t.add_row("solver", f"{s.method} {s.status}, stopped by {stopped_by_text(s)}: objective {s.objective:.4f} s"
+                        f"{over}, bound {s.bound:.4f} s, gap {s.gap:.2%}, {s.wall_s:.1f} s")
     t.add_row("search", f"{s.candidates} configs, {s.pruned_memory} over memory, {s.pruned_bound} (config, "
                         f"layout) pairs pruned by bound, {s.mappings_solved} mappings solved, {s.mappings_proved} "
                         "settled by CP-SAT (proved optimal, or proved unable to beat the incumbent)")
     if getattr(s, "note", ""):
         t.add_row("note", s.note)
     return t
+
+
+def stopped_by_text(s) -> str:
+    """The solver record's stopped_by in words. `proof` with status FEASIBLE: the search proved the estimate's
+    optimum (the bound), and the simulator then chose another plan (the note), whose estimate the gap measures."""
+    by = getattr(s, "stopped_by", "work")
+    if by == "proof" and s.status == "FEASIBLE":
+        return "proof (of the estimate's optimum; the simulator re-ranked to this plan)"
+    return {"proof": "proof (the plan is the estimate's optimum)", "work": "work (the deterministic budget)",
+            "wall": "wall (the wall-clock safety stop: the plan may depend on the machine's load)"}.get(by, by)
 
 
 def mapping_table(sol, max_rows: int = 16) -> Table:

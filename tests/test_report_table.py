@@ -29,3 +29,17 @@ def test_plan_table_shows_the_hsdp_shard_group(tmp_path):
     assert "none / 3 (HSDP 2 x 4: shard groups of 2, 4 replicas) / off" in table
     sol, table = _solve_table(tmp_path, 0)                 # plain FSDP: over all of dp, as before
     assert "dp_shard" not in sol["config"] and "none / 3 / off" in table and "HSDP" not in table
+
+
+def test_solver_row_says_what_stopped_the_search(tmp_path):
+    """Tryout 6, #9: the row shows stopped_by, and `proof` with FEASIBLE (the simulator re-ranked) in words."""
+    from types import SimpleNamespace
+
+    from planner.report import stopped_by_text
+    sol, table = _solve_table(tmp_path, 0)
+    by = sol["solver"]["stopped_by"]
+    assert f"{sol['solver']['method']} {sol['solver']['status']}, stopped by {by} (" in table
+    assert stopped_by_text(SimpleNamespace(stopped_by="proof", status="FEASIBLE")) == (
+        "proof (of the estimate's optimum; the simulator re-ranked to this plan)")
+    assert stopped_by_text(SimpleNamespace(stopped_by="proof", status="OPTIMAL")).startswith("proof (the plan is")
+    assert "safety stop" in stopped_by_text(SimpleNamespace(stopped_by="wall", status="TIME_LIMIT"))

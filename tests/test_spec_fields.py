@@ -95,10 +95,10 @@ def test_null_reads_as_absent():
 
 
 def test_search_lists_read_as_before():
-    s = parse_spec(_spec(search={"schedules": "interleaved", "zero": [1, 0, 1], "virtual_stages": [],
+    s = parse_spec(_spec(search={"schedules": "interleaved", "zero": [1, 0, 1], "virtual_stages": [4, 2, 4],
                                  "micro_batch_sizes": [4, 1, 4], "tensor_parallel": 2}), "x.yaml")
     assert s.search.schedules == ("interleaved",) and s.search.zero == (1, 0)
-    assert s.search.virtual_stages == SearchSpec().virtual_stages           # an empty list: the default
+    assert s.search.virtual_stages == (2, 4)        # an empty list is refused (test_input_strictness)
     assert s.search.micro_batch_sizes == (1, 4) and s.search.tensor_parallel == (2,)
 
 

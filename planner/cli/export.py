@@ -6,9 +6,10 @@ def register(sub) -> None:
     p = sub.add_parser("export", help="launch arguments and rank order that realise a solution")
     p.add_argument("solution")
     p.add_argument("--format", choices=("megatron", "torchrun", "hostfile", "torchtitan", "deepspeed"),
-                   default="torchrun", help="torchtitan: a job config TOML (ZeRO-3 / FSDP / HSDP plans, and ZeRO-0 "
-                                            "DDP plans without tp, pp or cp); deepspeed: a ZeRO-2 / ZeRO-3 "
-                                            "config JSON (tp = 1, pp = 1, cp = 1; ZeRO-2 plans export only here)")
+                   default="torchrun", help="default: torchrun (one torchrun line per node); torchtitan: a job "
+                                            "config TOML (ZeRO-3 / FSDP / HSDP plans, and ZeRO-0 DDP plans without "
+                                            "tp, pp or cp); deepspeed: a ZeRO-2 / ZeRO-3 config JSON (tp = 1, pp = "
+                                            "1, cp = 1; ZeRO-2 plans export only here)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 

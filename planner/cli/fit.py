@@ -92,7 +92,12 @@ def run_compute(args) -> int:
         if peak is None:
             if not args.cluster:
                 raise SpecError(None, "--peak-tflops", "give the device's peak, or --cluster to read it")
-            peak = load_cluster(args.cluster).gpu.peak_flops(samples[0].precision)
+            from planner.spec.fields import FieldError
+            try:
+                peak = load_cluster(args.cluster).gpu.peak_flops(samples[0].precision)
+            except FieldError as e:     # the profile's precision has no peak in the cluster file
+                raise SpecError(args.cluster, f"gpu.{e.field}", f"{e.reason} (the profile {args.profile} is "
+                                f"{samples[0].precision})") from None
         est = LayerTimeFit(peak, base).fit(samples)
         meas = [[s.forward_ms * 1e-3, s.backward_ms * 1e-3] for s in samples]
         fit = {"kind": "layer", "source": os.path.basename(args.profile), "samples": len(samples),

@@ -140,7 +140,7 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
             return 0.0, 0.0
         tr, c = cpar.shard_view(spec.training, cfg)
         return async_tp_saving(parts_of(spec.model, spec.cluster, tr, c), costs.compute,
-                               spec.cluster.gpu.peak_flops("bf16"), cfg.tp,
+                               spec.cluster.gpu.peak_flops(activation_precision(spec.training.precision)), cfg.tp,
                                tr.seq_length * c.micro_batch_size * spec.model.hidden_size,
                                tp_gather_bytes(tr, c), spec.model.gated_mlp,
                                out_bytes=BYTES[activation_precision(tr.precision)])
@@ -148,7 +148,9 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
         p = parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg))
         comm, gemm = p["tp_comm"], p["gemm"]
         r = getattr(costs.compute, "backward_ratio", 2.0)
-        of, ob = userbuffers_overhead_s(costs.compute, spec.cluster.gpu.peak_flops("bf16"), cfg.tp)
+        # the GEMMs' 16-bit (fp32: their own) peak, whose curve layer_parts charges; fp8 GEMMs keep its fixed part
+        peak = spec.cluster.gpu.peak_flops(activation_precision(spec.training.precision))
+        of, ob = userbuffers_overhead_s(costs.compute, peak, cfg.tp)
         return (float(comm - exposed_s(comm, gemm, cfg.tp) - of), float(comm - exposed_s(comm, r * gemm, cfg.tp) - ob))
     if ov.tp_backward and cfg.zero != 3:
         # Megatron's LinearWithGradAccumulationAndAsyncCommunication; torchtitan's DTensor backward has no counterpart:

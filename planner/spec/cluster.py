@@ -21,6 +21,12 @@ INTRA_NODE_LATENCY_US = 3.0
 INTER_NODE_LATENCY_US = 5.0
 """Default network.inter_node.latency_us: one InfiniBand/RoCE hop plus the collective's launch."""
 
+PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
+"""The compute precisions the planner costs (training.precision) and so the keys gpu.peak_tflops may have."""
+PROFILE_KINDS = ("compute", "memory")
+"""The measured profiles a cluster may name (profiles.compute: a fitted compute profile, costs.default_costs;
+profiles.memory: a fitted memory estimator, costs.learned.default_memory_estimator)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class GPUSpec:
@@ -31,17 +37,23 @@ class GPUSpec:
     memory_GiB: float
     """Device memory the plan must fit in, GiB."""
     peak_tflops: dict
-    """Precision (bf16, fp16, fp32, fp8) -> dense peak TFLOP/s (without 2:4 sparsity); at least one entry. An `fp8`
-    entry is what lets a plan ask for `training.precision: fp8` (H100 SXM: 1979, twice its bf16 989)."""
+    """Precision (PRECISIONS: bf16, fp16, fp32, fp8; other keys are refused) -> dense peak TFLOP/s (without 2:4
+    sparsity); at least one entry. A plan needs the entry of its training.precision (fp8 plans also bf16's), never
+    another precision's standing in (peak_refusal): an `fp8` entry is what lets a plan ask for `training.precision:
+    fp8` (H100 SXM: 1979, twice its bf16 989); a V100 lists fp16 and fp32 only."""
 
     def __post_init__(self):
         if not self.peak_tflops:
             raise FieldError("peak_tflops", "needs at least one precision, e.g. {bf16: 312}")
 
     def peak_flops(self, precision: str) -> float:
-        if precision == "fp8" and "fp8" not in self.peak_tflops:     # never a bf16 peak standing in for fp8
+        """Dense peak FLOP/s in `precision`; never another precision's peak standing in for it (a Spec refuses a
+        training.precision whose peaks its cluster lacks: peak_refusal)."""
+        if precision == "fp8" and "fp8" not in self.peak_tflops:
             raise FieldError("peak_tflops", fp8_refusal(self))
-        return 1e12 * float(self.peak_tflops.get(precision) or max(self.peak_tflops.values()))
+        if precision not in self.peak_tflops:
+            raise FieldError("peak_tflops", _missing_peak(self, precision, precision))
+        return 1e12 * float(self.peak_tflops[precision])
 
 
 # Compute capability by GPU type, the one table behind the architecture rules below; matched as a substring of the
@@ -134,6 +146,34 @@ def fp8_refusal(gpu: GPUSpec) -> str | None:
     if "fp8" not in gpu.peak_tflops:
         return (f"fp8 needs the GPU's fp8 peak: the cluster's GPU {gpu.type} has no gpu.peak_tflops.fp8 (dense, "
                 "without sparsity); add it if the GPU has FP8 tensor cores, or use bf16")
+    return None
+
+
+def peaks_needed(precision: str) -> tuple[str, ...]:
+    """The gpu.peak_tflops entries a plan in `precision` is costed with: its own, and for fp8 also bf16 (attention,
+    the output layer and the element-wise kernels stay in bf16: costs.compute.activation_precision)."""
+    return ("fp8", "bf16") if precision == "fp8" else (precision,)
+
+
+def _missing_peak(gpu: GPUSpec, precision: str, key: str) -> str:
+    why = "" if key == precision else (f" ({precision} runs attention, the output layer and the element-wise kernels "
+                                       f"in {key})")
+    text = (f"{precision} needs the GPU's {key} peak{why}: cluster.gpu.peak_tflops of {gpu.type} has no {key} entry "
+            f"(it lists {', '.join(sorted(map(str, gpu.peak_tflops)))}); add {key} (dense TFLOP/s, without sparsity)")
+    other = {"bf16": "fp16", "fp16": "bf16"}.get(key)
+    if other in gpu.peak_tflops and not _known_below(gpu, AMPERE_CC):
+        text += f" (from Ampere on the dense fp16 and bf16 peaks are equal: {key}: {gpu.peak_tflops[other]:g})"
+    return text
+
+
+def peak_refusal(gpu: GPUSpec, precision: str) -> str | None:
+    """Why `gpu` has no peak for a plan in `precision` (None: it has every peak the plan is costed with): never
+    another precision's peak standing in for it."""
+    if precision == "fp8" and fp8_refusal(gpu):
+        return fp8_refusal(gpu)
+    for key in peaks_needed(precision):
+        if key not in gpu.peak_tflops:
+            return _missing_peak(gpu, precision, key)
     return None
 
 
@@ -243,6 +283,13 @@ def parse_cluster(data, file: str | None, prefix: str = "") -> ClusterSpec:
     pk = g.sub("peak_tflops")
     peaks = {}
     for k in list(pk.data):
+        if k not in PRECISIONS:
+            import difflib
+            near = difflib.get_close_matches(str(k).lower(), PRECISIONS, n=1, cutoff=0.6)
+            hint = (f"; a misspelling of {near[0]!r}?" if near and str(k).lower() != "tf32" else
+                    "; TF32 is not a precision the planner costs (fp32 plans run at the plain FP32 peak)"
+                    if str(k).lower() == "tf32" else "")
+            raise pk.error(str(k), f"unknown precision (known: {', '.join(PRECISIONS)}){hint}")
         peaks[k] = pk.float(k)
     pk.done()
     gpu = g.build(GPUSpec, type=gtype, memory_GiB=mem, peak_tflops=peaks)
@@ -270,16 +317,37 @@ def parse_cluster(data, file: str | None, prefix: str = "") -> ClusterSpec:
     bw = DEFAULT if matrix_ref is None else _matrix(matrix_ref, base, file, net.path("bandwidth_matrix"), nodes)
     snaps = tuple(_matrix(s, base, file, f"{net.path('bandwidth_snapshots')}[{i}]", nodes)
                   for i, s in enumerate(snaps_ref))
-    profiles = f.raw("profiles", {}) or {}
-    if not isinstance(profiles, dict):
-        raise f.error("profiles", "must be a mapping like {compute: path, memory: path}")
-    profiles = {k: (os.path.normpath(os.path.join(base, v)) if isinstance(v, str) else v) for k, v in profiles.items()}
+    profiles = _profiles(f, base)
     price = f.float("price_per_gpu_hour_usd", DEFAULT)
     f.raw("description", None)
     f.done()
     return f.build(ClusterSpec, name=name, gpu=gpu, nodes=nodes, gpus_per_node=gpn, intra=intra, inter=inter,
                    nics_per_node=nics, bandwidth=bw, snapshots=snaps, node_names=tuple(str(n) for n in names),
                    profiles=profiles, price_per_gpu_hour_usd=price, source=file)
+
+
+def _profiles(f: Fields, base: str) -> dict:
+    """cluster.profiles: {compute: path, memory: path}, each optional, resolved against the cluster file and checked
+    here, where the file and the field can still be named."""
+    if f.raw("profiles", None) is None:
+        f.seen.add("profiles")
+        return {}
+    if not isinstance(f.data["profiles"], dict):
+        raise f.error("profiles", "must be a mapping like {compute: path, memory: path}")
+    p = f.sub("profiles")
+    out = {}
+    for kind in PROFILE_KINDS:
+        ref = p.raw(kind, None)
+        if ref is None:
+            continue
+        if not isinstance(ref, str) or not ref:
+            raise p.error(kind, f"must be the path of a {kind} profile file, got {ref!r}")
+        path = os.path.normpath(os.path.join(base, ref))
+        if not os.path.isfile(path):
+            raise p.error(kind, f"{kind} profile file {path} does not exist")
+        out[kind] = path
+    p.done()
+    return out
 
 
 def _matrix(ref, base, file, fieldname, nodes):

@@ -142,6 +142,10 @@ class Fields:
             raise self.error(e.field, e.reason) from None
 
     def done(self) -> None:
-        unknown = sorted(set(self.data) - self.seen)
+        unknown = sorted(set(self.data) - self.seen, key=str)
         if unknown:
-            raise self.error(unknown[0], f"unknown key (known: {', '.join(sorted(self.seen))})")
+            import difflib
+            known = sorted(self.seen)
+            near = difflib.get_close_matches(str(unknown[0]).lower(), known, n=1, cutoff=0.6)
+            raise self.error(str(unknown[0]), f"unknown key (known: {', '.join(known)})"
+                             + (f"; a misspelling of {near[0]!r}?" if near else ""))

@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from planner.config import PIPELINE_ENGINES, RECOMPUTE, SCHEDULES, TORCHTITAN_SCHEDULES, ZERO_STAGES
 from planner.errors import SpecError
 from planner.io import load_yaml
-from planner.spec.cluster import ClusterSpec, parse_cluster
+from planner.spec.cluster import PRECISIONS, ClusterSpec, parse_cluster
 from planner.spec.fields import DEFAULT, MAX_INT, FieldError, Fields
 from planner.spec.model import ModelSpec, parse_model
 
-PRECISIONS = ("bf16", "fp16", "fp32", "fp8")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 METHODS = ("auto", "exact", "anneal")
 ROBUST = ("none", "worst", "mean")
@@ -244,9 +243,10 @@ class Spec:
     """The resolved YAML (model and cluster inlined), for hashing (`digest`) and re-writing."""
 
     def __post_init__(self):
-        from planner.spec.cluster import bf16_refusal, fp8_refusal
-        refusal = {"fp8": fp8_refusal, "bf16": bf16_refusal}.get(self.training.precision)
-        why = refusal(self.cluster.gpu) if refusal else None
+        from planner.spec.cluster import bf16_refusal, peak_refusal
+        precision = self.training.precision
+        why = (bf16_refusal(self.cluster.gpu) if precision == "bf16" else None) or peak_refusal(self.cluster.gpu,
+                                                                                                precision)
         if why:
             raise FieldError("training.precision", why)
         # the attention a GPU without fused kernels runs (a spec file that states fused there is refused by
@@ -513,16 +513,24 @@ def _exact_int(v) -> int:
     return v
 
 
-def _pos_ints(f: Fields, key: str):
-    """Sorted distinct positive integers; None for absent or 'auto'."""
+def _pos_ints(f: Fields, key: str, min_value: int = 1, why: str = ""):
+    """Sorted distinct integers >= min_value (a scalar reads as a one-item list); None for absent or 'auto'. An empty
+    list is refused, as `_choices` refuses one: it would search nothing, not the default."""
     v = f.raw(key, None)
     if v is None or v == "auto":
         return None
     if not isinstance(v, list):
         v = [v]
+    if not v:
+        raise f.error(key, "must not be empty: it would search nothing (" + (
+            "leave it out for no context parallelism, or write auto for every legal degree)"
+            if key == "context_parallel" else "leave it out, or write auto, for the default)"))
+    what = "positive integers" if min_value == 1 else f"integers >= {min_value}"
     for x in v:
         if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_INT:
-            raise f.error(key, f"must be 'auto' or a list of positive integers, got {x!r}")
+            raise f.error(key, f"must be 'auto' or a list of {what}, got {x!r}")
+        if x < min_value:
+            raise f.error(key, f"must be 'auto' or a list of {what}, got {x!r}{why}")
     return tuple(sorted(set(v)))
 
 
@@ -535,6 +543,9 @@ def _uneven_stages(f: Fields):
         return ()
     if not isinstance(v, list):
         raise f.error("uneven_stages", f"must be 'auto', 'none' or a list of layer deficits (0..8), got {v!r}")
+    if not v:
+        raise f.error("uneven_stages", "must not be empty (leave it out, or write auto, for the default; none for "
+                      "even splits only)")
     for x in v:
         if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= 8:
             raise f.error("uneven_stages", f"must be 'auto', 'none' or a list of layer deficits (0..8), got {x!r}")
@@ -568,14 +579,15 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
         recompute=_choices(f, "recompute", RECOMPUTE),
         zero=_choices(f, "zero", ZERO_STAGES, _exact_int),
         micro_batch_sizes=_pos_ints(f, "micro_batch_sizes"),
-        virtual_stages=_pos_ints(f, "virtual_stages") or None,    # absent, "auto" or []: auto (every even split, and 2)
+        virtual_stages=_pos_ints(f, "virtual_stages", 2, ": a virtual stage count of 1 is no interleaving (one "
+                                 "model chunk per device, the plain schedule); the interleaved schedule needs >= 2"),
         sequence_parallel=_choices(f, "sequence_parallel", (False, True)),
         tensor_parallel=_pos_ints(f, "tensor_parallel"),
         memory_margin=f.float("memory_margin", DEFAULT, positive=False, min_value=0.0, max_value=0.9),
         top_k=f.int("top_k", DEFAULT),
         uneven_stages=_uneven_stages(f),
         context_parallel=None if f.raw("context_parallel", None) == "auto" else (
-            _pos_ints(f, "context_parallel") or DEFAULT),
+            _pos_ints(f, "context_parallel") or DEFAULT),      # absent: (1,), no context parallelism
         dp_shard=_dp_shard(f, cluster),
     )
     # checked against the cluster here, not in Spec: a sweep validates one search block per cluster it lists
