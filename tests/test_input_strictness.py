@@ -235,3 +235,15 @@ def test_export_help_states_the_default_format(capsys):
         pass
     out = " ".join(capsys.readouterr().out.split())
     assert "default: torchrun" in out
+
+
+def test_an_unknown_training_keys_message_lists_overlap_among_the_known():
+    """Fields.has marks the key it asks about as known: `overlap` (read through has() when absent) was missing from
+    the list an unknown key's message gives."""
+    from planner.spec.fields import Fields
+    f = Fields({"global_batch_size": 8, "precison": "bf16"}, "s.yaml", "training")
+    f.has("overlap")
+    f.raw("global_batch_size")
+    with pytest.raises(SpecError) as e:
+        f.done()
+    assert "overlap" in str(e.value) and "training.precison" in str(e.value)

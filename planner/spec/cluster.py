@@ -213,7 +213,7 @@ class ClusterSpec:
     node_names: tuple = ()
     """Host names, one per node when given (reports and re-planning after failures)."""
     profiles: dict = field(default_factory=dict)
-    """Measured profiles, kind (compute, memory, ...) -> path (resolved against the cluster file)."""
+    """Measured profiles, compute and / or memory -> path (resolved against the cluster file)."""
     price_per_gpu_hour_usd: float | None = None
     """For cost to train; None: unknown."""
     source: str | None = None

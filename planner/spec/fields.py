@@ -52,6 +52,7 @@ class Fields:
         return SpecError(self.file, self.path(key), reason)
 
     def has(self, key: str) -> bool:
+        self.seen.add(key)      # a key asked about is a known key (an unknown key's message lists it)
         return key in self.data
 
     def raw(self, key: str, default: Any = _MISSING) -> Any:

@@ -171,7 +171,7 @@ class SearchSpec:
     """The configuration space the search enumerates."""
 
     schedules: tuple = ("1f1b",)
-    """Pipeline schedules to try (config.SCHEDULES)."""
+    """Pipeline schedules to try (config.SCHEDULES); default 1F1B only: the others are searched only when listed."""
     recompute: tuple = ("none", "selective", "full")
     """Activation recomputation modes to try (config.RECOMPUTE)."""
     zero: tuple = (0, 1)
@@ -181,10 +181,11 @@ class SearchSpec:
     k-way shard groups inside a node (those that divide dp are tried). `auto` = 0 and every divisor > 1 of
     gpus_per_node."""
     micro_batch_sizes: tuple | None = None
-    """Micro-batch sizes to try; None: auto (powers of two up to 16 that divide)."""
+    """Micro-batch sizes to try; None: auto (1, 2, 4, 8, 16: those dividing each replica's batch, global_batch_size /
+    dp)."""
     virtual_stages: tuple | None = None
-    """Model chunks per device to try for the interleaved schedule; None (auto): 2 and every v that splits each
-    stage's layers evenly (layers % (pp * v) == 0), up to one layer per chunk, as Megatron-Core recipes pick it
+    """Model chunks per device to try for the interleaved schedule, each >= 2; None (auto): 2 and every v that splits
+    each stage's layers evenly (layers % (pp * v) == 0), up to one layer per chunk, as Megatron-Core recipes pick it
     (NeMo's run 5 to 20); search.space.virtual_stage_options."""
     sequence_parallel: tuple = (False, True)
     """Sequence parallelism off / on (only with tp > 1)."""
@@ -212,9 +213,12 @@ class SolverSpec:
     """How the mapping is solved."""
 
     method: str = "auto"
-    """auto, exact (CP-SAT) or anneal (simulated annealing); auto picks by problem size."""
+    """auto: the mapping portfolio (annealer, then the exact model up to 32 nodes; above it LNS, two-row re-solves at
+    33-64 nodes, a reheat beyond); exact: CP-SAT alone; anneal: the annealer alone (docs/ARCHITECTURE.md)."""
     time_limit_s: float = 60.0
-    """Wall-clock budget for the solver."""
+    """Seconds of limit: buys mapping.work.WORK_PER_S x this of deterministic work (CP-SAT deterministic time,
+    annealer iterations), so the plan does not depend on the machine's load; the wall clock stops the search at this
+    only as a safety stop (solver.stopped_by wall)."""
     seed: int = 0
     """Random seed (annealing, tie-breaks): the same spec and seed give the same plan."""
     robust: str = "none"
