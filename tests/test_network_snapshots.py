@@ -84,6 +84,24 @@ network:
     return str(y)
 
 
+def _flaky_spec(tmp_path, rng, solver: str):
+    """A 4-node spec whose cluster has three structured snapshots (one flaky node) beside a main matrix of 25 GB/s
+    links; `solver` is the spec's solver mapping."""
+    base = rng.uniform(8, 25, size=(4, 4))
+    np.fill_diagonal(base, 0)
+    snaps = sn.structured_snapshots(base, 3, loss=0.2, seed=2, flaky_nodes=1)
+    y = _cluster(tmp_path, snaps, names=("a", "b", "c", "d"))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"""model: {{name: m, num_layers: 24, hidden_size: 2048, num_attention_heads: 16,
+         vocab_size: 50257}}
+cluster: {y}
+training: {{global_batch_size: 64, seq_length: 2048}}
+search: {{schedules: [1f1b], recompute: [selective], zero: [0]}}
+solver: {solver}
+""")
+    return spec
+
+
 def test_cli_network_report(tmp_path, capsys):
     y = _cluster(tmp_path, _three())
     assert main(["network", "report", y, "--json"]) == 0
@@ -247,18 +265,7 @@ def test_compare_reports_robust_mapping_and_robust_plan(tmp_path, capsys, monkey
     """`planner compare` on a cluster with snapshots: robust vs mean for the mapping and (with
     --robust-plan) for the whole plan, through the real CLI."""
     rng = np.random.default_rng(3)
-    base = rng.uniform(8, 25, size=(4, 4))
-    np.fill_diagonal(base, 0)
-    snaps = sn.structured_snapshots(base, 3, loss=0.2, seed=2, flaky_nodes=1)
-    y = _cluster(tmp_path, snaps, names=("a", "b", "c", "d"))
-    spec = tmp_path / "s.yaml"
-    spec.write_text(f"""model: {{name: m, num_layers: 24, hidden_size: 2048, num_attention_heads: 16,
-         vocab_size: 50257}}
-cluster: {y}
-training: {{global_batch_size: 64, seq_length: 2048}}
-search: {{schedules: [1f1b], recompute: [selective], zero: [0]}}
-solver: {{time_limit_s: 3}}
-""")
+    spec = _flaky_spec(tmp_path, rng, "{time_limit_s: 3}")
     assert main(["compare", str(spec), "--time-limit", "3", "--robust-plan", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     rb, rp = d["robust"], d["robust_plan"]
@@ -388,18 +395,7 @@ def test_robust_solution_estimate_is_on_the_cluster_matrix(tmp_path, capsys):
     cluster's matrix; the objective stays the robust one, and the record says which is which."""
     import yaml
     rng = np.random.default_rng(3)
-    base = rng.uniform(8, 25, size=(4, 4))
-    np.fill_diagonal(base, 0)
-    snaps = sn.structured_snapshots(base, 3, loss=0.2, seed=2, flaky_nodes=1)
-    y = _cluster(tmp_path, snaps, names=("a", "b", "c", "d"))      # main matrix: every link at 25 GB/s
-    spec = tmp_path / "s.yaml"
-    spec.write_text(f"""model: {{name: m, num_layers: 24, hidden_size: 2048, num_attention_heads: 16,
-         vocab_size: 50257}}
-cluster: {y}
-training: {{global_batch_size: 64, seq_length: 2048}}
-search: {{schedules: [1f1b], recompute: [selective], zero: [0]}}
-solver: {{method: anneal, time_limit_s: 2, robust: worst}}
-""")
+    spec = _flaky_spec(tmp_path, rng, "{method: anneal, time_limit_s: 2, robust: worst}")   # main matrix: 25 GB/s
     out = tmp_path / "sol.yaml"
     assert main(["solve", str(spec), "--out", str(out), "--json"]) == 0
     capsys.readouterr()
