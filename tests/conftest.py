@@ -4,7 +4,8 @@ import os
 # One OpenBLAS thread, set before numpy loads its BLAS (a value set outside wins). The suite's matrices are small; on
 # two cores a second BLAS thread, spinning between calls, takes the CPU from the test itself: the default run took
 # ~225 s with two threads and ~205-220 s with one on quiet cores, and under load the learned-memory validation ran
-# 3-4x slower with two. Results are the same.
+# 3-4x slower with two. Results are the same. The README runs the suite with pytest-xdist (-n auto: one worker per
+# core), which this keeps from oversubscribing the cores.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
