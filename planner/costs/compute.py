@@ -111,7 +111,7 @@ ELEM_BACKWARD = 1.5
 #   SXM5; NVIDIA/TransformerEngine@d0067d0d docs/examples/attention/attention.ipynb, test_1; 324 at 8k with GQA,
 #   test_3; docs/notes/te_published.md). The published H100 panel (assets/flash2_h100_fwd_bwd_benchmark.png: 163, 221,
 #   265, 294, 308, 328) lies 6-42% above both at 512-8k, so it is not charged (docs/notes/published_recipes.md,
-#   "FlashAttention-2 on Hopper, as measured").
+#   "The kernel each row ran, and FlashAttention-2 on Hopper as measured").
 # cudnn: cuDNN's fused attention (sdpa_sm90 flash fprop/bprop kernels), measured on one H200 SXM (torch 2.11, cuDNN
 #   9.19, PyTorch's cudnn SDPA back end; benchmarks/data/h200/bias_probe/attention.json, median of 20 calls):
 #   146, 289, 397, 485, 500, 522, 544 TFLOP/s at 512-32768 tokens; on one H100 80GB HBM3 (same software, the same
