@@ -81,7 +81,8 @@ def run_policy(policy: str) -> None:
         m = run.batch // dp
         sched, v = schedule_for(policy, run, m)
         cfg = ParallelConfig(run.tp, run.pp, dp, 1, m, sched, v, "full", 0, False)
-        est = estimate_plan(spec, cfg)[0]
+        # the 2021 stack's rules, not today's: Megatron-LM has since refused interleaved on pp 2 with blocking p2p
+        est = estimate_plan(spec, cfg, check=False)[0]
         e = est.iteration_s / measured - 1
         errs.append(e)
         print(f"{run.name:>8} {run.gpus:>5} {run.tp:>2} {run.pp:>3} {sched:>11} {measured:>10.2f} "
