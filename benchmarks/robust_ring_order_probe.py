@@ -83,6 +83,8 @@ def main(mode: str, spec_path: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__.split("\n\n")[-1])      # the usage lines
     if sys.argv[1] == "nominal":
         nominal(sys.argv[2:])
     else:
