@@ -9,6 +9,9 @@ summary beside the planner's figures for the same work (the shipped compute prof
 
 Run on a lent GPU:   python benchmarks/gpu_bias_probe.py --out benchmarks/data/h200/bias_probe [--sustain-s 60]
 Smoke run anywhere:  python benchmarks/gpu_bias_probe.py --out /tmp/probe --device cpu --quick
+The recipes' own attention calls (per GPU: micro-batch, query heads / tp, the cp shard), for the next lease:
+    python benchmarks/gpu_bias_probe.py --write-recipe-attention     # CPU: benchmarks/data/recipe_attention_shapes.json
+    python benchmarks/gpu_bias_probe.py --out OUT --parts attention --attn-shapes benchmarks/data/recipe_attention_shapes.json
 Plain PyTorch only (no Transformer Engine): fp8 GEMMs go through torch._scaled_mm with per-tensor scales, which is
 the cuBLASLt kernel TE's tensor-wise recipes call too; TE's own per-GEMM host work is not in it.
 """
@@ -23,7 +26,9 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE]
+RECIPE_ATTN = os.path.join(HERE, "data", "recipe_attention_shapes.json")
 
 # (name, M tokens, K, N): one GEMM of each recipe's layer, forward (docs/notes/published_recipes.md rows)
 GEMMS = [
@@ -212,7 +217,37 @@ def _attn_fwd_bwd(q, k, v, g, causal=True):
     F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(g)
 
 
-def part_attention(dev, quick, repeats):
+def recipe_attention_shapes(path: str | None = RECIPE_ATTN) -> dict:
+    """Every Hopper recipe row's attention calls on one GPU, as ATTN rows (name, batch, local heads, query length, key
+    length, head dim, causal): the micro-batch, the query heads per TP rank (the kernels' FLOPs follow the query
+    heads; K / V are given as many), and with context parallelism the shard: the causal call at s / cp, which
+    costs.compute charges at fused_attention_efficiency(s / cp), and the ring's unmasked step (s / cp queries against
+    s / 2cp keys). Written to `path` (None: not written) as {"rows": {id: [names]}, "shapes": [...]}."""
+    from published_recipes import DATA, build, load_rows
+    out, seen = {"rows": {}, "shapes": []}, set()
+    for data in (DATA, os.path.join(HERE, "data", "published_recipes_fsdp.yaml")):
+        for row in load_rows(data)[1]:
+            spec, cfg, _, _ = build(row)
+            gpu = spec.cluster.gpu.type.upper()
+            if "H100" not in gpu and "H200" not in gpu:
+                continue
+            m, cp = spec.model, getattr(cfg, "cp", 1)
+            b, h, s, d = cfg.micro_batch_size, m.num_attention_heads // cfg.tp, spec.training.seq_length // cp, m.head_dim
+            calls = [(f"b{b}-h{h}-s{s}-causal", b, h, s, s, d, True)]
+            if cp > 1:
+                calls.append((f"b{b}-h{h}-q{s}-k{s // 2}-full", b, h, s, s // 2, d, False))
+            out["rows"][row["id"]] = [c[0] for c in calls]
+            for c in calls:
+                if c[0] not in seen:
+                    seen.add(c[0])
+                    out["shapes"].append(list(c))
+    if path:
+        with open(path, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return out
+
+
+def part_attention(dev, quick, repeats, shapes=None):
     """SDPA forward and forward+backward per back end, causal and unmasked: achieved TFLOP/s on the FLOPs the kernel
     does (4 b h sq sk d forward, halved under the causal mask; backward 2.5x), costs.compute's count."""
     import torch
@@ -223,7 +258,7 @@ def part_attention(dev, quick, repeats):
         ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
     dtype = torch.float32 if dev == "cpu" else torch.bfloat16
     rows = []
-    for name, b, h, s, sk, d, causal in (QUICK_ATTN if quick else ATTN):
+    for name, b, h, s, sk, d, causal in (shapes or (QUICK_ATTN if quick else ATTN)):
         fwd_flops = 4.0 * b * h * s * sk * d / (2 if causal else 1)      # QK^T and PV
         q = torch.randn(b, h, s, d, device=dev, dtype=dtype, requires_grad=True)
         k, v = (torch.randn(b, h, sk, d, device=dev, dtype=dtype, requires_grad=True) for _ in range(2))
@@ -354,6 +389,10 @@ def model_layer_s(row: dict, gpu_type: str) -> float | None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    if (sys.argv[1:] if argv is None else argv) == ["--write-recipe-attention"]:
+        out = recipe_attention_shapes()
+        print(f"{len(out['shapes'])} attention calls of {len(out['rows'])} rows -> {RECIPE_ATTN}")
+        return 0
     ap.add_argument("--out", required=True, help="directory for the JSON files")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--quick", action="store_true", help="tiny shapes: a smoke run of the script itself")
@@ -362,7 +401,12 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default="gemm,sustained,attention,elementwise,layer")
     ap.add_argument("--gpu-type", default="H200", choices=sorted(CLUSTERS),
                     help="the shipped cluster (and so compute profile) to compare the layer with")
+    ap.add_argument("--attn-shapes", default=None,
+                    help="JSON of attention calls to time instead of the grid (--write-recipe-attention writes one)")
     a = ap.parse_args(argv)
+    if a.attn_shapes:
+        with open(a.attn_shapes) as fh:
+            a.attn_shapes = [tuple(x) for x in json.load(fh)["shapes"]]
     import torch
     threads = torch.get_num_threads()
     if a.device == "cpu":
@@ -382,7 +426,7 @@ def _run(a, torch) -> int:
     parts = {"gemm": lambda: part_gemm(a.device, a.quick, a.repeats),
              "gemm_warm": lambda: part_gemm_warm(a.device, a.quick, a.repeats),
              "sustained": lambda: part_sustained(a.device, a.quick, a.sustain_s),
-             "attention": lambda: part_attention(a.device, a.quick, a.repeats),
+             "attention": lambda: part_attention(a.device, a.quick, a.repeats, a.attn_shapes),
              "elementwise": lambda: part_elementwise(a.device, a.quick, a.repeats),
              "layer": lambda: part_layer(a.device, a.quick, a.repeats, a.sustain_s)}
     status = 0

@@ -49,3 +49,16 @@ def test_gpu_state_keeps_the_clocks_when_the_driver_lacks_a_field(monkeypatch):
     assert probe.gpu_state() == {"sm_MHz": 1755.0, "power_W": 690.5, "throttle": "0x0000000000000004"}
     monkeypatch.setattr(probe, "_smi", lambda fields: None)
     assert probe.gpu_state() == {}
+
+
+def test_recipe_attention_shapes_are_each_rows_per_gpu_calls(tmp_path):
+    """The next lease times the recipes' own attention calls (issue #8: cuDNN at small per-GPU shapes may run below
+    the row measured at large ones): the Llama 3.1 405B row (tp 8, cp 2, seq 8192) calls a causal 4096-token shard
+    with 16 query heads and the ring's unmasked 4096 x 2048 step; the shipped file is what the generator writes."""
+    out = probe.recipe_attention_shapes(str(tmp_path / "shapes.json"))
+    assert out["rows"]["mb2602-llama31-405b-fp8-1024"] == ["b1-h16-s4096-causal", "b1-h16-q4096-k2048-full"]
+    assert out["rows"]["nemo2407-llama2-7b-fp8-8"] == ["b1-h32-s4096-causal"]
+    with open(probe.RECIPE_ATTN) as fh:
+        assert json.load(fh) == json.loads((tmp_path / "shapes.json").read_text())
+    rows = probe.part_attention("cpu", False, 2, shapes=[("t", 1, 2, 64, 32, 16, False)])
+    assert rows[0]["name"] == "t" and rows[0]["fwd_bwd_s"] > 0
