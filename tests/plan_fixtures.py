@@ -1,5 +1,7 @@
 """Helpers several test files share (imported like batch_fixtures)."""
+import contextlib
 import dataclasses
+import io
 
 from planner.costs import default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate
@@ -39,3 +41,12 @@ def tp2_solution(**extra) -> dict:
          "recompute": "none", "zero": 0, "sequence_parallel": False}
     mapping = [{"stage": 0, "tp_rank": t, "dp_rank": 0, "node": 0, "gpu": t} for t in range(2)]
     return {"config": c, "mapping": mapping, **extra}
+
+
+def run_cli(argv) -> tuple[int, str, str]:
+    """`planner ARGV` in this process: (exit code, stdout, stderr)."""
+    from planner.cli.main import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()

@@ -3,8 +3,6 @@ ends cleanly: the first with the best plan so far (INTERRUPTED), the second at o
 from __future__ import annotations
 
 import _thread
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -16,8 +14,7 @@ import time
 
 import pytest
 import yaml
-
-from planner.cli.main import main
+from plan_fixtures import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = os.path.join(ROOT, "specs", "gpt3-13b-a100-128.yaml")
@@ -25,15 +22,8 @@ LONG_SPEC = os.path.join(ROOT, "specs", "llama2-7b-v100-het-drift-128.yaml")   #
 EST = ["estimate", SPEC, "--tp", "2", "--pp", "4", "--dp", "16", "--mbs", "1", "--json"]
 
 
-def _run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
-
-
 def test_vpp_alone_implies_interleaved():
-    rc, out, err = _run([*EST, "--vpp", "5"])
+    rc, out, err = run_cli([*EST, "--vpp", "5"])
     assert rc == 0, err
     cfg = json.loads(out)["config"]
     assert (cfg["schedule"], cfg["vpp"]) == ("interleaved", 5)
@@ -46,18 +36,18 @@ def test_vpp_alone_implies_interleaved():
     (["--vpp", "0"], "--vpp"),
 ])
 def test_contradictory_flags_are_refused(flags, field):
-    rc, _, err = _run([*EST, *flags])
+    rc, _, err = run_cli([*EST, *flags])
     assert rc == 2 and field in err and "Traceback" not in err
 
 
 def test_sequence_parallel_without_tensor_parallel_is_refused():
-    rc, _, err = _run(["estimate", SPEC, "--tp", "1", "--pp", "8", "--dp", "16", "--mbs", "1", "--sp"])
+    rc, _, err = run_cli(["estimate", SPEC, "--tp", "1", "--pp", "8", "--dp", "16", "--mbs", "1", "--sp"])
     assert rc == 2 and "--sp" in err
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
 def test_time_limit_must_be_a_positive_finite_number(value):
-    rc, _, err = _run(["solve", SPEC, "--time-limit", value, "--out", os.devnull + ".x"])
+    rc, _, err = run_cli(["solve", SPEC, "--time-limit", value, "--out", os.devnull + ".x"])
     assert rc == 2 and "--time-limit" in err
 
 
@@ -66,7 +56,7 @@ def test_time_limit_must_be_a_positive_finite_number(value):
                                   ["replan", "s.yaml", "--exclude-nodes", "a", "--time-limit=-inf"],
                                   ["compare", SPEC, "--time-limit", "nan"]])
 def test_every_float_flag_refuses_non_finite_values(argv):
-    rc, _, err = _run(argv)
+    rc, _, err = run_cli(argv)
     assert rc == 2 and "not a finite number" in err and "Traceback" not in err
 
 
@@ -81,7 +71,7 @@ def test_unwritable_out_is_refused_before_solving(tmp_path, monkeypatch):
     afile.write_text("x")
     for out, why in ((tmp_path, "is a directory"), (tmp_path / "missing" / "s.yaml", "does not exist"),
                      (afile / "s.yaml", "is not a folder")):
-        rc, _, err = _run(["solve", SPEC, "--out", str(out)])
+        rc, _, err = run_cli(["solve", SPEC, "--out", str(out)])
         assert rc == 2 and "--out" in err and why in err, err
 
 
@@ -90,7 +80,7 @@ def test_first_ctrl_c_writes_the_best_plan_so_far(tmp_path):
     timer = threading.Timer(3.0, _thread.interrupt_main)
     timer.start()
     try:
-        rc, _, err = _run(["solve", LONG_SPEC, "--out", str(out)])
+        rc, _, err = run_cli(["solve", LONG_SPEC, "--out", str(out)])
     finally:
         timer.cancel()
     assert rc == 130 and "Traceback" not in err and str(out) in err
@@ -128,10 +118,10 @@ def test_a_gpu_without_a_compute_profile_is_named_on_stderr(tmp_path):
     spec["model"] = os.path.join(ROOT, "specs", spec["model"])
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     argv = ["estimate", str(tmp_path / "s.yaml"), "--tp", "2", "--pp", "4", "--dp", "16", "--mbs", "1", "--json"]
-    rc, _, err = _run(argv)
+    rc, _, err = run_cli(argv)
     assert rc in (0, 1) and "cluster.gpu.type 'H10O-SXM5-80GB' matches no shipped compute profile" in err
     assert "s.yaml" in err
-    assert "matches no shipped" not in _run(EST)[2]
+    assert "matches no shipped" not in run_cli(EST)[2]
 
 
 def test_a_closed_output_pipe_is_not_an_internal_error():

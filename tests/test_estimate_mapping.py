@@ -3,21 +3,10 @@ configurations do not use every node): the plan's GPU count follows the mapping,
 SOLUTION` takes it (tryout 4, #10: it failed with "tp*cp*pp*dp = 24 but the cluster has 32 GPUs")."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import yaml
-from plan_fixtures import mini_spec_dict
-
-from planner.cli.main import main
-
-
-def _run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
+from plan_fixtures import mini_spec_dict, run_cli
 
 
 def test_estimate_with_the_mapping_of_a_replan_reproduces_its_estimate(tmp_path):
@@ -28,8 +17,8 @@ def test_estimate_with_the_mapping_of_a_replan_reproduces_its_estimate(tmp_path)
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(d))
     sol, rep = tmp_path / "sol.yaml", tmp_path / "rep.yaml"
-    assert _run(["solve", str(spec), "--out", str(sol), "--no-simulate"])[0] == 0
-    rc, _, err = _run(["replan", str(sol), "--exclude-nodes", "1", "--out", str(rep)])
+    assert run_cli(["solve", str(spec), "--out", str(sol), "--no-simulate"])[0] == 0
+    rc, _, err = run_cli(["replan", str(sol), "--exclude-nodes", "1", "--out", str(rep)])
     assert rc == 0, err
     r = yaml.safe_load(rep.read_text())
     c = r["config"]
@@ -37,17 +26,17 @@ def test_estimate_with_the_mapping_of_a_replan_reproduces_its_estimate(tmp_path)
     flags = ["estimate", str(spec), "--tp", str(c["tp"]), "--pp", str(c["pp"]), "--dp", str(c["dp"]), "--mbs", "1",
              "--zero", "1"]
     # without the mapping: the GPU count is refused, and the message says what reproduces such a plan
-    rc, _, err = _run(flags)
+    rc, _, err = run_cli(flags)
     assert rc == 2 and "8 but the cluster has 12 GPUs" in err and "--mapping SOLUTION" in err
     assert "simulate SOLUTION" in err and "Traceback" not in err
-    rc, out, err = _run([*flags, "--mapping", str(rep), "--json"])
+    rc, out, err = run_cli([*flags, "--mapping", str(rep), "--json"])
     assert rc == 0, err
     est = json.loads(out)
     assert est["estimate"]["iteration_s"] == r["estimate"]["iteration_s"]
     assert sorted(n for row in est["layout"]["node_grid"] for n in row) == [0, 2]
-    rc, _, err = _run([*flags, "--mapping", str(rep)])
+    rc, _, err = run_cli([*flags, "--mapping", str(rep)])
     assert rc == 0 and "on 8 of 12 GPUs" in err and "idle nodes [1]" in err
     # more GPUs than the cluster stays refused, mapping or not
-    rc, _, err = _run(["estimate", str(spec), "--tp", "1", "--pp", "1", "--dp", "16", "--mbs", "1", "--mapping",
+    rc, _, err = run_cli(["estimate", str(spec), "--tp", "1", "--pp", "1", "--dp", "16", "--mbs", "1", "--mapping",
                        str(rep)])
     assert rc == 2 and "16 but the cluster has 12 GPUs" in err

@@ -3,22 +3,11 @@ solution (which then named itself as its spec), `replan --out`, `simulate --trac
 Each is refused with exit 2 naming the flag, before any work, and the input is left as it was."""
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 
 import pytest
 import yaml
-from plan_fixtures import mini_spec_dict
-
-from planner.cli.main import main
-
-
-def _run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
+from plan_fixtures import mini_spec_dict, run_cli
 
 
 @pytest.fixture
@@ -58,7 +47,7 @@ INPUTS = [("specs/s.yaml", "the spec"), ("models/m.yaml", "model file"), ("clust
 
 def _refused(tree, argv, flag, target, what):
     before = {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()}
-    rc, out, err = _run(argv)
+    rc, out, err = run_cli(argv)
     assert rc == 2 and f"{flag}:" in err and what in err and "overwrite" in err, err
     assert "Traceback" not in err and out == ""
     assert {p: p.read_bytes() for p in tree.rglob("*") if p.is_file()} == before      # nothing written, nothing lost
@@ -88,7 +77,7 @@ def test_simulate_outputs_may_not_be_inputs(tree, flag, target, what):
 
 
 def test_simulate_plot_and_trace_may_not_share_a_file(tree):
-    rc, _, err = _run(["simulate", "solutions/s.yaml", "--plot", "t.out", "--trace", "./t.out"])
+    rc, _, err = run_cli(["simulate", "solutions/s.yaml", "--plot", "t.out", "--trace", "./t.out"])
     assert rc == 2 and "--trace" in err and "--plot" in err and not (tree / "t.out").exists()
 
 
@@ -104,7 +93,7 @@ def test_fit_and_import_outputs_may_not_be_their_inputs(tree):
                  ["import", "mpigraph", "x.csv", "-o", "m.csv", "--sidecar", "x.csv"],
                  ["fit", "compute", "--profile", "x.csv", "--peak-tflops", "1", "-o", "x.csv"]):
         before = (tree / "x.csv").read_text()
-        rc, _, err = _run(argv)
+        rc, _, err = run_cli(argv)
         assert rc == 2 and ("--output:" in err or "--sidecar:" in err), (argv, err)
         assert (tree / "x.csv").read_text() == before and "overwrite" in err
 
@@ -139,7 +128,7 @@ def test_no_output_flag_creates_a_folder_the_user_named(tree, argv, flag):
                                                          "clusters": ["clusters/c.yaml"],
                                                          "training": {"global_batch_size": [16],
                                                                       "seq_length": [128]}}))
-    rc, _, err = _run(argv)
+    rc, _, err = run_cli(argv)
     assert rc == 2 and f"{flag}:" in err and "does not exist" in err and "Traceback" not in err, err
     assert not (tree / "nowhere").exists()
 

@@ -4,15 +4,13 @@ fp8 GEMM shapes, interleaving without a pipeline, HSDP shard groups inside a nod
 memory advice."""
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 
 import pytest
 import yaml
+from plan_fixtures import run_cli
 
 from planner.cli.common import schedule_and_vpp
-from planner.cli.main import main
 from planner.config import ParallelConfig
 from planner.costs import default_costs
 from planner.costs.iteration import stage_memory
@@ -46,13 +44,6 @@ def spec(**kw):
 
 def cfg_of(s, tp, pp, dp, mbs=1, cp=1, **kw) -> ParallelConfig:
     return ParallelConfig(tp, pp, dp, mbs, s.training.global_batch_size // (dp * mbs), cp=cp, **kw)
-
-
-def _run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 # --- #2: search.context_parallel: auto ----------------------------------------------------------------------------
@@ -106,12 +97,12 @@ def test_a_one_rank_zero1_plan_says_zero_1_in_solution_table_and_export(tmp_path
     for zero in (1, 2):
         path, out = tmp_path / f"z{zero}.yaml", tmp_path / f"z{zero}-sol.yaml"
         path.write_text(yaml.safe_dump(spec_dict(nodes=1, search={"zero": [zero], "tensor_parallel": [8]})))
-        rc, _, err = _run(["solve", str(path), "--out", str(out), "--time-limit", "5"])
+        rc, _, err = run_cli(["solve", str(path), "--out", str(out), "--time-limit", "5"])
         assert rc == 0, err
         sol = yaml.safe_load(out.read_text())
         assert sol["config"]["dp"] == 1 and sol["config"]["zero"] == zero
         assert f"/ {zero} /" in err and f"z{zero}" in err
-        rc, text, err = _run(["export", str(out), "--format", "megatron"])
+        rc, text, err = run_cli(["export", str(out), "--format", "megatron"])
         if zero == 1:
             assert rc == 0 and "--use-distributed-optimizer" in text
         else:
@@ -283,7 +274,7 @@ def test_interleaved_with_pp_1_is_refused():
             schedule_and_vpp(v, None, 1)
         assert schedule_and_vpp(v, None, 2) == (v, 2)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    rc, _, err = _run(["estimate", os.path.join(root, "specs", "gpt3-13b-a100-128.yaml"), "--tp", "8", "--pp", "1",
+    rc, _, err = run_cli(["estimate", os.path.join(root, "specs", "gpt3-13b-a100-128.yaml"), "--tp", "8", "--pp", "1",
                        "--dp", "16", "--mbs", "1", "--vpp", "2"])
     assert rc == 2 and "--vpp" in err and "greater than 1 with interleaved" in err
 
@@ -322,7 +313,7 @@ def test_dp_shard_larger_than_a_node_names_the_flag(tmp_path):
     check_config(s, cfg_of(s, 1, 1, 32, zero=3, dp_shard=8))
     path = tmp_path / "h.yaml"
     path.write_text(yaml.safe_dump(spec_dict(nodes=4, gbs=64, search={"zero": [3]})))
-    rc, _, err = _run(["estimate", str(path), "--tp", "1", "--pp", "1", "--dp", "32", "--mbs", "1", "--zero", "3",
+    rc, _, err = run_cli(["estimate", str(path), "--tp", "1", "--pp", "1", "--dp", "32", "--mbs", "1", "--zero", "3",
                        "--dp-shard", "16"])
     assert rc == 2 and "--dp-shard" in err and "tile whole nodes" not in err
 
