@@ -7,11 +7,20 @@ from planner.profile.compute import LayerSample, measure_layer, read_profile_csv
 
 
 def test_measures_a_real_layer_on_this_device():
-    s = measure_layer(64, 4, 32, 2, tp=1, precision="fp32", repeats=2)
-    assert s.forward_ms > 0 and s.backward_ms > 0
-    # a wider layer does more work and takes longer
-    big = measure_layer(512, 4, 128, 2, tp=1, precision="fp32", repeats=2)
-    assert big.forward_ms > s.forward_ms
+    import torch
+    # One intra-op thread: under pytest-xdist on two cores, OpenMP workers of both processes spin against each
+    # other and a tiny layer once took 92 ms against a larger one's 42 ms (CI, Nov 26). The work ratio below is
+    # ~500x, so the ordering holds on any loaded machine once threads stop fighting.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        s = measure_layer(64, 4, 32, 2, tp=1, precision="fp32", repeats=3)
+        assert s.forward_ms > 0 and s.backward_ms > 0
+        # a wider, longer layer does more work and takes longer
+        big = measure_layer(512, 4, 256, 2, tp=1, precision="fp32", repeats=3)
+    finally:
+        torch.set_num_threads(threads)
+    assert big.forward_ms > s.forward_ms and big.backward_ms > s.backward_ms
 
 
 def test_csv_roundtrip(tmp_path):
