@@ -78,7 +78,13 @@ def build() -> dict:
                     "iteration_overhead_s from the A100 fit. fp8_relative_efficiency from fp8 and bf16 GEMMs timed at the 700 W "
                     "limit on an H200 SXM (benchmarks/fp8_gemm_ratio.py); sustained_slowdown: a Llama layer's steady-state step "
                     "over its profiled kernels, the mean over two H100 leases (benchmarks/sustained_factor.py). "
-                    "Built by benchmarks/make_h100_profile.py.")}
+                    "The A100 fit left attn_efficiency (1.0) and hbm_GBps (1555, the A100-40GB datasheet) on their "
+                    "bounds, so both are assumptions, not fitted values (listed in bound_limited): element-wise work at "
+                    "100% of the H100 datasheet's 3350 GB/s (eager element-wise kernels measured on one H100 ran 20-24% "
+                    "faster than this, activations partly L2-resident: docs/notes/gpu_h200.md) and attention's batched "
+                    "GEMMs at the GEMM curve's rate. "
+                    "Built by benchmarks/make_h100_profile.py."),
+           "bound_limited": ["attn_efficiency", "hbm_GBps"]}
     return {"comm": {"intra_efficiency": base.comm.intra_efficiency, "inter_efficiency": base.comm.inter_efficiency,
                      "grad_bytes": 2},
             "compute": compute, "fit": fit}

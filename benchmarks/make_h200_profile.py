@@ -29,7 +29,7 @@ def build() -> dict:
     prof = from_h100(HBM_GBPS["H200-SXM"], peak_tflops=PEAK_BF16["H200-SXM"], note=(
         "Derived, not measured: the H100 profile (itself a layer fit on one H100 for the GEMM curve and "
         "launch floor, the rest carried from the A100 fit) with the element-wise bandwidth scaled by the "
-        "datasheet HBM ratio 4800/3350; everything else unchanged because the H200 has the H100's compute "
+        "datasheet HBM ratio 4800/3350 (so 100% of the datasheet, as the H100's: an assumption carried from the A100 fit's bound, see the H100 profile's bound_limited); everything else unchanged because the H200 has the H100's compute "
         "die and dense peaks, except sustained_slowdown, the H200's own (a Llama layer's steady-state step over "
         "its profiled kernels on one H200, benchmarks/sustained_factor.py). The H100 profile's "
         "fp8_relative_efficiency was itself measured on an H200 (benchmarks/fp8_gemm_ratio.py). Built by "
