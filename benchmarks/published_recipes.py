@@ -411,7 +411,7 @@ def print_table(results: list[dict], s: dict, targets: str = "<= 8%, <= 15%") ->
         print(f"{r['id']:<30} {r['gpus']:>5} {r['config']:<48} {r['published_s']:>7.3f} {r['predicted_s']:>7.3f} "
               f"{r['error']:>+7.1%} {r['peak_GiB']:>8.1f} {'yes' if r['fits'] else 'NO':>4}  {kind:<8} {extra}")
     med, mx = s["median_abs_error"], s["max_abs_error"]
-    print(f"\nfit (peak <= GPU memory, 80 GiB): {s['fit']} of {s['rows']} rows; full-knob rows: {s['full_knob_fit']} "
+    print(f"\nfit (peak <= the cluster's GPU memory): {s['fit']} of {s['rows']} rows; full-knob rows: {s['full_knob_fit']} "
           f"of {s['full_knob_rows']}")
     if med is not None:
         print(f"full-knob rows: median |error| {med:.1%}, max |error| {mx:.1%} (target: {targets})")
