@@ -163,6 +163,7 @@ def test_vtrain_csv_and_stdout_of_the_same_run_agree():
 
 def test_unknown_layouts_are_refused_naming_the_file(tmp_path):
     from plan_fixtures import run_cli
+
     from planner.errors import SpecError
     d = tmp_path / "nccl"
     d.mkdir()

@@ -71,17 +71,15 @@ class CollectiveTable:
 
 
 def read_nccl_tests(path: str, n: int | None = None) -> CollectiveTable:
-    """One nccl-tests table for the cost model, read by the one nccl-tests parser
-    (`planner.profile.importers.parse_nccl_tests`: nccl-tests' stdout, its CSV variant as in vTrain's tables, or
+    """One nccl-tests table for the cost model, read by the one nccl-tests reader
+    (`planner.profile.importers.read_nccl_table`: nccl-tests' stdout, its CSV variant as in vTrain's tables, or
     the CSV `planner import nccl-tests` writes; columns by header name; rows with wrong results refused; any other
     layout refused). The time is the mean of the out-of-place and in-place columns when the file has both.
     n: the group size; default the `<N>gpu` in the file name, else the ranks the stdout lists."""
     from planner.errors import SpecError
-    from planner.profile.importers import parse_nccl_tests
-    from planner.io import read_text_file
-    text = read_text_file(path)
-    first = parse_nccl_tests(text, path, None)
-    tables = [first] + [parse_nccl_tests(text, path, p) for p in first.placements if p != first.placement]
+    from planner.profile.importers import read_nccl_table
+    first = read_nccl_table(path)
+    tables = [first] + [read_nccl_table(path, p) for p in first.placements if p != first.placement]
     named = re.search(r"(\d+)\s*gpu", os.path.basename(path), re.I)
     if n is None:
         n = int(named.group(1)) if named else first.nranks
