@@ -2,6 +2,7 @@
 with its alternatives and, when simulated, the simulation's verdict."""
 from __future__ import annotations
 
+import heapq
 import time
 
 from planner.costs import Costs
@@ -51,41 +52,83 @@ def note_overruled(rec: SolverRecord, est_best: Candidate, best: Candidate) -> N
             rec.status = "FEASIBLE"
 
 
+def plan_shape(cfg) -> tuple:
+    """What makes two plans structurally different to a practitioner: the tp, cp, pp and dp degrees and how the data
+    parallel group shards (ZeRO stage, HSDP shard group). Configs of one shape differ only in schedule / vpp, sequence
+    parallelism, recompute or micro-batch size (tryout 7, F5: five alternatives at v = 10, 8, 40, 5 of one config)."""
+    return cfg.tp, cfg.cp, cfg.pp, cfg.dp, cfg.zero, cfg.dp_shard
+
+
+# at most this many pruned configs scored at rank order while looking for each shape's best (bounds the cost)
+SHAPE_SCORES = 48
+
+
 def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fits=None, mats=None,
                  robust: str = "worst") -> list[dict]:
-    """The fastest other configs (one layout each, at most search.top_k), relative to the plan: the mapped candidates
-    (`mapping: searched`), then, while fewer than top_k, the fitting configs the search pruned by their bound in
-    bound order, at Megatron's rank-order mapping over their layouts (`mapping: rank order`: an upper bound on what
-    a search would give them; their bound already says they cannot beat the plan), scored as the search scored the
-    candidates: over the bandwidth scenarios `mats` (robust worst / mean), or the cluster's matrix."""
-    alts = []
-    seen = {best.cfg}
+    """Other configs than the plan (one layout each, at most search.top_k), relative to it. First the best config of
+    each plan_shape other than the plan's, fastest first; then, while fewer than top_k, the rest (near-duplicates of
+    a shape already listed: another vpp, sp, recompute or micro-batch), fastest first. A config is a mapped candidate
+    (`mapping: searched`, at its searched time) or a fitting config the search pruned by its bound, scored at
+    Megatron's rank-order mapping over its layouts (`mapping: rank order`: an upper bound on what a search would give
+    it; its bound already says it cannot beat the plan), as the search scored the candidates: over the bandwidth
+    scenarios `mats` (robust worst / mean), or the cluster's matrix. A shape's best is found best-first (a pruned
+    config is scored only while its bound is below the best time found for its shape, at most SHAPE_SCORES of them);
+    the rest are the mapped candidates in time order, then the pruned configs in bound order."""
+    top_k = spec.search.top_k
+    searched = {c.cfg: c.result.objective for c in cands}
+    timed = {}
 
-    def add(cfg, t, how):
-        alts.append({"config": cfg.as_dict(), "iteration_s": t, "slower_by": t / best.result.objective - 1,
-                     "peak_memory_GiB": max(m.total for m in stage_memory(spec, cfg, costs)) / GiB, "mapping": how})
+    def rank_order_s(cfg):
+        if cfg not in timed:
+            lays = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard)
+            timed[cfg] = None if not lays else float(min(
+                robust_objective(probs, probs[0].rank_order(), robust)
+                for probs in ([build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats or [None]]
+                              for lay in lays)))
+        return timed[cfg]
 
-    for c in sorted(cands, key=lambda c: c.result.objective):
-        if len(alts) >= spec.search.top_k:
-            break
-        if c.cfg in seen:
+    def row(cfg):
+        t = searched[cfg] if cfg in searched else timed[cfg]
+        return {"config": cfg.as_dict(), "iteration_s": t, "slower_by": t / best.result.objective - 1,
+                "peak_memory_GiB": max(m.total for m in stage_memory(spec, cfg, costs)) / GiB,
+                "mapping": "searched" if cfg in searched else "rank order"}
+
+    seen, shapes = {best.cfg}, {plan_shape(best.cfg)}
+    # the best of each new shape: a heap of (time or bound, tie, cfg, exact); a bound is replaced by its time
+    heap = [(t, k, cfg, True) for k, (cfg, t) in enumerate(sorted(searched.items(), key=lambda x: x[1]))]
+    heap += [(lb, len(heap) + k, cfg, False) for k, (lb, cfg) in enumerate(fits or []) if cfg not in searched]
+    heapq.heapify(heap)
+    distinct, scored = [], 0
+    while heap and len(distinct) < top_k:
+        t, k, cfg, exact = heapq.heappop(heap)
+        if cfg in seen or plan_shape(cfg) in shapes:
             continue
-        seen.add(c.cfg)
-        add(c.cfg, c.result.objective, "searched")
-    for _, cfg in fits or []:
-        if len(alts) >= spec.search.top_k:
-            break
-        if cfg in seen:
+        if not exact:
+            if scored >= SHAPE_SCORES:
+                continue
+            scored += 1
+            t = rank_order_s(cfg)
+            if t is not None:
+                heapq.heappush(heap, (t, k, cfg, True))
             continue
         seen.add(cfg)
-        lays = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard)
-        if not lays:
-            continue
-        t = min(robust_objective(probs, probs[0].rank_order(), robust)
-                for probs in ([build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats or [None]]
-                              for lay in lays))
-        add(cfg, float(t), "rank order")
-    return sorted(alts, key=lambda a: a["iteration_s"])
+        shapes.add(plan_shape(cfg))
+        distinct.append(cfg)
+    rest = []
+    for cfg in sorted(searched, key=searched.get):
+        if len(distinct) + len(rest) >= top_k:
+            break
+        if cfg not in seen:
+            seen.add(cfg)
+            rest.append(cfg)
+    for _, cfg in fits or []:
+        if len(distinct) + len(rest) >= top_k:
+            break
+        if cfg not in seen and rank_order_s(cfg) is not None:
+            seen.add(cfg)
+            rest.append(cfg)
+    by_time = lambda a: a["iteration_s"]     # noqa: E731
+    return sorted(map(row, distinct), key=by_time) + sorted(map(row, rest), key=by_time)
 
 
 # configs of the other family scored (at rank order) for a family comparison: bounds the note's cost
