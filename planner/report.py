@@ -26,11 +26,12 @@ def mfu_text(spec, mfu: float) -> str:
     as Megatron-Bridge 26.02 reports it (ModelSpec.causal_mfu). Long sequences separate them most."""
     from planner.costs.iteration import mfu_note
     causal = spec.model.causal_mfu(spec.training.seq_length, mfu)
-    return (f"MFU {mfu:.1%}{mfu_note(spec)} counting full s x s attention (as NeMo 24.07), {causal:.1%} counting it "
+    return (f"{mfu:.1%}{mfu_note(spec)} counting full s x s attention (as NeMo 24.07), {causal:.1%} counting it "
             "causally (as Megatron-Bridge 26.02)")
 
 
 def plan_table(sol) -> Table:
+    from planner.config import FORK_NEEDED, fork_note
     c, e, s = sol.config, sol.estimate, sol.solver
     t = Table(title=f"plan: {sol.spec.name}", show_header=False)
     t.add_column("what", style="bold")
@@ -38,7 +39,9 @@ def plan_table(sol) -> Table:
     cp = f"  cp={c.cp}" if c.cp > 1 else ""
     t.add_row("parallelism", f"tp={c.tp}{cp}  pp={c.pp}  dp={c.dp}  ({c.num_gpus} GPUs)")
     t.add_row("batch", f"micro-batch {c.micro_batch_size} x {c.num_microbatches} micro-batches")
-    t.add_row("schedule", c.schedule + (f" (v={c.vpp})" if c.vpp > 1 else ""))
+    fork = fork_note(c)
+    t.add_row("schedule", c.schedule + (f" (v={c.vpp})" if c.vpp > 1 else "")
+              + (f"  [yellow]{FORK_NEEDED}: not stock Megatron-LM / NeMo[/yellow]" if fork else ""))
     # HSDP (dp_shard): the shard group and the replicas, as the label's hsdpN says; plain FSDP shards over all of dp
     zero = f"{c.zero} (HSDP {c.shard_size} x {c.replicas}: shard groups of {c.shard_size}, {c.replicas} replicas)" \
         if c.zero == 3 and c.dp_shard else str(c.zero)

@@ -43,7 +43,7 @@ def run(args) -> int:
                   # ZeRO-3: the exposed collectives and FSDP2's copies on the compute stream (costs/fsdp.py)
                   f"{'dp + FSDP copies' if cfg.zero == 3 else 'dp'} {est.dp_comm_s:.4f}, "
                   f"tied-embedding {est.emb_comm_s:.4f} s)")
-        con.print(mfu_text(spec, est.mfu))
+        con.print("MFU " + mfu_text(spec, est.mfu))
         con.print(costs_note(spec, cfg))
         con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +
                   ", ".join(f"{k} {md[k]:.2f}" for k in ("weights", "gradients", "optimizer", "activations",

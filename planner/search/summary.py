@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import time
 
+from planner.config import fork_note
 from planner.costs import Costs
 from planner.costs.iteration import build_problem, evaluate, memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
@@ -217,6 +218,33 @@ def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs, f
                                               why_none=dropped_degrees(tr.seq_length, gpn, degrees))
 
 
+# the plan's peak within this fraction of the usable memory (limit_GiB) counts as tight (tryout 7, F6: 74.0 of 76.0)
+TIGHT_MEMORY = 0.03
+CP_HINT_SEQ = 8192        # from this sequence length on, context parallelism is the usual lever for activations
+
+
+def context_parallel_hint(spec, cfg, costs: Costs) -> str:
+    """A plan within TIGHT_MEMORY of the usable memory, from a spec that left search.context_parallel at its default
+    [1] with seq_length >= CP_HINT_SEQ: say that `context_parallel: auto` would also search cp > 1, which splits each
+    sequence's activations over cp GPUs (tryout 7, F6: NeMo's tp1 cp2 dp4 ran 0.08% slower with 7 GiB more headroom).
+    Nothing where cp > 1 cannot run (unfused attention, the deepspeed engine, no legal degree)."""
+    from planner.costs.context_parallel import auto_context_parallel
+    tr, search = spec.training, spec.search
+    named = "context_parallel" in ((spec.raw or {}).get("search") or {})
+    if named or search.context_parallel != (1,) or tr.seq_length < CP_HINT_SEQ:
+        return ""
+    if tr.attention != "fused" or tr.pipeline_engine != "megatron":
+        return ""
+    if not auto_context_parallel(tr.seq_length, spec.cluster.gpus_per_node, cfg.num_gpus):
+        return ""
+    peak, limit = _peak(spec, cfg, costs), memory_limit_GiB(spec)
+    if peak < (1 - TIGHT_MEMORY) * limit:
+        return ""
+    return (f"the plan's {peak:.1f} GiB is within {1 - peak / limit:.1%} of the {limit:.1f} GiB usable and "
+            f"search.context_parallel was left at [1]: `context_parallel: auto` also searches cp > 1, which splits "
+            f"each sequence's {tr.seq_length} tokens (and their activations) over cp GPUs")
+
+
 def idle_gpus_note(spec, cfg) -> str:
     """Where no configuration uses every GPU and the plan runs on whole nodes fewer (screen.fitting_configs): say how
     many stay idle and the nearest spec values that would use them all (diagnose.nearest_fixes)."""
@@ -286,8 +314,9 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     rec.mapping_objective = best.result.objective - p0.const
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
     for why in (fsdp_comparison(spec, best, cands, costs, fits), cp_comparison(spec, best, cands, costs, fits),
-                micro_batch_note(spec, best.cfg.num_gpus), idle_gpus_note(spec, best.cfg),
-                fp8_param_gather_note(spec, best.cfg), zero2_note(spec, best.cfg)):
+                context_parallel_hint(spec, best.cfg, costs), micro_batch_note(spec, best.cfg.num_gpus),
+                idle_gpus_note(spec, best.cfg), fp8_param_gather_note(spec, best.cfg), zero2_note(spec, best.cfg),
+                fork_note(best.cfg)):
         if why and why not in rec.note:
             rec.note = ((rec.note + "; ") if rec.note else "") + why
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)
