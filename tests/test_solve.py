@@ -11,8 +11,8 @@ from planner.search.space import ParallelConfig
 
 
 def plan_shape(cfg):
-    """A plan's structure as a practitioner tells plans apart (tryout 7, F5): degrees and data-parallel sharding."""
-    return cfg.tp, cfg.cp, cfg.pp, cfg.dp, cfg.zero, cfg.dp_shard
+    """A plan's structure as a practitioner tells plans apart (tryout 7, F5): degrees and FSDP / HSDP sharding."""
+    return cfg.tp, cfg.cp, cfg.pp, cfg.dp, cfg.zero == 3, cfg.dp_shard
 
 
 def test_solve_tiny_is_optimal_and_deterministic(make_spec):
@@ -298,7 +298,7 @@ def test_infeasible_advice_fits_the_largest_term(make_spec):
 
 def test_alternatives_show_each_plan_shape_before_near_duplicates(make_spec):
     """Tryout 7, F5: five alternatives that were one config at other vpp / sp told an expert little. The list now gives
-    the best config of each other (tp, cp, pp, dp, ZeRO, HSDP) shape first, each the fastest of its shape (checked by
+    the best config of each other (tp, cp, pp, dp, FSDP, HSDP) shape first, each the fastest of its shape (checked by
     scoring every fitting config at rank order), then near-duplicates; each part fastest first."""
     import dataclasses
 
@@ -306,7 +306,7 @@ def test_alternatives_show_each_plan_shape_before_near_duplicates(make_spec):
     from planner.costs.iteration import build_problem
     from planner.mapping.problem import layouts
     from planner.search.screen import feasible_configs
-    base = make_spec(nodes=2, schedules=["1f1b", "interleaved"], recompute=["selective", "full"], zero=[1],
+    base = make_spec(nodes=2, schedules=["1f1b", "interleaved"], recompute=["selective", "full"], zero=[0, 1],
                      layers=32, hidden=4096, heads=32, memory=40, tensor_parallel=[2, 4, 8])
     costs = default_costs(base.cluster)
     fits, _, _ = feasible_configs(base, costs)

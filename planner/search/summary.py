@@ -54,10 +54,11 @@ def note_overruled(rec: SolverRecord, est_best: Candidate, best: Candidate) -> N
 
 
 def plan_shape(cfg) -> tuple:
-    """What makes two plans structurally different to a practitioner: the tp, cp, pp and dp degrees and how the data
-    parallel group shards (ZeRO stage, HSDP shard group). Configs of one shape differ only in schedule / vpp, sequence
-    parallelism, recompute or micro-batch size (tryout 7, F5: five alternatives at v = 10, 8, 40, 5 of one config)."""
-    return cfg.tp, cfg.cp, cfg.pp, cfg.dp, cfg.zero, cfg.dp_shard
+    """What makes two plans structurally different to a practitioner: the tp, cp, pp and dp degrees and whether the
+    data-parallel group shards the parameters (FSDP / ZeRO-3, and its HSDP shard group). Configs of one shape differ
+    only in schedule / vpp, sequence parallelism, recompute, micro-batch size or ZeRO 0-2 (a flag of one framework;
+    tryout 7, F5: five alternatives at v = 10, 8, 40, 5 of one config)."""
+    return cfg.tp, cfg.cp, cfg.pp, cfg.dp, cfg.zero == 3, cfg.dp_shard
 
 
 # at most this many pruned configs scored at rank order while looking for each shape's best (bounds the cost)
@@ -68,7 +69,7 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
                  robust: str = "worst") -> list[dict]:
     """Other configs than the plan (one layout each, at most search.top_k), relative to it. First the best config of
     each plan_shape other than the plan's, fastest first; then, while fewer than top_k, the rest (near-duplicates of
-    a shape already listed: another vpp, sp, recompute or micro-batch), fastest first. A config is a mapped candidate
+    a shape already listed: another vpp, sp, recompute, micro-batch or ZeRO 0-2), fastest first. A config is a mapped candidate
     (`mapping: searched`, at its searched time) or a fitting config the search pruned by its bound, scored at
     Megatron's rank-order mapping over its layouts (`mapping: rank order`: an upper bound on what a search would give
     it; its bound already says it cannot beat the plan), as the search scored the candidates: over the bandwidth
