@@ -69,8 +69,8 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
                  robust: str = "worst") -> list[dict]:
     """Other configs than the plan (one layout each, at most search.top_k), relative to it. First the best config of
     each plan_shape other than the plan's, fastest first; then, while fewer than top_k, the rest (near-duplicates of
-    a shape already listed: another vpp, sp, recompute, micro-batch or ZeRO 0-2), fastest first. A config is a mapped candidate
-    (`mapping: searched`, at its searched time) or a fitting config the search pruned by its bound, scored at
+    a shape already listed: another vpp, sp, recompute, micro-batch or ZeRO 0-2), fastest first. A config is a mapped
+    candidate (`mapping: searched`, at its searched time) or a fitting config the search pruned by its bound, scored at
     Megatron's rank-order mapping over its layouts (`mapping: rank order`: an upper bound on what a search would give
     it; its bound already says it cannot beat the plan), as the search scored the candidates: over the bandwidth
     scenarios `mats` (robust worst / mean), or the cluster's matrix. A shape's best is found best-first (a pruned
