@@ -11,6 +11,20 @@ ZERO_STAGES = (0, 1, 2, 3)
 # FSDP plans target torchtitan's FSDP2 (docs/notes/fsdp.md), so they are searched on these schedules only
 TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "v-zb": "ZBVZeroBubble"}
 V_SHAPES = ("v-min", "v-half", "v-zb")
+# schedules stock Megatron-LM and NeMo do not ship: ZB-H1 and the V-shapes run on a zero-bubble fork of Megatron-LM
+# (sail-sg's zero-bubble pipeline parallelism); torchtitan runs v-zb itself (TORCHTITAN_SCHEDULES). The one home of
+# this list: export's comment line, the plan table and the solution's note read it
+FORK_SCHEDULES = ("zb-h1",) + V_SHAPES
+FORK_NEEDED = "needs a zero-bubble-capable Megatron fork (e.g. sail-sg zero-bubble)"
+
+
+def fork_note(cfg) -> str:
+    """'' or why a plan's schedule does not run on stock Megatron-LM / NeMo: ZB-H1 and the V-shapes of a Megatron
+    plan (ZeRO 0-2). A ZeRO-3 plan is torchtitan's, which runs its V-shape (v-zb, ZBVZeroBubble)."""
+    if cfg.schedule not in FORK_SCHEDULES or cfg.zero == 3 and cfg.schedule in TORCHTITAN_SCHEDULES:
+        return ""
+    return (f"schedule {cfg.schedule} {FORK_NEEDED}: stock Megatron-LM and NeMo do not ship it (leave it out of "
+            "search.schedules to plan for them)")
 # the software that runs the pipeline: Megatron-LM's schedules (batched send/recv pairs) or DeepSpeed's
 # PipelineEngine (Megatron-DeepSpeed's GPTModelPipe: its own 1F1B, separate blocking sends and receives)
 PIPELINE_ENGINES = ("megatron", "deepspeed")

@@ -20,8 +20,18 @@ def console(width: int = 120) -> Console:
     return StderrConsole(file=sys.stderr, width=width)
 
 
-def plan_table(sol) -> Table:
+def mfu_text(spec, mfu: float) -> str:
+    """An MFU as the solve and estimate tables print it: the planner's count (the full s x s attention, as NeMo 24.07
+    reports it; an fp8 plan's against the bf16 peak, mfu_note) and the same run with the attention counted causally,
+    as Megatron-Bridge 26.02 reports it (ModelSpec.causal_mfu). Long sequences separate them most."""
     from planner.costs.iteration import mfu_note
+    causal = spec.model.causal_mfu(spec.training.seq_length, mfu)
+    return (f"{mfu:.1%}{mfu_note(spec)} counting full s x s attention (as NeMo 24.07), {causal:.1%} counting it "
+            "causally (as Megatron-Bridge 26.02)")
+
+
+def plan_table(sol) -> Table:
+    from planner.config import FORK_NEEDED, fork_note
     c, e, s = sol.config, sol.estimate, sol.solver
     t = Table(title=f"plan: {sol.spec.name}", show_header=False)
     t.add_column("what", style="bold")
@@ -29,7 +39,9 @@ def plan_table(sol) -> Table:
     cp = f"  cp={c.cp}" if c.cp > 1 else ""
     t.add_row("parallelism", f"tp={c.tp}{cp}  pp={c.pp}  dp={c.dp}  ({c.num_gpus} GPUs)")
     t.add_row("batch", f"micro-batch {c.micro_batch_size} x {c.num_microbatches} micro-batches")
-    t.add_row("schedule", c.schedule + (f" (v={c.vpp})" if c.vpp > 1 else ""))
+    fork = fork_note(c)
+    t.add_row("schedule", c.schedule + (f" (v={c.vpp})" if c.vpp > 1 else "")
+              + (f"  [yellow]{FORK_NEEDED}: not stock Megatron-LM / NeMo[/yellow]" if fork else ""))
     # HSDP (dp_shard): the shard group and the replicas, as the label's hsdpN says; plain FSDP shards over all of dp
     zero = f"{c.zero} (HSDP {c.shard_size} x {c.replicas}: shard groups of {c.shard_size}, {c.replicas} replicas)" \
         if c.zero == 3 and c.dp_shard else str(c.zero)
@@ -38,8 +50,8 @@ def plan_table(sol) -> Table:
     t.add_row("layout", f"{sol.layout.a} stage(s) x {sol.layout.b} replica(s) {per}, "
                         f"{sol.layout.rows} x {sol.layout.cols} node grid")
     on = "" if getattr(s, "robust", "none") == "none" else "on the cluster's bandwidth matrix, "
-    t.add_row("iteration", f"{e.iteration_s:.3f} s  ({on}{e.tokens_per_s:,.0f} tokens/s, MFU {e.mfu:.1%}"
-                           f"{mfu_note(sol.spec)})")
+    t.add_row("iteration", f"{e.iteration_s:.3f} s  ({on}{e.tokens_per_s:,.0f} tokens/s)")
+    t.add_row("MFU", mfu_text(sol.spec, e.mfu))
     t.add_row("  compute | p2p | dp | emb",
               f"{e.compute_s:.3f} | {e.pp_comm_s:.4f} | {e.dp_comm_s:.4f} | {e.emb_comm_s:.4f} s")
     md = e.memory_dict()

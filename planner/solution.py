@@ -102,7 +102,7 @@ class Solution:
 
     def as_dict(self) -> dict:
         from planner import __version__
-        est = self.estimate.as_dict()
+        est = estimate_dict(self.spec, self.estimate)
         return plain({
             "planner_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -156,6 +156,18 @@ class Solution:
 
     def write(self, path: str) -> None:
         write_yaml(path, self.as_dict())
+
+
+def estimate_dict(spec, est) -> dict:
+    """A solution's (and `estimate --json`'s) `estimate`: Estimate.as_dict with, after `mfu` (the full s x s attention
+    counted, as NeMo 24.07), `mfu_causal`: the same run with the attention counted causally, as Megatron-Bridge 26.02
+    (added Nov 26 2026; older files lack it)."""
+    out = {}
+    for k, v in est.as_dict().items():
+        out[k] = v
+        if k == "mfu":
+            out["mfu_causal"] = spec.model.causal_mfu(spec.training.seq_length, est.mfu)
+    return out
 
 
 def _tp_comm_in_force(spec):

@@ -124,3 +124,86 @@ def test_estimate_and_simulator_charge_the_same_data_parallel_all_reduce():
         n = dp
         node_bytes = 2 * (n - 1) / n * stage_params(spec.model, cfg, 0) * costs.comm.grad_bytes * tp
         assert est.dp_comm_s == pytest.approx(node_bytes / (4 * 11.6103 * 0.9 * 1e9), rel=0.01)
+
+
+# --- one nccl-tests parser: the cost model reads what `planner import nccl-tests` writes ----------------------
+
+NCCL_STDOUT = "tests/data/nccl_allreduce_8gpu_stdout.txt"
+NCCL_CSV = "tests/data/nccl_allreduce_8gpu_vtrain.csv.txt"
+
+
+def test_the_importers_csv_reads_as_the_raw_output_it_came_from(tmp_path):
+    """`planner import nccl-tests` writes size_bytes,time_us,...; the cost model read its busbw column as a time in
+    ns (92.5 us -> 0.02 us at 1 MiB). Now both go through one header-based parser."""
+    from plan_fixtures import run_cli
+    for placement in ("out-of-place", "in-place"):
+        out = tmp_path / placement / "allreduce_8gpu.csv"
+        out.parent.mkdir()
+        rc, _, err = run_cli(["import", "nccl-tests", NCCL_STDOUT, "-o", str(out), "--placement", placement])
+        assert rc == 0, err
+        t = read_nccl_tests(str(out))
+        assert t.n == 8 and len(t.sizes) == 11
+        # the stdout's own column for that placement (us), as printed in tests/data
+        col = 5 if placement == "out-of-place" else 9
+        raw = {int(ln.split()[0]): float(ln.split()[col]) * 1e-6 for ln in open(NCCL_STDOUT)
+               if ln.split() and ln.split()[0].isdigit()}
+        for s in (1048576, 67108864, 1073741824):
+            assert t.time(s) == pytest.approx(raw[s], rel=1e-6)
+        # and the raw output (mean of both placements) agrees with it within the placements' spread (< 1%)
+        assert read_nccl_tests(NCCL_STDOUT).time(1048576) == pytest.approx(t.time(1048576), rel=0.01)
+        # a directory of it is a profile's allreduce_tables / `fit compute --nccl`
+        assert read_nccl_dir(str(out.parent))[8].time(67108864) == pytest.approx(579.9e-6 if col == 5 else 579.6e-6)
+
+
+def test_vtrain_csv_and_stdout_of_the_same_run_agree():
+    s, c = read_nccl_tests(NCCL_STDOUT), read_nccl_tests(NCCL_CSV, 8)
+    for size in s.sizes:
+        assert s.time(size) == pytest.approx(c.time(size), abs=1e-8)
+
+
+def test_unknown_layouts_are_refused_naming_the_file(tmp_path):
+    from plan_fixtures import run_cli
+
+    from planner.errors import SpecError
+    d = tmp_path / "nccl"
+    d.mkdir()
+    bad = d / "allreduce_8gpu.csv"
+    bad.write_text("bytes,seconds\n1048576,0.0001\n2097152,0.0002\n")          # a layout no parser knows
+    with pytest.raises(SpecError, match="not an nccl-tests table"):
+        read_nccl_tests(str(bad))
+    rc, _, err = run_cli(["fit", "compute", "--nccl", str(d), "-o", str(tmp_path / "p.json")])
+    assert rc == 2 and str(bad) in err and "not an nccl-tests table" in err and "Traceback" not in err
+    # a CSV with the vTrain header but a busbw where a time should be is not silently read by position
+    bad.write_text("size(B),count,type,busbw(GB/s)\n1048576,262144,float,19.78\n2097152,524288,float,39.36\n")
+    with pytest.raises(SpecError, match="no time column"):
+        read_nccl_tests(str(bad))
+    rc, _, err = run_cli(["fit", "compute", "--nccl", str(tmp_path / "none"), "-o", str(tmp_path / "p.json")])
+    assert rc == 2 and "none" in err and "Traceback" not in err
+
+
+def test_wrong_results_are_refused_by_the_cost_model_too(tmp_path):
+    """The importer refuses a row whose #wrong > 0; the cost model averages both placements, so a wrong result in
+    either is refused (it used to be read as a timing)."""
+    from planner.errors import SpecError
+    lines = open(NCCL_STDOUT).read().splitlines()
+    k = next(i for i, ln in enumerate(lines) if ln.strip().startswith("2097152"))
+    for col in (8, 12):                      # out-of-place, in-place #wrong
+        cells = lines[k].split()
+        cells[col] = "5"
+        p = tmp_path / f"allreduce_8gpu_{col}.txt"
+        p.write_text("\n".join(lines[:k] + ["  ".join(cells)] + lines[k + 1:]) + "\n")
+        with pytest.raises(SpecError, match=rf"line {k + 1}.*wrong result"):
+            read_nccl_tests(str(p))
+
+
+def test_group_size_from_the_name_or_the_ranks(tmp_path):
+    from planner.errors import SpecError
+    text = open(NCCL_STDOUT).read()
+    (tmp_path / "allreduce.txt").write_text(text)
+    assert read_nccl_tests(str(tmp_path / "allreduce.txt")).n == 8          # the 8 '#  Rank' lines
+    (tmp_path / "allreduce_4gpu.txt").write_text(text)
+    with pytest.raises(SpecError, match="4 GPUs.*8 ranks"):
+        read_nccl_tests(str(tmp_path / "allreduce_4gpu.txt"))
+    (tmp_path / "a.csv").write_text(open(NCCL_CSV).read())
+    with pytest.raises(SpecError, match="group size"):
+        read_nccl_tests(str(tmp_path / "a.csv"))

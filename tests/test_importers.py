@@ -188,3 +188,29 @@ def test_cli_import_mpigraph_warns_of_host_names_a_cluster_refuses(tmp_path, cap
     assert "warning" in err and "node_01" in err and "RFC 1123" in err
     assert main(["import", "mpigraph", MPIGRAPH, "-o", str(tmp_path / "ok.csv")]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_nccl_importers_csv_is_read_back_with_its_placement(tmp_path):
+    out = tmp_path / "t.csv"
+    assert main(["import", "nccl-tests", NCCL_STDOUT, "-o", str(out), "--placement", "in-place"]) == 0
+    back = imp.read_nccl_table(str(out))
+    assert back.layout == "table" and back.placement == "in-place" and back.placements == ("in-place",)
+    assert back.nranks == 8 and back.rows[0].time_us == pytest.approx(92.15)
+    with pytest.raises(SpecError, match="no out-of-place columns"):
+        imp.read_nccl_table(str(out), "out-of-place")
+    # re-importing the table keeps it as it is
+    again = tmp_path / "again.csv"
+    assert main(["import", "nccl-tests", str(out), "-o", str(again)]) == 0
+    assert imp.read_nccl_table(str(again)).rows == back.rows
+    assert imp.parse_nccl_tests(imp.read_text(NCCL_STDOUT)).placements == ("out-of-place", "in-place")
+
+
+def test_nccl_unknown_layout_is_named(tmp_path, capsys):
+    bad = tmp_path / "x.csv"
+    bad.write_text("bytes,us\n1024,3.5\n")
+    with pytest.raises(SpecError) as e:
+        imp.read_nccl_table(str(bad))
+    assert e.value.file == str(bad) and e.value.field == "layout" and "'bytes,us'" in e.value.reason
+    assert main(["import", "nccl-tests", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "not an nccl-tests table" in err and "Traceback" not in err

@@ -32,3 +32,32 @@ def test_simulator_veto_on_every_plan_is_infeasible(make_spec, monkeypatch):
                      tensor_parallel=[8])
     with pytest.raises(InfeasibleError, match=r"estimate .* GiB, simulated 1000000000.0 GiB"):
         solve(spec, time_limit_s=5)
+
+
+def test_top_k_sets_the_alternatives_not_how_many_are_simulated(make_spec, monkeypatch):
+    """search.top_k is the length of the solution's alternatives list; the simulator re-ranks at most RERANK_MAX
+    distinct configs whatever top_k is (its docstring used to say it set the candidates simulated), and SPEC.md
+    says so with the constant's value."""
+    import dataclasses
+    import os
+    import re
+    real = rerank._sim_pair
+    base = _spec(make_spec)
+    seen = {}
+    for k in (1, 8):
+        calls = []
+
+        def counted(s, c, *a, _calls=calls, **kw):
+            _calls.append(c.cfg)
+            return real(s, c, *a, **kw)
+
+        monkeypatch.setattr(rerank, "_sim_pair", counted)
+        spec = dataclasses.replace(base, search=dataclasses.replace(base.search, top_k=k))
+        sol = solve(spec, time_limit_s=5)
+        assert len(sol.alternatives) <= k
+        seen[k] = (calls, len(sol.alternatives))
+    assert seen[1][0] == seen[8][0] and 1 <= len(seen[8][0]) <= rerank.RERANK_MAX
+    assert seen[8][1] > seen[1][1]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    row = next(ln for ln in open(os.path.join(root, "docs", "SPEC.md")) if ln.startswith("| `top_k`"))
+    assert re.search(rf"best {rerank.RERANK_MAX} distinct configs", row) and "RERANK_MAX" in row

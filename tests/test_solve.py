@@ -7,6 +7,12 @@ import pytest
 
 from planner.errors import InfeasibleError
 from planner.search.solve import solve
+from planner.search.space import ParallelConfig
+
+
+def plan_shape(cfg):
+    """A plan's structure as a practitioner tells plans apart (tryout 7, F5): degrees and FSDP / HSDP sharding."""
+    return cfg.tp, cfg.cp, cfg.pp, cfg.dp, cfg.zero == 3, cfg.dp_shard
 
 
 def test_solve_tiny_is_optimal_and_deterministic(make_spec):
@@ -23,7 +29,12 @@ def test_solve_tiny_is_optimal_and_deterministic(make_spec):
     # the runners-up: top_k of them though the search pruned most by bound, none faster than the proved plan,
     # each saying whether its mapping was searched or is Megatron's rank order
     alts = a.alternatives
-    assert len(alts) == a.spec.search.top_k == 5 and alts == sorted(alts, key=lambda x: x["iteration_s"])
+    assert len(alts) == a.spec.search.top_k == 5
+    # the best of each other plan shape first, then near-duplicates, each part fastest first
+    shapes = [plan_shape(ParallelConfig.from_dict(x["config"])) for x in alts]
+    cut = next((i for i, sh in enumerate(shapes) if sh in shapes[:i] or sh == plan_shape(a.config)), len(alts))
+    for part in (alts[:cut], alts[cut:]):
+        assert part == sorted(part, key=lambda x: x["iteration_s"])
     assert all(x["slower_by"] >= -1e-9 and x["mapping"] in ("searched", "rank order") for x in alts)
     assert len({tuple(sorted(x["config"].items())) for x in alts} | {tuple(sorted(a.config.as_dict().items()))}) == 6
     ws = a.mapping
@@ -283,3 +294,38 @@ def test_infeasible_advice_fits_the_largest_term(make_spec):
         solve(spec, time_limit_s=2, simulate=False)
     msg = str(e.value)
     assert "largest term: optimizer" in msg and msg.endswith("Try more GPUs.")
+
+
+def test_alternatives_show_each_plan_shape_before_near_duplicates(make_spec):
+    """Tryout 7, F5: five alternatives that were one config at other vpp / sp told an expert little. The list now gives
+    the best config of each other (tp, cp, pp, dp, FSDP, HSDP) shape first, each the fastest of its shape (checked by
+    scoring every fitting config at rank order), then near-duplicates; each part fastest first."""
+    import dataclasses
+
+    from planner.costs import default_costs
+    from planner.costs.iteration import build_problem
+    from planner.mapping.problem import layouts
+    from planner.search.screen import feasible_configs
+    base = make_spec(nodes=2, schedules=["1f1b", "interleaved"], recompute=["selective", "full"], zero=[0, 1],
+                     layers=32, hidden=4096, heads=32, memory=40, tensor_parallel=[2, 4, 8])
+    costs = default_costs(base.cluster)
+    fits, _, _ = feasible_configs(base, costs)
+    best_of = {}
+    for _, cfg in fits:
+        t = min(p.objective(p.rank_order()) for p in (build_problem(base, cfg, lay, costs) for lay in
+                layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, base.cluster.gpus_per_node, cfg.dp_shard)))
+        best_of[plan_shape(cfg)] = min(best_of.get(plan_shape(cfg), float("inf")), t)
+    n_other = len(best_of) - 1
+    assert n_other >= 4
+    spec = dataclasses.replace(base, search=dataclasses.replace(base.search, top_k=n_other + 3))
+    sol = solve(spec, time_limit_s=10, simulate=False, costs=costs)
+    alts = sol.alternatives
+    shapes = [plan_shape(ParallelConfig.from_dict(x["config"])) for x in alts]
+    head, tail = alts[:n_other], alts[n_other:]
+    # every other shape once, before any near-duplicate, at its best time (a searched mapping may beat rank order)
+    assert sorted(shapes[:n_other]) == sorted(set(best_of) - {plan_shape(sol.config)})
+    for x, sh in zip(head, shapes, strict=False):
+        assert x["iteration_s"] <= best_of[sh] * (1 + 1e-9)
+    assert len(tail) == 3 and all(sh in shapes[:n_other] + [plan_shape(sol.config)] for sh in shapes[n_other:])
+    for part in (head, tail):
+        assert part == sorted(part, key=lambda x: x["iteration_s"])

@@ -38,8 +38,6 @@ import math
 import os
 from dataclasses import dataclass, field
 
-import yaml
-
 from planner.errors import SpecError
 from planner.io import load_yaml
 from planner.spec.cluster import ClusterSpec, parse_cluster
@@ -456,16 +454,3 @@ def _check_plan_rules(file, entry: ClusterEntry, model: ModelSpec, training: dic
     cluster = os.path.abspath(entry.ref) if isinstance(entry.ref, str) else entry.ref
     parse_spec({"name": "sweep", "model": dict(model.__dict__), "cluster": cluster, "training": training,
                 "search": search}, file)
-
-
-def dump_models(sweep: Sweep) -> str:
-    """The expanded models as YAML (for `planner batch --list`)."""
-    seen, out = set(), []
-    for c in sweep.cases:
-        m = c.spec.model
-        if m.name in seen:
-            continue
-        seen.add(m.name)
-        out.append({"name": m.name, "family": m.family, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
-                    "num_attention_heads": m.num_attention_heads, "params": m.num_params()})
-    return yaml.safe_dump(out, sort_keys=False)

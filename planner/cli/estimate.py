@@ -15,10 +15,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from planner.costs.iteration import mfu_note
-    from planner.report import console
+    from planner.report import console, mfu_text
     from planner.search.solve import estimate_plan
-    from planner.solution import load_solution
+    from planner.solution import estimate_dict, load_solution
 
     spec = spec_arg(args.spec)
     cfg = config_from_args(args, spec)
@@ -27,7 +26,7 @@ def run(args) -> int:
     est, lay, assign, prob = estimate_plan(spec, cfg, mapping, file=args.mapping)
     d = {"config": cfg.as_dict(), "pipeline_engine": spec.training.pipeline_engine,
          "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b, "node_grid": assign.tolist()},
-         "estimate": est.as_dict(), "fits": est.fits}
+         "estimate": estimate_dict(spec, est), "fits": est.fits}
     if args.json:
         print_json(plain(d))
     else:
@@ -39,12 +38,12 @@ def run(args) -> int:
             used = {int(k) * lay.span + r for k in assign.ravel() for r in range(lay.span)}
             con.print(f"on {cfg.num_gpus} of {spec.cluster.num_gpus} GPUs (the mapping's nodes); idle nodes "
                       f"{[n for n in range(spec.cluster.nodes) if n not in used]}")
-        con.print(f"iteration {est.iteration_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s, "
-                  f"MFU {est.mfu:.1%}{mfu_note(spec)} "
+        con.print(f"iteration {est.iteration_s:.3f} s, {est.tokens_per_s:,.0f} tokens/s "
                   f"(compute {est.compute_s:.3f}, p2p {est.pp_comm_s:.4f}, "
                   # ZeRO-3: the exposed collectives and FSDP2's copies on the compute stream (costs/fsdp.py)
                   f"{'dp + FSDP copies' if cfg.zero == 3 else 'dp'} {est.dp_comm_s:.4f}, "
                   f"tied-embedding {est.emb_comm_s:.4f} s)")
+        con.print("MFU " + mfu_text(spec, est.mfu))
         con.print(costs_note(spec, cfg))
         con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +
                   ", ".join(f"{k} {md[k]:.2f}" for k in ("weights", "gradients", "optimizer", "activations",

@@ -28,7 +28,8 @@ def register(subparsers):
     n = sub.add_parser("nccl-tests", help="nccl-tests output -> size_bytes,time_us,algbw_GBps,busbw_GBps CSV")
     n.add_argument("out")
     n.add_argument("-o", "--output", default=None, help="table CSV (default: print it on stdout)")
-    n.add_argument("--placement", choices=("out-of-place", "in-place"), default="out-of-place")
+    n.add_argument("--placement", choices=("out-of-place", "in-place"), default=None,
+                   help="which columns to keep (default: out-of-place, or the only one a table holds)")
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=_nccl)
 

@@ -28,13 +28,6 @@ def ring_allreduce_time(nbytes: float, n: int, bw_GBps: float, latency_us: float
     return 2 * (n - 1) * latency_us * 1e-6 + 2 * (n - 1) / n * nbytes / (bw_GBps * 1e9)
 
 
-def ring_reduce_scatter_time(nbytes: float, n: int, bw_GBps: float, latency_us: float) -> float:
-    if n <= 1:
-        return 0.0
-    return (n - 1) * latency_us * 1e-6 + (n - 1) / n * nbytes / (bw_GBps * 1e9)
-
-
-
 def slowest_link_GBps(bandwidth: np.ndarray, group: list[int]) -> float:
     """A ring over `group` (node indices) runs at its slowest directed link, in both ring directions."""
     g = list(group)
@@ -78,45 +71,42 @@ class CollectiveTable:
 
 
 def read_nccl_tests(path: str, n: int | None = None) -> CollectiveTable:
-    """Read one nccl-tests result: CSV `size(B),count,type,time(ns),busbw,time(ns),busbw` as in
-    vTrain's tables, or the plain nccl-tests console output (whitespace columns, time in us)."""
+    """One nccl-tests table for the cost model, read by the one nccl-tests reader
+    (`planner.profile.importers.read_nccl_table`: nccl-tests' stdout, its CSV variant as in vTrain's tables, or
+    the CSV `planner import nccl-tests` writes; columns by header name; rows with wrong results refused; any other
+    layout refused). The time is the mean of the out-of-place and in-place columns when the file has both.
+    n: the group size; default the `<N>gpu` in the file name, else the ranks the stdout lists."""
+    from planner.errors import SpecError
+    from planner.profile.importers import read_nccl_table
+    first = read_nccl_table(path)
+    tables = [first] + [read_nccl_table(path, p) for p in first.placements if p != first.placement]
+    named = re.search(r"(\d+)\s*gpu", os.path.basename(path), re.I)
     if n is None:
-        m = re.search(r"(\d+)\s*gpu", os.path.basename(path))
-        if not m:
-            raise ValueError(f"{path}: cannot tell the group size from the name; pass n")
-        n = int(m.group(1))
-    sizes, times = [], []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if not line or line.startswith("#") or line[0].isalpha():
-                continue
-            if "," in line:
-                c = line.split(",")
-                sizes.append(float(c[0]))
-                ts = [float(c[3])] + ([float(c[5])] if len(c) > 5 else [])
-                times.append(float(np.mean(ts)) * 1e-9)
-            else:   # console format: size count type redop root time algbw busbw #wrong time algbw busbw #wrong
-                c = line.split()
-                try:
-                    sizes.append(float(c[0]))
-                    times.append(float(np.mean([float(c[5]), float(c[9])])) * 1e-6)
-                except (ValueError, IndexError):
-                    continue
-    if len(sizes) < 2:
-        raise ValueError(f"{path}: fewer than two measurements")
-    order = np.argsort(sizes)
-    return CollectiveTable(n, tuple(float(sizes[i]) for i in order), tuple(float(times[i]) for i in order))
+        n = int(named.group(1)) if named else first.nranks
+        if n is None:
+            raise SpecError(path, None, "cannot tell the group size: name the file <N>gpu (e.g. allreduce_8gpu.txt)")
+        if named and first.nranks and first.nranks != n:
+            raise SpecError(path, None, f"the name says {n} GPUs, the nccl-tests output lists {first.nranks} ranks")
+    if len(first.rows) < 2:
+        raise SpecError(path, "rows", "fewer than two measurements")
+    sizes = tuple(float(r.size_bytes) for r in first.rows)
+    times = np.mean([[r.time_us for r in t.rows] for t in tables], axis=0) * 1e-6
+    return CollectiveTable(int(n), sizes, tuple(float(x) for x in times))
 
 
 def read_nccl_dir(path: str) -> dict[int, CollectiveTable]:
-    """All `*{N}gpu*.txt` tables of a directory, keyed by group size."""
-    out = {}
+    """All `*<N>gpu*` tables of a directory, keyed by group size N (two tables of one size are refused)."""
+    from planner.errors import SpecError
+    if not os.path.isdir(path):
+        raise SpecError(path, None, "is not a directory of nccl-tests tables (*<N>gpu*.txt)")
+    out, src = {}, {}
     for f in sorted(glob.glob(os.path.join(path, "*gpu*"))):
         t = read_nccl_tests(f)
-        out[t.n] = t
+        if t.n in out:
+            raise SpecError(f, None, f"a second table for {t.n} GPUs (the first: {os.path.basename(src[t.n])})")
+        out[t.n], src[t.n] = t, f
     if not out:
-        raise ValueError(f"{path}: no nccl-tests tables (*<N>gpu*.txt)")
+        raise SpecError(path, None, "no nccl-tests tables (*<N>gpu*.txt)")
     return out
 
 

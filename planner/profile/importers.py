@@ -8,7 +8,8 @@ We convert to GB/s = 1e9 B/s, the unit of the cluster CSV, and keep the host nam
 nccl-tests prints a table per run, either in its standard stdout layout (`#` header lines naming the
 columns: size count type redop root time algbw busbw #wrong, out-of-place then in-place) or in the
 comma-separated variant found in the vTrain data (`size(B),count,type,time(ns),busbw(GB/s),...`).
-Both become a table CSV with columns size_bytes,time_us,algbw_GBps,busbw_GBps.
+Both become a table CSV with columns size_bytes,time_us,algbw_GBps,busbw_GBps, which the same parser reads
+back: it is the one nccl-tests reader, the cost model's all-reduce tables (costs/comm.py) included.
 """
 from __future__ import annotations
 
@@ -150,6 +151,15 @@ def mpigraph_node_matrix(log: MpiGraphLog, combine: str = "min", aggregate: str 
 
 
 # ----------------------------------------------------------------------------- nccl-tests
+# The one nccl-tests parser: `planner import nccl-tests` and the cost model's all-reduce tables
+# (costs/comm.py read_nccl_tests: `planner fit compute --nccl`, a profile's `allreduce_tables`) both read through it.
+
+PLACEMENTS = ("out-of-place", "in-place")
+TABLE_HEADER = "size_bytes,time_us,algbw_GBps,busbw_GBps"      # what `planner import nccl-tests` writes
+LAYOUTS = ("nccl-tests' stdout (a '#  size  count  type ... time  algbw  busbw' header line), its CSV variant "
+           "('size(B),count,type,time(ns),busbw(GB/s),...') or the CSV `planner import nccl-tests` writes "
+           f"('{TABLE_HEADER}')")
+
 
 @dataclass(frozen=True)
 class NcclRow:
@@ -163,20 +173,50 @@ class NcclRow:
 class NcclTable:
     rows: tuple             # NcclRow, sorted by size
     placement: str          # out-of-place | in-place
-    layout: str             # stdout | csv
+    layout: str             # stdout | csv | table (the importer's own CSV)
     collective: str | None
     nranks: int | None
     avg_busbw_GBps: float | None = None
+    placements: tuple = ()  # the placements the file holds
 
 
-def parse_nccl_tests(text: str, file: str | None = None, placement: str = "out-of-place") -> NcclTable:
-    if placement not in ("out-of-place", "in-place"):
+def parse_nccl_tests(text: str, file: str | None = None, placement: str | None = "out-of-place") -> NcclTable:
+    """One nccl-tests table from `text`, columns found by their header names, whatever the layout (LAYOUTS).
+
+    placement: which columns to take; None: out-of-place where the file has it, else the one it holds (the
+    importer's CSV keeps one). Rows with wrong results (#wrong > 0) in the chosen columns are refused, and so
+    is any other layout (SpecError naming the file)."""
+    if placement not in (None,) + PLACEMENTS:
         raise SpecError(None, "--placement", "must be out-of-place or in-place")
     lines = [ln for ln in text.splitlines() if ln.strip()]
     first = next((ln for ln in lines if not ln.lstrip().startswith("#")), "")
+    if first.replace(" ", "").lower() == TABLE_HEADER.lower():
+        return _nccl_table(lines, file, placement)
     if re.match(r"\s*size\s*\(B\)\s*,", first, re.I):
         return _nccl_csv(lines, file, placement)
-    return _nccl_stdout(lines, file, placement)
+    if any(_stdout_header(ln) for ln in lines):
+        return _nccl_stdout(lines, file, placement)
+    what = f"its first line that is not a comment is {first.strip()[:80]!r}" if first else "it has no data line"
+    raise SpecError(file, "layout", f"not an nccl-tests table: expected {LAYOUTS}; {what}")
+
+
+def _stdout_header(ln: str):
+    s = ln.strip()
+    if not s.startswith("#"):
+        return None
+    body = s.lstrip("#").split()
+    return body if "size" in body and "count" in body and "time" in body else None
+
+
+def _pick(placement, available, file):
+    """The placement to read: the one asked for (refused when the file lacks it), or the first the file holds."""
+    if not available:
+        raise SpecError(file, "header", "no time column")
+    if placement is None:
+        return available[0]
+    if placement not in available:
+        raise SpecError(file, "header", f"no {placement} columns (the file holds {' and '.join(available)})")
+    return placement
 
 
 def _nccl_csv(lines, file, placement):
@@ -184,11 +224,12 @@ def _nccl_csv(lines, file, placement):
     times = [k for k, c in enumerate(head) if c.startswith("time")]
     busbws = [k for k, c in enumerate(head) if c.startswith("busbw")]
     algbws = [k for k, c in enumerate(head) if c.startswith("algbw")]
+    wrongs = [k for k, c in enumerate(head) if c.startswith("#wrong")]
     if not times:
         raise SpecError(file, "header", "no time column in the nccl-tests CSV header")
-    which = 0 if placement == "out-of-place" else 1
-    if which >= len(times):
-        raise SpecError(file, "header", f"no {placement} columns")
+    available = PLACEMENTS[:len(times)]
+    placement = _pick(placement, available, file)
+    which = PLACEMENTS.index(placement)
     tcol = times[which]
     tunit = re.search(r"\((\w+)\)", head[tcol])
     scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}.get(tunit.group(1) if tunit else "us")
@@ -210,10 +251,9 @@ def _nccl_csv(lines, file, placement):
             alg = float(cells[algbws[which]]) if which < len(algbws) else size / (t_us * 1e3)
         except (ValueError, IndexError):
             raise SpecError(file, f"line {k + 1}", f"not a nccl-tests data row: {ln.strip()[:80]!r}") from None
-        wrongs = [i for i, c in enumerate(head) if c.startswith("#wrong")]
         _check_wrong(cells[wrongs[which]] if len(wrongs) > which and wrongs[which] < len(cells) else None, file, k + 1)
         rows.append(NcclRow(size, t_us, alg, bus))
-    return _table(rows, file, placement, "csv", None, None, None)
+    return _table(rows, file, placement, "csv", None, None, None, available)
 
 
 def _check_wrong(cell: str | None, file, line: int) -> None:
@@ -234,12 +274,19 @@ def _nccl_stdout(lines, file, placement):
     nranks = None
     avg = None
     rows = []
+    pos = available = wrong = None
     for k, ln in enumerate(lines):
         s = ln.strip()
         if s.startswith("#"):
-            body = s.lstrip("#").split()
-            if "size" in body and "count" in body and "time" in body:
+            body = _stdout_header(s)
+            if body:
                 cols = body
+                pos = {name: [i for i, c in enumerate(cols) if c == name] for name in ("time", "algbw", "busbw")}
+                available = PLACEMENTS[:min(len(v) for v in pos.values())]
+                if not available:
+                    raise SpecError(file, "header", "no time/algbw/busbw columns")
+                placement = _pick(placement, available, file)
+                wrong = [i for i, c in enumerate(cols) if c == "#wrong"]
             m = re.search(r"Collective test starting:\s*(\S+)", s)
             if m:
                 collective = m.group(1)
@@ -256,23 +303,44 @@ def _nccl_stdout(lines, file, placement):
             continue                              # NCCL INFO lines and the like
         if len(cells) < len(cols):
             raise SpecError(file, f"line {k + 1}", f"row has {len(cells)} cells for {len(cols)} columns")
-        which = 0 if placement == "out-of-place" else 1
-        pos = {name: [i for i, c in enumerate(cols) if c == name] for name in ("time", "algbw", "busbw")}
-        if any(len(v) <= which for v in pos.values()):
-            raise SpecError(file, "header", f"no {placement} time/algbw/busbw columns")
+        which = PLACEMENTS.index(placement)
         try:
             rows.append(NcclRow(int(cells[0]), float(cells[pos["time"][which]]), float(cells[pos["algbw"][which]]),
                                 float(cells[pos["busbw"][which]])))
         except ValueError:
             raise SpecError(file, f"line {k + 1}", f"non-numeric cell in {s[:80]!r}") from None
-        wrong = [i for i, c in enumerate(cols) if c == "#wrong"]
         _check_wrong(cells[wrong[which]] if len(wrong) > which else None, file, k + 1)
     if cols is None:
         raise SpecError(file, "header", "no nccl-tests header line ('#  size  count  type ... time algbw busbw')")
-    return _table(rows, file, placement, "stdout", collective, nranks, avg)
+    return _table(rows, file, placement, "stdout", collective, nranks, avg, available)
 
 
-def _table(rows, file, placement, layout, collective, nranks, avg):
+def _nccl_table(lines, file, placement):
+    """The CSV `planner import nccl-tests` writes: one placement, named in its first comment."""
+    held = "out-of-place"
+    nranks = None
+    for ln in lines:
+        if not ln.lstrip().startswith("#"):
+            break
+        m = re.search(r"\((out-of-place|in-place),", ln)
+        if m:
+            held = m.group(1)
+        m = re.search(r"(\d+) ranks\)", ln)
+        if m:
+            nranks = int(m.group(1))
+    placement = _pick(placement, (held,), file)
+    rows = []
+    data = [(k, ln) for k, ln in enumerate(lines) if not ln.lstrip().startswith("#")]
+    for k, ln in data[1:]:
+        try:
+            s, t, a, b = (c.strip() for c in ln.split(","))
+            rows.append(NcclRow(int(s), float(t), float(a), float(b)))
+        except ValueError:
+            raise SpecError(file, f"line {k + 1}", f"not 4 numbers ({TABLE_HEADER}): {ln.strip()[:80]!r}") from None
+    return _table(rows, file, placement, "table", None, nranks, None, (held,))
+
+
+def _table(rows, file, placement, layout, collective, nranks, avg, available):
     if not rows:
         raise SpecError(file, "rows", "no data rows")
     for r in rows:
@@ -283,34 +351,21 @@ def _table(rows, file, placement, layout, collective, nranks, avg):
         dup = next(x for x in sizes if sizes.count(x) > 1)
         raise SpecError(file, f"size {dup}", "appears twice: several runs in one file? split it, one table per file")
     rows = tuple(sorted(rows, key=lambda r: r.size_bytes))
-    return NcclTable(rows, placement, layout, collective, nranks, avg)
+    return NcclTable(rows, placement, layout, collective, nranks, avg, tuple(available))
 
 
 def nccl_table_csv(table: NcclTable, comments=()) -> str:
     out = [f"# {c}" for c in comments]
-    out.append("size_bytes,time_us,algbw_GBps,busbw_GBps")
+    out.append(TABLE_HEADER)
     for r in table.rows:
         out.append(f"{r.size_bytes},{r.time_us:.4f},{r.algbw_GBps:.4f},{r.busbw_GBps:.4f}")
     return "\n".join(out) + "\n"
 
 
-def read_nccl_table(path: str) -> NcclTable:
-    """Read back a table CSV written by `nccl_table_csv` (or any nccl-tests output)."""
-    if not os.path.exists(path):
-        raise SpecError(path, None, "file does not exist")
-    with open(path) as fh:
-        text = fh.read()
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    if lines and lines[0].replace(" ", "").lower() == "size_bytes,time_us,algbw_gbps,busbw_gbps":
-        rows = []
-        for k, ln in enumerate(lines[1:]):
-            try:
-                s, t, a, b = (c.strip() for c in ln.split(","))
-                rows.append(NcclRow(int(s), float(t), float(a), float(b)))
-            except ValueError:
-                raise SpecError(path, f"row {k + 1}", f"not 4 numbers: {ln[:80]!r}") from None
-        return _table(rows, path, "out-of-place", "table", None, None, None)
-    return parse_nccl_tests(text, path)
+def read_nccl_table(path: str, placement: str | None = None) -> NcclTable:
+    """One nccl-tests table from a file (any layout parse_nccl_tests reads; bounded regular UTF-8 file)."""
+    from planner.io import read_text_file
+    return parse_nccl_tests(read_text_file(path), path, placement)
 
 
 def read_text(path: str) -> str:

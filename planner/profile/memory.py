@@ -671,16 +671,6 @@ def runtime_overhead_bytes() -> float:
     return float(total - free - torch.cuda.memory_reserved())
 
 
-def profile_samples(n: int, seed: int = 0, device: str = "fake", progress=None) -> list[dict]:
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        rows.append(sample_row(*sample_case(rng), device=device))
-        if progress:
-            progress(i + 1, n, rows[-1])
-    return rows
-
-
 def write_samples(path: str, rows: list[dict]) -> None:
     import io
 

@@ -2,8 +2,10 @@
 with its alternatives and, when simulated, the simulation's verdict."""
 from __future__ import annotations
 
+import heapq
 import time
 
+from planner.config import fork_note
 from planner.costs import Costs
 from planner.costs.iteration import build_problem, evaluate, memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
@@ -51,41 +53,84 @@ def note_overruled(rec: SolverRecord, est_best: Candidate, best: Candidate) -> N
             rec.status = "FEASIBLE"
 
 
+def plan_shape(cfg) -> tuple:
+    """What makes two plans structurally different to a practitioner: the tp, cp, pp and dp degrees and whether the
+    data-parallel group shards the parameters (FSDP / ZeRO-3, and its HSDP shard group). Configs of one shape differ
+    only in schedule / vpp, sequence parallelism, recompute, micro-batch size or ZeRO 0-2 (a flag of one framework;
+    tryout 7, F5: five alternatives at v = 10, 8, 40, 5 of one config)."""
+    return cfg.tp, cfg.cp, cfg.pp, cfg.dp, cfg.zero == 3, cfg.dp_shard
+
+
+# at most this many pruned configs scored at rank order while looking for each shape's best (bounds the cost)
+SHAPE_SCORES = 48
+
+
 def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fits=None, mats=None,
                  robust: str = "worst") -> list[dict]:
-    """The fastest other configs (one layout each, at most search.top_k), relative to the plan: the mapped candidates
-    (`mapping: searched`), then, while fewer than top_k, the fitting configs the search pruned by their bound in
-    bound order, at Megatron's rank-order mapping over their layouts (`mapping: rank order`: an upper bound on what
-    a search would give them; their bound already says they cannot beat the plan), scored as the search scored the
-    candidates: over the bandwidth scenarios `mats` (robust worst / mean), or the cluster's matrix."""
-    alts = []
-    seen = {best.cfg}
+    """Other configs than the plan (one layout each, at most search.top_k), relative to it. First the best config of
+    each plan_shape other than the plan's, fastest first; then, while fewer than top_k, the rest (near-duplicates of
+    a shape already listed: another vpp, sp, recompute, micro-batch or ZeRO 0-2), fastest first. A config is a mapped
+    candidate (`mapping: searched`, at its searched time) or a fitting config the search pruned by its bound, scored at
+    Megatron's rank-order mapping over its layouts (`mapping: rank order`: an upper bound on what a search would give
+    it; its bound already says it cannot beat the plan), as the search scored the candidates: over the bandwidth
+    scenarios `mats` (robust worst / mean), or the cluster's matrix. A shape's best is found best-first (a pruned
+    config is scored only while its bound is below the best time found for its shape, at most SHAPE_SCORES of them);
+    the rest are the mapped candidates in time order, then the pruned configs in bound order."""
+    top_k = spec.search.top_k
+    searched = {c.cfg: c.result.objective for c in cands}
+    timed = {}
 
-    def add(cfg, t, how):
-        alts.append({"config": cfg.as_dict(), "iteration_s": t, "slower_by": t / best.result.objective - 1,
-                     "peak_memory_GiB": max(m.total for m in stage_memory(spec, cfg, costs)) / GiB, "mapping": how})
+    def rank_order_s(cfg):
+        if cfg not in timed:
+            lays = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard)
+            timed[cfg] = None if not lays else float(min(
+                robust_objective(probs, probs[0].rank_order(), robust)
+                for probs in ([build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats or [None]]
+                              for lay in lays)))
+        return timed[cfg]
 
-    for c in sorted(cands, key=lambda c: c.result.objective):
-        if len(alts) >= spec.search.top_k:
-            break
-        if c.cfg in seen:
+    def row(cfg):
+        t = searched[cfg] if cfg in searched else timed[cfg]
+        return {"config": cfg.as_dict(), "iteration_s": t, "slower_by": t / best.result.objective - 1,
+                "peak_memory_GiB": max(m.total for m in stage_memory(spec, cfg, costs)) / GiB,
+                "mapping": "searched" if cfg in searched else "rank order"}
+
+    seen, shapes = {best.cfg}, {plan_shape(best.cfg)}
+    # the best of each new shape: a heap of (time or bound, tie, cfg, exact); a bound is replaced by its time
+    heap = [(t, k, cfg, True) for k, (cfg, t) in enumerate(sorted(searched.items(), key=lambda x: x[1]))]
+    heap += [(lb, len(heap) + k, cfg, False) for k, (lb, cfg) in enumerate(fits or []) if cfg not in searched]
+    heapq.heapify(heap)
+    distinct, scored = [], 0
+    while heap and len(distinct) < top_k:
+        t, k, cfg, exact = heapq.heappop(heap)
+        if cfg in seen or plan_shape(cfg) in shapes:
             continue
-        seen.add(c.cfg)
-        add(c.cfg, c.result.objective, "searched")
-    for _, cfg in fits or []:
-        if len(alts) >= spec.search.top_k:
-            break
-        if cfg in seen:
+        if not exact:
+            if scored >= SHAPE_SCORES:
+                continue
+            scored += 1
+            t = rank_order_s(cfg)
+            if t is not None:
+                heapq.heappush(heap, (t, k, cfg, True))
             continue
         seen.add(cfg)
-        lays = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard)
-        if not lays:
-            continue
-        t = min(robust_objective(probs, probs[0].rank_order(), robust)
-                for probs in ([build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats or [None]]
-                              for lay in lays))
-        add(cfg, float(t), "rank order")
-    return sorted(alts, key=lambda a: a["iteration_s"])
+        shapes.add(plan_shape(cfg))
+        distinct.append(cfg)
+    rest = []
+    for cfg in sorted(searched, key=searched.get):
+        if len(distinct) + len(rest) >= top_k:
+            break
+        if cfg not in seen:
+            seen.add(cfg)
+            rest.append(cfg)
+    for _, cfg in fits or []:
+        if len(distinct) + len(rest) >= top_k:
+            break
+        if cfg not in seen and rank_order_s(cfg) is not None:
+            seen.add(cfg)
+            rest.append(cfg)
+    by_time = lambda a: a["iteration_s"]     # noqa: E731
+    return sorted(map(row, distinct), key=by_time) + sorted(map(row, rest), key=by_time)
 
 
 # configs of the other family scored (at rank order) for a family comparison: bounds the note's cost
@@ -174,6 +219,33 @@ def cp_comparison(spec, best: Candidate, cands: list[Candidate], costs: Costs, f
                                               why_none=dropped_degrees(tr.seq_length, gpn, degrees))
 
 
+# the plan's peak within this fraction of the usable memory (limit_GiB) counts as tight (tryout 7, F6: 74.0 of 76.0)
+TIGHT_MEMORY = 0.03
+CP_HINT_SEQ = 8192        # from this sequence length on, context parallelism is the usual lever for activations
+
+
+def context_parallel_hint(spec, cfg, costs: Costs) -> str:
+    """A plan within TIGHT_MEMORY of the usable memory, from a spec that left search.context_parallel at its default
+    [1] with seq_length >= CP_HINT_SEQ: say that `context_parallel: auto` would also search cp > 1, which splits each
+    sequence's activations over cp GPUs (tryout 7, F6: NeMo's tp1 cp2 dp4 ran 0.08% slower with 7 GiB more headroom).
+    Nothing where cp > 1 cannot run (unfused attention, the deepspeed engine, no legal degree)."""
+    from planner.costs.context_parallel import auto_context_parallel
+    tr, search = spec.training, spec.search
+    named = "context_parallel" in ((spec.raw or {}).get("search") or {})
+    if named or search.context_parallel != (1,) or tr.seq_length < CP_HINT_SEQ:
+        return ""
+    if tr.attention != "fused" or tr.pipeline_engine != "megatron":
+        return ""
+    if not auto_context_parallel(tr.seq_length, spec.cluster.gpus_per_node, cfg.num_gpus):
+        return ""
+    peak, limit = _peak(spec, cfg, costs), memory_limit_GiB(spec)
+    if peak < (1 - TIGHT_MEMORY) * limit:
+        return ""
+    return (f"the plan's {peak:.1f} GiB is within {1 - peak / limit:.1%} of the {limit:.1f} GiB usable and "
+            f"search.context_parallel was left at [1]: `context_parallel: auto` also searches cp > 1, which splits "
+            f"each sequence's {tr.seq_length} tokens (and their activations) over cp GPUs")
+
+
 def idle_gpus_note(spec, cfg) -> str:
     """Where no configuration uses every GPU and the plan runs on whole nodes fewer (screen.fitting_configs): say how
     many stay idle and the nearest spec values that would use them all (diagnose.nearest_fixes)."""
@@ -243,8 +315,9 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     rec.mapping_objective = best.result.objective - p0.const
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
     for why in (fsdp_comparison(spec, best, cands, costs, fits), cp_comparison(spec, best, cands, costs, fits),
-                micro_batch_note(spec, best.cfg.num_gpus), idle_gpus_note(spec, best.cfg),
-                fp8_param_gather_note(spec, best.cfg), zero2_note(spec, best.cfg)):
+                context_parallel_hint(spec, best.cfg, costs), micro_batch_note(spec, best.cfg.num_gpus),
+                idle_gpus_note(spec, best.cfg), fp8_param_gather_note(spec, best.cfg), zero2_note(spec, best.cfg),
+                fork_note(best.cfg)):
         if why and why not in rec.note:
             rec.note = ((rec.note + "; ") if rec.note else "") + why
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)

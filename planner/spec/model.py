@@ -93,20 +93,29 @@ class ModelSpec:
         return self.num_layers * self.layer_params() + self.embedding_params() + self.output_params()
 
     # --- FLOPs per token (matmuls only; 2 FLOPs per multiply-add) ---
-    def layer_forward_flops_per_token(self, seq_length: int) -> float:
+    def layer_forward_flops_per_token(self, seq_length: int, causal: bool = False) -> float:
+        """causal False: the full s x s attention (QK^T and AV), as NeMo 24.07's model TFLOP/s count it (its
+        llama3-70b rows in benchmarks/data/published_recipes.yaml: 481.6 GFLOP per token, this count's 481.4);
+        True: half of it, the causal mask's work, as Megatron-Bridge 26.02's figures count it (449.1 per token)."""
         h, f, kv = self.hidden_size, self.ffn_hidden_size, self.kv_channels
         proj = 2 * h * (h + 2 * kv) + 2 * h * h
         mlp = 2 * h * f * (3 if self.gated_mlp else 2)
-        attn = 2 * 2 * seq_length * h                             # QK^T and AV (no causal saving, as Megatron)
+        attn = 2 * 2 * seq_length * h * (0.5 if causal else 1.0)  # QK^T and AV
         return float(proj + mlp + attn)
 
     def logits_forward_flops_per_token(self) -> float:
         return 2.0 * self.hidden_size * self.vocab_size
 
-    def model_flops_per_token(self, seq_length: int) -> float:
-        """Forward + backward (3x forward), no recompute: the FLOPs MFU is quoted against."""
-        return 3.0 * (self.num_layers * self.layer_forward_flops_per_token(seq_length)
+    def model_flops_per_token(self, seq_length: int, causal: bool = False) -> float:
+        """Forward + backward (3x forward), no recompute: the FLOPs MFU is quoted against (the planner's `mfu`:
+        causal False, the full attention; see layer_forward_flops_per_token)."""
+        return 3.0 * (self.num_layers * self.layer_forward_flops_per_token(seq_length, causal)
                       + self.logits_forward_flops_per_token())
+
+    def causal_mfu(self, seq_length: int, mfu: float) -> float:
+        """The same run's MFU with the attention FLOPs counted causally (Megatron-Bridge 26.02) instead of in full
+        (the planner's `mfu`, NeMo 24.07): the same time, fewer FLOPs."""
+        return mfu * self.model_flops_per_token(seq_length, True) / self.model_flops_per_token(seq_length)
 
 
 def parse_model(data, file: str | None, prefix: str = "") -> ModelSpec:

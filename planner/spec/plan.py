@@ -194,7 +194,10 @@ class SearchSpec:
     memory_margin: float = 0.05
     """Fraction of GPU memory kept free (a soft margin against fragmentation and the unmodelled)."""
     top_k: int = 5
-    """Candidates kept for mapping and simulation after the analytical ranking."""
+    """How many other plans the solution lists as `alternatives` (search/summary.py: the best of each structurally
+    different plan first, then near-duplicates). It does not set how many candidates are simulated: the simulator
+    re-ranks at most search.rerank.RERANK_MAX (5) distinct configs within RERANK_WITHIN (3%) of the best estimate,
+    whatever top_k is."""
     uneven_stages: tuple = (0, 1, 2)
     """Uneven first / last pipeline stages to try (Megatron-Core --decoder-first/last-pipeline-num-layers): how
     many layers per model chunk the first and the last stage may hold fewer than a middle stage (search.space
