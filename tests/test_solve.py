@@ -329,3 +329,28 @@ def test_alternatives_show_each_plan_shape_before_near_duplicates(make_spec):
     assert len(tail) == 3 and all(sh in shapes[:n_other] + [plan_shape(sol.config)] for sh in shapes[n_other:])
     for part in (head, tail):
         assert part == sorted(part, key=lambda x: x["iteration_s"])
+
+
+def test_alternatives_keep_what_the_simulator_overruled_first(make_spec):
+    """A config the estimate rated faster than the plan (the simulator overruled it) stays in the list, first, with
+    its negative slower_by, even when it has the plan's shape: it is the evidence the note names."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from planner.costs import default_costs
+    from planner.search.summary import alternatives
+    spec = make_spec(nodes=2, schedules=["1f1b", "interleaved"], layers=32, hidden=4096, heads=32, memory=40,
+                     tensor_parallel=[2, 4, 8])
+    costs = default_costs(spec.cluster)
+    sol = solve(spec, time_limit_s=10, simulate=False, costs=costs)
+    cfg = sol.config
+    twin = ParallelConfig.from_dict({**cfg.as_dict(), "sequence_parallel": not cfg.sequence_parallel})
+
+    def cand(c, t):
+        return SimpleNamespace(cfg=c, result=SimpleNamespace(objective=t))
+    other = next(ParallelConfig.from_dict(a["config"]) for a in sol.alternatives
+                 if plan_shape(ParallelConfig.from_dict(a["config"])) != plan_shape(cfg))
+    best = cand(cfg, 2.0)
+    one = dataclasses.replace(spec, search=dataclasses.replace(spec.search, top_k=1))
+    alts = alternatives(one, [best, cand(twin, 1.9), cand(other, 2.1)], best, costs, fits=[])
+    assert [a["config"] for a in alts] == [twin.as_dict()] and alts[0]["slower_by"] == pytest.approx(-0.05)

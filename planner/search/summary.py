@@ -67,7 +67,8 @@ SHAPE_SCORES = 48
 
 def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fits=None, mats=None,
                  robust: str = "worst") -> list[dict]:
-    """Other configs than the plan (one layout each, at most search.top_k), relative to it. First the best config of
+    """Other configs than the plan (one layout each, at most search.top_k), relative to it. First any searched config
+    the estimate rated faster than the plan (one the simulator overruled), then the best config of
     each plan_shape other than the plan's, fastest first; then, while fewer than top_k, the rest (near-duplicates of
     a shape already listed: another vpp, sp, recompute, micro-batch or ZeRO 0-2), fastest first. A config is a mapped
     candidate (`mapping: searched`, at its searched time) or a fitting config the search pruned by its bound, scored at
@@ -95,13 +96,17 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
                 "peak_memory_GiB": max(m.total for m in stage_memory(spec, cfg, costs)) / GiB,
                 "mapping": "searched" if cfg in searched else "rank order"}
 
-    seen, shapes = {best.cfg}, {plan_shape(best.cfg)}
+    # configs the estimate rated faster than the plan (the simulator overruled them: note_overruled) come first,
+    # whatever their shape: they are the evidence for the re-ranking (a negative slower_by)
+    faster = [cfg for cfg in sorted(searched, key=searched.get)
+              if searched[cfg] < best.result.objective and cfg != best.cfg][:top_k]
+    seen, shapes = {best.cfg, *faster}, {plan_shape(best.cfg), *map(plan_shape, faster)}
     # the best of each new shape: a heap of (time or bound, tie, cfg, exact); a bound is replaced by its time
     heap = [(t, k, cfg, True) for k, (cfg, t) in enumerate(sorted(searched.items(), key=lambda x: x[1]))]
     heap += [(lb, len(heap) + k, cfg, False) for k, (lb, cfg) in enumerate(fits or []) if cfg not in searched]
     heapq.heapify(heap)
     distinct, scored = [], 0
-    while heap and len(distinct) < top_k:
+    while heap and len(faster) + len(distinct) < top_k:
         t, k, cfg, exact = heapq.heappop(heap)
         if cfg in seen or plan_shape(cfg) in shapes:
             continue
@@ -118,19 +123,19 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
         distinct.append(cfg)
     rest = []
     for cfg in sorted(searched, key=searched.get):
-        if len(distinct) + len(rest) >= top_k:
+        if len(faster) + len(distinct) + len(rest) >= top_k:
             break
         if cfg not in seen:
             seen.add(cfg)
             rest.append(cfg)
     for _, cfg in fits or []:
-        if len(distinct) + len(rest) >= top_k:
+        if len(faster) + len(distinct) + len(rest) >= top_k:
             break
         if cfg not in seen and rank_order_s(cfg) is not None:
             seen.add(cfg)
             rest.append(cfg)
     by_time = lambda a: a["iteration_s"]     # noqa: E731
-    return sorted(map(row, distinct), key=by_time) + sorted(map(row, rest), key=by_time)
+    return [*map(row, faster)] + sorted(map(row, distinct), key=by_time) + sorted(map(row, rest), key=by_time)
 
 
 # configs of the other family scored (at rank order) for a family comparison: bounds the note's cost
