@@ -16,7 +16,8 @@ import numpy as np
 from planner import interrupt
 from planner.config import ParallelConfig
 from planner.costs import Costs
-from planner.costs.iteration import build_problem, compute_const, memory_limit_GiB, stage_memory
+from planner.costs.context_parallel import stage_memories
+from planner.costs.iteration import build_problem, compute_const, memory_limit_GiB
 from planner.costs.memory import GiB
 from planner.errors import InfeasibleError, SpecError
 from planner.mapping import work
@@ -72,7 +73,14 @@ def feasible_configs(spec, costs: Costs, num_gpus: int | None = None, keep=None,
         if keep is not None and not keep(cfg):
             continue
         total += 1
-        mem = stage_memory(spec, cfg, costs)
+        mem, hopeless = [], False
+        for m in stage_memories(spec, cfg, costs):
+            mem.append(m)
+            if closest is not None and m.total / GiB > limit and m.total / GiB >= closest[0]:
+                hopeless = True    # over the limit, and no closer than the closest miss: the other stages change
+                break              # neither answer (tryout 7, F8: most configs of a 128-GPU space are over)
+        if hopeless:
+            continue
         peak = max(m.total for m in mem) / GiB
         if peak > limit:
             if closest is None or peak < closest[0]:
