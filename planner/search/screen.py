@@ -205,7 +205,7 @@ def largest_term(mem) -> tuple[str, float]:
 
 
 def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: float, spent, deadline: float,
-           progress=None) -> Screening:
+           progress=None, own_from: float | None = None, bounds: dict | None = None) -> Screening:
     """Best-first branch and bound over (config, layout), with annealed mappings as incumbents.
 
     Every config enters at its compute bound (fits' order); the lowest entry is taken next. A config taken for
@@ -216,8 +216,12 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
     slowest DP ring), and no layout whose bound is worse than a better one's is mapped first. Stops when the
     lowest entry cannot beat the incumbent (everything left is pruned), or, with an incumbent, when SCREEN_SHARE
     of the work budget (work seconds; `spent` the open work meter) is spent, or at the wall-clock safety stop
-    `deadline`. Without an incumbent it goes on past the budget to its first anneal (a plan is needed; at the
-    safety stop, of the best layout bounded so far)."""
+    `deadline`. Without an incumbent, bounding goes on to the first anneal (a plan is needed) until screening's
+    own work (`spent` past `own_from`: the meter's reading after the memory screen, shared by the passes of a
+    re-search; default: at the start of this call) reaches SCREEN_SHARE of the budget, whatever the memory screen
+    spent (that alone may exceed a short limit: tryout 7, 7,506 configurations against 2.8 work s at 8 s); then,
+    or at the safety stop, the best layout bounded so far is annealed. `bounds` (config -> [(bound, layout index,
+    layout)]) keeps the layouts' bounds across calls: a re-search after a simulation veto starts from them."""
     best: Candidate | None = None
     cands: list[Candidate] = []
     open_bounds: list[float] = []
@@ -229,10 +233,15 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
     def lays_of(cfg):
         return layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpn, cfg.dp_shard)
 
-    # entries (bound, config index, layout index or -1: not bounded yet, layout); fits is sorted, so it is a heap
-    heap = [(lb, k, -1, None) for k, (lb, _) in enumerate(fits)]
+    # entries (bound, config index, layout index or -1: not bounded yet, layout)
+    bounds = {} if bounds is None else bounds
+    heap = []
+    for k, (lb, cfg) in enumerate(fits):
+        heap.extend([(plb, k, j, lay) for plb, j, lay in bounds[cfg]] if cfg in bounds else [(lb, k, -1, None)])
+    heapq.heapify(heap)
     kept: dict = {}           # (k, j) -> problems of the last few bounded layouts, so most anneals need no rebuild
     bounded = 0
+    start = spent.used_s if own_from is None else own_from      # where screening's own work starts
 
     def problems(k, lay):
         probs = [build_problem(spec, fits[k][1], lay, costs, bandwidth=m) for m in mats]
@@ -251,9 +260,10 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
             wall_stop = wall
             open_bounds.append(key)      # the lowest bound left bounds every entry left
             break
-        if (wall or interrupt.requested()) and any(j >= 0 for _, _, j, _ in heap):
-            # at the safety stop (or a Ctrl-C) with no incumbent: the best bounded layout is annealed now (one is
-            # needed). Out of work, bounding goes on to the first layout whose bound is the lowest: the one to map
+        if (wall or interrupt.requested() or spent.used_s - start > SCREEN_SHARE * budget) and \
+                any(j >= 0 for _, _, j, _ in heap):
+            # no incumbent yet, and screening's own work past SCREEN_SHARE of the budget (whatever the memory
+            # screen spent before it), the safety stop or a Ctrl-C: the best bounded layout is annealed now
             wall_stop |= wall
             at = min(range(len(heap)), key=lambda i: (heap[i][2] < 0, heap[i]))
             entry = heap[at]
@@ -265,9 +275,11 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
         _, k, j, lay = entry
         cfg = fits[k][1]
         if j < 0:
+            bounds[cfg] = []
             for j, lay in enumerate(lays_of(cfg)):
                 probs = problems(k, lay)
                 plb = max(p.lower_bound() for p in probs)
+                bounds[cfg].append((plb, j, lay))
                 if best is not None and plb >= best.result.objective:
                     pruned_bound += 1
                     continue

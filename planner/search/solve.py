@@ -55,6 +55,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     tally: dict = {}
     fits, total = fitting_configs(spec, costs, num_gpus, tally=tally)
     vetoed: set = set()
+    bounds: dict = {}     # each bounded config's layout bounds: a re-search starts from them (screen)
     # one meter and one budget over every pass: a re-search after a simulation veto gets what the earlier passes
     # left (screening still maps one candidate), and work_s is the whole solve's (review, Nov 26, finding 5)
     with work.metered(deadline=deadline) as spent:
@@ -63,7 +64,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
         while True:
             kept = [f for f in fits if f[1] not in vetoed]
             screening = screen(spec, kept, mats, costs, seed=seed, robust=rob, budget=budget, spent=spent,
-                               deadline=deadline, progress=progress)
+                               deadline=deadline, progress=progress, own_from=enum_work, bounds=bounds)
             solved = len(screening.cands)
             proof = prove(screening.cands, screening.best, method=method, seed=seed, robust=rob, budget=budget,
                           spent=spent, deadline=deadline)
@@ -88,10 +89,10 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     notes = []
     if vetoed:
         notes.append(f"{len(vetoed)} configuration(s) the estimate fits were over memory in simulation and excluded")
-    if enum_work >= SCREEN_SHARE * budget:
-        notes.append(f"the time limit ({limit:g} s: {budget:.2f} work s) is spent on the memory screen of the "
-                     f"{total} configurations alone ({enum_work:.2f} work s): the search mapped only its best "
-                     "candidate by bound; a longer --time-limit searches further")
+    if enum_work >= SCREEN_SHARE * budget and rec.status != "OPTIMAL":
+        notes.append(f"the memory screen of the {total} configurations took {enum_work:.2f} work s of the "
+                     f"{budget:.2f} the time limit ({limit:g} s) buys: the search had little work left; a longer "
+                     "--time-limit searches further")
     if notes:
         rec.note = "; ".join(([rec.note] if rec.note else []) + notes)
     sol = summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked, fits=kept,
