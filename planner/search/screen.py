@@ -214,7 +214,9 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
     at its own bound is annealed. So the layouts are mapped in the order of the network-aware bound, not of the
     compute bound alone (tryout 7, F1: on a slow inter-node link tp8 pp1 dp8 has the lowest compute bound and the
     slowest DP ring), and no layout whose bound is worse than a better one's is mapped first. Stops when the
-    lowest entry cannot beat the incumbent (everything left is pruned), or, with an incumbent, when SCREEN_SHARE
+    lowest entry cannot beat the incumbent (everything left is pruned; while fewer than RERANK_MAX configs lie
+    within RERANK_WITHIN of it, entries in that window are still mapped: the simulator re-ranks those), or, with
+    an incumbent, when SCREEN_SHARE
     of the work budget (work seconds; `spent` the open work meter) is spent, or at the wall-clock safety stop
     `deadline`. Without an incumbent, bounding goes on to the first anneal (a plan is needed) until screening's
     own work (`spent` past `own_from`: the meter's reading after the memory screen, shared by the passes of a
@@ -248,13 +250,24 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
         work.charge(len(probs) * (work.SCREEN_PROBLEM_WORK_S + work.SCREEN_NODE2_WORK_S * probs[0].n ** 2))
         return probs
 
+    from planner.search.rerank import RERANK_MAX, RERANK_WITHIN
+
+    def cut() -> float:
+        """Entries from here on are pruned: the incumbent's objective, or, while fewer than RERANK_MAX configs lie
+        within RERANK_WITHIN of it, that window: the simulator re-ranks those close candidates (rerank.py), so
+        they are mapped too (on the work left), as the compute-bound order mapped them before."""
+        t = best.result.objective
+        close = {c.cfg for c in cands if c.result.objective <= t * (1 + RERANK_WITHIN)}
+        return t * (1 + RERANK_WITHIN) if len(close) < RERANK_MAX else t
+
     while heap:
         key = heap[0][0]
-        if best is not None and key >= best.result.objective:
-            pruned_bound += sum(1 if j >= 0 else len(lays_of(fits[k][1])) for _, k, j, _ in heap)
-            break
         wall = time.perf_counter() > deadline
         stop = spent.used_s > SCREEN_SHARE * budget or wall or interrupt.requested()
+        if best is not None and (key >= cut() or (stop and key >= best.result.objective)):
+            # everything left is pruned by its bound (a close one left unmapped at the stop included)
+            pruned_bound += sum(1 if j >= 0 else len(lays_of(fits[k][1])) for _, k, j, _ in heap)
+            break
         if stop and best is not None:
             screened_all = False
             wall_stop = wall
@@ -280,7 +293,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
                 probs = problems(k, lay)
                 plb = max(p.lower_bound() for p in probs)
                 bounds[cfg].append((plb, j, lay))
-                if best is not None and plb >= best.result.objective:
+                if best is not None and plb >= cut():
                     pruned_bound += 1
                     continue
                 heapq.heappush(heap, (plb, k, j, lay))
