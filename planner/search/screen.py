@@ -32,6 +32,10 @@ from planner.search.space import enumerate_configs
 # 128-node spec's screening anneals far from converged (docs/notes/solver.md, "Incremental annealer")
 SCREEN_ITERS = 8000
 SCREEN_SHARE = 0.9            # screening stops, once it has an incumbent, when it has spent this share of the work
+# candidates this close to the best estimate (distinct configs, at most RERANK_MAX) are re-ranked by simulation
+# (rerank.py); screening maps those too (screen)
+RERANK_WITHIN = 0.03
+RERANK_MAX = 5
 SCREEN_KEEP = 8               # bounded layouts whose problems screening holds for their anneal (the rest: rebuilt)
 
 
@@ -249,8 +253,6 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
         probs = [build_problem(spec, fits[k][1], lay, costs, bandwidth=m) for m in mats]
         work.charge(len(probs) * (work.SCREEN_PROBLEM_WORK_S + work.SCREEN_NODE2_WORK_S * probs[0].n ** 2))
         return probs
-
-    from planner.search.rerank import RERANK_MAX, RERANK_WITHIN
 
     def cut() -> float:
         """Entries from here on are pruned: the incumbent's objective, or, while fewer than RERANK_MAX configs lie
