@@ -337,6 +337,14 @@ def cp_mode(spec, cfg: ParallelConfig, costs) -> str | None:
     stage_times do not check it first, and charging such a plan some other mode would hide the refusal."""
     if cfg.cp == 1:
         return None
+    return _cp_mode(spec, cfg, costs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cp_mode(spec, cfg: ParallelConfig, costs) -> str:
+    # memoised: the memory screen asks once per pipeline stage of every enumerated config (stage_memory), and for
+    # auto each answer costs the layer times of every legal mode (tryout 7, F8: 36k calls, most of a 128-GPU solve's
+    # wall). All three are frozen: spec hashes by identity (held here, so its id is not reused), cfg and costs by value.
     why = cp_refusal(spec, cfg)       # every rule (unfused attention, placement, ...), not only "no legal mode"
     if why:
         raise ValueError(why)
@@ -396,3 +404,9 @@ def stage_memory(spec, cfg: ParallelConfig, costs, stage: int):
     if cfg.cp == 1:
         return m
     return replace(m, transient=m.transient + buffer_bytes(spec, cfg, cp_mode(spec, cfg, costs)))
+
+
+def stage_memories(spec, cfg: ParallelConfig, costs):
+    """stage_memory of stages 0 .. pp-1, one at a time (iteration.stage_memory is their list): a caller that only
+    needs to know whether a config fits may stop at the first stage over the limit (screen.feasible_configs)."""
+    return (stage_memory(spec, cfg, costs, s) for s in range(cfg.pp))

@@ -58,11 +58,15 @@ LNS_STEP_ITERS = 45
 LNS_BLOCK_ITERS = 0.3
 LNS_NODE_ITERS = 0.8
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
-# the configuration search's own work outside the mapping solvers (search/solve.py, search/screen.py), measured quiet
-# on this machine's class (docs/notes/solver.md, "The search's own work, charged"): each enumerated configuration's
-# memory 0.3-0.5 ms; each screened (config, layout) problem built and bounded 0.7 ms (16 nodes), 6.7 ms (32), 35 ms
-# (128): SCREEN_PROBLEM_WORK_S + SCREEN_NODE2_WORK_S x nodes^2, per bandwidth scenario
-CONFIG_WORK_S = 5e-4
+# the configuration search's own work outside the mapping solvers (search/solve.py, search/screen.py), measured on
+# this machine's class (docs/notes/solver.md, "The search's own work, charged" and "Short limits"): the memory screen
+# by what it computed (enumeration_work: each configuration enumerated, each stage's memory evaluated, each fitting
+# configuration's compute bound; CPU 0.005-0.034 ms, 0.055-0.094 ms and 0.20-0.28 ms at load ~3, Nov 26); each
+# screened (config, layout) problem built and bounded 0.7 ms (16 nodes), 6.7 ms (32), 35 ms (128):
+# SCREEN_PROBLEM_WORK_S + SCREEN_NODE2_WORK_S x nodes^2, per bandwidth scenario
+CONFIG_WORK_S = 5e-5
+STAGE_MEMORY_WORK_S = 1e-4
+FIT_WORK_S = 3e-4
 SCREEN_PROBLEM_WORK_S = 1e-3
 SCREEN_NODE2_WORK_S = 2.5e-6
 # one two-row model (tworows.py), charged once built: ROWS2_BUILD_WORK_S + ROWS2_ITEM_WORK_S per variable and
@@ -119,6 +123,12 @@ def note_wall() -> None:
     """A solver stopped at the wall clock: every open meter's search now depends on the load."""
     for m in _meters.get():
         m.wall_hit = True
+
+
+def enumeration_work(configs: int = 0, stages: int = 0, fits: int = 0) -> float:
+    """Work seconds of the memory screen (screen.feasible_configs' tally): `configs` enumerated, `stages` stage
+    memories evaluated, `fits` compute bounds of the configurations that fit."""
+    return configs * CONFIG_WORK_S + stages * STAGE_MEMORY_WORK_S + fits * FIT_WORK_S
 
 
 def iteration_cost(rows: int, scenarios: int = 1) -> float:

@@ -13,10 +13,9 @@ from planner.costs import Costs
 from planner.costs.iteration import memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
 from planner.errors import InfeasibleError
-from planner.search.screen import Candidate
+from planner.search.screen import RERANK_MAX, RERANK_WITHIN, Candidate
 
-RERANK_WITHIN = 0.03     # candidates this close to the best estimate are re-ranked by simulation
-RERANK_MAX = 5
+# RERANK_WITHIN, RERANK_MAX: defined beside screening, which maps the candidates within them (screen.screen)
 
 
 def simulate_candidate(spec, c: Candidate, costs: Costs):

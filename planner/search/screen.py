@@ -8,6 +8,7 @@ candidates it keeps do not depend on the machine's load; the wall clock is a saf
 """
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -16,7 +17,8 @@ import numpy as np
 from planner import interrupt
 from planner.config import ParallelConfig
 from planner.costs import Costs
-from planner.costs.iteration import build_problem, compute_const, memory_limit_GiB, stage_memory
+from planner.costs.context_parallel import stage_memories
+from planner.costs.iteration import build_problem, compute_const, memory_limit_GiB
 from planner.costs.memory import GiB
 from planner.errors import InfeasibleError, SpecError
 from planner.mapping import work
@@ -30,6 +32,11 @@ from planner.search.space import enumerate_configs
 # 128-node spec's screening anneals far from converged (docs/notes/solver.md, "Incremental annealer")
 SCREEN_ITERS = 8000
 SCREEN_SHARE = 0.9            # screening stops, once it has an incumbent, when it has spent this share of the work
+# candidates this close to the best estimate (distinct configs, at most RERANK_MAX) are re-ranked by simulation
+# (rerank.py); screening maps those too (screen)
+RERANK_WITHIN = 0.03
+RERANK_MAX = 5
+SCREEN_KEEP = 8               # bounded layouts whose problems screening holds for their anneal (the rest: rebuilt)
 
 
 @dataclass
@@ -62,17 +69,27 @@ def scenarios(spec, robust: str | None) -> list[np.ndarray]:
     return [cl.bandwidth]
 
 
-def feasible_configs(spec, costs: Costs, num_gpus: int | None = None, keep=None, dropped: dict | None = None):
+def feasible_configs(spec, costs: Costs, num_gpus: int | None = None, keep=None, dropped: dict | None = None,
+                     tally: dict | None = None):
     """(fitting configs with their compute bound, count enumerated, the closest miss); with `keep` (a predicate on
     ParallelConfig), of the configs it keeps only; `dropped` collects what the frameworks' rules drop
-    (space.enumerate_configs)."""
+    (space.enumerate_configs); `tally` adds up what was computed (configs, stages, fits: work.enumeration_work)."""
     limit = memory_limit_GiB(spec)
     fits, total, closest = [], 0, None
+    stages = 0
     for cfg in enumerate_configs(spec, num_gpus, dropped):
         if keep is not None and not keep(cfg):
             continue
         total += 1
-        mem = stage_memory(spec, cfg, costs)
+        mem, hopeless = [], False
+        for m in stage_memories(spec, cfg, costs):
+            mem.append(m)
+            stages += 1
+            if closest is not None and m.total / GiB > limit and m.total / GiB >= closest[0]:
+                hopeless = True    # over the limit, and no closer than the closest miss: the other stages change
+                break              # neither answer (tryout 7, F8: most configs of a 128-GPU space are over)
+        if hopeless:
+            continue
         peak = max(m.total for m in mem) / GiB
         if peak > limit:
             if closest is None or peak < closest[0]:
@@ -80,20 +97,24 @@ def feasible_configs(spec, costs: Costs, num_gpus: int | None = None, keep=None,
             continue
         fits.append((compute_const(spec, cfg, costs), cfg))
     fits.sort(key=lambda t: (t[0], t[1]))
+    if tally is not None:
+        for k, v in (("configs", total), ("stages", stages), ("fits", len(fits))):
+            tally[k] = tally.get(k, 0) + v
     return fits, total, closest
 
 
-def fitting_configs(spec, costs: Costs, num_gpus: int | None = None):
-    """(fits, configs enumerated) as feasible_configs; raises InfeasibleError naming the closest miss.
+def fitting_configs(spec, costs: Costs, num_gpus: int | None = None, tally: dict | None = None):
+    """(fits, configs enumerated) as feasible_configs; raises InfeasibleError naming the closest miss. `tally`: as
+    feasible_configs', over every pass.
 
     With no valid config on every GPU (e.g. 14 nodes after failures) and no num_gpus given, the most
     whole nodes that have one are used: the mapping then also chooses which nodes stay idle."""
     dropped: dict = {}
-    fits, total, closest = feasible_configs(spec, costs, num_gpus, dropped=dropped)
+    fits, total, closest = feasible_configs(spec, costs, num_gpus, dropped=dropped, tally=tally)
     if total == 0 and num_gpus is None:
         gpn = spec.cluster.gpus_per_node
         for k in range(spec.cluster.nodes - 1, 0, -1):
-            fits, total, closest = feasible_configs(spec, costs, k * gpn)
+            fits, total, closest = feasible_configs(spec, costs, k * gpn, tally=tally)
             if total:
                 break
     if not fits:
@@ -188,44 +209,110 @@ def largest_term(mem) -> tuple[str, float]:
 
 
 def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: float, spent, deadline: float,
-           progress=None) -> Screening:
-    """Branch and bound over (config, layout), fits sorted by compute bound, with annealed mappings as
-    incumbents. Stops at the first config whose bound cannot beat the incumbent (all later ones are
-    pruned too), or, with an incumbent, when SCREEN_SHARE of the work budget (work seconds; `spent` the open
-    work meter) is spent, or at the wall-clock safety stop `deadline`."""
+           progress=None, own_from: float | None = None, bounds: dict | None = None) -> Screening:
+    """Best-first branch and bound over (config, layout), with annealed mappings as incumbents.
+
+    Every config enters at its compute bound (fits' order); the lowest entry is taken next. A config taken for
+    the first time has its layouts' problems built and bounded (MappingProblem.lower_bound(), which sees the
+    network: pipeline hops, the DP ring) and each layout goes back in at that bound; a (config, layout) taken
+    at its own bound is annealed. So the layouts are mapped in the order of the network-aware bound, not of the
+    compute bound alone (tryout 7, F1: on a slow inter-node link tp8 pp1 dp8 has the lowest compute bound and the
+    slowest DP ring), and no layout whose bound is worse than a better one's is mapped first. Stops when the
+    lowest entry cannot beat the incumbent (everything left is pruned; while fewer than RERANK_MAX configs lie
+    within RERANK_WITHIN of it, entries in that window are still mapped: the simulator re-ranks those), or, with
+    an incumbent, when SCREEN_SHARE
+    of the work budget (work seconds; `spent` the open work meter) is spent, or at the wall-clock safety stop
+    `deadline`. Without an incumbent, bounding goes on to the first anneal (a plan is needed) until screening's
+    own work (`spent` past `own_from`: the meter's reading after the memory screen, shared by the passes of a
+    re-search; default: at the start of this call) reaches SCREEN_SHARE of the budget, whatever the memory screen
+    spent (that alone may exceed a short limit: tryout 7, 7,506 configurations against 2.8 work s at 8 s); then,
+    or at the safety stop, the best layout bounded so far is annealed. `bounds` (config -> [(bound, layout index,
+    layout)]) keeps the layouts' bounds across calls: a re-search after a simulation veto starts from them."""
     best: Candidate | None = None
     cands: list[Candidate] = []
     open_bounds: list[float] = []
     pruned_bound = 0
     screened_all = True
     wall_stop = False
+    gpn = spec.cluster.gpus_per_node
+
+    def lays_of(cfg):
+        return layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpn, cfg.dp_shard)
+
+    # entries (bound, config index, layout index or -1: not bounded yet, layout)
+    bounds = {} if bounds is None else bounds
+    heap = []
     for k, (lb, cfg) in enumerate(fits):
-        if best is not None and lb >= best.result.objective:
-            pruned_bound += sum(len(layouts(c.tp * c.cp, c.pp, c.dp, spec.cluster.gpus_per_node, c.dp_shard))
-                                for _, c in fits[k:])
-            break
+        heap.extend([(plb, k, j, lay) for plb, j, lay in bounds[cfg]] if cfg in bounds else [(lb, k, -1, None)])
+    heapq.heapify(heap)
+    kept: dict = {}           # (k, j) -> problems of the last few bounded layouts, so most anneals need no rebuild
+    bounded = 0
+    start = spent.used_s if own_from is None else own_from      # where screening's own work starts
+
+    def problems(k, lay):
+        probs = [build_problem(spec, fits[k][1], lay, costs, bandwidth=m) for m in mats]
+        work.charge(len(probs) * (work.SCREEN_PROBLEM_WORK_S + work.SCREEN_NODE2_WORK_S * probs[0].n ** 2))
+        return probs
+
+    def cut() -> float:
+        """Entries from here on are pruned: the incumbent's objective, or, while fewer than RERANK_MAX configs lie
+        within RERANK_WITHIN of it, that window: the simulator re-ranks those close candidates (rerank.py), so
+        they are mapped too (on the work left), as the compute-bound order mapped them before."""
+        t = best.result.objective
+        close = {c.cfg for c in cands if c.result.objective <= t * (1 + RERANK_WITHIN)}
+        return t * (1 + RERANK_WITHIN) if len(close) < RERANK_MAX else t
+
+    while heap:
+        key = heap[0][0]
         wall = time.perf_counter() > deadline
-        if best is not None and (spent.used_s > SCREEN_SHARE * budget or wall or interrupt.requested()):
+        stop = spent.used_s > SCREEN_SHARE * budget or wall or interrupt.requested()
+        if best is not None and (key >= cut() or (stop and key >= best.result.objective)):
+            # everything left is pruned by its bound (a close one left unmapped at the stop included)
+            pruned_bound += sum(1 if j >= 0 else len(lays_of(fits[k][1])) for _, k, j, _ in heap)
+            break
+        if stop and best is not None:
             screened_all = False
             wall_stop = wall
-            open_bounds.append(lb)       # the rest are sorted by lb, so this one bounds them all
+            open_bounds.append(key)      # the lowest bound left bounds every entry left
             break
-        for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard):
-            probs = [build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats]
-            plb = max(p.lower_bound() for p in probs)
-            work.charge(len(probs) * (work.SCREEN_PROBLEM_WORK_S + work.SCREEN_NODE2_WORK_S * probs[0].n ** 2))
-            if best is not None and plb >= best.result.objective:
-                pruned_bound += 1
-                continue
-            init = probs[0].rank_order()
-            res = anneal(probs, seed=seed, iterations=SCREEN_ITERS, init=init, robust=robust,
-                         time_limit_s=max(0.05, deadline - time.perf_counter()))
-            wall_stop |= time.perf_counter() > deadline     # the safety stop may have cut this anneal short
-            c = Candidate(cfg, lay, probs, res)
-            cands.append(c)
-            if best is None or res.objective < best.result.objective:
-                best = c
-        if progress:
-            progress(k + 1, len(fits))
+        if (wall or interrupt.requested() or spent.used_s - start > SCREEN_SHARE * budget) and \
+                any(j >= 0 for _, _, j, _ in heap):
+            # no incumbent yet, and screening's own work past SCREEN_SHARE of the budget (whatever the memory
+            # screen spent before it), the safety stop or a Ctrl-C: the best bounded layout is annealed now
+            wall_stop |= wall
+            at = min(range(len(heap)), key=lambda i: (heap[i][2] < 0, heap[i]))
+            entry = heap[at]
+            heap[at] = heap[-1]
+            heap.pop()
+            heapq.heapify(heap)
+        else:
+            entry = heapq.heappop(heap)
+        _, k, j, lay = entry
+        cfg = fits[k][1]
+        if j < 0:
+            bounds[cfg] = []
+            for j, lay in enumerate(lays_of(cfg)):
+                probs = problems(k, lay)
+                plb = max(p.lower_bound() for p in probs)
+                bounds[cfg].append((plb, j, lay))
+                if best is not None and plb >= cut():
+                    pruned_bound += 1
+                    continue
+                heapq.heappush(heap, (plb, k, j, lay))
+                kept[(k, j)] = probs
+                if len(kept) > SCREEN_KEEP:
+                    del kept[next(iter(kept))]
+            bounded += 1
+            if progress:
+                progress(bounded, len(fits))
+            continue
+        probs = kept.pop((k, j), None) or problems(k, lay)
+        res = anneal(probs, seed=seed, iterations=SCREEN_ITERS, init=probs[0].rank_order(), robust=robust,
+                     time_limit_s=max(0.05, deadline - time.perf_counter()))
+        wall_stop |= time.perf_counter() > deadline     # the safety stop may have cut this anneal short
+        c = Candidate(cfg, lay, probs, res)
+        cands.append(c)
+        if best is None or res.objective < best.result.objective:
+            best = c
     assert best is not None
     return Screening(best, cands, open_bounds, pruned_bound, screened_all, wall_stop)

@@ -29,7 +29,7 @@ from planner.mapping import work
 from planner.mapping.problem import layouts
 from planner.search.prove import prove
 from planner.search.rerank import SimulationVeto, rerank_by_simulation
-from planner.search.screen import fitting_configs, scenarios, screen
+from planner.search.screen import SCREEN_SHARE, fitting_configs, scenarios, screen
 from planner.search.summary import note_overruled, solver_record, summarise
 from planner.solution import Solution, mapping_to_assign
 
@@ -52,38 +52,49 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     deadline = t0 + WALL_SAFETY * limit   # the safety stop; work decides (below)
     budget = work.WORK_PER_S * limit
 
-    fits, total = fitting_configs(spec, costs, num_gpus)
+    tally: dict = {}
+    fits, total = fitting_configs(spec, costs, num_gpus, tally=tally)
     vetoed: set = set()
-    while True:
-        kept = [f for f in fits if f[1] not in vetoed]
-        with work.metered(deadline=deadline) as spent:
-            if not vetoed:       # the configurations enumerated and their memory, above (once: a re-search reuses them)
-                work.charge(total * work.CONFIG_WORK_S)
+    bounds: dict = {}     # each bounded config's layout bounds: a re-search starts from them (screen)
+    # one meter and one budget over every pass: a re-search after a simulation veto gets what the earlier passes
+    # left (screening still maps one candidate), and work_s is the whole solve's (review, Nov 26, finding 5)
+    with work.metered(deadline=deadline) as spent:
+        enum_work = work.enumeration_work(**tally)
+        work.charge(enum_work)          # the memory screen, once: a re-search reuses its configurations
+        while True:
+            kept = [f for f in fits if f[1] not in vetoed]
             screening = screen(spec, kept, mats, costs, seed=seed, robust=rob, budget=budget, spent=spent,
-                               deadline=deadline, progress=progress)
+                               deadline=deadline, progress=progress, own_from=enum_work, bounds=bounds)
             solved = len(screening.cands)
             proof = prove(screening.cands, screening.best, method=method, seed=seed, robust=rob, budget=budget,
                           spent=spent, deadline=deadline)
-        rec = solver_record(screening, proof, method=method, robust=robust, t0=t0, total=total,
-                            pruned_mem=total - len(kept), solved=solved, work_s=spent.used_s,
-                            wall_hit=spent.wall_hit)
-        best, reranked = proof.best, None
-        if not simulate:
+            rec = solver_record(screening, proof, method=method, robust=robust, t0=t0, total=total,
+                                pruned_mem=total - len(kept), solved=solved, work_s=spent.used_s,
+                                wall_hit=spent.wall_hit)
+            best, reranked = proof.best, None
+            if not simulate:
+                break
+            try:
+                best, reranked = rerank_by_simulation(spec, screening.cands, best, costs,
+                                                      mats if robust and robust != "none" else None, rob)
+            except SimulationVeto as veto:
+                # a plan must fit by both judges: search again without what the simulator rejected
+                vetoed |= veto.configs
+                if len(vetoed) >= len(fits) or interrupt.requested():
+                    raise
+                continue
             break
-        try:
-            best, reranked = rerank_by_simulation(spec, screening.cands, best, costs,
-                                                  mats if robust and robust != "none" else None, rob)
-        except SimulationVeto as veto:
-            # a plan must fit by both judges: search again without what the simulator rejected
-            vetoed |= veto.configs
-            if len(vetoed) >= len(fits) or interrupt.requested():
-                raise
-            continue
+    if simulate:
         note_overruled(rec, proof.best, best)
-        if vetoed:
-            rec.note = ((rec.note + "; ") if rec.note else "") + (
-                f"{len(vetoed)} configuration(s) the estimate fits were over memory in simulation and excluded")
-        break
+    notes = []
+    if vetoed:
+        notes.append(f"{len(vetoed)} configuration(s) the estimate fits were over memory in simulation and excluded")
+    if enum_work >= SCREEN_SHARE * budget and rec.status != "OPTIMAL":
+        notes.append(f"the memory screen of the {total} configurations took {enum_work:.2f} work s of the "
+                     f"{budget:.2f} the time limit ({limit:g} s) buys: the search had little work left; a longer "
+                     "--time-limit searches further")
+    if notes:
+        rec.note = "; ".join(([rec.note] if rec.note else []) + notes)
     sol = summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked, fits=kept,
                     mats=mats, robust=rob)
     # checked after the summary (its simulation takes a while): a Ctrl-C at any point of the solve is reported,
