@@ -61,3 +61,21 @@ def test_top_k_sets_the_alternatives_not_how_many_are_simulated(make_spec, monke
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     row = next(ln for ln in open(os.path.join(root, "docs", "SPEC.md")) if ln.startswith("| `top_k`"))
     assert re.search(rf"best {rerank.RERANK_MAX} distinct configs", row) and "RERANK_MAX" in row
+
+
+@pytest.mark.parametrize("gain, overruled", [(0.001, False), (0.02, True)])
+def test_the_estimates_optimum_is_overruled_only_beyond_the_margin(make_spec, monkeypatch, gain, overruled):
+    """A candidate that simulates faster by less than RERANK_MARGIN does not displace the estimate's optimum (a
+    shipped 405B plan was swapped for 0.005%); one faster by more does."""
+    from types import SimpleNamespace
+    assert rerank.RERANK_MARGIN < 0.02
+    spec = _spec(make_spec)
+    sol = solve(spec, time_limit_s=5)
+    other = next(a["config"] for a in sol.alternatives)
+    from planner.config import ParallelConfig
+    best = SimpleNamespace(cfg=sol.config, result=SimpleNamespace(objective=1.0))
+    second = SimpleNamespace(cfg=ParallelConfig.from_dict(other), result=SimpleNamespace(objective=1.001))
+    sims = {best.cfg: 1.0, second.cfg: 1.0 - gain}
+    monkeypatch.setattr(rerank, "_sim_pair", lambda spec_, c, *a, **k: (sims[c.cfg], 1.0))
+    win, _ = rerank.rerank_by_simulation(spec, [best, second], best, costs=None)
+    assert (win is second) is overruled
