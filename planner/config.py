@@ -11,6 +11,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 # FSDP plans target torchtitan's FSDP2 (docs/notes/fsdp.md), so they are searched on these schedules only
 TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "v-zb": "ZBVZeroBubble"}
 V_SHAPES = ("v-min", "v-half", "v-zb")
+# schedules whose backward is split into B (input grad) and W (weight grad): zero-bubble H1 and the V-shapes
+SPLIT_SCHEDULES = ("zb-h1",) + V_SHAPES
 # the software that runs the pipeline: Megatron-LM's schedules (batched send/recv pairs) or DeepSpeed's
 # PipelineEngine (Megatron-DeepSpeed's GPTModelPipe: its own 1F1B, separate blocking sends and receives)
 PIPELINE_ENGINES = ("megatron", "deepspeed")

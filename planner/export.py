@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from planner.config import TORCHTITAN_SCHEDULES, V_SHAPES, ParallelConfig, torchtitan_problem
+from planner.config import SPLIT_SCHEDULES, TORCHTITAN_SCHEDULES, V_SHAPES, ParallelConfig, torchtitan_problem
 from planner.errors import SpecError
 from planner.spec.cluster import before_blackwell
 from planner.spec.hosts import check_hostname
@@ -168,7 +168,7 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
                     "engine; add --deepspeed and a ds_config (the flags above are the ones it shares with Megatron-LM"
                     + ("; ZeRO 1 there is zero_optimization.stage 1, not --use-distributed-optimizer)"
                        if int(c.get("zero", 0)) >= 1 else ")"))
-    if c.get("schedule") in ("zb-h1", "v-min", "v-half", "v-zb"):
+    if c.get("schedule") in SPLIT_SCHEDULES:
         args.append(f"# schedule {c['schedule']}: needs a zero-bubble-capable Megatron fork (e.g. sail-sg zero-bubble)")
     return args
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from planner.config import ParallelConfig
+from planner.config import SPLIT_SCHEDULES, ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
@@ -535,7 +535,7 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
         params = max(stage_params(model, cfg, s) for s in stages)
         return dp_allreduce_s(spec, cfg, costs, params, b, K, pair_GBps)
     v = cfg.vpp if cfg.schedule == "interleaved" else (2 if cfg.schedule in V_SHAPES else 1)
-    split = cfg.schedule in ("zb-h1",) + V_SHAPES and cfg.pp > 1     # simulator.orders.SPLIT_SCHEDULES
+    split = cfg.schedule in SPLIT_SCHEDULES and cfg.pp > 1
     out = None
     for s in stages:
         T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
