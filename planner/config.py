@@ -18,6 +18,14 @@ SPLIT_SCHEDULES = ("zb-h1",) + V_SHAPES
 PIPELINE_ENGINES = ("megatron", "deepspeed")
 
 
+def chunks_per_device(schedule: str, vpp: int) -> int:
+    """Model chunks each pipeline device holds: the interleaved schedule's v, a V-shape's 2, otherwise 1 (the one
+    rule; ParallelConfig.chunks applies it to a configuration)."""
+    if schedule == "interleaved":
+        return vpp
+    return 2 if schedule in V_SHAPES else 1
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     """How one training step is split over the GPUs (the mapping onto nodes is separate).
@@ -137,9 +145,7 @@ class ParallelConfig:
     @property
     def chunks(self) -> int:
         """Model chunks per device (interleaved: v; V-shapes: 2; otherwise 1)."""
-        if self.schedule == "interleaved":
-            return self.vpp
-        return 2 if self.schedule in V_SHAPES else 1
+        return chunks_per_device(self.schedule, self.vpp)
 
     @classmethod
     def from_dict(cls, d, file: str | None = None, field: str = "config") -> ParallelConfig:

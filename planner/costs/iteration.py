@@ -475,8 +475,7 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig) -> tuple[float, float]:
 def first_chunk_params(model, cfg: ParallelConfig) -> float:
     """Parameters per GPU of pipeline rank 0's first model chunk (its layers and the embedding): the one
     Megatron-Core buckets."""
-    v = cfg.vpp if cfg.schedule == "interleaved" else 1
-    first = cfg.chunk_layers(model.num_layers)[0][0] if cfg.uneven else (model.num_layers // cfg.pp) / v
+    first = cfg.chunk_layers(model.num_layers)[0][0] if cfg.uneven else (model.num_layers // cfg.pp) / cfg.chunks
     return first * model.layer_params() / cfg.tp + model.embedding_params() / cfg.tp
 
 
@@ -534,7 +533,7 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
     if not overlap_of(spec).grad_reduce:
         params = max(stage_params(model, cfg, s) for s in stages)
         return dp_allreduce_s(spec, cfg, costs, params, b, K, pair_GBps)
-    v = cfg.vpp if cfg.schedule == "interleaved" else (2 if cfg.schedule in V_SHAPES else 1)
+    v = cfg.chunks
     split = cfg.schedule in SPLIT_SCHEDULES and cfg.pp > 1
     out = None
     for s in stages:
@@ -595,7 +594,7 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     pair_bw = np.minimum(B, B.T)            # a ring's link runs at its slower direction
     pair_bw = np.where(pair_bw > 0, pair_bw, np.inf)    # no link (the diagonal): zeroed after use
     if cfg.dp * cfg.cp > 1:        # the gradient reduce runs over dp * cp (dp_allreduce_s)
-        slack_unit = min(s.backward for s in st) / max(1, cfg.vpp if cfg.schedule == "interleaved" else 1)
+        slack_unit = min(s.backward for s in st) / cfg.chunks
         for i in range(R):
             stages = range(i * layout.a, (i + 1) * layout.a)
             slack = i * layout.a * slack_unit
