@@ -4,6 +4,8 @@ once and used by the estimate, the simulator, the memory model and the exporter 
 import ast
 import pathlib
 
+import pytest
+
 import planner
 from planner import config, export
 from planner.costs import iteration
@@ -69,3 +71,65 @@ def test_chunk_count_has_one_rule():
         assert ParallelConfig(1, 4, 1, 1, 8, s, 3).chunks == chunks_per_device(s, 3)
     src = (PKG / "costs" / "iteration.py").read_text()
     assert 'cfg.vpp if cfg.schedule == "interleaved"' not in src
+
+
+def test_p2p_message_is_split_over_tp_only_with_sp_or_scatter_gather(make_spec):
+    """Finding 1: Megatron-Core's get_tensor_shapes divides the sequence by cp, and by tp only with sequence
+    parallelism (NVIDIA/Megatron-LM@d98e8a64 megatron/core/pipeline_parallel/schedules.py); the scatter-gather of
+    Megatron-LM 2021-22 and DeepSpeed's pipe_partitioned send 1/tp without it (training.p2p_scatter_gather)."""
+    import dataclasses
+
+    from plan_fixtures import with_training
+
+    from planner.config import ParallelConfig
+    spec = make_spec(nodes=4, seed=3, gbs=64)
+    tr = spec.training
+    full = tr.seq_length * 1 * spec.model.hidden_size * 2                # [s, b, h] in bf16
+    no_sp = ParallelConfig(4, 4, 2, 1, 32, "1f1b", 1, "none", 0, False)
+    sp = dataclasses.replace(no_sp, sequence_parallel=True)
+    cp2 = dataclasses.replace(no_sp, cp=2, dp=1)
+    assert iteration.p2p_message_bytes(spec, no_sp) == full              # Megatron-Core: the whole tensor
+    assert iteration.p2p_message_bytes(spec, sp) == full / 4
+    assert iteration.p2p_message_bytes(spec, cp2) == full / 2
+    old = with_training(spec, p2p_scatter_gather=True)                   # Megatron-LM 2021-22
+    assert iteration.p2p_message_bytes(old, no_sp) == iteration.p2p_message_bytes(old, sp) == full / 4
+    ds = with_training(spec, pipeline_engine="deepspeed")                 # DeepSpeed partitions by default
+    assert iteration.p2p_message_bytes(ds, no_sp) == full / 4
+    ds_off = with_training(ds, p2p_scatter_gather=False)                 # pipeline.pipe_partitioned false
+    assert iteration.p2p_message_bytes(ds_off, no_sp) == full
+
+
+def test_p2p_message_reaches_estimate_and_simulator_alike(make_spec):
+    """Without SP a tp-4 plan's p2p message is 4x the SP plan's, in the estimate and in the simulator."""
+    import dataclasses
+
+    from plan_fixtures import estimate_and_simulate, with_training
+
+    from planner.config import ParallelConfig
+    spec = make_spec(nodes=4, seed=3, gbs=64)
+    no_sp = ParallelConfig(4, 4, 2, 1, 32, "1f1b", 1, "none", 0, False)
+    e_full, s_full = estimate_and_simulate(spec, no_sp)
+    e_sg, s_sg = estimate_and_simulate(with_training(spec, p2p_scatter_gather=True), no_sp)
+    e_sp, _ = estimate_and_simulate(spec, dataclasses.replace(no_sp, sequence_parallel=True))
+    assert e_full.pp_comm_s > 3 * e_sg.pp_comm_s and e_full.pp_comm_s > 3 * e_sp.pp_comm_s
+    # both judges see the larger message (the simulator hides more of it behind compute than the closed form charges)
+    assert e_full.iteration_s > e_sg.iteration_s and s_full.iteration_s > s_sg.iteration_s
+
+
+def test_p2p_scatter_gather_key():
+    from plan_fixtures import mini_spec_dict
+
+    from planner.errors import SpecError
+    from planner.spec import parse_spec
+    d = mini_spec_dict()
+    assert parse_spec(d, "x.yaml").training.p2p_scatter_gather is None
+    d["training"] = {**d["training"], "p2p_scatter_gather": True}
+    assert parse_spec(d, "x.yaml").training.p2p_scatter_gather is True
+    d["training"]["p2p_scatter_gather"] = "yes"
+    with pytest.raises(SpecError, match="training.p2p_scatter_gather"):
+        parse_spec(d, "x.yaml")
+    # Megatron-LM's scatter-gather predates context parallelism (Megatron-Core sends whole tensors)
+    d["training"]["p2p_scatter_gather"] = True
+    d["search"] = {"context_parallel": [1, 2]}
+    with pytest.raises(SpecError, match="search.context_parallel.*p2p_scatter_gather"):
+        parse_spec(d, "x.yaml")

@@ -26,8 +26,10 @@ CFGS = [ParallelConfig(8, 2, 2, 1, 16, "1f1b", 1, "selective", 0, False),
 # in Megatron rank order with every overlap off but p2p: first computed at commit b9e5707 (before training.overlap);
 # re-pinned on branch `bias` (#8), whose selective recompute re-runs the unfused softmax / dropout passes and whose A100
 # profile was refitted under the 0.83 GEMM-ceiling bound (the earlier values are in git history). The dp_comm_s values
-# (no compute in them) are unchanged.
-OLD = [(0.6876215848867191, 0.02161393705520788, 0.6863004492640932),
+# (no compute in them) are unchanged. Branch `costfix` re-pinned the first (tp 8 without sequence parallelism): its
+# stages now send the whole [s, b, h] tensor, as Megatron-Core does (costs/iteration.py p2p_message_bytes; it was
+# 0.6876215848867191 / 0.6863004492640932 with 1/tp of it).
+OLD = [(0.6976306698677264, 0.02161393705520788, 0.6902660589148129),
        (0.6459118975423114, 0.03243590558281182, 0.6459418975423098),
        (0.36918661838183436, 0.00290303242361645, 0.36918661838183514),
        (1.4080639949858398, 0.0, 1.4029403075914726)]

@@ -376,11 +376,25 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
 # (matrices), the simulator on the mapped links one by one: one definition, the same float operations in
 # the same order, so the estimate and the simulation agree to the bit on the same plan.
 
+def p2p_scatter_gather(training) -> bool:
+    """Whether a stage's output is split over the tensor group for its p2p send when sequence parallelism does not
+    split it already: training.p2p_scatter_gather, or, left out, the engine's own behaviour (Megatron-Core: no;
+    DeepSpeed's PipelineEngine: yes, pipe_partitioned)."""
+    v = getattr(training, "p2p_scatter_gather", None)
+    if v is None:
+        return getattr(training, "pipeline_engine", "megatron") == "deepspeed"
+    return bool(v)
+
+
 def p2p_message_bytes(spec, cfg: ParallelConfig) -> float:
-    """One micro-batch's activations (or their gradient) sent between adjacent stages, scattered over the
-    tensor group; each context-parallel rank sends its own shard."""
+    """One micro-batch's activations (or their gradient) that each GPU sends to the adjacent stage: the
+    [s/cp, b, h] tensor, each context-parallel rank its own shard; split over the tensor group only with sequence
+    parallelism (Megatron-Core's get_tensor_shapes, NVIDIA/Megatron-LM@d98e8a64 megatron/core/pipeline_parallel/
+    schedules.py) or with the scatter-gather of Megatron-LM 2021-22 / DeepSpeed's engine (p2p_scatter_gather).
+    The estimate and the simulator both call it."""
     tr, model = spec.training, spec.model
-    return tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / (cfg.tp * cfg.cp)
+    split = cfg.tp if cfg.sequence_parallel or p2p_scatter_gather(tr) else 1
+    return tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / (split * cfg.cp)
 
 
 def p2p_share(spec, cfg: ParallelConfig, replicas_per_node: int) -> float:
@@ -565,7 +579,7 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     st = stage_times(spec, cfg, costs)
     const = compute_const(spec, cfg, costs, st)
 
-    # pipeline p2p: activations of one micro-batch, scattered over the tensor group
+    # pipeline p2p: activations of one micro-batch (p2p_message_bytes)
     share = p2p_share(spec, cfg, layout.b)
     msg = p2p_message_bytes(spec, cfg)
     trav, wraps = p2p_exposed_hops(spec, cfg)
