@@ -133,3 +133,43 @@ def test_p2p_scatter_gather_key():
     d["search"] = {"context_parallel": [1, 2]}
     with pytest.raises(SpecError, match="search.context_parallel.*p2p_scatter_gather"):
         parse_spec(d, "x.yaml")
+
+
+def test_gradient_wire_bytes_follow_the_plans_precision(make_spec):
+    """Finding 2: the data-parallel all-reduce moves the gradients memory holds (Megatron-Core reduces its buffer in
+    place): 4 bytes for fp32 plans (it moved the profile's 2), 4 with grad_reduce_in_fp32, else 2; the rule is
+    memory.grad_reduce_bytes, which grad_buffer_bytes uses for Megatron-Core's buffer."""
+    from plan_fixtures import with_training
+
+    from planner.config import ParallelConfig
+    from planner.costs import default_costs
+    from planner.costs.memory import grad_buffer_bytes
+    spec = make_spec(nodes=4, seed=3, gbs=64)
+    costs = default_costs(spec.cluster)
+    assert costs.comm.grad_bytes == 2
+    for precision, fp32_reduce, wire in (("bf16", False, 2), ("bf16", True, 4), ("fp16", False, 2),
+                                         ("fp32", False, 4), ("fp32", True, 4)):
+        s = with_training(spec, precision=precision, grad_reduce_in_fp32=fp32_reduce)
+        assert iteration.grad_bytes(s, costs) == wire == grad_buffer_bytes(s.training), precision
+    # DeepSpeed's engine all-reduces in its communication_data_type (the model's: fp16 -> 2 bytes) while it
+    # accumulates in an fp32 buffer (memory)
+    ds = with_training(spec, precision="fp16", pipeline_engine="deepspeed")
+    assert iteration.grad_bytes(ds, costs) == 2 and grad_buffer_bytes(ds.training) == 4
+    cfg = ParallelConfig(8, 2, 8, 1, 8, "1f1b", 1, "none", 0, False)
+    bf16 = iteration.dp_allreduce_s(spec, cfg, costs, 1e9, 1, 4, 25.0)
+    fp32 = iteration.dp_allreduce_s(with_training(spec, precision="fp32"), cfg, costs, 1e9, 1, 4, 25.0)
+    assert fp32 > 1.9 * bf16
+    tied = iteration.tied_embedding_intra_s(with_training(spec, precision="fp32"), cfg, costs)
+    assert tied > 1.5 * iteration.tied_embedding_intra_s(spec, cfg, costs)     # the measured NVLink table: not linear
+
+
+def test_fit_grad_bytes_reaches_the_rows():
+    """`planner fit compute --grad-bytes 4` fits the measured rows with 4-byte gradients (grad_reduce_in_fp32): the
+    cost model takes the wire bytes from the plan, not from the profile's grad_bytes."""
+    from planner.profile.validate import Row, row_spec
+    from planner.spec import load_cluster
+    cl = load_cluster(str(PKG.parent / "clusters" / "vtrain-a100-64x8-hdr.yaml"))
+    row = Row(16, 64, 1, 2048, 16, 24, 2048, 2, 4, 2, 1.0)
+    spec2, _ = row_spec(row, cl.subset([0, 1]))
+    spec4, _ = row_spec(row, cl.subset([0, 1]), {"grad_reduce_in_fp32": True})
+    assert spec2.training.grad_reduce_in_fp32 is False and spec4.training.grad_reduce_in_fp32 is True

@@ -26,6 +26,7 @@ from planner.costs.memory import (
     MemoryBreakdown,
     fsdp_gather_bytes,
     fsdp_units,
+    grad_reduce_bytes,
     stage_layer_count,
     stage_params,
 )
@@ -428,9 +429,11 @@ def dp_allreduce_s(spec, cfg: ParallelConfig, costs: Costs, params: float, repli
 
 
 def grad_bytes(spec, costs: Costs) -> float:
-    """Bytes per gradient element the data-parallel reduction and the tied-embedding all-reduce move: 4 with
-    training.grad_reduce_in_fp32, else the compute profile's (16-bit)."""
-    return 4.0 if getattr(spec.training, "grad_reduce_in_fp32", False) else costs.comm.grad_bytes
+    """Bytes per gradient element the data-parallel reduction and the tied-embedding all-reduce move: the plan's
+    gradient dtype (memory.grad_reduce_bytes, the rule Megatron-Core's gradient buffer follows too: 4 for fp32 plans or
+    with training.grad_reduce_in_fp32, else 2). The compute profile's `grad_bytes` stays only where no plan is known
+    (CommModel.tied_embedding_bytes' default)."""
+    return grad_reduce_bytes(spec.training)
 
 
 def ring_slowest_GBps(bandwidth: np.ndarray, ring: list[int]) -> float:

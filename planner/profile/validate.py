@@ -103,7 +103,8 @@ def row_spec(row: Row, cluster: ClusterSpec, defaults: dict | None = None) -> tu
                       max_position_embeddings=max(2048, row.seq))
     training = TrainingSpec(global_batch_size=row.gbs, seq_length=row.seq, precision=d["precision"], optimizer="adam",
                             pipeline_engine=d["pipeline_engine"], overlap=d["overlap"], attention=d["attention"],
-                            p2p_scatter_gather=d["p2p_scatter_gather"])
+                            p2p_scatter_gather=d["p2p_scatter_gather"],
+                            grad_reduce_in_fp32=d.get("grad_reduce_in_fp32", False))
     spec = Spec(name=model.name, model=model, cluster=cluster, training=training, search=SearchSpec())
     cfg = ParallelConfig(row.tp, row.pp, row.dp, row.mbs, row.gbs // (row.mbs * row.dp), d["schedule"],
                          1, d["recompute"], 0, False)

@@ -97,7 +97,9 @@ class TrainingSpec:
     """Communication overlapped with compute (OverlapSpec); the deepspeed engine overlaps none of it."""
     grad_reduce_in_fp32: bool = False
     """Data-parallel gradient reduction (and the tied-embedding all-reduce) in fp32, 4 bytes per gradient, instead of
-    the compute profile's `grad_bytes` (16-bit): Megatron-Core's DistributedDataParallelConfig.grad_reduce_in_fp32.
+    the 16-bit weights' 2 (fp32 plans reduce 4 bytes either way; costs/memory.py grad_reduce_bytes):
+    Megatron-Core's DistributedDataParallelConfig.grad_reduce_in_fp32 (with the deepspeed engine: its
+    communication_data_type fp32).
     Megatron-LM's training script forces it with --bf16 (NVIDIA/Megatron-LM core_r0.8.0 megatron/training/
     arguments.py: 'accumulate and all-reduce gradients in fp32 for bfloat16 data type'); Megatron-Bridge's and NeMo's
     performance recipes turn it off (Megatron-Bridge@c0b9a000 scripts/performance/configs/llama/
