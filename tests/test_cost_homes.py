@@ -173,3 +173,30 @@ def test_fit_grad_bytes_reaches_the_rows():
     spec2, _ = row_spec(row, cl.subset([0, 1]))
     spec4, _ = row_spec(row, cl.subset([0, 1]), {"grad_reduce_in_fp32": True})
     assert spec2.training.grad_reduce_in_fp32 is False and spec4.training.grad_reduce_in_fp32 is True
+
+
+def test_padded_vocabulary_everywhere(make_spec):
+    """Finding 6: the output layer, the loss, the embedding's gradient and the tied-embedding all-reduce run over
+    Megatron's padded vocabulary (memory.padded_vocab: a multiple of 128 * tp), as memory counts them; 50257 is 51200
+    at tp 8, so a model with that vocabulary costs the same as one with 51200 (it was 1.9% cheaper)."""
+    import dataclasses
+
+    from planner.config import ParallelConfig
+    from planner.costs import default_costs
+    from planner.costs.memory import padded_vocab
+    spec = make_spec(nodes=4, seed=3, gbs=64)
+    costs = default_costs(spec.cluster)
+    cfg = ParallelConfig(8, 2, 2, 1, 32, "1f1b", 1, "none", 0, True)
+    gpt2 = spec.model
+    padded = dataclasses.replace(gpt2, vocab_size=51200)
+    assert gpt2.vocab_size == 50257 and padded_vocab(gpt2, 8) == 51200
+    c, cl, tr = costs.compute, spec.cluster, spec.training
+    assert c.head_times(gpt2, cl, tr, cfg) == c.head_times(padded, cl, tr, cfg)
+    assert costs.comm.tied_embedding_bytes(gpt2, 8, 2) == costs.comm.tied_embedding_bytes(padded, 8, 2) \
+        == 51200 * gpt2.hidden_size / 8 * 2
+
+
+def test_profiler_dims_use_padded_vocab():
+    """profile/memory.py's _dims calls memory.padded_vocab (it carried an inline copy of the rule)."""
+    src = (PKG / "profile" / "memory.py").read_text()
+    assert "padded_vocab(model, t)" in src and "math.ceil(model.vocab_size" not in src
