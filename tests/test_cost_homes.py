@@ -200,3 +200,31 @@ def test_profiler_dims_use_padded_vocab():
     """profile/memory.py's _dims calls memory.padded_vocab (it carried an inline copy of the rule)."""
     src = (PKG / "profile" / "memory.py").read_text()
     assert "padded_vocab(model, t)" in src and "math.ceil(model.vocab_size" not in src
+
+
+def test_simulator_chunks_sum_to_memory_stage_params(make_spec):
+    """Finding 11, second bullet, left as it is: replay.chunk_params places the embedding, the output layer and the
+    tied copy on the chunks the schedule's order gives them (stage_of, from the simulator's order builder), which
+    memory.stage_params cannot know without importing the simulator. This pins the two splits together instead: each
+    device's chunks add up exactly to stage_params, for every schedule, uneven splits, tied or not."""
+    import dataclasses
+
+    import numpy as np
+
+    from planner.config import ParallelConfig
+    from planner.costs.memory import stage_params
+    from planner.simulator.replay import chunk_params
+    base = make_spec(layers=32).model
+    cases = [("1f1b", 1, {}), ("gpipe", 1, {}), ("zb-h1", 1, {}), ("interleaved", 2, {}), ("interleaved", 4, {}),
+             ("v-half", 2, {}), ("v-min", 2, {}), ("v-zb", 2, {}),
+             ("1f1b", 1, {"first_stage_layers": 6, "last_stage_layers": 10}),
+             ("interleaved", 2, {"first_stage_layers": 6, "last_stage_layers": 10}),
+             ("1f1b", 1, {"account_embedding": True, "account_loss": True})]
+    for tied in (True, False):
+        for sched, vpp, kw in cases:
+            # 30 layers + the accounted embedding and loss split as 32 over 4 stages
+            model = dataclasses.replace(base, tied_embeddings=tied, num_layers=30 if "account_loss" in kw else 32)
+            cfg = ParallelConfig(8, 4, 1, 1, 8, sched, vpp, "none", 1, True, **kw)
+            stage_of = orders.build(sched, 4, 8, vpp).stage_of()
+            table = chunk_params(model, cfg, 4, cfg.chunks, stage_of)
+            assert np.array_equal(table.sum(axis=1), [stage_params(model, cfg, d) for d in range(4)]), (sched, kw)
