@@ -43,9 +43,13 @@ def spec_for(run, tp_backward: bool = False):
                      "nodes": nodes, "gpus_per_node": 8,
                      "network": {"intra_node": {"bandwidth_GBps": 300, "latency_us": 3},
                                  "inter_node": {"bandwidth_Gbps": 200, "nics_per_node": 8, "latency_us": 5}}},
-         # 2021 Megatron-LM: gradients all-reduced after the backward, blocking p2p, no TP overlap, and its
-         # unfused softmax path (no fused attention kernel yet)
+         # 2021 Megatron-LM: gradients all-reduced after the backward, blocking p2p, no TP overlap, its
+         # unfused softmax path (no fused attention kernel yet) and pipeline sends split over the tensor group
+         # (--scatter-gather-tensors-in-pipeline, on by default since Feb 2021: NVIDIA/Megatron-LM@72e4230b; SC21
+         # section 4.1). Korthikanti et al. 2022 (megatron_selective) ran the same p2p code (megatron/
+         # p2p_communication.py until 3c92fa93 of Mar 2023), which skipped the split with sequence parallelism
          "training": {"global_batch_size": run.batch, "seq_length": SEQ, "precision": "fp16", "attention": "unfused",
+                      "p2p_scatter_gather": True,
                       "overlap": {"grad_reduce": False, "param_gather": False, "p2p": False, "tp_comm": False,
                                       "tp_backward": tp_backward}}}
     return parse_spec(d, os.path.join(os.path.dirname(__file__), "_sc21.yaml"))

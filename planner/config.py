@@ -11,6 +11,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 # FSDP plans target torchtitan's FSDP2 (docs/notes/fsdp.md), so they are searched on these schedules only
 TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "v-zb": "ZBVZeroBubble"}
 V_SHAPES = ("v-min", "v-half", "v-zb")
+# schedules whose backward is split into B (input grad) and W (weight grad): zero-bubble H1 and the V-shapes
+SPLIT_SCHEDULES = ("zb-h1",) + V_SHAPES
 # schedules stock Megatron-LM and NeMo do not ship: ZB-H1 and the V-shapes run on a zero-bubble fork of Megatron-LM
 # (sail-sg's zero-bubble pipeline parallelism); torchtitan runs v-zb itself (TORCHTITAN_SCHEDULES). The one home of
 # this list: export's comment line, the plan table and the solution's note read it
@@ -28,6 +30,14 @@ def fork_note(cfg) -> str:
 # the software that runs the pipeline: Megatron-LM's schedules (batched send/recv pairs) or DeepSpeed's
 # PipelineEngine (Megatron-DeepSpeed's GPTModelPipe: its own 1F1B, separate blocking sends and receives)
 PIPELINE_ENGINES = ("megatron", "deepspeed")
+
+
+def chunks_per_device(schedule: str, vpp: int) -> int:
+    """Model chunks each pipeline device holds: the interleaved schedule's v, a V-shape's 2, otherwise 1 (the one
+    rule; ParallelConfig.chunks applies it to a configuration)."""
+    if schedule == "interleaved":
+        return vpp
+    return 2 if schedule in V_SHAPES else 1
 
 
 @dataclass(frozen=True)
@@ -149,9 +159,7 @@ class ParallelConfig:
     @property
     def chunks(self) -> int:
         """Model chunks per device (interleaved: v; V-shapes: 2; otherwise 1)."""
-        if self.schedule == "interleaved":
-            return self.vpp
-        return 2 if self.schedule in V_SHAPES else 1
+        return chunks_per_device(self.schedule, self.vpp)
 
     @classmethod
     def from_dict(cls, d, file: str | None = None, field: str = "config") -> ParallelConfig:

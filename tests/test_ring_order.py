@@ -35,8 +35,10 @@ def _ring_spec(make_spec, k):
     if k in (1, 2):
         # 2 rows x 4 columns on 8 nodes (and on 9: a spare node), slow pairs scattered
         n, seed = ((8, 2), (9, 3))[k - 1]
+        # sequence parallel: the p2p message is 1/tp of the stage output, as these cases were tuned with (without it
+        # Megatron-Core sends the whole tensor, and case 2's row-0 sets under the optimum outgrow HEAD_SETS_MAX)
         spec = _slow_pairs_spec(make_spec, n, seed, [(0, 2), (1, 3), (4, 6), (5, 7), (0, 5)])
-        return spec, ParallelConfig(8, 2, 4, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 2, 4)
+        return spec, ParallelConfig(8, 2, 4, 1, 16, "1f1b", 1, "selective", 0, True), Layout(1, 1, 2, 4)
     # 1 row x 5 columns on 6 nodes, random heterogeneous links
     spec = make_spec(nodes=6, seed=4, gbs=80, layers=24)
     return spec, ParallelConfig(8, 1, 5, 1, 16, "1f1b", 1, "selective"), Layout(1, 1, 1, 5)

@@ -98,14 +98,18 @@ def test_spec_field_validated():
 
 def test_real_plan_engines_agree_without_pipeline_and_differ_with_it():
     spec = parse_spec(_spec_data("deepspeed"), SPEC)
-    mega = dataclasses.replace(spec, training=dataclasses.replace(spec.training, pipeline_engine="megatron"))
+    # Megatron's engine with DeepSpeed's message (1/tp without sequence parallelism, pipe_partitioned; Megatron-Core
+    # would send the whole tensor): the engines then differ only in how they issue the p2p
+    mega = dataclasses.replace(spec, training=dataclasses.replace(spec.training, pipeline_engine="megatron",
+                                                                  p2p_scatter_gather=True))
     flat = ParallelConfig(8, 1, 16, 1, 16, "1f1b", 1, "full", 0, False)
     assert simulate(spec, flat).iteration_s == pytest.approx(simulate(mega, flat).iteration_s)
     deep = ParallelConfig(8, 4, 4, 1, 64, "1f1b", 1, "full", 0, False)
     ds, mg = simulate(spec, deep), simulate(mega, deep)
     assert ds.iteration_s > mg.iteration_s
-    # the kwarg overrides the spec; memory depends on the engine only through the gradient buffer: DeepSpeed's is
-    # fp32, Megatron-Core's follows grad_reduce_in_fp32 (costs/memory.py grad_buffer_bytes)
+    # the kwarg overrides the spec's p2p issuance (the message size stays the spec's, training.p2p_scatter_gather);
+    # memory depends on the engine only through the gradient buffer: DeepSpeed's is fp32, Megatron-Core's follows
+    # grad_reduce_in_fp32 (costs/memory.py grad_buffer_bytes)
     assert simulate(spec, deep, pipeline_engine="megatron").iteration_s == pytest.approx(mg.iteration_s)
     mega32 = dataclasses.replace(mega, training=dataclasses.replace(mega.training, grad_reduce_in_fp32=True))
     assert np.allclose(ds.peak_memory_GiB, simulate(mega32, deep).peak_memory_GiB)
@@ -124,7 +128,9 @@ def test_cli_engine_flag(capsys):
 
     from planner.cli.main import main
     spec = os.path.join(ROOT, "specs", "gpt3-13b-a100-128.yaml")
-    flags = ["--tp", "8", "--pp", "4", "--dp", "4", "--mbs", "1", "--json"]
+    # sequence parallel: both engines send 1/tp of the stage output (without it Megatron-Core sends the whole tensor,
+    # DeepSpeed 1/tp), so the p2p times differ only by how each engine issues them
+    flags = ["--tp", "8", "--pp", "4", "--dp", "4", "--mbs", "1", "--sp", "--json"]
     out = {}
     for engine in ("megatron", "deepspeed"):
         assert main(["estimate", spec, *flags, "--pipeline-engine", engine]) == 0

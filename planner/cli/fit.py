@@ -31,7 +31,9 @@ def _add_compute(sub) -> None:
     p.add_argument("--profile", help="a `planner profile compute` CSV (layer-level fit)")
     p.add_argument("--cluster", help="cluster YAML the measurements ran on")
     p.add_argument("--nccl", help="directory of nccl-tests all-reduce tables (allreduce_<N>gpu.txt)")
-    p.add_argument("--grad-bytes", type=int, default=2, help="bytes per gradient in the DP all-reduce (fp16: 2)")
+    p.add_argument("--grad-bytes", type=int, choices=(2, 4), default=2,
+                   help="bytes per gradient in the measured runs' DP all-reduce (fp16: 2; 4: reduced in fp32, "
+                        "training.grad_reduce_in_fp32)")
     p.add_argument("--peak-tflops", type=finite_float, default=None)
     p.add_argument("--kfold", type=int, default=0, help="also cross-validate with k folds")
     p.add_argument("--pipeline-engine", choices=("deepspeed", "megatron"), default="deepspeed",
@@ -75,7 +77,9 @@ def run_compute(args) -> int:
             raise SpecError(None, "--cluster", "is required with --measured")
         cluster = load_cluster(args.cluster)
         rows = read_vtrain_csv(args.measured)
-        est = IterationTimeFit(cluster, base, defaults={"pipeline_engine": args.pipeline_engine}).fit(rows)
+        # the measured rows' wire bytes: the cost model takes them from the plan (iteration.grad_bytes)
+        est = IterationTimeFit(cluster, base, defaults={"pipeline_engine": args.pipeline_engine,
+                                                        "grad_reduce_in_fp32": args.grad_bytes == 4}).fit(rows)
         fit = {"kind": "iteration", "source": os.path.basename(args.measured), "rows": len(rows),
                "in_sample_rms_log_error": est.rms_log_error_}
         if args.kfold > 1:

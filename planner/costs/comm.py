@@ -120,8 +120,11 @@ class CommModel:
 
     def tied_embedding_bytes(self, model, tp: int, grad_bytes: float | None = None) -> float:
         """Bytes of the tied word-embedding gradient each tensor rank all-reduces between the first and the
-        last stage (vocab-parallel: vocab x hidden / tp elements of grad_bytes, default the profile's)."""
-        return model.vocab_size * model.hidden_size / tp * (self.grad_bytes if grad_bytes is None else grad_bytes)
+        last stage (vocab-parallel: padded vocab x hidden / tp elements of grad_bytes, default the profile's;
+        the whole padded weight's gradient, memory.padded_vocab)."""
+        from planner.costs.memory import padded_vocab
+        nbytes = self.grad_bytes if grad_bytes is None else grad_bytes
+        return padded_vocab(model, tp) * model.hidden_size / tp * nbytes
 
     def intra_allreduce_time(self, nbytes: float, n: int, cluster) -> float:
         """All-reduce inside one node: the measured table for n GPUs when there is one, else a ring."""

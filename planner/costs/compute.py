@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from planner.config import ParallelConfig, current_scaling
 from planner.costs.comm import CommModel
+from planner.costs.memory import padded_vocab
 from planner.costs.pipeline import chunks_per_device
 
 # Bytes per activation value (element-wise kernels, TP collectives, pipeline messages). fp8 training keeps its
@@ -402,9 +403,10 @@ class ComputeModel:
 
     def head_times(self, model, cluster, training, cfg: ParallelConfig) -> tuple[float, float, float]:
         """(first-stage extra fwd, last-stage extra fwd, TP comm of the head) per micro-batch:
-        embedding lookup (+ its dense gradient), output projection and the vocab-parallel loss."""
+        embedding lookup (+ its dense gradient), output projection and the vocab-parallel loss, over Megatron's
+        padded vocabulary (memory.padded_vocab, as the memory model sizes the logits)."""
         s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
-        V = model.vocab_size
+        V = padded_vocab(model, t)
         peak = cluster.gpu.peak_flops(activation_precision(training.precision))   # not a TE module: no fp8
         by = BYTES[training.precision]
         hbm = self.hbm_GBps * 1e9

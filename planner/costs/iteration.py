@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from planner.config import ParallelConfig
+from planner.config import SPLIT_SCHEDULES, ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
@@ -26,6 +26,7 @@ from planner.costs.memory import (
     MemoryBreakdown,
     fsdp_gather_bytes,
     fsdp_units,
+    grad_reduce_bytes,
     stage_layer_count,
     stage_params,
 )
@@ -376,11 +377,25 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
 # (matrices), the simulator on the mapped links one by one: one definition, the same float operations in
 # the same order, so the estimate and the simulation agree to the bit on the same plan.
 
+def p2p_scatter_gather(training) -> bool:
+    """Whether a stage's output is split over the tensor group for its p2p send when sequence parallelism does not
+    split it already: training.p2p_scatter_gather, or, left out, the engine's own behaviour (Megatron-Core: no;
+    DeepSpeed's PipelineEngine: yes, pipe_partitioned)."""
+    v = getattr(training, "p2p_scatter_gather", None)
+    if v is None:
+        return getattr(training, "pipeline_engine", "megatron") == "deepspeed"
+    return bool(v)
+
+
 def p2p_message_bytes(spec, cfg: ParallelConfig) -> float:
-    """One micro-batch's activations (or their gradient) sent between adjacent stages, scattered over the
-    tensor group; each context-parallel rank sends its own shard."""
+    """One micro-batch's activations (or their gradient) that each GPU sends to the adjacent stage: the
+    [s/cp, b, h] tensor, each context-parallel rank its own shard; split over the tensor group only with sequence
+    parallelism (Megatron-Core's get_tensor_shapes, NVIDIA/Megatron-LM@d98e8a64 megatron/core/pipeline_parallel/
+    schedules.py) or with the scatter-gather of Megatron-LM 2021-22 / DeepSpeed's engine (p2p_scatter_gather).
+    The estimate and the simulator both call it."""
     tr, model = spec.training, spec.model
-    return tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / (cfg.tp * cfg.cp)
+    split = cfg.tp if cfg.sequence_parallel or p2p_scatter_gather(tr) else 1
+    return tr.seq_length * cfg.micro_batch_size * model.hidden_size * BYTES[tr.precision] / (split * cfg.cp)
 
 
 def p2p_share(spec, cfg: ParallelConfig, replicas_per_node: int) -> float:
@@ -414,9 +429,11 @@ def dp_allreduce_s(spec, cfg: ParallelConfig, costs: Costs, params: float, repli
 
 
 def grad_bytes(spec, costs: Costs) -> float:
-    """Bytes per gradient element the data-parallel reduction and the tied-embedding all-reduce move: 4 with
-    training.grad_reduce_in_fp32, else the compute profile's (16-bit)."""
-    return 4.0 if getattr(spec.training, "grad_reduce_in_fp32", False) else costs.comm.grad_bytes
+    """Bytes per gradient element the data-parallel reduction and the tied-embedding all-reduce move: the plan's
+    gradient dtype (memory.grad_reduce_bytes, the rule Megatron-Core's gradient buffer follows too: 4 for fp32 plans or
+    with training.grad_reduce_in_fp32, else 2). The compute profile's `grad_bytes` stays only where no plan is known
+    (CommModel.tied_embedding_bytes' default)."""
+    return grad_reduce_bytes(spec.training)
 
 
 def ring_slowest_GBps(bandwidth: np.ndarray, ring: list[int]) -> float:
@@ -475,8 +492,7 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig) -> tuple[float, float]:
 def first_chunk_params(model, cfg: ParallelConfig) -> float:
     """Parameters per GPU of pipeline rank 0's first model chunk (its layers and the embedding): the one
     Megatron-Core buckets."""
-    v = cfg.vpp if cfg.schedule == "interleaved" else 1
-    first = cfg.chunk_layers(model.num_layers)[0][0] if cfg.uneven else (model.num_layers // cfg.pp) / v
+    first = cfg.chunk_layers(model.num_layers)[0][0] if cfg.uneven else (model.num_layers // cfg.pp) / cfg.chunks
     return first * model.layer_params() / cfg.tp + model.embedding_params() / cfg.tp
 
 
@@ -534,8 +550,8 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
     if not overlap_of(spec).grad_reduce:
         params = max(stage_params(model, cfg, s) for s in stages)
         return dp_allreduce_s(spec, cfg, costs, params, b, K, pair_GBps)
-    v = cfg.vpp if cfg.schedule == "interleaved" else (2 if cfg.schedule in V_SHAPES else 1)
-    split = cfg.schedule in ("zb-h1",) + V_SHAPES and cfg.pp > 1     # simulator.orders.SPLIT_SCHEDULES
+    v = cfg.chunks
+    split = cfg.schedule in SPLIT_SCHEDULES and cfg.pp > 1
     out = None
     for s in stages:
         T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
@@ -566,7 +582,7 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     st = stage_times(spec, cfg, costs)
     const = compute_const(spec, cfg, costs, st)
 
-    # pipeline p2p: activations of one micro-batch, scattered over the tensor group
+    # pipeline p2p: activations of one micro-batch (p2p_message_bytes)
     share = p2p_share(spec, cfg, layout.b)
     msg = p2p_message_bytes(spec, cfg)
     trav, wraps = p2p_exposed_hops(spec, cfg)
@@ -595,7 +611,7 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     pair_bw = np.minimum(B, B.T)            # a ring's link runs at its slower direction
     pair_bw = np.where(pair_bw > 0, pair_bw, np.inf)    # no link (the diagonal): zeroed after use
     if cfg.dp * cfg.cp > 1:        # the gradient reduce runs over dp * cp (dp_allreduce_s)
-        slack_unit = min(s.backward for s in st) / max(1, cfg.vpp if cfg.schedule == "interleaved" else 1)
+        slack_unit = min(s.backward for s in st) / cfg.chunks
         for i in range(R):
             stages = range(i * layout.a, (i + 1) * layout.a)
             slack = i * layout.a * slack_unit

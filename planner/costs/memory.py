@@ -602,18 +602,34 @@ def pipelining_kept_boundaries(cfg: ParallelConfig, stage: int) -> int:
     return outputs + grads
 
 
+def grad_reduce_bytes(training) -> float:
+    """Bytes per gradient element the data-parallel reduction of a ZeRO 0-2 plan (and the tied-embedding all-reduce)
+    moves: the dtype of the gradients as reduced, 4 for fp32 weights or with training.grad_reduce_in_fp32, else 2.
+
+    Megatron-Core reduces its gradient buffer in place (grad_buffer_bytes: `grad_dtype = torch.float if
+    grad_reduce_in_fp32 else param.dtype`; fp8 plans keep bf16 weights). DeepSpeed's engine casts each bucket to its
+    communication_data_type before the all-reduce, which is the model's dtype unless configured (microsoft/DeepSpeed
+    @38327e07 deepspeed/runtime/engine.py communication_data_type: float16 with fp16, bfloat16 with bf16, else float32;
+    allreduce_bucket: `tensor.to(self.communication_data_type)`); grad_reduce_in_fp32 stands for its
+    `communication_data_type: fp32` there. ZeRO-3 plans (FSDP2) reduce in fp32 whatever the precision
+    (costs/fsdp.py REDUCE_BYTES, torchtitan's reduce_dtype)."""
+    if training.precision not in ("bf16", "fp16", "fp8"):
+        return 4.0
+    return 4.0 if getattr(training, "grad_reduce_in_fp32", False) else 2.0
+
+
 def grad_buffer_bytes(training) -> float:
     """Bytes per parameter of the gradient buffer Megatron-Core's DDP accumulates into (param.main_grad, a view of it).
 
     NVIDIA/Megatron-LM @ d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/distributed/param_and_grad_buffer.py
     group_params_for_buffers: `grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype`, and the buffer's
     grad_data is allocated in that dtype (the same line at core_r0.8.0, distributed_data_parallel.py:108). So with
-    16-bit weights the buffer is 16-bit unless training.grad_reduce_in_fp32; fp32 weights give fp32 gradients. The
-    DeepSpeed engine keeps its own fp32 gradient accumulation (unchanged: 4 bytes)."""
-    if training.precision not in ("bf16", "fp16", "fp8") or getattr(training, "pipeline_engine", "megatron") != \
-            "megatron":
+    16-bit weights the buffer is 16-bit unless training.grad_reduce_in_fp32; fp32 weights give fp32 gradients: the
+    bytes it reduces (grad_reduce_bytes, the one rule). The DeepSpeed engine keeps its own fp32 gradient accumulation
+    (unchanged: 4 bytes)."""
+    if getattr(training, "pipeline_engine", "megatron") != "megatron":
         return 4.0
-    return 4.0 if getattr(training, "grad_reduce_in_fp32", False) else 2.0
+    return grad_reduce_bytes(training)
 
 
 @dataclass(frozen=True)

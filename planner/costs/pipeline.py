@@ -16,15 +16,7 @@ from __future__ import annotations
 
 import math
 
-from planner.config import V_SHAPES
-
-
-def chunks_per_device(schedule: str, vpp: int) -> int:
-    if schedule == "interleaved":
-        return vpp
-    if schedule in V_SHAPES:
-        return 2
-    return 1
+from planner.config import V_SHAPES, chunks_per_device  # noqa: F401  (chunks_per_device: re-exported)
 
 
 def compute_time(schedule: str, pp: int, m: int, v: int, f: float, b: float, w: float) -> float:

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from planner.config import ParallelConfig
-from planner.costs.memory import chunk_order, held_forwards, output_chunk
+from planner.costs.memory import chunk_order, held_forwards, output_chunk, padded_vocab
 from planner.costs.pipeline import chunks_per_device
 
 # ----------------------------------------------------------------------------------------------------------
@@ -311,7 +311,7 @@ def stage_shape(cfg: ParallelConfig, stage: int, layers_per_chunk: int) -> Stage
 
 def _dims(model, cfg):
     t = cfg.tp
-    vocab = 128 * t * math.ceil(model.vocab_size / (128 * t))     # Megatron pads the vocab to 128*tp
+    vocab = padded_vocab(model, t)                                  # Megatron pads the vocab to 128*tp
     return {"t": t, "h": model.hidden_size, "a": model.num_attention_heads // t, "g": model.num_kv_heads // t,
                 "d": model.head_dim, "f": model.ffn_hidden_size // t, "v": vocab // t}
 

@@ -24,9 +24,12 @@ from planner.spec.plan import OverlapSpec, SearchSpec, Spec, TrainingSpec
 # vTrain measured with Megatron-DeepSpeed, whose GPTModelPipe runs on DeepSpeed's pipeline engine
 # and overlapped no communication (DeepSpeed's engine reduces gradients after the schedule): overlap off, also
 # when validated with --pipeline-engine megatron; and Megatron's unfused softmax path (the runs predate fused
-# attention in Megatron-DeepSpeed's GPT)
+# attention in Megatron-DeepSpeed's GPT). DeepSpeed's engine sends each tensor rank's 1/tp of a stage's output
+# (pipe_partitioned, TrainingSpec.p2p_scatter_gather): the message the runs sent, kept when the rows are validated
+# with --pipeline-engine megatron (a what-if of the schedule, not of the message size)
 VTRAIN_DEFAULTS = {"precision": "fp16", "recompute": "full", "schedule": "1f1b", "vocab_size": 50257,
-                   "pipeline_engine": "deepspeed", "overlap": OverlapSpec.none(), "attention": "unfused"}
+                   "pipeline_engine": "deepspeed", "overlap": OverlapSpec.none(), "attention": "unfused",
+                   "p2p_scatter_gather": True}
 COLUMNS = {"gpus": "# GPUs", "gbs": "global batch", "mbs": "micro batch", "hidden": "hidden size",
            "heads": "attention heads", "layers": "# layers", "seq": "sequence length",
            "tp": "tensor parallelism", "dp": "data parallelism", "pp": "pipeline parallelism",
@@ -99,7 +102,9 @@ def row_spec(row: Row, cluster: ClusterSpec, defaults: dict | None = None) -> tu
                       ffn_hidden_size=4 * row.hidden, vocab_size=d["vocab_size"], tied_embeddings=True,
                       max_position_embeddings=max(2048, row.seq))
     training = TrainingSpec(global_batch_size=row.gbs, seq_length=row.seq, precision=d["precision"], optimizer="adam",
-                            pipeline_engine=d["pipeline_engine"], overlap=d["overlap"], attention=d["attention"])
+                            pipeline_engine=d["pipeline_engine"], overlap=d["overlap"], attention=d["attention"],
+                            p2p_scatter_gather=d["p2p_scatter_gather"],
+                            grad_reduce_in_fp32=d.get("grad_reduce_in_fp32", False))
     spec = Spec(name=model.name, model=model, cluster=cluster, training=training, search=SearchSpec())
     cfg = ParallelConfig(row.tp, row.pp, row.dp, row.mbs, row.gbs // (row.mbs * row.dp), d["schedule"],
                          1, d["recompute"], 0, False)

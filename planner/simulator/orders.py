@@ -23,12 +23,10 @@ from collections import deque
 
 import numpy as np
 
-from planner.config import SCHEDULES, V_SHAPES
+from planner.config import SCHEDULES, SPLIT_SCHEDULES, V_SHAPES
 from planner.costs.pipeline import chunks_per_device
 from planner.simulator.ops import B, F, R, Schedule, W, stage_table
 from planner.simulator.vblocks import v_block_order
-
-SPLIT_SCHEDULES = ("zb-h1",) + V_SHAPES           # backward split into B (input grad) and W (weight grad)
 
 
 def check(name: str, p: int, m: int, v: int) -> None:

@@ -97,11 +97,24 @@ class TrainingSpec:
     """Communication overlapped with compute (OverlapSpec); the deepspeed engine overlaps none of it."""
     grad_reduce_in_fp32: bool = False
     """Data-parallel gradient reduction (and the tied-embedding all-reduce) in fp32, 4 bytes per gradient, instead of
-    the compute profile's `grad_bytes` (16-bit): Megatron-Core's DistributedDataParallelConfig.grad_reduce_in_fp32.
+    the 16-bit weights' 2 (fp32 plans reduce 4 bytes either way; costs/memory.py grad_reduce_bytes):
+    Megatron-Core's DistributedDataParallelConfig.grad_reduce_in_fp32 (with the deepspeed engine: its
+    communication_data_type fp32).
     Megatron-LM's training script forces it with --bf16 (NVIDIA/Megatron-LM core_r0.8.0 megatron/training/
     arguments.py: 'accumulate and all-reduce gradients in fp32 for bfloat16 data type'); Megatron-Bridge's and NeMo's
     performance recipes turn it off (Megatron-Bridge@c0b9a000 scripts/performance/configs/llama/
     llama3_llm_pretrain.py: cfg.ddp.grad_reduce_in_fp32 = False)."""
+    p2p_scatter_gather: bool | None = None
+    """Without sequence parallelism, each tensor-parallel rank sends only 1/tp of a stage's [s/cp, b, h] output to the
+    next stage, which all-gathers it inside its node. Megatron-LM did so from Feb 2021 to Mar 2023
+    (--scatter-gather-tensors-in-pipeline, on by default since NVIDIA/Megatron-LM@72e4230b; gone when the pipeline
+    moved into megatron/core, 3c92fa93): the SC21 and Korthikanti et al. runs. Megatron-Core sends the whole tensor
+    (Megatron-LM@d98e8a64 megatron/core/pipeline_parallel/schedules.py get_tensor_shapes divides the sequence by tp
+    only with sequence_parallel). DeepSpeed's PipelineEngine partitions its sends over the tensor group
+    (microsoft/DeepSpeed@38327e07 deepspeed/runtime/pipe/engine.py is_pipe_partitioned; the `pipeline.pipe_partitioned`
+    config, default true, since c2074b34 of Nov 2023, always on before). None (left out): the engine's own behaviour,
+    false for megatron and true for deepspeed (iteration.p2p_scatter_gather). With sequence parallelism the message is
+    1/tp either way."""
     attention: str = "fused"
     """fused (FlashAttention-2/3, cuDNN fused attention through Transformer Engine: no s x s tensors kept, causal
     FLOPs at the fused kernels' efficiency) or unfused (Megatron's local softmax path that Korthikanti et al. 2022
@@ -424,6 +437,10 @@ def _check_context_parallel(file, training: TrainingSpec, search: SearchSpec, cl
     if training.pipeline_engine == "deepspeed":
         raise SpecError(file, "search.context_parallel", f"has {cps}; the planner models Megatron-Core's context "
                         "parallelism, not with training.pipeline_engine: deepspeed")
+    if training.pipeline_engine == "megatron" and training.p2p_scatter_gather:
+        raise SpecError(file, "search.context_parallel", f"has {cps}; context parallelism is Megatron-Core's, whose "
+                        "pipeline sends whole tensors: training.p2p_scatter_gather (Megatron-LM before 2023) does "
+                        "not combine with it (leave it out or set it false)")
     if training.cp_comm == "allgather" and 3 not in search.zero:
         raise SpecError(file, "training.cp_comm", f"allgather is PyTorch's context parallel (torchtitan), planned "
                         f"with ZeRO-3 only; search.zero has {list(search.zero)} (add 3, or use ring, all_to_all or "
@@ -452,6 +469,7 @@ def _parse_training(f: Fields) -> TrainingSpec:
         attention_backend=f.str("attention_backend", DEFAULT, choices=ATTENTION_BACKENDS),
         cp_comm=f.str("cp_comm", DEFAULT, choices=CP_COMM),
         grad_reduce_in_fp32=f.bool("grad_reduce_in_fp32", DEFAULT),
+        p2p_scatter_gather=f.bool("p2p_scatter_gather", DEFAULT),
         kernels=f.str("kernels", DEFAULT, choices=KERNELS),
         fp8_recipe=f.str("fp8_recipe", DEFAULT, choices=FP8_RECIPES),
         fp8_param_gather=f.bool("fp8_param_gather", DEFAULT),
