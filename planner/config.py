@@ -16,7 +16,7 @@ SPLIT_SCHEDULES = ("zb-h1",) + V_SHAPES
 # schedules stock Megatron-LM and NeMo do not ship: ZB-H1 and the V-shapes run on a zero-bubble fork of Megatron-LM
 # (sail-sg's zero-bubble pipeline parallelism); torchtitan runs v-zb itself (TORCHTITAN_SCHEDULES). The one home of
 # this list: export's comment line, the plan table and the solution's note read it
-FORK_SCHEDULES = ("zb-h1",) + V_SHAPES
+FORK_SCHEDULES = SPLIT_SCHEDULES        # the split-backward schedules are exactly the fork's
 FORK_NEEDED = "needs a zero-bubble-capable Megatron fork (e.g. sail-sg zero-bubble)"
 
 

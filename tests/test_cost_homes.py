@@ -26,7 +26,7 @@ def test_split_schedules_have_one_home():
     split = getattr(config, "SPLIT_SCHEDULES", None)       # its home: planner/config.py, beside V_SHAPES
     assert split == ("zb-h1",) + config.V_SHAPES
     assert orders.SPLIT_SCHEDULES is split and getattr(iteration, "SPLIT_SCHEDULES", None) is split
-    assert getattr(export, "SPLIT_SCHEDULES", None) is split
+    assert getattr(export, "FORK_SCHEDULES", None) is split      # export names the fork schedules, the same tuple
     # nobody lists them by value again (export.py:171 did, and iteration.py's dp_row_s wrote ("zb-h1",) + V_SHAPES)
     copies = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if p.name != "config.py"
               for t in _tuple_literals(p) if t == set(split)]
