@@ -85,7 +85,7 @@ def memory_limit_GiB(spec) -> float:
 
 def stage_memory(spec, cfg: ParallelConfig, costs: Costs) -> list[MemoryBreakdown]:
     """Per stage; a context-parallel rank is its shard view plus the exchange's buffers (costs.context_parallel)."""
-    return [cpar.stage_memory(spec, cfg, costs, s) for s in range(cfg.pp)]
+    return list(cpar.stage_memories(spec, cfg, costs))
 
 
 # ---- communication overlapped with compute (training.overlap): only the exposed part is charged. One home for
