@@ -177,7 +177,18 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
                        if int(c.get("zero", 0)) >= 1 else ")"))
     if c.get("schedule") in FORK_SCHEDULES:
         args.append(f"# schedule {c['schedule']}: {FORK_NEEDED}")
+    if scatter_gather_unmet(solution, c):
+        args.append("# p2p: this plan was costed with training.p2p_scatter_gather (Megatron-LM before 2023 split "
+                    "each pipeline message over the tensor group); Megatron-Core sends the whole [s, b, h] tensor "
+                    "without --sequence-parallel, so its p2p time runs longer than planned (tp x the bytes)")
     return args
+
+
+def scatter_gather_unmet(solution: dict, c: dict) -> bool:
+    """A megatron-engine plan costed with 1/tp p2p messages that today's Megatron-Core does not send (no sequence
+    parallelism to split them): solution.p2p_scatter_gather true, pp > 1, tp > 1, no SP."""
+    return (solution.get("pipeline_engine", "megatron") == "megatron" and bool(solution.get("p2p_scatter_gather"))
+            and int(c.get("pp", 1)) > 1 and int(c.get("tp", 1)) > 1 and not c.get("sequence_parallel"))
 
 
 def global_batch(c: dict) -> int:

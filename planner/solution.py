@@ -129,6 +129,12 @@ class Solution:
                if self.spec.training.attention_backend != "auto" else {}),
             # training.overlap as it runs on this GPU (no userbuffers before Ampere), for export's flags
             "overlap": dict(vars(_tp_comm_in_force(self.spec))),
+            # a p2p message rule other than the engine's own (Megatron-LM 2021-22's scatter-gather on megatron): the
+            # p2p time assumes it, so export says so; the engine's default: absent
+            **({"p2p_scatter_gather": bool(self.spec.training.p2p_scatter_gather)}
+               if self.spec.training.p2p_scatter_gather is not None
+               and bool(self.spec.training.p2p_scatter_gather) != (self.spec.training.pipeline_engine == "deepspeed")
+               else {}),
             **self._cp_comm(),
             # ZeRO-3 plans (torchtitan's FSDP2): what its job config needs beyond the parallel config; every plan:
             # seq_length and num_layers

@@ -228,3 +228,27 @@ def test_simulator_chunks_sum_to_memory_stage_params(make_spec):
             stage_of = orders.build(sched, 4, 8, vpp).stage_of()
             table = chunk_params(model, cfg, 4, cfg.chunks, stage_of)
             assert np.array_equal(table.sum(axis=1), [stage_params(model, cfg, d) for d in range(4)]), (sched, kw)
+
+
+def test_solution_records_a_p2p_rule_other_than_the_engines_and_export_says_so(make_spec):
+    """A plan costed with Megatron-LM 2021-22's 1/tp p2p messages (training.p2p_scatter_gather on the megatron engine)
+    is recorded as such, and its Megatron-Core export says the whole tensor goes out without SP."""
+    from plan_fixtures import with_training
+
+    from planner.config import ParallelConfig
+    from planner.export import megatron_args
+    from planner.search.solve import solve
+    spec = make_spec(nodes=2, seed=3, gbs=16)
+    old = with_training(spec, p2p_scatter_gather=True)
+    assert "p2p_scatter_gather" not in solve(spec, time_limit_s=1, simulate=False).as_dict()    # the engine's own
+    d = solve(old, time_limit_s=1, simulate=False).as_dict()
+    assert d["p2p_scatter_gather"] is True
+    ds = with_training(with_training(spec, pipeline_engine="deepspeed"), p2p_scatter_gather=True)
+    assert "p2p_scatter_gather" not in solve(ds, time_limit_s=1, simulate=False).as_dict()      # DeepSpeed's default
+
+    def note(cfg, **extra):
+        sol = {"config": cfg.as_dict(), "mapping": [], "precision": "bf16", **extra}
+        return [a for a in megatron_args(sol) if "p2p_scatter_gather" in a]
+    no_sp = ParallelConfig(4, 4, 1, 1, 8, "1f1b", 1, "none", 1, False)
+    sp = ParallelConfig(4, 4, 1, 1, 8, "1f1b", 1, "none", 1, True)
+    assert note(no_sp, p2p_scatter_gather=True) and not note(no_sp) and not note(sp, p2p_scatter_gather=True)
