@@ -198,3 +198,18 @@ def test_header_says_which_torchtitan_reads_the_toml():
     header = [x for x in lines if x.startswith("#")]
     assert any("up to 238fa99 only" in x and "9810191bb" in x and "--module / --config" in x for x in header)
     assert lines.index(header[1]) == 1          # right under the first line, before the notes
+
+
+def test_fp8_with_tensor_parallelism_says_torchtitan_gathers_in_bf16():
+    """torchtitan @ 238fa99 enables torchao's Float8 TP only when `"float8" in job_config.model.converters`
+    (torchtitan/models/llama3/infra/parallelize.py:77), but the converter is registered as "quantize.linear.float8"
+    (components/quantization/float8.py:238; an unregistered name fails the registry lookup in
+    protocols/model_converter.py), so its TP all-gathers stay bf16 where the plan charged 1-byte float8 ones: the
+    export says so (it did not before) and still writes the registered name."""
+    cfg = ParallelConfig(2, 1, 8, 1, 4, "1f1b", 1, "none", 3, True)
+    text = torchtitan_toml(_sol(cfg, precision="fp8"))
+    assert tomllib.loads(text)["model"]["converters"] == ["quantize.linear.float8"]
+    assert "TP all-gathers stay bf16" in text
+    no_tp = torchtitan_toml(_sol(ParallelConfig(1, 1, 8, 1, 4, "1f1b", 1, "none", 3, False), precision="fp8"))
+    assert "TP all-gathers stay bf16" not in no_tp
+    assert "TP all-gathers stay bf16" not in torchtitan_toml(_sol(cfg))          # bf16: nothing to say
