@@ -90,6 +90,8 @@ def synthetic_plans() -> dict[str, dict]:
         "hsdp-zero3-shard8": _plan(P(1, 1, 64, 2, 2, "1f1b", 1, "full", 3, False, dp_shard=8)),
         "fsdp-tp2-sp-async-tp": _plan(P(2, 1, 32, 1, 4, "1f1b", 1, "selective", 3, True)),
         "fsdp-tp2-pp4-interleaved": _plan(P(2, 4, 8, 1, 8, "interleaved", 2, "full", 3, True)),
+        "fsdp-pp4-1f1b-m2": _plan(P(1, 4, 16, 1, 2, "1f1b", 1, "full", 3, False)),
+        "fsdp-pp4-gpipe-m2": _plan(P(1, 4, 16, 1, 2, "gpipe", 1, "full", 3, False)),
         "fsdp-pp4-v-zb": _plan(P(1, 4, 16, 1, 8, "v-zb", 2, "full", 3, False)),
         "fsdp-cp2-ring": _plan(P(1, 1, 32, 1, 2, "1f1b", 1, "full", 3, False, cp=2), cp_comm="ring"),
         "fsdp-fp8-all-gather": _plan(P(1, 1, 64, 2, 2, "1f1b", 1, "none", 3, False), precision="fp8",
@@ -317,6 +319,14 @@ def check_torchtitan(sol: dict, file: str | None, repo: Path) -> str:
         single = issubclass(sched, PipelineScheduleSingle)
         if t.local_batch_size % p.pipeline_parallel_microbatch_size:
             return "FAIL pipeline_parallel.py: local_batch_size % pipeline_parallel_microbatch_size"
+        # the schedules' own constructor checks (torch/distributed/pipelining/schedules.py of the running torch):
+        # Schedule1F1B needs n_microbatches >= stages, ScheduleInterleaved1F1B a multiple of its rounds
+        m = t.local_batch_size // p.pipeline_parallel_microbatch_size
+        rounds = max(1, m // dims.pp)
+        if sched.__name__ == "Schedule1F1B" and m < dims.pp:
+            return f"FAIL Schedule1F1B: Number of microbatches ({m}) must be >= the number of stages ({dims.pp})"
+        if sched.__name__ == "ScheduleInterleaved1F1B" and m % rounds:
+            return f"FAIL ScheduleInterleaved1F1B: {m} microbatches not a multiple of {rounds} rounds"
         layers = int(sol["num_layers"])
         first, last = (p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers)
         lps = p.pipeline_parallel_layers_per_stage
