@@ -270,6 +270,17 @@ def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
         return "account_embedding", "an accounted embedding / loss split is Megatron-Core's; torchtitan has none"
     if cfg.tp > 1 and not cfg.sequence_parallel:
         return "sequence_parallel", "torchtitan's tensor parallelism always shards the norms (sequence parallel)"
+    # PyTorch's schedule constructors (torch 2.13.0 torch/distributed/pipelining/schedules.py, which torchtitan builds
+    # with n_microbatches = local_batch_size / pipeline_parallel_microbatch_size): Schedule1F1B raises 'Number of
+    # microbatches (m) must be greater than or equal to the number of stages (pp)', ScheduleInterleaved1F1B
+    # 'requires the number of microbatches to be a multiple of the number of rounds' (max(1, m // pp))
+    m = cfg.num_microbatches
+    if cfg.pp > 1 and cfg.schedule == "1f1b" and m < cfg.pp:
+        return "num_microbatches", (f"{m}: torchtitan's 1F1B (PyTorch's Schedule1F1B) needs at least as many "
+                                    f"micro-batches as stages ({cfg.pp})")
+    if cfg.pp > 1 and cfg.schedule == "interleaved" and m % max(1, m // cfg.pp):
+        return "num_microbatches", (f"{m}: torchtitan's Interleaved1F1B (PyTorch's ScheduleInterleaved1F1B) needs a "
+                                    f"multiple of its {max(1, m // cfg.pp)} rounds (max(1, m // pp))")
     return None
 
 

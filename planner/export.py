@@ -530,6 +530,18 @@ TORCHTITAN_TOML_LIMIT = ("# torchtitan up to 238fa99 only: 9810191bb (Feb 23 202
                          "this file")
 
 
+# pytorch/torchtitan @ 238fa99 turns on torchao's Float8 tensor parallelism only when `"float8" in
+# job_config.model.converters` (torchtitan/models/llama3/infra/parallelize.py:77), a name no converter is registered
+# under (components/quantization/float8.py:238 registers "quantize.linear.float8", the one the export must write;
+# protocols/model_converter.py looks each name up in that registry, so "float8" itself would not load). So the tp
+# all-gathers of an fp8 plan stay bf16 there, where the plan charged the 1-byte float8 gathers torchao's Float8 TP
+# makes (costs/compute.py tp_gather_bytes)
+TORCHTITAN_FLOAT8_TP_NOTE = ("# fp8 with tp > 1: the plan charged float8 (1-byte) tensor-parallel all-gathers "
+                             "(torchao's Float8 TP); torchtitan up to 238fa99 enables it only for a converter "
+                             "named \"float8\" (models/llama3/infra/parallelize.py), which no converter is registered "
+                             "as, so its TP all-gathers stay bf16 and the plan's TP time is a lower bound there")
+
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -775,6 +787,8 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
         # autocast keeps fp32 parameters, so DDP's gradients are fp32 (distributed/utils.py maybe_enable_amp)
         lines.append("# zero 0 (DDP): torchtitan keeps float32 parameters under autocast and all-reduces float32 "
                      "gradients, twice the bytes the plan charged (its 16-bit gradient reduction)")
+    if precision == "fp8" and cfg.tp > 1 and cfg.sequence_parallel:
+        lines.append(TORCHTITAN_FLOAT8_TP_NOTE)
     if cfg.recompute == "selective" and cfg.zero != 3:
         lines.append("# selective: the plan's memory assumes Megatron-Core's core-attention recompute; torchtitan's "
                      "selective_ac_option differs (docs/notes/fsdp.md)")
@@ -846,6 +860,16 @@ def _deepspeed_limits(cfg: ParallelConfig, precision) -> tuple[str, str] | None:
     return None
 
 
+# The gradient reduction's dtype as planned: ZeRO-3 reduce-scatters in fp32 (costs/fsdp.py REDUCE_BYTES, FSDP2's
+# reduce_dtype), ZeRO-2 in fp32 only with training.grad_reduce_in_fp32 (grad_reduce_bytes). DeepSpeed reduces in the
+# model's 16-bit dtype unless told (deepspeedai/DeepSpeed @ edaa7221267243c7be7fb49c5d5f5c4fb97b4641
+# deepspeed/runtime/engine.py communication_data_type: the config's value, else float16 / bfloat16 with fp16 / bf16;
+# the same at 38327e07), read from the top-level key communication_data_type (runtime/config.py
+# get_communication_data_type: "fp32", "fp16" or "bf16"), which ZeRO-2 and ZeRO-3 both reduce in
+# (zero/stage_1_and_2.py, zero/stage3.py: fp16, bf16 or fp32 with reduce_scatter)
+DEEPSPEED_FP32_REDUCE = "fp32"
+
+
 def deepspeed_refusal(solution: dict, file: str | None = None) -> tuple[str, str] | None:
     """(field, reason) why `--format deepspeed` cannot write this plan, None when it can: the one rule behind
     deepspeed_config and the other exports' hints, so that they name DeepSpeed only for plans it takes."""
@@ -864,7 +888,8 @@ def deepspeed_config(solution: dict, file: str | None = None) -> dict:
     export of such a plan: Megatron-Core's distributed optimizer keeps the whole gradient buffer (megatron_args
     refuses it). Its reduce and all-gather buckets are the plan's (training.overlap.bucket_size, else Megatron-Core's
     max(40M, 1M x dp) parameters): DeepSpeed's default 5e8 elements would hold gigabytes of bucket buffers with
-    overlap_comm that the memory estimate does not charge."""
+    overlap_comm that the memory estimate does not charge. The gradients are reduced in the plan's dtype
+    (communication_data_type: DEEPSPEED_FP32_REDUCE)."""
     c = _config(solution, file)
     cfg = ParallelConfig.from_dict(c, file)
     why = _deepspeed_limits(cfg, solution.get("precision", "bf16"))
@@ -886,6 +911,8 @@ def deepspeed_config(solution: dict, file: str | None = None) -> dict:
         out["bf16"] = {"enabled": True}
     elif precision == "fp16":
         out["fp16"] = {"enabled": True}
+    if precision != "fp32" and (cfg.zero == 3 or grads_in_fp32(solution, precision)):
+        out["communication_data_type"] = DEEPSPEED_FP32_REDUCE
     if cfg.recompute != "none":
         out["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False}
     return out

@@ -382,3 +382,23 @@ def test_shipped_v100_plan_exports_megatrons_local_impl():
     args = megatron_args(sol, gpu_type="V100-SXM2-32GB")
     assert "--transformer-impl local" in args
     assert any("AttnBackend.unfused" in a for a in args)
+
+
+# --- export checked against the tools' own parsers (benchmarks/export_against_parsers.py, docs/notes/hardening.md) ---
+
+@pytest.mark.parametrize("zero, precision, fp32_grads, want", [
+    (3, "bf16", False, "fp32"), (3, "fp16", False, "fp32"),      # ZeRO-3: FSDP2's fp32 reduce-scatter, as costed
+    (2, "bf16", False, None), (2, "fp16", False, None),          # ZeRO-2: the 16-bit gradients the plan charged
+    (2, "bf16", True, "fp32"),                                   # training.grad_reduce_in_fp32
+    (3, "fp32", False, None), (2, "fp32", True, None)])          # fp32 training: DeepSpeed's default is fp32
+def test_deepspeed_config_reduces_gradients_in_the_planned_dtype(zero, precision, fp32_grads, want):
+    """DeepSpeed reduces gradients in the 16-bit model dtype unless the top-level communication_data_type says
+    otherwise (deepspeedai/DeepSpeed @ edaa7221267243c7be7fb49c5d5f5c4fb97b4641 deepspeed/runtime/engine.py
+    communication_data_type; the same at 38327e07): before, a ZeRO-3 plan costed with fp32 reduce-scatters
+    (costs/fsdp.py REDUCE_BYTES) was written without it and ran them in bf16."""
+    from planner.export import deepspeed_config
+    extra = {"grad_reduce_in_fp32": True} if fp32_grads else {}
+    ds = deepspeed_config(_plan(zero=zero, precision=precision, **extra))
+    assert ds.get("communication_data_type") == want
+    # get_communication_data_type (runtime/config.py @ edaa722) accepts exactly these spellings
+    assert want in (None, "fp32", "fp16", "bf16")

@@ -198,3 +198,38 @@ def test_header_says_which_torchtitan_reads_the_toml():
     header = [x for x in lines if x.startswith("#")]
     assert any("up to 238fa99 only" in x and "9810191bb" in x and "--module / --config" in x for x in header)
     assert lines.index(header[1]) == 1          # right under the first line, before the notes
+
+
+def test_fp8_with_tensor_parallelism_says_torchtitan_gathers_in_bf16():
+    """torchtitan @ 238fa99 enables torchao's Float8 TP only when `"float8" in job_config.model.converters`
+    (torchtitan/models/llama3/infra/parallelize.py:77), but the converter is registered as "quantize.linear.float8"
+    (components/quantization/float8.py:238; an unregistered name fails the registry lookup in
+    protocols/model_converter.py), so its TP all-gathers stay bf16 where the plan charged 1-byte float8 ones: the
+    export says so (it did not before) and still writes the registered name."""
+    cfg = ParallelConfig(2, 1, 8, 1, 4, "1f1b", 1, "none", 3, True)
+    text = torchtitan_toml(_sol(cfg, precision="fp8"))
+    assert tomllib.loads(text)["model"]["converters"] == ["quantize.linear.float8"]
+    assert "TP all-gathers stay bf16" in text
+    no_tp = torchtitan_toml(_sol(ParallelConfig(1, 1, 8, 1, 4, "1f1b", 1, "none", 3, False), precision="fp8"))
+    assert "TP all-gathers stay bf16" not in no_tp
+    assert "TP all-gathers stay bf16" not in torchtitan_toml(_sol(cfg))          # bf16: nothing to say
+
+
+def test_torchtitan_refuses_fewer_microbatches_than_1f1b_stages():
+    """PyTorch's Schedule1F1B, which torchtitan builds with n_microbatches = local_batch_size / microbatch size, raises
+    'Number of microbatches (m) must be greater than or equal to the number of stages' (torch 2.13.0
+    torch/distributed/pipelining/schedules.py Schedule1F1B.__init__); ScheduleInterleaved1F1B needs a multiple of
+    max(1, m // pp) rounds. Before, a ZeRO-3 1f1b plan with m < pp was searched and exported (Megatron's own 1F1B
+    runs it; torchtitan's does not)."""
+    from planner.config import torchtitan_problem
+    few = ParallelConfig(1, 4, 8, 1, 2, "1f1b", 1, "full", 3, False)
+    assert torchtitan_problem(few)[0] == "num_microbatches"
+    with pytest.raises(SpecError) as e:
+        torchtitan_toml(_sol(few), "s.yaml")
+    assert "config.num_microbatches" in str(e.value) and "stages (4)" in str(e.value)
+    assert torchtitan_problem(ParallelConfig(1, 4, 8, 1, 4, "1f1b", 1, "full", 3, False)) is None     # m = pp
+    assert torchtitan_problem(ParallelConfig(1, 4, 8, 1, 2, "gpipe", 1, "full", 3, False)) is None    # GPipe: no rule
+    # interleaved: 9 micro-batches over pp 4 are 2 rounds, 9 % 2 != 0; 8 are fine (the search asks m % pp == 0)
+    assert torchtitan_problem(ParallelConfig(1, 4, 8, 1, 9, "interleaved", 2, "full", 3, False))[0] == \
+        "num_microbatches"
+    assert torchtitan_problem(ParallelConfig(1, 4, 8, 1, 8, "interleaved", 2, "full", 3, False)) is None

@@ -16,7 +16,8 @@ from planner.config import (
 from planner.errors import SpecError
 
 # the flag that sets each field config.torchtitan_problem may name
-TORCHTITAN_FLAGS = {"schedule": "--schedule", "account_embedding": "--account-embedding", "sequence_parallel": "--sp"}
+TORCHTITAN_FLAGS = {"schedule": "--schedule", "account_embedding": "--account-embedding", "sequence_parallel": "--sp",
+                    "num_microbatches": "--mbs"}     # m = global batch / (dp x mbs)
 
 
 def finite_float(text: str) -> float:
