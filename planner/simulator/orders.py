@@ -13,8 +13,8 @@ ends (embedding, output layer) sit on device 0.
 GPipe, 1F1B, interleaved (Megatron-LM's orders) and ZB-H1 (the zero-bubble paper's: 1F1B's F/B order,
 stage i running W(j) after B(j+i)) have closed-form orders. V-ZB is built by a greedy list scheduler:
 B first (it is on the critical path), then F while the device holds fewer than 2p chunk activations
-(1F1B's peak), W fills the rest. V-Min and V-Half are repeating building blocks chosen under the seed's
-memory targets (about 1/3 and 1/2 of 1F1B's activations), see vblocks.py.
+(1F1B's peak), W fills the rest. V-Min and V-Half are the seed's own orders (its runtime builds them at unit
+times and runs them at the real ones), see vblocks.py.
 """
 from __future__ import annotations
 
@@ -293,7 +293,7 @@ def _add_recompute(lists: list, split: bool, early: bool) -> list:
 def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, early_recompute: bool = False,
           times: tuple[float, float, float] = (1.0, 1.0, 1.0), pytorch: bool = False) -> Schedule:
     """The per-device op lists of schedule `name`. `times` = per-chunk (f, b, w) the greedy builder
-    plans with (only ZB-H1 and the V-shapes use it; the engine re-times with the real costs). pytorch: PyTorch
+    plans with (only V-ZB uses it; the engine re-times with the real costs). pytorch: PyTorch
     pipelining's variant where it differs (interleaved; ZeRO-3 plans are torchtitan's)."""
     v = chunks_per_device(name, vpp)
     check(name, p, m, v)
@@ -311,10 +311,8 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
     elif name == "v-zb":
         f, b, w = times
         lists = _greedy(name, p, m, v, f, max(b - w, 1e-9), max(w, 1e-9))
-    else:           # v-min, v-half: a building block under the seed's memory target
-        f, b, w = times
-        bi = max(b - w, 1e-9)
-        lists = v_block_order(name, p, m, f, bi, w)
+    else:           # v-min, v-half: the seed's runtime order, built at unit times (vblocks.py)
+        lists = v_block_order(name, p, m)
     if not split:   # one device: no B/W split, drop W (its time stays in B)
         lists = [(k[k != W], j[k != W], c[k != W]) for k, j, c in lists]
     if recompute:

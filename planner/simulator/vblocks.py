@@ -1,51 +1,28 @@
-"""V-Min and V-Half op orders: a repeating building block per micro-batch, placed with the real chunk times.
+"""V-Min and V-Half op orders as the seed's code builds them (sail-sg/zero-bubble-pipeline-parallelism).
 
-A block places micro-batch 0's ops on each device modulo a period T; micro-batch j repeats it j periods
-later (_order). Candidate blocks (uniform offsets under the seed's memory target, and the tightly packed
-block) are each timed by the engine on 3p micro-batches and the fastest within the target is kept
-(_v_choice): choosing a block needs the engine, so this lives apart from orders.py, which only dispatches.
+Seed 001's runtime (megatron/core/pipeline_parallel/zerobubble/runtime.py @39f2c186, the `zero_bubble_v_schedule_
+mem_setup` min / half branch) builds one fixed order per device with `zbv_greedy.PipelineGraph` at unit times
+(F = B = W = 1000, comm 1) and runs it with whatever the real times are. This is a port of that builder
+(scheduler/zbv_greedy.py @39f2c186): the stable pattern (each micro-batch's four F / B passes at fixed slots of a
+6-slot period), `put_w` (each W in the first free slot after its B), `reorder` (the "squeeze" of warm-up and
+cool-down into free slots without raising the peak memory), twice, then the W's placed again per chunk. The order
+does not depend on the op times: the engine times it, so uneven F, B, W stretch the period as on the GPUs (V-Min's
+repeating bubbles, seed 001: "V-Min is vulnerable").
+
+Cost: the squeeze is quadratic in the warm-up; the order is built once per (schedule, p) at a few micro-batches and
+the steady state (the stable pattern, untouched by the squeeze) repeated for larger m (_extend, checked).
 """
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 
 import numpy as np
 
-from planner.simulator.engine import build_graph, memory_deltas, peak_activation, run
-from planner.simulator.ops import B, F, Schedule, W, stage_table
+from planner.simulator.ops import B, F, W
 
-
-def _place(res: list, ready: float, dur: float, T: float) -> float | None:
-    """Earliest start >= ready whose interval, taken modulo T, overlaps none of `res` (start mod T, length)."""
-    x = ready
-    for _ in range(4 * len(res) + 4):
-        clash = None
-        for a, ln in res:
-            # circular overlap of [x, x+dur) and [a, a+ln) modulo T
-            off = (a - x) % T                   # where a starts, seen from x
-            if off < dur - 1e-12 or off + ln > T + 1e-12:
-                clash = (a, ln)
-                break
-        if clash is None:
-            return x
-        a, ln = clash
-        x += (a + ln - x) % T if (a + ln - x) % T > 1e-12 else T
-        if x - ready > T:
-            return None
-    return None
-
-
-def _put(res: list, times: dict, kind: int, s: int, ready: float, dur: float, T: float,
-         exact: bool = False) -> float | None:
-    """Place op (kind, s) of a periodic block on its device's reservations `res` (see _place);
-    exact: only at `ready` itself. Records it and returns its start, or None when it does not fit."""
-    x = _place(res, ready, dur, T)
-    if x is None or (exact and x != ready):
-        return None
-    res.append((x % T, dur))
-    times[(kind, s)] = x
-    return x
+PERIOD = 6          # slots per micro-batch and device: F, B, W of two chunks
 
 
 def v_memory_cap(name: str, p: int) -> int:
@@ -54,145 +31,211 @@ def v_memory_cap(name: str, p: int) -> int:
     return math.ceil((p + 2) / 3) if name == "v-min" else math.ceil(p / 2) + 1
 
 
-def _order(p: int, m: int, T: float, times: dict) -> list:
-    """Per-device op arrays: micro-batch j's block shifted by j*T, sorted by time."""
-    st = stage_table("v-min", p, 2)
-    out = []
-    j = np.arange(m)
-    for d in range(p):
-        keys, kinds, mbs, chs = [], [], [], []
-        for c in range(2):
-            s = int(st[d, c])
-            for kind in (F, B, W):
-                keys.append(j * T + times[(kind, s)])
-                kinds.append(np.full(m, kind))
-                mbs.append(j)
-                chs.append(np.full(m, c))
-        order = np.argsort(np.concatenate(keys), kind="stable")
-        out.append((np.concatenate(kinds)[order], np.concatenate(mbs)[order], np.concatenate(chs)[order]))
+def stable_pattern(name: str, p: int) -> list:
+    """Slots of micro-batch 0's [F chunk 0, F chunk 1, B chunk 1, B chunk 0] per device (zbv_greedy.py
+    stable_pattern_v_min / stable_pattern_v_half)."""
+    if name == "v-min":
+        gap = 2 if p % 3 == 0 else 0
+        return [[i, 2 * p - i - 1, 2 * p + gap + i, 4 * p + gap - i - 1] for i in range(p)]
+    gap = 3 if p % 2 == 0 else 0
+    return [[2 * i, 3 * p - i - 2, 3 * p + gap + 2 * i - 1, 6 * p + gap - i - 2] for i in range(p)]
+
+
+def _put_w(sched: list, split: bool) -> list:
+    """zbv_greedy.put_w: a W list (two with split, one per chunk) filled slot by slot, each W in the first free slot
+    after its B, the rest after the last op."""
+    sched = [list(x) for x in sched[:4]]
+    bound = max(x[-1] for x in sched)
+    sched += [[] for _ in range(2 if split else 1)]
+    taken = sorted((t, k) for k in range(4) for t in sched[k])
+    busy = {t for t, _ in taken}
+    kind_at = dict(taken)
+    cnt = [0, 0]
+    i = 0
+    for i in range(bound + 1):
+        if i in busy:
+            k = kind_at[i]
+            if k >= 2:
+                cnt[k - 2 if split else 0] += 1
+        else:
+            for c in range(2):
+                if cnt[c]:
+                    sched[4 + c].append(i)
+                    cnt[c] -= 1
+                    break
+    for c in range(2):
+        while cnt[c] > 0:
+            i += 1
+            sched[4 + c].append(i)
+            cnt[c] -= 1
+    return sched
+
+
+def _mem(sched: list) -> int:
+    """zbv_greedy.mem_of_stage: peak live activations of one device (F +1; W -1, or without W lists each B's W
+    in the next free slot)."""
+    ev = []
+    for k, lst in enumerate(sched):
+        ev += [(t, k) for t in lst]
+    ev.sort()
+    has_w = len(sched) > 4
+    cur = res = 0
+    pending = 0
+    last = -1
+    for t, k in ev:
+        if not has_w:           # free slots between the last op and this one each retire one pending W
+            free = t - last - 1
+            d = min(free, pending)
+            if d:
+                pending -= d     # the peak is not raised by a free (it only lowers cur)
+                cur -= d
+        if k < 2:
+            cur += 1
+        elif k < 4:
+            pending += 1
+        else:
+            cur -= 1
+        res = max(res, cur)
+        last = t
+    return res
+
+
+def _reorder(result: list, consider_w: bool) -> list:
+    """zbv_greedy.reorder: walk the ops in slot order; in warm-up (until device 0's first B of chunk 0) and
+    cool-down (after the last micro-batch's first forward) move each to the earliest free slot after its
+    dependencies that keeps the device's peak memory, else leave it (the steady state is never moved)."""
+    if consider_w:
+        result = [_put_w(s, split=False) for s in result]
+    nt = len(result[0])
+    p = len(result)
+    cap = max(_mem(s) for s in result)
+    occupied = [set() for _ in range(p)]      # slots of the ops walked so far (the rest lie later)
+    nm = len(result[0][0])
+    heap = [(result[d][k][0], d, k, 0) for d in range(p) for k in range(nt) if result[d][k]]
+    heapq.heapify(heap)
+    phase = 0
+    while heap:
+        t, d, k, j = heapq.heappop(heap)
+        if j + 1 < len(result[d][k]):
+            heapq.heappush(heap, (result[d][k][j + 1], d, k, j + 1))
+        if k == 3 and d == 0 and phase == 0:
+            phase = 1
+        if phase == 1 or (phase == 0 and not consider_w):
+            if phase == 1 and k == 0 and j == nm - 1:
+                phase = 2
+            occupied[d].add(t)
+            continue
+        dep = -1
+        if k in (0, 2) and d > 0:
+            dep = max(dep, result[d - 1][k][j])
+        if k in (1, 3) and d + 1 < p:
+            dep = max(dep, result[d + 1][k][j])
+        if 0 < k < 4:
+            dep = max(dep, result[d][k - 1][j])
+        if k == 4:
+            dep = max(dep, sorted(result[d][2] + result[d][3])[j])
+        if j > 0:
+            dep = max(dep, result[d][k][j - 1])
+        dep += 1
+        moved = False
+        for x in range(dep, t):
+            if x not in occupied[d]:
+                result[d][k][j] = x
+                if _mem(result[d]) <= cap:
+                    moved = True
+                    break
+        if not moved:
+            result[d][k][j] = t
+        occupied[d].add(result[d][k][j])
+    if not consider_w:
+        result = [_put_w(s, split=False) for s in result]
+    return _eager(result)
+
+
+def _eager(result: list) -> list:
+    """zbv_greedy.eager_execution_time at unit times, no communication: each op, in slot order, starts when its
+    device's previous op, its own previous micro-batch and its data dependency are done; the start slots."""
+    p, nt = len(result), len(result[0])
+    end = {}
+    last = [None] * p
+    out = [[[0] * len(x) for x in dev] for dev in result]
+    heap = [(result[d][k][0], d, k, 0) for d in range(p) for k in range(nt) if result[d][k]]
+    heapq.heapify(heap)
+    while heap:
+        _, d, k, j = heapq.heappop(heap)
+        if j + 1 < len(result[d][k]):
+            heapq.heappush(heap, (result[d][k][j + 1], d, k, j + 1))
+        dep = 0
+        if k in (0, 2) and d > 0:
+            dep = max(dep, end[(d - 1, k, j)])
+        if k in (1, 3) and d + 1 < p:
+            dep = max(dep, end[(d + 1, k, j)])
+        if 0 < k < 4:
+            dep = max(dep, end[(d, k - 1, j)])
+        if j > 0:
+            dep = max(dep, end[(d, k, j - 1)])
+        if last[d] is not None:
+            dep = max(dep, end[last[d]])
+        end[(d, k, j)] = dep + 1
+        last[d] = (d, k, j)
+        out[d][k][j] = dep
     return out
 
 
-def _uniform_blocks(p: int, f: float, b: float, w: float, cap: float, limit: int = 6) -> list:
-    """Blocks with uniform offsets between adjacent passes (seed 001, rebuttal): F(s) at s*dF, the
-    backward chain `turn` after the last forward at offsets dB, each W in the first free gap after its B.
-    Searches dF, dB (1x..2x the pass time) and turn for the shortest period T at which some block
-    fits with at most `cap` live micro-batches (lifespans / T); returns up to `limit` (T, times)."""
-    S2 = 2 * p
-    st = stage_table("v-min", p, 2)
-    dev_of = np.empty(S2, np.int64)
-    for d in range(p):
-        dev_of[st[d, 0]], dev_of[st[d, 1]] = d, d
-    dev_of = dev_of.tolist()
-    base = 2 * (f + b + w)
-    grid = np.linspace(1.0, 2.0, 11)
-    turns = [k * min(f, b, w) / 2 for k in range(0, 2 * p, max(1, p // 4))]
-    found = []
-    for k in range(50):
-        T = base * (1 + 0.02 * k)
-        for ga in grid:
-            for gc in grid:
-                for turn in turns:
-                    res = [[] for _ in range(p)]
-                    times = {}
-                    ok = True
-                    for s_ in range(S2):
-                        if _put(res[dev_of[s_]], times, F, s_, s_ * f * ga, f, T, exact=True) is None:
-                            ok = False
-                            break
-                    t0 = times[(F, S2 - 1)] + f + turn if ok else 0.0
-                    for s_ in (range(S2 - 1, -1, -1) if ok else ()):
-                        if _put(res[dev_of[s_]], times, B, s_, t0 + (S2 - 1 - s_) * b * gc, b, T, exact=True) is None:
-                            ok = False
-                            break
-                    for s_ in (sorted(range(S2), key=lambda q: times[(B, q)]) if ok else ()):
-                        if _put(res[dev_of[s_]], times, W, s_, times[(B, s_)] + b, w, T) is None:
-                            ok = False
-                            break
-                    if not ok:
-                        continue
-                    live = max(sum(times[(W, int(st[d, c]))] + w - times[(F, int(st[d, c]))] for c in range(2))
-                               for d in range(p)) / T / 2
-                    if live <= cap:
-                        found.append((live, T, times))
-        if found:
-            found.sort(key=lambda x: x[0])
-            return [(T_, t_) for _, T_, t_ in found[:limit]]
-    return []
+def _slots(name: str, p: int, m: int) -> list:
+    """Per device, the six slot lists [F0, F1, B1, B0, W1, W0] over m micro-batches (zbv_greedy.schedule_from_
+    pattern with do_reorder)."""
+    res = [[list(range(x, x + PERIOD * m, PERIOD)) for x in dev] for dev in stable_pattern(name, p)]
+    r1 = _reorder(res, consider_w=True)
+    r1 = [s[:4] for s in r1]
+    r2 = _reorder(r1, consider_w=False)
+    return [_put_w(s[:4], split=True) for s in r2]
 
 
-@functools.lru_cache(maxsize=256)
-def _v_choice(name: str, p: int, f: float, b: float, w: float) -> tuple[float, tuple]:
-    """Pick V-Min's / V-Half's building block: the candidates (uniform-offset blocks under the memory
-    target, and the tightly packed block) are each run by the engine on 3p micro-batches with these
-    times; the fastest within the target wins, else the one with the least memory."""
-    cap = v_memory_cap(name, p)
-    cands = _uniform_blocks(p, f, b, w, cap)
-    cands.append(_v_block_times(p, f, b, w, 0.0, 0.0))
-    m = 3 * p
-    scored = []
-    for T, times in cands:
-        lists = _order(p, m, T, times)
-        sch = Schedule(name, p, 2, m, True, False, False, tuple(x[0] for x in lists), tuple(x[1] for x in lists),
-                       tuple(x[2] for x in lists))
-        g = build_graph(sch)
-        dur = np.array([f, b, w, 0.0])[g.kind]
-        _, end = run(g.offs.tolist(), g.pred.tolist(), [0.0] * len(dur), dur.tolist())
-        alloc, free = memory_deltas(g, True, np.full((p, 2), 0.5), np.zeros((p, 2)))
-        peak = float(peak_activation(g, alloc, free).max())
-        scored.append((peak > cap + 1e-9, max(end) if peak <= cap + 1e-9 else peak, T, times))
-    scored.sort(key=lambda x: (x[0], x[1]))
-    _, _, T, times = scored[0]
-    return T, tuple(sorted(times.items()))
+def _extend(small: list, m0: int, m: int) -> list | None:
+    """The slot lists for m micro-batches from those for m0 < m: the stable pattern (+PERIOD per micro-batch) runs
+    through the middle, so m - m0 periods are inserted at a cut there. None when the middle is not periodic."""
+    delta = m - m0
+    cut = PERIOD * (m0 // 2)
+    out = []
+    for dev in small:
+        lists = []
+        for lst in dev:
+            j = next((i for i, t in enumerate(lst) if t >= cut), None)
+            if j is None or j == 0 or j + 1 >= len(lst) or lst[j] - lst[j - 1] != PERIOD or \
+                    lst[j + 1] - lst[j] != PERIOD:
+                return None
+            mid = [lst[j] + PERIOD * k for k in range(delta)]
+            lists.append(lst[:j] + mid + [t + PERIOD * delta for t in lst[j:]])
+        out.append(lists)
+    return out
 
 
-def v_block_order(name: str, p: int, m: int, f: float, b: float, w: float) -> list:
-    """V-Min / V-Half by a repeating building block placed with the real chunk times (see _v_choice)."""
-    def key(x: float) -> float:            # cache on 3 significant digits of the times
-        return float(f"{x:.3g}")
-    T, times = _v_choice(name, p, key(f), key(b), key(w))
-    return _order(p, m, T, dict(times))
+@functools.lru_cache(maxsize=64)
+def _slots_cached(name: str, p: int, m: int) -> tuple:
+    m0 = 2 * p + 8             # warm-up and cool-down each span under p micro-batches' periods
+    if m <= m0:
+        return tuple(tuple(tuple(x) for x in dev) for dev in _slots(name, p, m))
+    small = _slots_cached(name, p, m0)
+    ext = _extend([[list(x) for x in dev] for dev in small], m0, m)
+    if ext is None:            # not seen: then build it in full
+        ext = _slots(name, p, m)
+    return tuple(tuple(tuple(x) for x in dev) for dev in ext)
 
 
-def _v_block_times(p: int, f: float, b: float, w: float, turn: float, wdelay: float) -> tuple[float, dict]:
-    """V-shape by a repeating building block placed with the real chunk times f, b (input grad), w.
+# slot list index -> (op kind, chunk): F0, F1, B of chunk 1, B of chunk 0, W of chunk 1, W of chunk 0
+_KIND = (F, F, B, B, W, W)
+_CHUNK = (0, 1, 1, 0, 1, 0)
 
-    Micro-batch 0's ops are placed in dependency order (F down and up the V, the backward chain `turn`
-    after the last forward, then each W at least `wdelay` after its B), each at the earliest time whose
-    interval modulo the period does not overlap what its device already holds; micro-batch j repeats
-    the block j periods later. The period starts at one micro-batch's work per device, 2(f+b+w), and
-    grows by small steps until the block fits (uneven times can fragment a device's period). The order
-    is the sort of these times; the engine compacts it.
-    """
-    S = 2 * p
-    st = stage_table("v-min", p, 2)
-    dev_of = np.empty(S, np.int64)
-    for d in range(p):
-        dev_of[st[d, 0]], dev_of[st[d, 1]] = d, d
-    base = 2 * (f + b + w)
-    for k in range(200):
-        T = base * (1 + 0.01 * k)
-        res = [[] for _ in range(p)]
-        times = {}
 
-        t, ok = 0.0, True
-        for s in range(S):                       # forward chain down and up the V
-            x = _put(res[dev_of[s]], times, F, s, t, f, T)
-            if x is None:
-                ok = False
-                break
-            t = x + f
-        t += turn
-        for s in (range(S - 1, -1, -1) if ok else ()):   # backward chain
-            x = _put(res[dev_of[s]], times, B, s, t, b, T)
-            if x is None:
-                ok = False
-                break
-            t = x + b
-        for s in (sorted(range(S), key=lambda s: times[(B, s)]) if ok else ()):
-            if _put(res[dev_of[s]], times, W, s, times[(B, s)] + b + wdelay, w, T) is None:
-                ok = False
-                break
-        if ok:
-            return T, times
-    raise RuntimeError(f"V block does not fit for p={p}")
+def v_block_order(name: str, p: int, m: int) -> list:
+    """V-Min / V-Half per-device op arrays (kind, micro-batch, chunk) in slot order, the seed's runtime order."""
+    out = []
+    for dev in _slots_cached(name, p, m):
+        slot = np.concatenate([np.asarray(x, np.int64) for x in dev])
+        kind = np.concatenate([np.full(len(x), _KIND[k]) for k, x in enumerate(dev)])
+        mb = np.concatenate([np.arange(len(x)) for x in dev])
+        ch = np.concatenate([np.full(len(x), _CHUNK[k]) for k, x in enumerate(dev)])
+        o = np.argsort(slot, kind="stable")
+        out.append((kind[o].astype(np.int64), mb[o].astype(np.int64), ch[o].astype(np.int64)))
+    return out

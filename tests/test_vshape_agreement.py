@@ -1,0 +1,96 @@
+"""V-Min / V-Half: the simulator runs seed 001's own order (sail-sg/zero-bubble-pipeline-parallelism @39f2c186,
+zbv_greedy.py, as its runtime.py builds it at unit times), and the estimate follows it.
+
+The hand-counted figures below are the seed code's own makespans (its PipelineGraph.schedule_from_pattern with
+do_reorder, eager_execution_time with these op times and no communication), in per-chunk units."""
+import pytest
+
+from planner.config import ParallelConfig
+from planner.costs.pipeline import compute_time
+from planner.simulator import simulate, simulate_uniform
+from planner.simulator.vblocks import v_block_order
+
+
+def _makespan(name, p, m, F, B, W):
+    # per device: f = 2F, b = 2(B + W) (input gradient and weight gradient), w = 2W
+    return simulate_uniform(name, p, m, 2, f=2 * F, b=2 * (B + W), w=2 * W).compute_s
+
+
+@pytest.mark.parametrize("name,F,B,W,seed_makespan", [
+    ("v-min", 1, 1, 1, 779.0), ("v-half", 1, 1, 1, 773.0),          # F = B = W: no repeating bubble in either
+    ("v-min", 1, 1.2, 0.67, 932.67), ("v-half", 1, 1.2, 0.67, 743.17),   # uneven: V-Min's lock step stretches
+])
+def test_seed_order_makespans(name, F, B, W, seed_makespan):
+    assert _makespan(name, 4, 128, F, B, W) == pytest.approx(seed_makespan, abs=0.01)
+
+
+def test_hand_counted_bubbles_equal_times():
+    """F = B = W = 1 per chunk, p = 4, m = 128: 1F1B idles (p - 1)(F + B + W) x 2 chunks = 18 units per device;
+    the seed's orders: V-Min 4(p - 1) - 1 = 11, V-Half 3(p - 1) - 4 = 5 (its even-p gap); the work is 6m = 768."""
+    assert _makespan("v-min", 4, 128, 1, 1, 1) - 768 == pytest.approx(11)
+    assert _makespan("v-half", 4, 128, 1, 1, 1) - 768 == pytest.approx(5)
+    one = simulate_uniform("1f1b", 4, 128, f=2.0, b=4.0).compute_s - 768
+    assert one == pytest.approx(18)
+
+
+def test_order_independent_of_times_and_extends():
+    """The runtime builds the order at unit times; a long run repeats the stable pattern (vblocks._extend), the same
+    order as built in full."""
+    from planner.simulator import vblocks
+    for name in ("v-min", "v-half"):
+        for p in (3, 4, 5):
+            m = 2 * p + 8 + 7
+            full = vblocks._slots(name, p, m)
+            ext = [[list(x) for x in dev] for dev in vblocks._slots_cached(name, p, m)]
+            assert full == ext, (name, p)
+            for k, _j, _c in v_block_order(name, p, m):
+                assert len(k) == 6 * m
+
+
+@pytest.mark.parametrize("name", ["v-min", "v-half"])
+@pytest.mark.parametrize("F,B,W", [(1, 1, 1), (1, 1.2, 0.67), (1, 0.93, 0.47), (1, 2, 1), (2, 1, 1), (1, 1, 2),
+                                   (0.44, 1.72, 1.55)])
+@pytest.mark.parametrize("p", [2, 3, 4, 6, 7])
+def test_steady_period_exact(name, F, B, W, p):
+    """The closed form's m-term is the order's period: the makespan grows by it per micro-batch."""
+    f, b, w = 2 * F, 2 * (B + W), 2 * W
+    sim = (_makespan(name, p, 8 * p, F, B, W) - _makespan(name, p, 4 * p, F, B, W)) / (4 * p)
+    cf = (compute_time(name, p, 8 * p, 2, f, b, w) - compute_time(name, p, 4 * p, 2, f, b, w)) / (4 * p)
+    assert cf == pytest.approx(sim, rel=1e-9)
+
+
+@pytest.mark.parametrize("p", [4, 7, 8])
+def test_seed_bubble_ordering(p):
+    """Seed 001 (and the repository's README table): at F = B = W, V-Half's bubble about half of 1F1B's, V-Min's about
+    two thirds, so V-Min is slower than V-Half by design, in the simulator and in the closed form alike."""
+    m = 8 * p
+    one = simulate_uniform("1f1b", p, m, f=2.0, b=4.0).compute_s - 6 * m
+    for name, frac in (("v-min", 2 / 3), ("v-half", 1 / 2)):
+        bub = _makespan(name, p, m, 1, 1, 1) - 6 * m
+        # at most the seed's fraction; less at even p for V-Half (its stable pattern's gap: 5 against 9 at p = 4)
+        assert 0.5 * frac * one <= bub <= frac * one + 1e-9, name
+        # the closed form's ramp is fitted over uneven ratios: 9 against 11 (V-Min, p = 4)
+        assert compute_time(name, p, m, 2, 2.0, 4.0, 2.0) - 6 * m == pytest.approx(frac * one, rel=0.3), name
+    assert _makespan("v-min", p, m, 1, 1, 1) > _makespan("v-half", p, m, 1, 1, 1)
+    assert compute_time("v-min", p, m, 2, 2.0, 4.0, 2.0) > compute_time("v-half", p, m, 2, 2.0, 4.0, 2.0)
+
+
+# real plans: the closed-form estimate (iteration: compute, exposed p2p, data-parallel sync with --overlap-grad-reduce)
+# against the replay of the same plan. Before the seed's order (the simulator's own block search): v-min -12%, v-half
+# -7% on these; now within the 1F1B-like few percent (docs/notes/simulator.md, "V-Min / V-Half follow the seed's order")
+PLANS = [("specs/llama3-70b-h100-256.yaml", 8, 4, 8, 1), ("specs/gpt3-13b-a100-het-128.yaml", 8, 4, 4, 1),
+         ("specs/gpt3-13b-a100-het-128.yaml", 8, 2, 8, 1), ("specs/llama3-70b-h100-256.yaml", 8, 8, 4, 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path,tp,pp,dp,mbs", PLANS)
+@pytest.mark.parametrize("name", ["v-min", "v-half"])
+def test_estimate_agrees_with_simulation_on_real_plans(path, tp, pp, dp, mbs, name):
+    from planner.search.solve import estimate_plan
+    from planner.spec import load_spec
+    spec = load_spec(path)
+    m = spec.training.global_batch_size // (dp * mbs)
+    cfg = ParallelConfig(tp, pp, dp, mbs, m, name, 2, sequence_parallel=True)
+    est = estimate_plan(spec, cfg)[0].iteration_s
+    sim = simulate(spec, cfg).iteration_s
+    assert -0.04 <= (est - sim) / sim <= 0.04, (est, sim)
