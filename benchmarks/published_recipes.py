@@ -226,7 +226,8 @@ def build(row: dict, search: dict | None = None, solver: dict | None = None):
     dp = row["gpus"] // (tp * pp * cp)
     # context parallelism (#9) is a dimension now; a tp x cp group must fill part of a node or whole nodes
     # (docs/notes/context_parallel.md), otherwise it is folded into dp as before
-    gpn = load_yaml(CLUSTER)["gpus_per_node"]
+    gpn = load_yaml(os.path.join(ROOT, "clusters", f"{kn['cluster']}.yaml") if kn.get("cluster")
+                    else CLUSTER)["gpus_per_node"]
     odd = (tp * cp) % gpn and gpn % (tp * cp)
     if cp > 1 and (odd or not hasattr(ParallelConfig, "cp")):
         missing.append("cp")

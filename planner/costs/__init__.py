@@ -12,11 +12,12 @@ from planner.costs.memory import AnalyticalMemory, MemoryBreakdown
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 # shipped compute profiles by GPU generation (A100: fitted on vTrain's measured iterations; H100: a layer fit on one
 # H100, its fp8 speed-up measured on an H200, its steady-state slowdown on two H100 leases; H200: the H100's with the
-# HBM ratio and the H200's own steady-state slowdown;
+# HBM ratio and the H200's own steady-state slowdown; B200: the H100's with the HBM ratio 8000/3350, the rest carried
+# over, an assumption (benchmarks/make_b200_profile.py; a GB200, the same die at 1,200 W, matches it too);
 # V100: documented defaults). Each file's "fit" record says which values were measured.
 SHIPPED_COMPUTE = {"A100": "a100_compute_profile.json", "H100": "h100_compute_profile.json",
                    "V100": "v100_compute_profile.json",
-                   "H200": "h200_compute_profile.json"}
+                   "H200": "h200_compute_profile.json", "B200": "b200_compute_profile.json"}
 
 
 @dataclass(frozen=True)
