@@ -538,7 +538,8 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
     No overlap: the all-reduce of the row's largest stage (dp_allreduce_s). With --overlap-grad-reduce: each stage's
     exposed part (dp_exposed_s), behind that stage's own backward / forward of one micro-batch (dp_hide_s), with its
     gradient buckets: the device's chunks count as equal pieces over the whole backward (v chunks; rank 0's first
-    chunk in its buckets), which the simulator, replaying each chunk's own last backward, can only beat.
+    chunk in its buckets), which the simulator, replaying each chunk's own last backward, can only beat; device 0 of
+    a V-shape, whose last stage's gradients are ready long before its end, by v_first_device_dp_s.
     The worst stage of the row counts. Monotone in the link time, so the mapping models keep their structure."""
     model = spec.model
     if cfg.zero == 3:
@@ -554,12 +555,52 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
     split = cfg.schedule in SPLIT_SCHEDULES and cfg.pp > 1
     out = None
     for s in stages:
-        T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
         hb, hf = dp_hide_s(st[s], cfg, split)
+        if s == 0 and cfg.schedule in V_SHAPES and cfg.pp > 1:
+            e = v_first_device_dp_s(spec, cfg, costs, st, hb, hf, b, K, pair_GBps)
+            out = e if out is None else np.maximum(out, e)
+            continue
+        T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
         pieces = (v - 1) + dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True) if s == 0 else v
         e = dp_exposed_s(spec, cfg, T, hb, hf, pieces)
         out = e if out is None else np.maximum(out, e)
     return out
+
+
+def v_last_chunk_lead_s(st, cfg: ParallelConfig) -> float:
+    """V-shapes: seconds by which device 0's second chunk (the last stage) has its gradients before device 0's
+    last backward ends. Between them the last micro-batch's backward runs through the 2p - 2 stages of the other
+    devices and device 0's first chunk (B, then W): (2p - 1) chunk B's and a W on the chain. Charged: (2p - 3) of the
+    smallest chunk B (B less W and recompute, no p2p), because the seed's orders may run that chunk's last W up to
+    about two chunk B's after its B: on uniform stages the replay's lead is 2(p - 1) chunk B's for V-Half / V-Min,
+    (2p - 3) for V-ZB at p = 8, and more at p = 2 (docs/notes/simulator.md)."""
+    rc = cfg.recompute != "none"
+    bc = min(s.backward - s.weight_grad - (s.recompute if rc else 0.0) for s in st) / cfg.chunks
+    return max(2 * cfg.pp - 3, 0) * max(bc, 0.0)
+
+
+def v_first_device_dp_s(spec, cfg: ParallelConfig, costs: Costs, st, hb: float, hf: float, b: int, K: int,
+                        pair_GBps=None):
+    """Exposed data-parallel time of device 0 of a V-shape under --overlap-grad-reduce (scalar or array over links).
+
+    Device 0 holds the first stage (Megatron-Core's first model chunk: its buckets) and the last stage (one bucket).
+    The last stage's reduce is issued when its last W ends, v_last_chunk_lead_s before device 0's end, and runs on the
+    same stream ahead of the first chunk's buckets, which are issued over that chunk's last W (hb / 2): the end is
+    max(T0 + T1 - lead, exposed_s(T0, W, n0)) past device 0's last W, as the replay (_overlapped_dp) runs it. With the
+    distributed optimizer the reduce-scatter halves run there and the all-gather follows (dp_exposed_s's rule).
+    The form the other devices keep (v equal pieces over one micro-batch's W) would hide the last stage's reduce
+    behind one W only, though in a V it has the whole down-stroke of the last micro-batch to hide behind."""
+    model, ov = spec.model, overlap_of(spec)
+    p0 = first_chunk_params(model, cfg)
+    t0 = dp_allreduce_s(spec, cfg, costs, p0, b, K, pair_GBps)
+    t1 = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, 0) - p0, b, K, pair_GBps)
+    n0 = dp_bucket_count(spec, cfg, p0, True)
+    half = 0.5 if cfg.zero >= 1 else 1.0
+    e = np.maximum(half * (t0 + t1) - v_last_chunk_lead_s(st, cfg), exposed_s(half * t0, hb / cfg.chunks, n0))
+    if cfg.zero >= 1:
+        ag = (t0 + t1) / 2
+        e = e + (exposed_s(ag, hf, n0 + 1) if ov.param_gather else ag)
+    return e
 
 
 def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None = None,
