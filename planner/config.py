@@ -276,11 +276,13 @@ def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
     # 'requires the number of microbatches to be a multiple of the number of rounds' (max(1, m // pp))
     m = cfg.num_microbatches
     if cfg.pp > 1 and cfg.schedule == "1f1b" and m < cfg.pp:
-        return "num_microbatches", (f"{m}: torchtitan's 1F1B (PyTorch's Schedule1F1B) needs at least as many "
-                                    f"micro-batches as stages ({cfg.pp})")
+        # the value is m, not the micro-batch size the command line's flag sets: say which
+        return "num_microbatches", (f"{m} micro-batches (global batch / (dp x micro-batch size)): torchtitan's 1F1B "
+                                    f"(PyTorch's Schedule1F1B) needs at least as many as stages ({cfg.pp})")
     if cfg.pp > 1 and cfg.schedule == "interleaved" and m % max(1, m // cfg.pp):
-        return "num_microbatches", (f"{m}: torchtitan's Interleaved1F1B (PyTorch's ScheduleInterleaved1F1B) needs a "
-                                    f"multiple of its {max(1, m // cfg.pp)} rounds (max(1, m // pp))")
+        return "num_microbatches", (f"{m} micro-batches (global batch / (dp x micro-batch size)): torchtitan's "
+                                    "Interleaved1F1B (PyTorch's ScheduleInterleaved1F1B) needs a multiple of its "
+                                    f"{max(1, m // cfg.pp)} rounds (max(1, m // pp))")
     return None
 
 

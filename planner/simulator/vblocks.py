@@ -16,19 +16,12 @@ from __future__ import annotations
 
 import functools
 import heapq
-import math
 
 import numpy as np
 
 from planner.simulator.ops import B, F, W
 
 PERIOD = 6          # slots per micro-batch and device: F, B, W of two chunks
-
-
-def v_memory_cap(name: str, p: int) -> int:
-    """The seed's activation targets for V-Min and V-Half, in micro-batches of a device's layers:
-    ceil((p+2)/3) (about 1/3 of 1F1B's p) and ceil(p/2)+1 (about 1/2)."""
-    return math.ceil((p + 2) / 3) if name == "v-min" else math.ceil(p / 2) + 1
 
 
 def stable_pattern(name: str, p: int) -> list:
