@@ -139,3 +139,11 @@ def test_v_device0_dp_term_follows_the_replay():
     hb, hf = dp_hide_s(stage_times(spec, cfg, costs)[0], cfg, True)
     n = 1 + dp_bucket_count(spec, cfg, first_chunk_params(spec.model, cfg), True)
     assert est.dp_comm_s < 0.7 * float(dp_exposed_s(spec, cfg, T, hb, hf, n))
+
+
+def test_v_estimate_never_below_the_busiest_devices_work():
+    """Review (Nov 26, tenth session): with w above about half of f + b at pp = 2 the fitted ramp went negative and
+    put V-Half at 18.5 and V-Min at 19.0 for m (f + b) = 20 of work on one device."""
+    from planner.costs.pipeline import compute_time
+    for sched in ("v-half", "v-min"):
+        assert compute_time(sched, 2, 2, 2, 2.0, 8.0, 6.0) >= 2 * (2.0 + 8.0)

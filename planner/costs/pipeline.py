@@ -65,11 +65,14 @@ def v_ramp(schedule: str, pp: int, f: float, b: float, w: float, others=None) ->
     Fitted to the seed's order (vblocks.py) over F:B:W in 1 : 0.7-1.8 : 0.3-1, p = 3..12, m = 4p: V-Min
     (p - 1)(f + b - w) - (f + b) / 2, V-Half (p - 1)(f + b - 3w/2) - (f + b) / 4, i.e. seed 001's 2/3 and 1/2 of 1F1B's
     bubble at F = B = W; within 3.4% (V-Min) and 2.5% (V-Half) of the makespan at m = 4p, the rest being the
-    seed's p mod 3 (V-Min) and p mod 2 (V-Half) gaps in its stable pattern, which no smooth form follows."""
+    seed's p mod 3 (V-Min) and p mod 2 (V-Half) gaps in its stable pattern, which no smooth form follows.
+    Never below 0: outside the fitted ratios (w above about half of f + b, at pp = 2) the fit would go negative and
+    put the iteration under the busiest device's own work, which no order can. Loosest at m = p (-20 .. +30% there
+    over a wider grid, within 10% from m of about 2p)."""
     others = [(f, b, w)] * (pp - 1) if others is None else others
     if schedule == "v-min":
-        return sum(fi + bi - wi for fi, bi, wi in others) - (f + b) / 2
-    return sum(fi + bi - 1.5 * wi for fi, bi, wi in others) - (f + b) / 4
+        return max(sum(fi + bi - wi for fi, bi, wi in others) - (f + b) / 2, 0.0)
+    return max(sum(fi + bi - 1.5 * wi for fi, bi, wi in others) - (f + b) / 4, 0.0)
 
 
 def _v_chunks(f: list, b: list, w: list) -> tuple[list, list, list]:

@@ -204,7 +204,7 @@ def _extend(small: list, m0: int, m: int) -> list | None:
     return out
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)      # an entry at p 64, m 2048 holds ~30 MB of tuples
 def _slots_cached(name: str, p: int, m: int) -> tuple:
     m0 = 2 * p + 8             # warm-up and cool-down each span under p micro-batches' periods
     if m <= m0:
