@@ -120,7 +120,7 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
     Against the simulator (zero communication; stage 0 and the last stage heavier than the rest;
     tests/test_sim_closed_forms.py, STAGE_TOL): gpipe exact; 1f1b exact when the last stage is the slowest,
     up to +12% when stage 0 is (its warm-up forwards hide part of the round trip); interleaved -5% .. +9%,
-    zb-h1 0 .. +12%, v-zb 0 .. +26%, v-half -10% .. +10%, v-min -14% .. +2%.
+    zb-h1 0 .. +12%, v-zb -0.1 .. +8%, v-half -10% .. +10%, v-min -14% .. +2%.
     Mapping-independent, so a valid constant of the objective.
     """
     f, b, w = (list(map(float, x)) for x in (f, b, w))
