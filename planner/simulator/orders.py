@@ -11,10 +11,11 @@ Chunk placement: interleaved puts stage c*p + d on device d (chunk c); the V-sha
 ends (embedding, output layer) sit on device 0.
 
 GPipe, 1F1B, interleaved (Megatron-LM's orders) and ZB-H1 (the zero-bubble paper's: 1F1B's F/B order,
-stage i running W(j) after B(j+i)) have closed-form orders. V-ZB is built by a greedy list scheduler:
-B first (it is on the critical path), then F while the device holds fewer than 2p chunk activations
-(1F1B's peak), W fills the rest. V-Min and V-Half are the seed's own orders (its runtime builds them at unit
-times and runs them at the real ones), see vblocks.py.
+stage i running W(j) after B(j+i)) have closed-form orders. V-Min and V-Half are the seed's own orders (its
+runtime builds them at unit times and runs them at the real ones), see vblocks.py; so is V-ZB (built at the
+profiled per-chunk times), see zbv.py. torchtitan's V-ZB (ZeRO-3 plans, PyTorch's ZBVZeroBubble) keeps a greedy
+list scheduler here: B first (it is on the critical path), then F while the device holds fewer than 2p chunk
+activations (1F1B's peak), W fills the rest; it is not PyTorch's own order.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from planner.config import SCHEDULES, SPLIT_SCHEDULES, V_SHAPES
 from planner.costs.pipeline import chunks_per_device
 from planner.simulator.ops import B, F, R, Schedule, W, stage_table
 from planner.simulator.vblocks import v_block_order
+from planner.simulator.zbv import DEFAULT_MODEL, zbv_order
 
 
 def check(name: str, p: int, m: int, v: int) -> None:
@@ -291,10 +293,12 @@ def _add_recompute(lists: list, split: bool, early: bool) -> list:
 
 
 def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, early_recompute: bool = False,
-          times: tuple[float, float, float] = (1.0, 1.0, 1.0), pytorch: bool = False) -> Schedule:
-    """The per-device op lists of schedule `name`. `times` = per-chunk (f, b, w) the greedy builder
-    plans with (only V-ZB uses it; the engine re-times with the real costs). pytorch: PyTorch
-    pipelining's variant where it differs (interleaved; ZeRO-3 plans are torchtitan's)."""
+          times: tuple[float, float, float] = (1.0, 1.0, 1.0), pytorch: bool = False,
+          model: tuple[int, int, int] = DEFAULT_MODEL) -> Schedule:
+    """The per-device op lists of schedule `name`. `times` = per-chunk (f, b, w) V-ZB's builder plans
+    with, as the seed's profiler would report them (the engine re-times with the real costs); model = (hidden
+    size, heads, sequence length) for the seed's V-ZB memory model. pytorch: PyTorch pipelining's variant where
+    it differs (interleaved; ZeRO-3 plans are torchtitan's)."""
     v = chunks_per_device(name, vpp)
     check(name, p, m, v)
     split = name in SPLIT_SCHEDULES and p > 1
@@ -308,9 +312,12 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
         lists = _interleaved(p, m, v, pytorch)
     elif name == "zb-h1":
         lists = _zb_h1(p, m)
-    elif name == "v-zb":
+    elif name == "v-zb" and pytorch:
         f, b, w = times
         lists = _greedy(name, p, m, v, f, max(b - w, 1e-9), max(w, 1e-9))
+    elif name == "v-zb":          # the seed's runtime order at the profiled times (zbv.py)
+        f, b, w = times
+        lists = zbv_order(p, m, f, max(b - w, 0.0), max(w, 0.0), model=model)
     else:           # v-min, v-half: the seed's runtime order, built at unit times (vblocks.py)
         lists = v_block_order(name, p, m)
     if not split:   # one device: no B/W split, drop W (its time stays in B)

@@ -418,9 +418,11 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         chunk_layers = None
     st = overlapped_stage_times(spec, cfg, costs)      # less the TP communication --tp-comm-overlap hides
     rc_ops = cfg.recompute != "none" and any(s.recompute > 0 for s in st)
-    mean = np.mean([[s.forward, s.backward, s.weight_grad] for s in st], axis=0) / v
+    # V-ZB's builder input: the seed's avg_then_mid (runtime.py), each device's chunk mean, the upper median of those
+    mean = np.sort(np.array([[s.forward, s.backward, s.weight_grad] for s in st]), axis=0)[p // 2] / v
     sched = build(cfg.schedule, p, m, cfg.vpp, recompute=rc_ops, early_recompute=recompute_in_bubbles,
-                  times=tuple(mean), pytorch=cfg.zero == 3)      # ZeRO-3 plans run PyTorch pipelining's schedules
+                  times=tuple(mean), pytorch=cfg.zero == 3,      # ZeRO-3 plans run PyTorch pipelining's schedules
+                  model=(model.hidden_size, model.num_attention_heads, tr.seq_length))
     stage_of = sched.stage_of()
     dur = _chunk_times(st, p, v, stage_of, sched.split, rc_ops, chunk_layers)
 
