@@ -5,7 +5,8 @@ V-shapes: compute time within -6% .. 0% of the simulation on the grid for V-ZB (
 bubble, the ramp fitted); V-Min / V-Half (seed 001's
 order, their period exact, the ramp fitted) -15% .. +8%, the extremes at m = p; in-flight counts exact for V-Min
 and V-ZB with equal per-chunk F, B, W times (the seed's setting), a cap for V-Half. Exposed p2p:
-2% for gpipe / interleaved / zb-h1, 35% for 1f1b / V-ZB / V-Min / V-Half.
+2% for gpipe / interleaved / zb-h1, 10% for V-ZB (+1 .. +7% here; 3 traversals, fitted to the old greedy order,
+were +21 .. +29%), 35% for 1f1b / V-Min / V-Half.
 """
 import math
 
@@ -117,7 +118,7 @@ def test_exposed_p2p_closed_form(sched):
         t1 = simulate_uniform(sched, p, m, v, f=1.0, b=2.0, w=0.66, comm=c).iteration_s
         trav, wraps = p2p_hops(sched, p, v, m)
         cf = (m / p) * (trav * (p - 1) + wraps) * 2 * c
-        tol = {"gpipe": 0.02, "interleaved": 0.02, "zb-h1": 0.02}.get(sched, 0.35)
+        tol = {"gpipe": 0.02, "interleaved": 0.02, "zb-h1": 0.02, "v-zb": 0.10}.get(sched, 0.35)   # v-zb: +1 .. +7%
         assert abs(cf - (t1 - t0)) <= tol * (t1 - t0) + 1e-9, (sched, p, m, cf, t1 - t0)
 
 
