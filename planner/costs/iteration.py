@@ -573,10 +573,15 @@ def v_last_chunk_lead_s(st, cfg: ParallelConfig) -> float:
     devices and device 0's first chunk (B, then W): (2p - 1) chunk B's and a W on the chain. Charged: (2p - 3) of the
     smallest chunk B (B less W and recompute, no p2p), because the seed's orders may run that chunk's last W up to
     about two chunk B's after its B: on uniform stages the replay's lead is 2(p - 1) chunk B's for V-Half / V-Min,
-    (2p - 3) for V-ZB at p = 8, and more at p = 2 (docs/notes/simulator.md)."""
+    (2p - 3) for V-ZB at p = 8, and more at p = 2 (docs/notes/simulator.md). V-ZB with m <= p: (p - 1), since the
+    seed's order (zbv.py) then runs that W closer to the end (the replay's lead down to 2p - 3 - 3.6 chunk B's,
+    measured at m = p over random ratios, p 2..8), and the estimate must not hide more than the replay does; at
+    p < m < 2p the replay's lead is at most 0.55 chunk B under 2p - 3 (random ratios), kept (crediting p - 1 there
+    loses more accuracy than it saves)."""
     rc = cfg.recompute != "none"
     bc = min(s.backward - s.weight_grad - (s.recompute if rc else 0.0) for s in st) / cfg.chunks
-    return max(2 * cfg.pp - 3, 0) * max(bc, 0.0)
+    n = cfg.pp - 1 if cfg.schedule == "v-zb" and cfg.num_microbatches <= cfg.pp else 2 * cfg.pp - 3
+    return max(n, 0) * max(bc, 0.0)
 
 
 def v_first_device_dp_s(spec, cfg: ParallelConfig, costs: Costs, st, hb: float, hf: float, b: int, K: int,
