@@ -94,16 +94,16 @@ def vzb_ramp(others, w: float) -> float:
 
 def _v_chunks(f: list, b: list, w: list) -> tuple[list, list, list]:
     """Per-chunk (F, B input gradient, W) of a V-shape's devices 1 .. pp-1 from per-rank times, as the simulator places
-    them (simulator.replay._chunk_times): the lightest rank's time split over two chunks, a middle rank's extra split,
-    rank pp-1's extra (output layer, loss) moved to device 0. Device 0's two end chunks (embedding; output layer and
-    loss) are left out of the lock step: one heavier op per period is absorbed by its slack (the simulator: device 0's
-    chunk 1 30% heavier leaves V-Min's period unchanged), and device 0's whole work still bounds the period."""
+    them (simulator.replay._chunk_times): each middle rank's time split over its two chunks, rank pp-1 the lightest
+    rank's (its extra, the output layer and loss, moved to device 0). Device 0's two end chunks (embedding; output
+    layer and loss) are left out of the lock step: one heavier op per period is absorbed by its slack (the
+    simulator: device 0's chunk 1 30% heavier leaves V-Min's period unchanged), and device 0's whole work still
+    bounds the period."""
     p = len(f)
     bi = [max(x - y, 0.0) for x, y in zip(b, w, strict=True)]
     out = []
     for x in (f, bi, w):
-        base = min(x)
-        out.append([base / 2 + (x[d] - base) / 2 for d in range(1, p - 1)] + [base / 2])
+        out.append([x[d] / 2 for d in range(1, p - 1)] + [min(x) / 2])
     return out[0], out[1], out[2]
 
 

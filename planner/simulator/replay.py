@@ -294,14 +294,19 @@ def _check_engine(pipeline_engine: str, schedule: str, p2p_variant: bool = False
         raise ValueError("blocking / rendezvous p2p are variants of Megatron's p2p; the deepspeed engine has its own")
 
 
+def _builder_times(st: list, p: int, v: int) -> tuple[float, float, float]:
+    """Per-chunk (f, b, w) a V-ZB order is built from: the seed's avg_then_mid (runtime.py), each device's chunk
+    mean, the upper median of those over devices."""
+    return tuple(np.sort(np.array([[s.forward, s.backward, s.weight_grad] for s in st]), axis=0)[p // 2] / v)
+
+
 def simulate_stage_times(schedule: str, p: int, m: int, vpp: int, st: list) -> SimResult:
     """Per-rank StageTimes (as ComputeModel.stage_times returns them: embedding extra on rank 0, output
     layer on rank p-1), placed on chunks as `simulate` places them; zero communication, no all-reduce.
     The judge of schedules.stage_compute_time (non-uniform stages)."""
     v = chunks_per_device(schedule, vpp)
     rc_ops = any(s.recompute > 0 for s in st)
-    mean = np.mean([[s.forward, s.backward, s.weight_grad] for s in st], axis=0) / v
-    sched = build(schedule, p, m, vpp, recompute=rc_ops, times=tuple(mean))
+    sched = build(schedule, p, m, vpp, recompute=rc_ops, times=_builder_times(st, p, v))
     dur = _chunk_times(st, p, v, sched.stage_of(), sched.split, rc_ops)
     z = np.zeros((1, p * v))
     zp = np.zeros((p, v))
@@ -418,10 +423,8 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         chunk_layers = None
     st = overlapped_stage_times(spec, cfg, costs)      # less the TP communication --tp-comm-overlap hides
     rc_ops = cfg.recompute != "none" and any(s.recompute > 0 for s in st)
-    # V-ZB's builder input: the seed's avg_then_mid (runtime.py), each device's chunk mean, the upper median of those
-    mean = np.sort(np.array([[s.forward, s.backward, s.weight_grad] for s in st]), axis=0)[p // 2] / v
     sched = build(cfg.schedule, p, m, cfg.vpp, recompute=rc_ops, early_recompute=recompute_in_bubbles,
-                  times=tuple(mean), pytorch=cfg.zero == 3,      # ZeRO-3 plans run PyTorch pipelining's schedules
+                  times=_builder_times(st, p, v), pytorch=cfg.zero == 3,   # ZeRO-3: PyTorch pipelining's schedules
                   model=(model.hidden_size, model.num_attention_heads, tr.seq_length))
     stage_of = sched.stage_of()
     dur = _chunk_times(st, p, v, stage_of, sched.split, rc_ops, chunk_layers)
