@@ -26,13 +26,14 @@ def with_training(spec, **training):
     return dataclasses.replace(spec, training=dataclasses.replace(spec.training, **training))
 
 
-def estimate_and_simulate(spec, cfg):
-    """(estimate, simulation) of `cfg` in Megatron's rank order, scored with the same costs."""
+def estimate_and_simulate(spec, cfg, **sim_kw):
+    """(estimate, simulation) of `cfg` in Megatron's rank order, scored with the same costs; sim_kw go to simulate
+    (e.g. async_p2p)."""
     costs = default_costs(spec.cluster)
     lay = default_layout(cfg, spec.cluster.gpus_per_node)
     prob = build_problem(spec, cfg, lay, costs)
     a = prob.rank_order()
-    return evaluate(spec, cfg, prob, a, costs), simulate(spec, cfg, layout=lay, assign=a, costs=costs)
+    return evaluate(spec, cfg, prob, a, costs), simulate(spec, cfg, layout=lay, assign=a, costs=costs, **sim_kw)
 
 
 def tp2_solution(**extra) -> dict:

@@ -149,7 +149,7 @@ def test_blocking_p2p_holds_the_sender_and_is_never_faster():
     from planner.config import ParallelConfig
     spec = planner.load_spec("specs/gpt3-13b-a100-het-128.yaml")
     cfg = ParallelConfig(2, 4, 16, 1, 32, "1f1b", 1, "selective", 1, True)
-    free = planner.simulate(spec, cfg)
+    free = planner.simulate(spec, cfg, async_p2p=True)
     held = planner.simulate(spec, cfg, blocking_p2p=True)
     assert held.iteration_s > free.iteration_s          # inter-node sends now sit on the critical path
     assert held.busy_s == free.busy_s                    # compute time itself is unchanged

@@ -22,11 +22,15 @@ def register(sub) -> None:
                    help="run recomputation early, in pipeline bubbles (Mario), instead of when the gradient arrives")
     p.add_argument("--overlap-dp", action="store_true",
                    help="all-reduce each chunk's gradients as soon as they are done")
-    p.add_argument("--blocking-p2p", action="store_true",
-                   help="hold the sending GPU for each p2p transfer, as Megatron's synchronised batch_isend_irecv does")
-    p.add_argument("--rendezvous-p2p", action="store_true",
-                   help="hold both the sending and the receiving GPU for each p2p transfer "
-                        "(separate blocking send/recv)")
+    p2p = p.add_mutually_exclusive_group()
+    p2p.add_argument("--blocking-p2p", action="store_true",
+                     help="hold the sending GPU for each p2p transfer (the default for interleaved without "
+                          "overlap_p2p_comm; 1F1B runs Megatron-Core's waited send/receive calls by default)")
+    p2p.add_argument("--async-p2p", action="store_true",
+                     help="let every p2p send overlap the sender's next op (no waiting on sends)")
+    p2p.add_argument("--rendezvous-p2p", action="store_true",
+                     help="hold both the sending and the receiving GPU for each p2p transfer "
+                          "(separate blocking send/recv)")
     p.add_argument("--plot", metavar="PNG", default=None, help="write the timeline + memory picture")
     p.add_argument("--trace", metavar="JSON", default=None, help="write a Chrome / Perfetto trace")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
@@ -89,7 +93,7 @@ def run(args) -> int:
     try:
         sim = simulate(spec, cfg, mapping, recompute_in_bubbles=args.recompute_in_bubbles,
                        overlap_dp=args.overlap_dp, blocking_p2p=args.blocking_p2p,
-                       rendezvous_p2p=args.rendezvous_p2p)
+                       rendezvous_p2p=args.rendezvous_p2p, async_p2p=args.async_p2p)
     except (ValueError, KeyError) as e:
         raise SpecError(args.path, "config" if mapping is None else "mapping", str(e)) from None
     est = _estimate(spec, cfg, mapping)

@@ -53,7 +53,7 @@ from planner.costs.memory import (
 )
 from planner.costs.pipeline import chunks_per_device
 from planner.mapping.problem import worker_table
-from planner.simulator import deepspeed, engine
+from planner.simulator import deepspeed, engine, mcore
 from planner.simulator.engine import DeadlockError
 from planner.simulator.ops import B, F, R, Schedule, W
 from planner.simulator.orders import build
@@ -139,11 +139,13 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
                    overlap_dp: bool = False, config=None, step: np.ndarray | None = None,
                    blocking_p2p: bool = False, rendezvous_p2p: bool = False,
                    pipeline_engine: str = "megatron", emb: tuple | None = None,
-                   dp_overlap: tuple | None = None) -> SimResult:
+                   dp_overlap: tuple | None = None, mcore_1f1b: bool = False) -> SimResult:
     """dur: (p, v, 4) seconds per op kind; lat_f/lat_b: (pipelines, S) latency of the edge into stage s
     going forward / backward; dp_time: (p, v) all-reduce seconds per chunk; act/transient: (p, v) bytes;
     emb: (first device, last device, seconds) of the tied-embedding all-reduce after both DP syncs, or None;
-    dp_overlap: (pieces (p, v), zero >= 1, param_gather) for --overlap-grad-reduce (_overlapped_dp), or None."""
+    dp_overlap: (pieces (p, v), zero >= 1, param_gather) for --overlap-grad-reduce (_overlapped_dp), or None;
+    mcore_1f1b: time 1F1B by Megatron-Core's waited p2p calls (mcore.py, _mcore_lock_step) instead of sends that
+    overlap the sender's next op."""
     g = engine.build_graph(sched)
     p, v = sched.p, sched.v
     durs = dur[g.dev, g.chunk, g.kind]
@@ -176,6 +178,8 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
             op_dur = d_ops.tolist()
         if pipeline_engine == "deepspeed":       # its own lock-step instruction streams, rendezvous p2p
             start, end = deepspeed.timeline(g, p, sched.m, durl, row[1], row[2])
+        elif mcore_1f1b:
+            start, end = mcore.timeline(g, p, sched.m, durl, row[1], row[2])
         else:
             start, end = engine.run(offs, pred, lat.tolist(), op_dur)
         start, end = np.asarray(start), np.asarray(end)
@@ -256,12 +260,13 @@ def _overlapped_dp(grad_last, b_last, f_first: float, allreduce, distributed: bo
 def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 1.0, b: float = 2.0,
                      w: float = 0.0, recompute: float = 0.0, comm: float = 0.0,
                      recompute_in_bubbles: bool = False, blocking_p2p: bool = False,
-                     rendezvous_p2p: bool = False, pipeline_engine: str = "megatron") -> SimResult:
+                     rendezvous_p2p: bool = False, pipeline_engine: str = "megatron",
+                     async_p2p: bool = False) -> SimResult:
     """Uniform stages: per *device* times f, b (w and recompute included in b), split evenly over chunks;
     every p2p hop between devices takes `comm`. Activation memory: 1 byte per device-layer-set and
     micro-batch (so `inflight` and activation peaks read in 1F1B's units)."""
     v = chunks_per_device(schedule, vpp)
-    _check_engine(pipeline_engine, schedule, blocking_p2p or rendezvous_p2p)
+    _check_engine(pipeline_engine, schedule, blocking_p2p or rendezvous_p2p or async_p2p)
     sched = build(schedule, p, m, vpp, recompute=recompute > 0, early_recompute=recompute_in_bubbles,
                   times=(f / v, b / v, w / v))
     dur = np.zeros((p, v, 4))
@@ -282,7 +287,21 @@ def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 
     lat_b = np.where(cross_b, comm, 0.0)[None, :]
     act = np.full((p, v), 1.0 / v) * GiB
     return _simulate_core(sched, dur, lat_f, lat_b, np.zeros((p, v)), act, np.zeros((p, v)), np.zeros(p),
-                          blocking_p2p=blocking_p2p, rendezvous_p2p=rendezvous_p2p, pipeline_engine=pipeline_engine)
+                          blocking_p2p=blocking_p2p, rendezvous_p2p=rendezvous_p2p, pipeline_engine=pipeline_engine,
+                          mcore_1f1b=_mcore_lock_step(pipeline_engine, schedule, p,
+                                                      blocking_p2p or rendezvous_p2p or async_p2p,
+                                                      recompute_in_bubbles))
+
+
+def _mcore_lock_step(pipeline_engine: str, schedule: str, p: int, p2p_variant: bool, early_recompute: bool,
+                     zero: int = 0) -> bool:
+    """Whether a plan's pipeline runs Megatron-Core's 1F1B, whose every p2p call waits for its transfers
+    (mcore.py): the megatron engine's 1F1B with pp > 1, unless a p2p variant is asked for, Mario's early recompute
+    reorders it, or ZeRO-3 (torchtitan's plans: PyTorch pipelining's schedule, asynchronous sends). The variants
+    (async_p2p: sends overlap the sender's next op, the simulator's model before Nov 27; blocking_p2p; rendezvous_p2p)
+    stay available for comparison."""
+    return (pipeline_engine == "megatron" and schedule == "1f1b" and p > 1 and not p2p_variant
+            and not early_recompute and zero < 3)
 
 
 def _check_engine(pipeline_engine: str, schedule: str, p2p_variant: bool = False) -> None:
@@ -291,7 +310,8 @@ def _check_engine(pipeline_engine: str, schedule: str, p2p_variant: bool = False
     if pipeline_engine == "deepspeed" and schedule != "1f1b":
         raise ValueError(f"DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule, not {schedule}")
     if pipeline_engine == "deepspeed" and p2p_variant:
-        raise ValueError("blocking / rendezvous p2p are variants of Megatron's p2p; the deepspeed engine has its own")
+        raise ValueError("async / blocking / rendezvous p2p are variants of Megatron's p2p; the deepspeed engine has "
+                         "its own")
 
 
 def _builder_times(st: list, p: int, v: int) -> tuple[float, float, float]:
@@ -397,20 +417,22 @@ def _node_table(spec, cfg: ParallelConfig, mapping, layout, assign, nodes=None) 
 def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None = None, layout=None,
              assign=None, nodes=None, recompute_in_bubbles: bool = False, overlap_dp: bool = False,
              blocking_p2p: bool = False, rendezvous_p2p: bool = False,
-             pipeline_engine: str | None = None) -> SimResult:
+             pipeline_engine: str | None = None, async_p2p: bool = False) -> SimResult:
     """Simulate one plan. The mapping is a worker table ([{stage, dp_rank, node, ...}], a solution's), or
     layout + assign (+ nodes: the physical node of each index assign uses, MappingProblem.nodes; default
     0..N-1), or neither (Megatron rank order on nodes 0..). pipeline_engine (default: the spec's
     training.pipeline_engine): "deepspeed" replays DeepSpeed's TrainSchedule instruction by instruction
-    (simulate.deepspeed; blocking_p2p / rendezvous_p2p, variants of Megatron's p2p, then do not apply).
+    (simulate.deepspeed; blocking_p2p / rendezvous_p2p / async_p2p, variants of Megatron's p2p, then do not apply).
+    With the megatron engine, 1F1B runs Megatron-Core's waited p2p calls (mcore.py) and interleaved without
+    overlap_p2p_comm holds each sender (blocking); async_p2p lets every send overlap the sender's next op instead.
     Raises ValueError for plans it cannot run."""
     cfg = config
     costs = costs or default_costs(spec.cluster)
     model, cl, tr = spec.model, spec.cluster, spec.training
     pipeline_engine = pipeline_engine or tr.pipeline_engine
-    _check_engine(pipeline_engine, cfg.schedule, blocking_p2p or rendezvous_p2p)
+    _check_engine(pipeline_engine, cfg.schedule, blocking_p2p or rendezvous_p2p or async_p2p)
     # interleaved without overlap_p2p_comm (training.overlap.p2p false): Megatron waits on every p2p batch
-    blocking_p2p = blocking_p2p or (pipeline_engine == "megatron" and p2p_blocking(spec, cfg))
+    blocking_p2p = blocking_p2p or (pipeline_engine == "megatron" and p2p_blocking(spec, cfg) and not async_p2p)
     p, m = cfg.pp, cfg.num_microbatches
     v = chunks_per_device(cfg.schedule, cfg.vpp)
     if cfg.uneven:
@@ -530,8 +552,10 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         full_layer = layer_activation_bytes(model, tr_s, _no_recompute(cfg_s))
         transient += (full_layer - layer_act) * np.maximum(per_chunk - 1.0, 0.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
+    mc = _mcore_lock_step(pipeline_engine, cfg.schedule, p, blocking_p2p or rendezvous_p2p or async_p2p,
+                          recompute_in_bubbles, cfg.zero)
     res = _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
-                         blocking_p2p, rendezvous_p2p, pipeline_engine, emb, dp_overlap)
+                         blocking_p2p, rendezvous_p2p, pipeline_engine, emb, dp_overlap, mc)
     if cfg.cp > 1:      # the ops' durations include it (stage_times); kept apart for the timeline
         res.cp_exposed_s = [(s.cp_forward, s.cp_backward) for s in st]
     return res
