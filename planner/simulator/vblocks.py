@@ -9,13 +9,16 @@ cool-down into free slots without raising the peak memory), twice, then the W's 
 does not depend on the op times: the engine times it, so uneven F, B, W stretch the period as on the GPUs (V-Min's
 repeating bubbles, seed 001: "V-Min is vulnerable").
 
-Cost: the squeeze is quadratic in the warm-up; the order is built once per (schedule, p) at a few micro-batches and
-the steady state (the stable pattern, untouched by the squeeze) repeated for larger m (_extend, checked).
+Cost: the seed re-scans a device's memory for every candidate slot of the squeeze (2-5 s at p 64); here a candidate
+is checked on the slots it changes, from per-device state kept across the walk, with the same slot lists (tests/
+test_vblocks_fast.py against the straight port in tests/vblocks_ref.py): ~0.2 s at p 64, m 136. The order is built
+once per (schedule, p) at m <= 2p + 8 and the steady state (the stable pattern, untouched by the squeeze) repeated
+for larger m (_extend, checked).
 """
 from __future__ import annotations
 
+import bisect
 import functools
-import heapq
 
 import numpy as np
 
@@ -64,59 +67,104 @@ def _put_w(sched: list, split: bool) -> list:
     return sched
 
 
-def _mem(sched: list) -> int:
-    """zbv_greedy.mem_of_stage: peak live activations of one device (F +1; W -1, or without W lists each B's W
-    in the next free slot)."""
-    ev = []
-    for k, lst in enumerate(sched):
-        ev += [(t, k) for t in lst]
-    ev.sort()
-    has_w = len(sched) > 4
-    cur = res = 0
-    pending = 0
-    last = -1
-    for t, k in ev:
-        if not has_w:           # free slots between the last op and this one each retire one pending W
-            free = t - last - 1
-            d = min(free, pending)
-            if d:
-                pending -= d     # the peak is not raised by a free (it only lowers cur)
-                cur -= d
-        if k < 2:
-            cur += 1
-        elif k < 4:
-            pending += 1
-        else:
-            cur -= 1
-        res = max(res, cur)
-        last = t
-    return res
-
-
 def _reorder(result: list, consider_w: bool) -> list:
     """zbv_greedy.reorder: walk the ops in slot order; in warm-up (until device 0's first B of chunk 0) and
     cool-down (after the last micro-batch's first forward) move each to the earliest free slot after its
-    dependencies that keeps the device's peak memory, else leave it (the steady state is never moved)."""
+    dependencies that keeps the device's peak memory, else leave it (the steady state is never moved).
+
+    The seed re-scans the device's memory for every candidate slot; this gives the same slots from per-device
+    state kept across the walk (tests/vblocks_ref.py is the straight port, test_vblocks_fast.py checks equality).
+    Every device's peak stays <= cap (cap is the largest at the start, a move is taken only if it keeps that), so
+    a candidate is checked on the slots it changes only: moving an op from t to a free x < t changes the memory
+    curve on [x, t) alone with W lists (a B not at all, a W lowers it, an F raises it by 1: the test is a suffix
+    max, monotone in x), and from x until the curve rejoins the old one without (the pending W's retire in free
+    slots, replayed slot by slot)."""
     if consider_w:
         result = [_put_w(s, split=False) for s in result]
-    nt = len(result[0])
+    else:
+        result = [[list(x) for x in s] for s in result]
     p = len(result)
-    cap = max(_mem(s) for s in result)
-    occupied = [set() for _ in range(p)]      # slots of the ops walked so far (the rest lie later)
     nm = len(result[0][0])
-    heap = [(result[d][k][0], d, k, 0) for d in range(p) for k in range(nt) if result[d][k]]
-    heapq.heapify(heap)
+    span = max(x[-1] for s in result for x in s if x) + 1
+    # the stable patterns, put_w and _eager give each op of a device its own slot; the checks below rely on it
+    assert all(len({t for x in s for t in x}) == sum(map(len, s)) for s in result), "two ops share a slot"
+    # next slot >= s not taken by a walked op (union-find with path halving; walked slots are only added)
+    nxt = [list(range(span + 1)) for _ in range(p)]
+
+    def first_free(d: int, s: int) -> int:
+        a = nxt[d]
+        while a[s] != s:
+            a[s] = a[a[s]]
+            s = a[s]
+        return s
+
+    if consider_w:
+        # live[d][s + 1]: live activations after slot s (F +1, W -1) over all ops; below the walked slot it counts
+        # the walked ops alone (the rest lie later). live[d][0] = 0 is slot -1.
+        live = []
+        for dev in result:
+            delta = np.zeros(span + 1, np.int64)
+            for k, v in ((0, 1), (1, 1), (4, -1)):
+                np.add.at(delta, np.asarray(dev[k], np.int64) + 1, v)
+            live.append(np.cumsum(delta))
+        cap = max(int(x.max()) for x in live)
+        b_sorted = [sorted(dev[2] + dev[3]) for dev in result]     # a W waits for the device's j-th B
+    else:
+        # per slot: 0 free, 1 F, 2 B; cur / pend: live activations and unretired W's after the slot
+        occ, cur, pend = [], [], []
+        for dev in result:
+            o = [0] * span
+            for k in range(4):
+                for t in dev[k]:
+                    o[t] = 1 if k < 2 else 2
+            c, q, cs, qs = 0, 0, [0] * span, [0] * span
+            for s in range(span):
+                if o[s] == 0:
+                    if q:
+                        q -= 1
+                        c -= 1
+                elif o[s] == 1:
+                    c += 1
+                else:
+                    q += 1
+                cs[s], qs[s] = c, q
+            occ.append(o)
+            cur.append(cs)
+            pend.append(qs)
+        cap = max([0] + [max(cs) for cs in cur])     # the seed's peak starts at 0
+
+    def replay(d: int, x: int, t: int, kind: int) -> list | None:
+        """The states from slot x with the op at x instead of t until they rejoin the old ones; None when the
+        peak would pass cap."""
+        o, cs, qs = occ[d], cur[d], pend[d]
+        c, q = (cs[x - 1], qs[x - 1]) if x else (0, 0)
+        seg = []
+        for s in range(x, span):
+            v = kind if s == x else 0 if s == t else o[s]
+            if v == 0:
+                if q:
+                    q -= 1
+                    c -= 1
+            else:
+                if v == 1:
+                    c += 1
+                else:
+                    q += 1
+                if c > cap:
+                    return None
+            if s >= t and c == cs[s] and q == qs[s]:
+                break
+            seg.append((c, q))
+        return seg
+
     phase = 0
-    while heap:
-        t, d, k, j = heapq.heappop(heap)
-        if j + 1 < len(result[d][k]):
-            heapq.heappush(heap, (result[d][k][j + 1], d, k, j + 1))
+    for t, d, k, j in _walk(result):
         if k == 3 and d == 0 and phase == 0:
             phase = 1
         if phase == 1 or (phase == 0 and not consider_w):
             if phase == 1 and k == 0 and j == nm - 1:
                 phase = 2
-            occupied[d].add(t)
+            nxt[d][t] = t + 1
             continue
         dep = -1
         if k in (0, 2) and d > 0:
@@ -126,51 +174,77 @@ def _reorder(result: list, consider_w: bool) -> list:
         if 0 < k < 4:
             dep = max(dep, result[d][k - 1][j])
         if k == 4:
-            dep = max(dep, sorted(result[d][2] + result[d][3])[j])
+            dep = max(dep, b_sorted[d][j])
         if j > 0:
             dep = max(dep, result[d][k][j - 1])
         dep += 1
-        moved = False
-        for x in range(dep, t):
-            if x not in occupied[d]:
-                result[d][k][j] = x
-                if _mem(result[d]) <= cap:
-                    moved = True
-                    break
-        if not moved:
-            result[d][k][j] = t
-        occupied[d].add(result[d][k][j])
+        x = first_free(d, dep)
+        if x < t:
+            if consider_w:
+                if k < 2:       # an F at x: the live count after slots x - 1 .. t - 1, plus one, within cap
+                    hit = np.flatnonzero(live[d][dep:t + 1] >= cap)
+                    if hit.size:
+                        x = first_free(d, dep + int(hit[-1]) + 1)
+                if x < t:
+                    if k < 2:
+                        live[d][x + 1:t + 1] += 1
+                    elif k == 4:
+                        live[d][x + 1:t + 1] -= 1
+                    else:
+                        bs = b_sorted[d]
+                        del bs[bisect.bisect_left(bs, t)]
+                        bisect.insort(bs, x)
+            else:
+                kind = 1 if k < 2 else 2
+                while x < t:
+                    seg = replay(d, x, t, kind)
+                    if seg is not None:
+                        occ[d][x], occ[d][t] = kind, 0
+                        for i, (c, q) in enumerate(seg, x):
+                            cur[d][i], pend[d][i] = c, q
+                        break
+                    x = first_free(d, x + 1)
+        if x < t:
+            result[d][k][j] = x
+        nxt[d][result[d][k][j]] = result[d][k][j] + 1
     if not consider_w:
         result = [_put_w(s, split=False) for s in result]
     return _eager(result)
 
 
+def _walk(result: list):
+    """(slot, device, list, index) of every op in slot order: the order the seed's heap pops them in (a list's next
+    op is pushed at its first slot, unchanged until it is popped)."""
+    p, nk = len(result), max(len(dev) for dev in result)
+    nj = max(len(x) for dev in result for x in dev) + 1
+    step = p * nk * nj                  # one sortable integer per op: slot, then device, list, index
+    key = np.concatenate([np.asarray(x, np.int64) * step + (d * nk + k) * nj + np.arange(len(x))
+                          for d, dev in enumerate(result) for k, x in enumerate(dev) if x])
+    key.sort()
+    t, rest = np.divmod(key, step)
+    dk, j = np.divmod(rest, nj)
+    d, k = np.divmod(dk, nk)
+    return zip(t.tolist(), d.tolist(), k.tolist(), j.tolist())
+
+
 def _eager(result: list) -> list:
     """zbv_greedy.eager_execution_time at unit times, no communication: each op, in slot order, starts when its
     device's previous op, its own previous micro-batch and its data dependency are done; the start slots."""
-    p, nt = len(result), len(result[0])
-    end = {}
-    last = [None] * p
+    p = len(result)
+    end = [[[None] * len(x) for x in dev] for dev in result]    # None: max() fails on an op not yet timed
     out = [[[0] * len(x) for x in dev] for dev in result]
-    heap = [(result[d][k][0], d, k, 0) for d in range(p) for k in range(nt) if result[d][k]]
-    heapq.heapify(heap)
-    while heap:
-        _, d, k, j = heapq.heappop(heap)
-        if j + 1 < len(result[d][k]):
-            heapq.heappush(heap, (result[d][k][j + 1], d, k, j + 1))
-        dep = 0
+    last = [0] * p                 # end of the device's previous op
+    for _, d, k, j in _walk(result):
+        dep = last[d]
         if k in (0, 2) and d > 0:
-            dep = max(dep, end[(d - 1, k, j)])
+            dep = max(dep, end[d - 1][k][j])
         if k in (1, 3) and d + 1 < p:
-            dep = max(dep, end[(d + 1, k, j)])
+            dep = max(dep, end[d + 1][k][j])
         if 0 < k < 4:
-            dep = max(dep, end[(d, k - 1, j)])
+            dep = max(dep, end[d][k - 1][j])
         if j > 0:
-            dep = max(dep, end[(d, k, j - 1)])
-        if last[d] is not None:
-            dep = max(dep, end[last[d]])
-        end[(d, k, j)] = dep + 1
-        last[d] = (d, k, j)
+            dep = max(dep, end[d][k][j - 1])
+        end[d][k][j] = last[d] = dep + 1
         out[d][k][j] = dep
     return out
 
