@@ -870,6 +870,32 @@ def _deepspeed_limits(cfg: ParallelConfig, precision) -> tuple[str, str] | None:
 DEEPSPEED_FP32_REDUCE = "fp32"
 
 
+def deepspeed_zero3_unit(solution: dict, file: str | None = None, model=None) -> int | None:
+    """Parameters of the plan's largest FSDP unit (a transformer block, the embedding or [norm, output]; tp = pp = 1
+    for DeepSpeed), or None when the model cannot be read (no spec at hand)."""
+    from planner.costs.memory import fsdp_units
+    cfg = ParallelConfig.from_dict(_config(solution, file), file)
+    if model is None and file:
+        from planner.solution import solution_spec_path
+        from planner.spec import load_spec
+        try:
+            model = load_spec(solution_spec_path(solution, file)).model
+        except (SpecError, OSError):
+            model = None
+    if model is None:
+        return None
+    return int(max(fsdp_units(model, cfg, 0)))
+
+
+def deepspeed_zero3_note(solution: dict, file: str | None = None) -> str | None:
+    """Why a ZeRO-3 DeepSpeed config keeps DeepSpeed's own bucket sizes (the model was not readable), else None."""
+    if (solution.get("config") or {}).get("zero") != 3 or deepspeed_zero3_unit(solution, file):
+        return None
+    return ("the spec this solution names could not be read, so reduce_bucket_size and the stage3_* sizes stay at "
+            "DeepSpeed's defaults (a 5e8-element gradient bucket, up to 1e9 parameters live), which the plan's memory "
+            "does not count; set them to the largest FSDP unit's parameter count")
+
+
 def deepspeed_refusal(solution: dict, file: str | None = None) -> tuple[str, str] | None:
     """(field, reason) why `--format deepspeed` cannot write this plan, None when it can: the one rule behind
     deepspeed_config and the other exports' hints, so that they name DeepSpeed only for plans it takes."""
@@ -877,7 +903,7 @@ def deepspeed_refusal(solution: dict, file: str | None = None) -> tuple[str, str
     return _deepspeed_limits(cfg, solution.get("precision", "bf16"))
 
 
-def deepspeed_config(solution: dict, file: str | None = None) -> dict:
+def deepspeed_config(solution: dict, file: str | None = None, model=None) -> dict:
     """A DeepSpeed config (JSON) for a ZeRO-2 or ZeRO-3 plan over data parallelism alone. DeepSpeed's ZeRO-2 and -3
     run without pipeline parallelism (microsoft/DeepSpeed @ 38327e07f6cd39b63418f60cedd1651b0be3e7c3
     deepspeed/runtime/pipe/engine.py refuses ZeRO >= 2 in its PipelineEngine; keys from
@@ -889,7 +915,15 @@ def deepspeed_config(solution: dict, file: str | None = None) -> dict:
     refuses it). Its reduce and all-gather buckets are the plan's (training.overlap.bucket_size, else Megatron-Core's
     max(40M, 1M x dp) parameters): DeepSpeed's default 5e8 elements would hold gigabytes of bucket buffers with
     overlap_comm that the memory estimate does not charge. The gradients are reduced in the plan's dtype
-    (communication_data_type: DEEPSPEED_FP32_REDUCE)."""
+    (communication_data_type: DEEPSPEED_FP32_REDUCE).
+
+    ZeRO-3: the buffers the plan's memory counts are FSDP2's (costs/memory.py fsdp_buffer_bytes: the unit computing
+    and the next one gathered, one unit's gradient and its reduce-scatter input, sized by the largest unit). DeepSpeed
+    sizes its own by parameter counts (deepspeedai/DeepSpeed @ edaa7221 deepspeed/runtime/zero/config.py, stage3.py:
+    the gradient bucket `torch.empty(reduce_bucket_size)` in the model's dtype, default 5e8 elements;
+    stage3_max_live_parameters 1e9, stage3_prefetch_bucket_size 5e7, stage3_max_reuse_distance 1e9), so they are set
+    from the plan's largest unit (model: the spec's, else read from the spec the solution names; left at DeepSpeed's
+    defaults, with deepspeed_zero3_note saying so, when neither is at hand)."""
     c = _config(solution, file)
     cfg = ParallelConfig.from_dict(c, file)
     why = _deepspeed_limits(cfg, solution.get("precision", "bf16"))
@@ -907,6 +941,12 @@ def deepspeed_config(solution: dict, file: str | None = None) -> dict:
         from planner.costs.iteration import megatron_bucket_size
         bucket = megatron_bucket_size((solution.get("overlap") or {}).get("bucket_size"), cfg.dp * cfg.cp)
         out["zero_optimization"].update(reduce_bucket_size=bucket, allgather_bucket_size=bucket)
+    unit = deepspeed_zero3_unit(solution, file, model) if cfg.zero == 3 else None
+    if unit:
+        # one unit's gradient bucket, the next unit prefetched, two units live, and a unit used again within one
+        # unit's parameters (the last block and [norm, output], as FSDP2 keeps them) not released
+        out["zero_optimization"].update(reduce_bucket_size=unit, stage3_prefetch_bucket_size=unit,
+                                        stage3_max_live_parameters=2 * unit, stage3_max_reuse_distance=unit)
     if precision == "bf16":
         out["bf16"] = {"enabled": True}
     elif precision == "fp16":

@@ -195,6 +195,31 @@ def test_megatron_zero3_refusal_names_deepspeed_only_where_it_applies(plan, deep
             deepspeed_config(sol)
 
 
+def test_deepspeed_zero3_buffers_sized_by_the_plans_largest_unit(tmp_path):
+    """DeepSpeed's ZeRO-3 defaults (a 5e8-element gradient bucket, up to 1e9 parameters live: deepspeedai/DeepSpeed
+    @ edaa7221 zero/config.py) are not what the plan's memory counts (FSDP2's units); the export sets them from the
+    largest unit of the model the solution's spec names: Llama 3 8B's [norm, output], 128256 x 4096 + 4096."""
+    import yaml
+
+    from planner.export import deepspeed_config, deepspeed_zero3_note
+    from planner.solution import load_solution
+    sol = load_solution("solutions/llama3-8b-h100-fsdp-128.yaml")
+    sol["config"] = dict(sol["config"], tp=1, dp=128, zero=3, micro_batch_size=2, num_microbatches=1,
+                         sequence_parallel=False)
+    zo = deepspeed_config(sol, "solutions/llama3-8b-h100-fsdp-128.yaml")["zero_optimization"]
+    unit = 128256 * 4096 + 4096
+    assert (zo["reduce_bucket_size"], zo["stage3_prefetch_bucket_size"], zo["stage3_max_live_parameters"],
+            zo["stage3_max_reuse_distance"]) == (unit, unit, 2 * unit, unit)
+    assert deepspeed_zero3_note(sol, "solutions/llama3-8b-h100-fsdp-128.yaml") is None
+    # the spec the solution names is gone: DeepSpeed's defaults stay, and the note says so
+    sol["spec"] = str(tmp_path / "gone.yaml")
+    moved = tmp_path / "z3.yaml"
+    moved.write_text(yaml.safe_dump(sol))
+    zo = deepspeed_config(sol, str(moved))["zero_optimization"]
+    assert "reduce_bucket_size" not in zo and "stage3_max_live_parameters" not in zo
+    assert "defaults" in deepspeed_zero3_note(sol, str(moved))
+
+
 # --- tryout 5: Megatron-LM's CUDA_DEVICE_MAX_CONNECTIONS assert (#2), the NeMo 2.0 lines (#1, #4, #5) -----------------
 
 def _env_note(args):

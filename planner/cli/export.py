@@ -21,6 +21,7 @@ def run(args) -> int:
         deepspeed_config,
         deepspeed_recompute_note,
         deepspeed_zero2_note,
+        deepspeed_zero3_note,
         hostfile,
         megatron_args,
         rank_layout,
@@ -46,7 +47,7 @@ def run(args) -> int:
             print(text, end="")
     elif args.format == "deepspeed":
         print_json(deepspeed_config(sol, file))
-        for why in (deepspeed_recompute_note(sol), deepspeed_zero2_note(sol)):
+        for why in (deepspeed_recompute_note(sol), deepspeed_zero2_note(sol), deepspeed_zero3_note(sol, file)):
             if why:
                 print(f"planner: note: {file}: {why}", file=sys.stderr)
     elif args.json:
