@@ -138,8 +138,11 @@ def test_size_says_when_memory_not_the_budget_caps_the_model(capsys, tmp_path):
     """Tryout 8: with a budget far above what the GPUs can hold, `size` printed "largest compute-optimal model: ...
     66,082 GPU-days" for a budget of 1e9 GPU-days and did not say that the next size does not fit in memory. The
     result now says what capped it (`limited_by`: budget, memory or the grid's end) and the text says so."""
+    import copy
+
     import yaml
-    cl = dict(CLUSTER, nodes=1, gpu={"type": "A100", "memory_GiB": 16, "peak_tflops": {"bf16": 312}})
+    cl = copy.deepcopy(CLUSTER)                    # the fixture's dict is shared: not edited in place
+    cl.update(nodes=1, gpu={"type": "A100", "memory_GiB": 16, "peak_tflops": {"bf16": 312}})
     del cl["network"]["bandwidth_matrix"]
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cl))
     argv = ["size", "--cluster", str(tmp_path / "c.yaml"), "--global-batch-size", "64", "--seq-length", "1024",
