@@ -30,6 +30,23 @@ def mfu_text(spec, mfu: float) -> str:
             "causally (as Megatron-Bridge 26.02)")
 
 
+def train_text(spec, tokens_per_s: float, gpus: int) -> str | None:
+    """Days, GPU-hours and dollars to train the spec's `training.tokens` at the plan's throughput (None without a
+    token budget); dollars at the cluster's `price_per_gpu_hour_usd` when it has one (batch.sizing.train_cost)."""
+    tokens = spec.training.tokens
+    if not tokens or tokens_per_s <= 0:
+        return None
+    from planner.batch.sizing import train_cost
+    price = spec.cluster.price_per_gpu_hour_usd
+    c = train_cost(tokens, tokens_per_s, gpus, price)
+    cost = f", ${_num(c.dollars)} at ${price:g}/GPU-h" if c.dollars is not None else ""
+    return f"to train {_num(tokens / 1e9)}B tokens: {_num(c.days)} days, {_num(c.gpu_hours)} GPU-hours{cost}"
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def plan_table(sol) -> Table:
     from planner.config import FORK_NEEDED, fork_note
     c, e, s = sol.config, sol.estimate, sol.solver
@@ -52,6 +69,9 @@ def plan_table(sol) -> Table:
     on = "" if getattr(s, "robust", "none") == "none" else "on the cluster's bandwidth matrix, "
     t.add_row("iteration", f"{e.iteration_s:.3f} s  ({on}{e.tokens_per_s:,.0f} tokens/s)")
     t.add_row("MFU", mfu_text(sol.spec, e.mfu))
+    train = train_text(sol.spec, e.tokens_per_s, c.num_gpus)
+    if train:
+        t.add_row("time to train", train.removeprefix("to train "))
     t.add_row("  compute | p2p | dp | emb",
               f"{e.compute_s:.3f} | {e.pp_comm_s:.4f} | {e.dp_comm_s:.4f} | {e.emb_comm_s:.4f} s")
     md = e.memory_dict()

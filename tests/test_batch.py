@@ -268,3 +268,22 @@ def test_cli_out_folder_is_created_or_refused(tmp_path, capsys, monkeypatch):
         err = capsys.readouterr().err
         assert "--out:" in err and "Traceback" not in err
     assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_a_resumed_run_says_its_time_limit_did_not_apply_to_reused_rows(tmp_path, capsys, monkeypatch):
+    """Tryout 8: `batch --time-limit 30` over an existing CSV reused every row solved at the old limit and printed
+    only "0 solved now, 8 from the existing CSV". It now says the reused rows kept their own limit and how to
+    re-solve them; `--executor ray` without ray is refused before the progress bar starts."""
+    import importlib.util
+    path, out = _one_model_sweep(tmp_path), str(tmp_path / "out")
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json"]) == 0
+    assert "--time-limit" not in capsys.readouterr().err
+    assert main(["batch", path, "--out", out, "--workers", "1", "--json", "--time-limit", "3"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "2 case(s) came from the existing CSV as solved before: --time-limit 3 did not apply to them" in err
+    assert "--no-resume" in err
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    assert main(["batch", path, "--out", out, "--executor", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert "--executor: ray is not installed" in err and "cases," not in err

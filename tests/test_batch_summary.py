@@ -51,3 +51,12 @@ def test_cost_plot_labels_stay_short_when_nothing_varies_within_a_model():
     assert [label for label, _ in cost_lines(rows)] == ["a on a100", "b on a100"]
     assert not varies_within(rows, "tokens", ("model",)) and varies_within(TWO_BATCHES, "global_batch_size",
                                                                             ("model",))
+
+
+def test_cost_plot_lines_run_by_model_size():
+    """Tryout 8: the legend listed gpt-2.02b, gpt-3.99b, gpt-7.93b, gpt-986m (by name); lines now run by parameter
+    count, then name."""
+    rows = []
+    for name, params in (("gpt-2.02b", 2.02e9), ("gpt-986m", 0.986e9), ("gpt-7.93b", 7.93e9)):
+        rows += [dict(_row(name, g, 64, 1.0), params=params) for g in (8, 16)]
+    assert [label for label, _ in cost_lines(rows)] == ["gpt-986m on a100", "gpt-2.02b on a100", "gpt-7.93b on a100"]

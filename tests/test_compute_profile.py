@@ -118,3 +118,24 @@ def test_profile_and_fit_commands_import_no_profiler_or_fitting_library():
             "print(sorted(m for m in ('torch', 'sklearn', 'scipy', 'ortools', 'numpy') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_cpu_profile_says_it_describes_the_cpu(tmp_path, capsys):
+    """Tryout 8: `profile compute` on a machine without CUDA timed the CPU in fp32 for ~13 s without a word, and
+    `fit compute` turned that into a profile a GPU cluster accepted (an H100 plan at 0.6% MFU). Both now say the
+    timings are the CPU's, and the fitted profile records the device it was fitted on."""
+    import json
+
+    from planner.cli.main import main
+    out = tmp_path / "prof.csv"
+    assert main(["profile", "compute", "-o", str(out), "--device", "cpu", "--hidden", "64", "--heads", "4",
+                 "--seq", "32", "--micro-batch", "1", "--tp", "1", "--repeats", "1"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "profiling 1 layer shape(s) on cpu (fp32)" in err and "not a GPU's" in err
+    samples = [LayerSample(h, 8, s, b, 1, "fp32", "cpu", 0.01 * h * s * b / 1e3, 0.02 * h * s * b / 1e3)
+               for h in (256, 512) for s in (128, 256) for b in (1, 2)]
+    write_profile_csv(str(out), samples)
+    prof = tmp_path / "fit.json"
+    assert main(["fit", "compute", "--profile", str(out), "--peak-tflops", "1", "-o", str(prof)]) == 0
+    assert "measured on cpu" in capsys.readouterr().err
+    assert json.loads(prof.read_text())["fit"]["device"] == ["cpu"]

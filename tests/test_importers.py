@@ -214,3 +214,11 @@ def test_nccl_unknown_layout_is_named(tmp_path, capsys):
     assert main(["import", "nccl-tests", str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "not an nccl-tests table" in err and "Traceback" not in err
+
+
+def test_import_help_names_the_input_files(capsys):
+    """Tryout 8: `planner import nccl-tests --help` showed a bare positional `out` (the input, not an output)."""
+    from planner.cli.main import main
+    assert main(["import", "nccl-tests", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "NCCL_TESTS_OUTPUT" in text and "what an nccl-tests binary printed" in text

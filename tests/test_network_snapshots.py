@@ -410,3 +410,25 @@ def test_robust_solution_estimate_is_on_the_cluster_matrix(tmp_path, capsys):
     assert "network.bandwidth)" in over
     # the file's estimate-vs-simulation is the one `simulate` reports: both figures on the same matrix
     assert sim["agreement"] == pytest.approx(sol["simulated"]["estimate_vs_simulation"], rel=1e-9, abs=1e-12)
+
+
+def test_replan_keeps_the_solutions_robust_objective(tmp_path, capsys):
+    """Tryout 8: `replan` of a plan solved with `--robust worst` re-planned on the main matrix alone (the spec's
+    `solver.robust`, none): the new plan was not robust and its time not comparable. It now re-plans on the
+    solution's objective, `--robust` overrides it, and the summary names the excluded hosts."""
+    import yaml
+    spec = _flaky_spec(tmp_path, np.random.default_rng(0), "{time_limit_s: 2}")
+    sol = tmp_path / "sol.yaml"
+    assert main(["solve", str(spec), "--robust", "worst", "--out", str(sol), "--no-simulate"]) == 0
+    assert yaml.safe_load(sol.read_text())["solver"]["robust"] == "worst"
+    capsys.readouterr()
+    assert main(["replan", str(sol), "--exclude-nodes", "d", "--time-limit", "2",
+                 "--out", str(tmp_path / "r.yaml")]) == 0
+    r = yaml.safe_load((tmp_path / "r.yaml").read_text())
+    assert r["solver"]["robust"] == "worst" and r["replan"]["excluded_nodes"] == [3]
+    assert "excluded nodes [3] (d)" in capsys.readouterr().err
+    assert main(["replan", str(sol), "--exclude-nodes", "3", "--robust", "none", "--time-limit", "2",
+                 "--out", str(tmp_path / "r2.yaml")]) == 0
+    assert "robust" not in yaml.safe_load((tmp_path / "r2.yaml").read_text())["solver"]
+    assert main(["replan", str(sol), "--exclude-nodes", "e", "--out", str(tmp_path / "r3.yaml")]) == 2
+    assert "host names: a, b, c, d" in capsys.readouterr().err

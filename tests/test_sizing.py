@@ -132,3 +132,30 @@ def test_sizing_within_a_sweep_and_resume(tmp_path, monkeypatch):
     monkeypatch.setattr(batch, "run_sizing", lambda *a: pytest.fail("resumed sizing must not re-solve"))
     again = batch.run_batch(sw, str(tmp_path / "out"), workers=1, progress=False)
     assert again.sizing[0]["params"] == row["params"]
+
+
+def test_size_says_when_memory_not_the_budget_caps_the_model(capsys, tmp_path):
+    """Tryout 8: with a budget far above what the GPUs can hold, `size` printed "largest compute-optimal model: ...
+    66,082 GPU-days" for a budget of 1e9 GPU-days and did not say that the next size does not fit in memory. The
+    result now says what capped it (`limited_by`: budget, memory or the grid's end) and the text says so."""
+    import copy
+
+    import yaml
+    cl = copy.deepcopy(CLUSTER)                    # the fixture's dict is shared: not edited in place
+    cl.update(nodes=1, gpu={"type": "A100", "memory_GiB": 16, "peak_tflops": {"bf16": 312}})
+    del cl["network"]["bandwidth_matrix"]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cl))
+    argv = ["size", "--cluster", str(tmp_path / "c.yaml"), "--global-batch-size", "64", "--seq-length", "1024",
+            "--time-limit", "1", "--schedules", "1f1b"]
+    assert main(argv + ["--budget-gpu-days", "1e9", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    b = d["best"]
+    assert d["limited_by"] == "memory" and b["gpu_days"] < 1e9
+    above = [p for p in d["points"] if p["params"] > b["params"]]
+    assert above and above[0]["status"] == "INFEASIBLE"
+    assert main(argv + ["--budget-gpu-days", "1e9"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "memory caps the size, not the budget" in err
+    small = b["gpu_days"] / 4                              # a budget below the memory cap: the budget binds
+    assert main(argv + ["--budget-gpu-days", str(small), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["limited_by"] == "budget"

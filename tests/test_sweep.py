@@ -127,3 +127,13 @@ def test_example_sweeps_parse():
     big = load_sweep("sweeps/gpt-sizes-a100-128.yaml")
     assert len(big.cases) == 100 and {c.gpus for c in big.cases} == {128}
     assert not big.skipped
+
+
+def test_generated_names_of_trillion_parameter_sizes():
+    """Tryout 8: `planner size` with a large budget listed "gpt-1.49e+04b (14918.97B)"; sizes of 1T and more are
+    named in t, the smaller ones as before."""
+    assert shape_for_params(1.5e13).name.endswith("t") and "e+" not in shape_for_params(1.5e13).name
+    assert shape_for_params(1.5e13).name == f"gpt-{shape_for_params(1.5e13).num_params() / 1e12:.3g}t"
+    assert shape_for_params(6.7e9).name == "gpt-6.66b"
+    from planner.batch.sweep import _fmt_params
+    assert [_fmt_params(n) for n in (999.7e9, 999.7e6, 1.2e12, 3.5e8)] == ["1t", "1b", "1.2t", "350m"]

@@ -122,11 +122,15 @@ def cost_lines(rows: list[dict]) -> list[tuple[str, list[dict]]]:
         return (r["model"], r["cluster"], *(r.get(k) for k, _ in _LINE_KEYS))
     varying = [(i, fmt) for i, (k, fmt) in enumerate(_LINE_KEYS) if varies_within(rows, k, ("model", "cluster"))]
     groups: dict = {}
+    params: dict = {}
     for r in rows:
         groups.setdefault(key(r), []).append(r)
+        params.setdefault(r["model"], float(r.get("params") or 0))
     out = []
-    # by model and cluster, then numerically (batch 96 before 100); a missing value sorts last
-    for k, rs in sorted(groups.items(), key=lambda kv: (*kv[0][:2], *((v is None, v or 0) for v in kv[0][2:]))):
+    # by model size (gpt-986m before gpt-2.02b, which its name would not give), name and cluster, then numerically
+    # (batch 96 before 100); a missing value sorts last
+    for k, rs in sorted(groups.items(), key=lambda kv: (params[kv[0][0]], *kv[0][:2],
+                                                        *((v is None, v or 0) for v in kv[0][2:]))):
         extra = [fmt.format(k[2 + i]) for i, fmt in varying if k[2 + i] is not None]
         out.append((f"{k[0]} on {k[1]}" + (f", {', '.join(extra)}" if extra else ""),
                     sorted(rs, key=lambda r: r["gpus"])))

@@ -110,6 +110,19 @@ class SizingResult:
     wall_s: float = 0.0
     price_per_gpu_hour_usd: float | None = None
 
+    @property
+    def limited_by(self) -> str | None:
+        """What stopped the answer from being larger: `budget` (the next size solved is over it), `memory` (the
+        next size solved has no plan that fits the GPUs: the budget would allow more) or `grid` (the largest size of
+        the grid, 20T); None without an answer."""
+        if self.best is None:
+            return None
+        above = [p for p in self.points if p.params > self.best.params]
+        if not above:
+            return "grid"
+        nxt = min(above, key=lambda p: p.params)
+        return "memory" if nxt.status == "INFEASIBLE" else "budget"
+
     def as_dict(self) -> dict:
         best = asdict(self.best) if self.best else None
         if self.best:
@@ -119,7 +132,7 @@ class SizingResult:
                          "cost_usd": cost.dollars})
         return {"cluster": self.cluster, "gpus": self.gpus, "budget_gpu_days": self.budget_gpu_days,
                 "best": best, "points": [asdict(p) for p in sorted(self.points, key=lambda p: p.params)],
-                "solves": len(self.points), "wall_s": self.wall_s}
+                "limited_by": self.limited_by, "solves": len(self.points), "wall_s": self.wall_s}
 
 
 def size_grid(family: str, vocab_size: int, rule: ShapeRule, seq_length: int,

@@ -131,7 +131,10 @@ def _model(name, family, L, h, a, vocab, seq) -> ModelSpec:
 
 
 def _fmt_params(n: float) -> str:
-    return f"{n / 1e9:.3g}b" if n >= 1e9 else f"{n / 1e6:.3g}m"
+    # three significant digits; a count that rounds up to 1000 of a unit is named in the next one (not "1e+03b")
+    if n >= 999.5e9:
+        return f"{n / 1e12:.3g}t"
+    return f"{n / 1e9:.3g}b" if n >= 999.5e6 else f"{n / 1e6:.3g}m"
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,10 @@ def run(args) -> int:
         raise SpecError(None, "--time-limit", "must be positive")
     if args.address and args.executor != "ray":
         raise SpecError(None, "--address", "only applies with --executor ray")
+    if args.executor == "ray":
+        import importlib.util
+        if importlib.util.find_spec("ray") is None:       # before the progress bar and the CSV (run._ray says it too)
+            raise SpecError(None, "--executor", "ray is not installed (pip install 'planner[ray]')")
     sweep = load_sweep(args.sweep)
     from planner.io import check_out_folder
     given = args.out is not None
@@ -45,6 +49,10 @@ def run(args) -> int:
     check_out_folder(args.out, "--out", given)
     res = run_batch(sweep, args.out, executor=args.executor, workers=args.workers, address=args.address,
                     time_limit_s=args.time_limit, progress=not args.json, resume=not args.no_resume)
+    if args.time_limit is not None and res.reused:
+        # the rows do not record the limit they were solved on: the case id hashes the sweep's solver, not the flag
+        print(f"planner: note: {res.reused} case(s) came from the existing CSV as solved before: --time-limit "
+              f"{args.time_limit:g} did not apply to them (--no-resume solves them again at it)", file=sys.stderr)
     cvf = cheapest_vs_fastest(res.rows)
     plots = []
     if args.plots:

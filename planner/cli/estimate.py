@@ -15,7 +15,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from planner.report import console, mfu_text
+    from planner.report import console, mfu_text, train_text
     from planner.search.solve import estimate_plan
     from planner.solution import estimate_dict, load_solution
 
@@ -44,6 +44,9 @@ def run(args) -> int:
                   f"{'dp + FSDP copies' if cfg.zero == 3 else 'dp'} {est.dp_comm_s:.4f}, "
                   f"tied-embedding {est.emb_comm_s:.4f} s)")
         con.print("MFU " + mfu_text(spec, est.mfu))
+        train = train_text(spec, est.tokens_per_s, cfg.num_gpus)
+        if train:
+            con.print(train)
         con.print(costs_note(spec, cfg))
         con.print(f"memory peak {md['peak']:.2f} GiB / {md['limit']:.2f} usable: " +
                   ", ".join(f"{k} {md[k]:.2f}" for k in ("weights", "gradients", "optimizer", "activations",

@@ -104,7 +104,11 @@ def run_compute(args) -> int:
                                 f"{samples[0].precision})") from None
         est = LayerTimeFit(peak, base).fit(samples)
         meas = [[s.forward_ms * 1e-3, s.backward_ms * 1e-3] for s in samples]
-        fit = {"kind": "layer", "source": os.path.basename(args.profile), "samples": len(samples),
+        devices = sorted({s.device for s in samples if s.device})
+        if "cpu" in devices:
+            print(f"planner: warning: {args.profile} was measured on cpu: the fitted profile describes that CPU, not "
+                  "a GPU (a GPU cluster given it plans at the CPU's speed)", file=sys.stderr)
+        fit = {"kind": "layer", "source": os.path.basename(args.profile), "device": devices, "samples": len(samples),
                "peak_tflops": peak / 1e12, "mape_pct": mape(est.predict(samples), meas),
                "max_abs_pct_error": float(np.max(np.abs(est.errors_pct_)))}
     else:

@@ -14,7 +14,7 @@ def register(subparsers):
     sub.required = True
 
     m = sub.add_parser("mpigraph", help="mpiGraph log -> node x node bandwidth CSV (GB/s) + sidecar")
-    m.add_argument("log")
+    m.add_argument("log", help="mpiGraph's output (its Send and Recv matrices)")
     m.add_argument("-o", "--output", default=None, help="matrix CSV (default: print it on stdout)")
     m.add_argument("--sidecar", default=None, help="sidecar YAML (default: output with .yaml)")
     m.add_argument("--combine", choices=imp.COMBINE, default="min",
@@ -26,7 +26,8 @@ def register(subparsers):
     m.set_defaults(func=_mpigraph)
 
     n = sub.add_parser("nccl-tests", help="nccl-tests output -> size_bytes,time_us,algbw_GBps,busbw_GBps CSV")
-    n.add_argument("out")
+    n.add_argument("out", metavar="NCCL_TESTS_OUTPUT",
+                   help="what an nccl-tests binary printed (stdout), or its CSV variant (as vTrain's tables)")
     n.add_argument("-o", "--output", default=None, help="table CSV (default: print it on stdout)")
     n.add_argument("--placement", choices=("out-of-place", "in-place"), default=None,
                    help="which columns to keep (default: out-of-place, or the only one a table holds)")

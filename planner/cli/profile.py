@@ -60,7 +60,7 @@ def run_compute(args) -> int:
     check_out(args.output, "--output")          # before the profiling, as every output flag
     import torch
 
-    from planner.profile.compute import profile_grid, write_profile_csv
+    from planner.profile.compute import grid_shapes, profile_grid, write_profile_csv
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -71,8 +71,14 @@ def run_compute(args) -> int:
     if args.head_dim is not None and args.head_dim < 1:
         raise SpecError(None, "--head-dim", "must be a positive integer")
     skipped = []
-    samples = profile_grid(_ints(args.hidden), _ints(args.heads), _ints(args.seq), _ints(args.micro_batch),
-                           _ints(args.tp), args.precision, args.device, args.repeats, args.head_dim, skipped)
+    grid = (_ints(args.hidden), _ints(args.heads), _ints(args.seq), _ints(args.micro_batch), _ints(args.tp))
+    if not args.json:
+        n = len(grid_shapes(*grid, args.head_dim))
+        print(f"profiling {n} layer shape(s) on {device} ({args.precision}), {args.repeats} repeats each"
+              + ("; these are this CPU's timings, not a GPU's: a profile fitted on them plans for this CPU (profile "
+                 "on the GPU to plan for it: benchmarks/profile_gpu.sh)" if device == "cpu" else ""),
+              file=sys.stderr)
+    samples = profile_grid(*grid, args.precision, device, args.repeats, args.head_dim, skipped)
     if not samples:
         raise SpecError(None, "--hidden/--heads/--tp", "no valid shape in the grid (heads must divide hidden, tp heads)"
                         + (f"; {len(skipped)} ran out of device memory" if skipped else ""))

@@ -12,6 +12,8 @@ def register(sub) -> None:
     p.add_argument("--exclude-nodes", required=True, help="comma-separated node indices or host names")
     p.add_argument("--time-limit", type=finite_float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--robust", choices=("none", "worst", "mean"), default=None,
+                   help="objective over the cluster's bandwidth snapshots (default: the solution's)")
     p.add_argument("--spec", default=None, help="the plan spec (default: the one the solution names)")
     p.add_argument("--out", default=None, help="default: <solution>-replan.yaml")
     p.add_argument("--json", action="store_true")
@@ -28,10 +30,12 @@ def run(args) -> int:
     # before the re-plan: not over the solution, its spec, model and cluster files or the cluster's measured data, and
     # into a folder that exists (the default lies beside the solution)
     check_out(out, "--out", solution_inputs(args.solution, args.spec))
-    sol = replan(args.solution, args.exclude_nodes, args.time_limit, args.seed, args.spec)
+    sol = replan(args.solution, args.exclude_nodes, args.time_limit, args.seed, args.spec, args.robust)
     r = sol.extra["replan"]
     show_solution(sol, out, args.json,
-                  f"excluded nodes {r['excluded_nodes']}: {r['old_iteration_s']:.3f} s -> "
+                  f"excluded nodes {r['excluded_nodes']}"
+                  + (f" ({', '.join(r['excluded_hosts'])})" if r["excluded_hosts"] else "")
+                  + f": {r['old_iteration_s']:.3f} s -> "
                   f"{r['new_iteration_s']:.3f} s per iteration"
                   + (f"; idle nodes {r['idle_nodes']} (no plan uses every node left)" if r["idle_nodes"] else "")
                   + f"; re-planned in {r['wall_s']:.1f} s; wrote {out}")

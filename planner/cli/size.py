@@ -111,6 +111,14 @@ def run(args) -> int:
                       f"plan {b['config']} at {b['tokens_per_s']:,.0f} tokens/s (MFU {b['mfu']:.1%}"
                       f"{precision_mfu_note(args.precision)}); "
                       f"{d['solves']} sizes solved in {d['wall_s']:.1f} s")
+            if d["limited_by"] == "memory":
+                nxt = min((p for p in d["points"] if p["params"] > b["params"]), key=lambda p: p["params"])
+                con.print(f"memory caps the size, not the budget: the next size solved, {nxt['model']}, has no plan "
+                          f"that fits {gpus} GPUs of {cl.gpu.memory_GiB:g} GiB; the answer uses "
+                          f"{100 * b['gpu_days'] / args.budget_gpu_days:.2g}% of the budget (more GPUs would take a "
+                          "larger model)")
+            elif d["limited_by"] == "grid":
+                con.print("the largest size of the grid (20T parameters) fits the budget")
     if d["best"] is None:
         raise InfeasibleError(f"no model of the size grid (from 0.1B) trains within {args.budget_gpu_days:g} "
                               f"GPU-days on {gpus} GPUs of {cl.name}")

@@ -108,16 +108,24 @@ def profile_grid(hiddens, heads, seqs, mbss, tps, precision="fp32", device=None,
     A shape that runs out of device memory is skipped (and appended to `skipped`), not fatal."""
     import torch
     out = []
+    for h, a, s, b, t in grid_shapes(hiddens, heads, seqs, mbss, tps, head_dim):
+        try:
+            out.append(measure_layer(h, a, s, b, t, precision, device, repeats))
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            if skipped is not None:
+                skipped.append((h, a, s, b, t))
+    return out
+
+
+def grid_shapes(hiddens, heads, seqs, mbss, tps, head_dim=None) -> list[tuple[int, int, int, int, int]]:
+    """The valid (hidden, heads, seq, mbs, tp) shapes of the grid: heads divide hidden, tp divides heads."""
+    out = []
     for h, s, b, t in itertools.product(hiddens, seqs, mbss, tps):
         for a in ([h // head_dim] if head_dim else heads):
             if a < 1 or h % a or a % t or h % t:
                 continue
-            try:
-                out.append(measure_layer(h, a, s, b, t, precision, device, repeats))
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                if skipped is not None:
-                    skipped.append((h, a, s, b, t))
+            out.append((h, a, s, b, t))
     return out
 
 

@@ -21,7 +21,9 @@ def parse_nodes(text: str, cluster, file=None) -> list[int]:
         elif tok in cluster.node_names:
             k = cluster.node_names.index(tok)
         else:
-            raise SpecError(file, "--exclude-nodes", f"{tok!r} is neither a node index nor a host name")
+            hosts = f" (host names: {', '.join(cluster.node_names)})" if cluster.node_names else \
+                " (the cluster names no hosts: network.node_names)"
+            raise SpecError(file, "--exclude-nodes", f"{tok!r} is neither a node index nor a host name{hosts}")
         if not 0 <= k < cluster.nodes:
             raise SpecError(file, "--exclude-nodes", f"node {k} is outside 0..{cluster.nodes - 1}")
         out.append(k)
@@ -30,10 +32,13 @@ def parse_nodes(text: str, cluster, file=None) -> list[int]:
     return sorted(set(out))
 
 
-def replan(solution_path: str, exclude: str, time_limit_s: float = 10.0, seed: int = 0, spec_path: str | None = None):
+def replan(solution_path: str, exclude: str, time_limit_s: float = 10.0, seed: int = 0, spec_path: str | None = None,
+           robust: str | None = None):
     """A new plan of the solution's job without the excluded nodes. A solution that is itself a re-plan keeps its
     earlier exclusions: they add up. Its spec is found as `planner simulate` finds it (the path as written,
-    relative to the working folder, the solution's folder or the folder above), or given with spec_path."""
+    relative to the working folder, the solution's folder or the folder above), or given with spec_path.
+    robust: the objective over the bandwidth snapshots; None keeps the solution's (a plan solved with
+    `--robust worst` is re-planned worst-case too, not on the main matrix alone)."""
     import sys
 
     from planner.solution import solution_spec_path
@@ -53,11 +58,14 @@ def replan(solution_path: str, exclude: str, time_limit_s: float = 10.0, seed: i
     names = spec.cluster.node_names or tuple(f"node{n}" for n in range(spec.cluster.nodes))
     sub = dataclasses.replace(spec.cluster.subset(keep), node_names=tuple(names[n] for n in keep))
     spec2 = dataclasses.replace(spec, cluster=sub, name=f"{spec.name}-replan")
-    sol = solve(spec2, time_limit_s=time_limit_s, seed=seed)          # simulated, as every plan is
+    if robust is None:
+        robust = str((old.get("solver") or {}).get("robust", "none"))
+    sol = solve(spec2, time_limit_s=time_limit_s, seed=seed, robust=robust)   # simulated, as every plan is
     sol.node_ids = np.array(keep)
     used = {w["node"] for w in sol.mapping}
     old_it = float(old.get("estimate", {}).get("iteration_s", float("nan")))
     sol.extra = {"replan": {"from": solution_path, "excluded_nodes": drop,
+                            "excluded_hosts": [names[n] for n in drop] if spec.cluster.node_names else [],
                             "idle_nodes": [n for n in keep if n not in used],
                             "old_iteration_s": old_it, "new_iteration_s": sol.estimate.iteration_s,
                             "slowdown": sol.estimate.iteration_s / old_it - 1 if old_it == old_it else None,
