@@ -202,7 +202,9 @@ def mapping_to_assign(workers: list[dict], cfg: ParallelConfig, gpus_per_node: i
     for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpus_per_node, cfg.dp_shard):
         grid = np.full((lay.rows, lay.cols), -1)
         ok = True
-        per_node = gpus_per_node // lay.span if lay.span > 1 else None
+        # GPUs of a block on each of its nodes, as worker_table writes them (a = b = 1: the tp x cp group fills its
+        # span nodes)
+        per_node = lay.a * lay.b * cfg.tp * cfg.cp // lay.span if lay.span > 1 else None
         for (s, d, t, c), n in where.items():
             i, j = s // lay.a, d // lay.b
             if per_node:        # a block on `span` nodes: block index = its first node / span, in rank order

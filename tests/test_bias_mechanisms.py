@@ -150,3 +150,36 @@ def test_userbuffers_pay_for_their_gemm_chunks(make_spec, monkeypatch):
     # a GEMM on the curve is its throughput part plus exactly that fixed part
     cm = costs.compute
     assert cm._gemm_time(1e12, 1e15) == pytest.approx(1e12 / (1e15 * cm.max_efficiency) + cm.gemm_fixed_s(1e15))
+
+
+def test_param_all_gather_moves_the_16bit_parameters(make_spec):
+    """The distributed optimizer reduce-scatters the gradient buffer (fp32 with grad_reduce_in_fp32) but all-gathers the
+    parameter buffer in the parameters' dtype (Megatron-LM@d98e8a64 param_and_grad_buffer.py start_param_sync:
+    all_gather_into_tensor of bucket.param_data, param_dtype): with bf16 weights and fp32 gradients the all-gather is
+    half the reduce-scatter, not equal to it. Audit of Nov 27 (docs/notes/memory.md)."""
+    from planner.costs.iteration import dp_exposed_s, param_gather_ratio
+    spec = with_training(make_spec(nodes=4, seed=3, gbs=64))
+    fp32 = with_training(spec, grad_reduce_in_fp32=True)
+    z1 = ParallelConfig(8, 1, 4, 1, 16, "1f1b", 1, "none", 1, False)
+    assert param_gather_ratio(spec) == 1.0 and param_gather_ratio(fp32) == 0.5
+    assert param_gather_ratio(with_training(spec, precision="fp32", grad_reduce_in_fp32=True)) == 1.0
+    T = 1.0          # a gradient all-reduce of 1 s, nothing to hide behind: reduce-scatter 0.5 s + all-gather
+    assert dp_exposed_s(spec, z1, T, 0.0, 0.0) == 1.0
+    assert dp_exposed_s(fp32, z1, T, 0.0, 0.0) == 0.75
+    assert dp_exposed_s(with_training(fp32, overlap=NO_OVERLAP), z1, T, 0.0, 0.0) == 0.75
+    z0 = dataclasses.replace(z1, zero=0)
+    assert dp_exposed_s(fp32, z0, T, 0.0, 0.0) == 1.0        # ZeRO 0: one all-reduce of the gradients
+    # estimate and simulation, with and without overlap: ZeRO 1 syncs 3/4 of ZeRO 0's bytes in fp32, all of them in bf16
+    for ov in (NO_OVERLAP, OverlapSpec(grad_reduce=False, param_gather=False)):
+        s = with_training(fp32, overlap=ov)
+        (e0, s0), (e1, s1) = _estimate_and_sim(s, z0), _estimate_and_sim(s, z1)
+        assert e1.dp_comm_s == pytest.approx(0.75 * e0.dp_comm_s, rel=1e-9)
+        assert s1.dp_comm_s == pytest.approx(0.75 * s0.dp_comm_s, rel=1e-9)
+        assert s1.iteration_s == pytest.approx(e1.iteration_s, rel=1e-9)
+    s = with_training(spec, overlap=NO_OVERLAP)
+    (e0, _), (e1, _) = _estimate_and_sim(s, z0), _estimate_and_sim(s, z1)
+    assert e1.dp_comm_s == pytest.approx(e0.dp_comm_s, rel=1e-12)
+    # overlapped (the defaults): the estimate and the replay take the same all-gather
+    for ov in (OverlapSpec(), OverlapSpec(param_gather=False)):
+        e, sim = _estimate_and_sim(with_training(fp32, overlap=ov), z1)
+        assert sim.iteration_s == pytest.approx(e.iteration_s, rel=1e-9)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import yaml
 from plan_fixtures import mini_spec_dict, run_cli
 
@@ -40,3 +41,35 @@ def test_estimate_with_the_mapping_of_a_replan_reproduces_its_estimate(tmp_path)
     rc, _, err = run_cli(["estimate", str(spec), "--tp", "1", "--pp", "1", "--dp", "16", "--mbs", "1", "--mapping",
                        str(rep)])
     assert rc == 2 and "16 but the cluster has 12 GPUs" in err
+
+
+def test_estimate_with_the_mapping_of_a_plan_whose_tensor_groups_span_nodes():
+    """A tp x cp group wider than a node (layout.nodes_per_block 2): `estimate --mapping` of the shipped solution
+    reproduces its estimate. mapping_to_assign read each block's nodes with gpus_per_node / span GPUs of the group per
+    node, worker_table writes gpus_per_node (the group fills its span nodes), so the shipped file was refused as 'not
+    node-blocked' (audit of Nov 27)."""
+    import os
+
+    from planner.config import ParallelConfig
+    from planner.mapping.problem import Layout, worker_table
+    from planner.solution import mapping_to_assign
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, "solutions", "llama3-8b-128k-h100-64.yaml")
+    with open(path) as f:
+        sol = yaml.safe_load(f)
+    c = sol["config"]
+    assert sol["layout"]["nodes_per_block"] == 2 and c["tp"] * c["cp"] == 16
+    rc, out, err = run_cli(["estimate", os.path.join(root, sol["spec"]), "--tp", str(c["tp"]), "--pp", str(c["pp"]),
+                            "--dp", str(c["dp"]), "--cp", str(c["cp"]), "--mbs", str(c["micro_batch_size"]),
+                            "--zero", str(c["zero"]), "--sp", "--mapping", path, "--json"])
+    assert rc == 0, err
+    est = json.loads(out)
+    assert est["estimate"]["iteration_s"] == sol["estimate"]["iteration_s"]
+    assert est["layout"] == {k: sol["layout"][k] for k in est["layout"]} and "nodes_per_block" in est["layout"]
+    # the round trip of the writer on a spanning layout with a permuted grid
+    cfg = ParallelConfig(4, 2, 2, 1, 8, "1f1b", 1, "none", 1, True, cp=4)
+    lay = Layout(1, 1, 2, 2, span=2)
+    grid = np.array([[3, 0], [1, 2]])
+    workers = worker_table(lay, grid, cfg.tp, np.arange(4) * 2, cfg.cp)
+    lay2, grid2 = mapping_to_assign(workers, cfg, 8, 8)
+    assert lay2.span == 2 and (grid2 == grid).all()

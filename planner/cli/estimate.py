@@ -25,7 +25,10 @@ def run(args) -> int:
     mapping = load_solution(args.mapping).get("mapping") if args.mapping else None
     est, lay, assign, prob = estimate_plan(spec, cfg, mapping, file=args.mapping)
     d = {"config": cfg.as_dict(), "pipeline_engine": spec.training.pipeline_engine,
-         "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b, "node_grid": assign.tolist()},
+         # as a solution writes it: physical nodes (a block wider than a node: its first node, and its span)
+         "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b,
+                    **({"nodes_per_block": lay.span} if lay.span > 1 else {}),
+                    "node_grid": [[int(prob.nodes[k]) for k in row] for row in assign]},
          "estimate": estimate_dict(spec, est), "fits": est.fits}
     if args.json:
         print_json(plain(d))

@@ -344,15 +344,39 @@ def dp_exposed_s(spec, cfg: ParallelConfig, allreduce, hide_b: float, hide_f: fl
     backward) with --overlap-grad-reduce. With it (ZeRO >= 1): a reduce-scatter and an all-gather of half the
     all-reduce each (a ring all-reduce is exactly the two); the reduce-scatter hides behind hide_b
     (--overlap-grad-reduce), the all-gather behind hide_f, the next iteration's first forward
-    (--overlap-param-gather). Everything off: the all-reduce itself, unchanged."""
+    (--overlap-param-gather). Everything off: the whole sync (dp_sync_s). The all-gather moves the parameters, not
+    the gradients: param_gather_ratio of the reduce-scatter half."""
     ov = overlap_of(spec)
     if not ov.grad_reduce:
-        return allreduce
+        return dp_sync_s(spec, cfg, allreduce)
     if cfg.zero < 1:
         return exposed_s(allreduce, hide_b, pieces)
     half = allreduce / 2
-    ag = exposed_s(half, hide_f, pieces) if ov.param_gather else half
+    gather = half * param_gather_ratio(spec)
+    ag = exposed_s(gather, hide_f, pieces) if ov.param_gather else gather
     return exposed_s(half, hide_b, pieces) + ag
+
+
+def param_gather_ratio(spec) -> float:
+    """Bytes the distributed optimizer's parameter all-gather moves per element, over those its gradient
+    reduce-scatter moves (grad_bytes): Megatron-Core all-gathers bucket.param_data, the parameters in their own dtype
+    (NVIDIA/Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py start_param_sync,
+    all_gather_into_tensor; param_data is allocated in param_dtype), and reduce-scatters the gradient buffer. So with
+    16-bit weights and grad_reduce_in_fp32 the all-gather is half the reduce-scatter (2 / 4), else equal. fp8 plans
+    keep bf16 parameters here (fp8_param_gather's 1-byte GEMM weights are not modelled in the all-gather:
+    docs/notes/memory.md)."""
+    weight_bytes = 2.0 if spec.training.precision in ("bf16", "fp16", "fp8") else 4.0
+    return weight_bytes / grad_reduce_bytes(spec.training)
+
+
+def dp_sync_s(spec, cfg: ParallelConfig, allreduce):
+    """The whole data-parallel sync of one device, nothing hidden, from its gradient all-reduce time: the all-reduce
+    (ZeRO 0), or its reduce-scatter half plus the parameter all-gather (ZeRO 1-2, param_gather_ratio). Exactly
+    `allreduce` when the ratio is 1."""
+    if cfg.zero < 1:
+        return allreduce
+    half = allreduce / 2
+    return half + half * param_gather_ratio(spec)
 
 
 def dp_hide_s(st, cfg: ParallelConfig, split: bool) -> tuple[float, float]:
@@ -550,7 +574,7 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
         return out
     if not overlap_of(spec).grad_reduce:
         params = max(stage_params(model, cfg, s) for s in stages)
-        return dp_allreduce_s(spec, cfg, costs, params, b, K, pair_GBps)
+        return dp_sync_s(spec, cfg, dp_allreduce_s(spec, cfg, costs, params, b, K, pair_GBps))
     v = cfg.chunks
     split = cfg.schedule in SPLIT_SCHEDULES and cfg.pp > 1
     out = None
@@ -603,7 +627,7 @@ def v_first_device_dp_s(spec, cfg: ParallelConfig, costs: Costs, st, hb: float, 
     half = 0.5 if cfg.zero >= 1 else 1.0
     e = np.maximum(half * (t0 + t1) - v_last_chunk_lead_s(st, cfg), exposed_s(half * t0, hb / cfg.chunks, n0))
     if cfg.zero >= 1:
-        ag = (t0 + t1) / 2
+        ag = (t0 + t1) / 2 * param_gather_ratio(spec)
         e = e + (exposed_s(ag, hf, n0 + 1) if ov.param_gather else ag)
     return e
 

@@ -26,6 +26,7 @@ from planner.costs.iteration import (
     default_layout,
     dp_allreduce_s,
     dp_bucket_count,
+    dp_sync_s,
     exposed_s,
     first_chunk_params,
     fsdp_exposed_parts,
@@ -35,6 +36,7 @@ from planner.costs.iteration import (
     p2p_intra_s,
     p2p_message_bytes,
     p2p_share,
+    param_gather_ratio,
     ring_slowest_GBps,
     tied_embedding_inter_s,
     tied_embedding_intra_s,
@@ -143,9 +145,9 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     """dur: (p, v, 4) seconds per op kind; lat_f/lat_b: (pipelines, S) latency of the edge into stage s
     going forward / backward; dp_time: (p, v) all-reduce seconds per chunk; act/transient: (p, v) bytes;
     emb: (first device, last device, seconds) of the tied-embedding all-reduce after both DP syncs, or None;
-    dp_overlap: (pieces (p, v), zero >= 1, param_gather) for --overlap-grad-reduce (_overlapped_dp), or None;
-    mcore_1f1b: time 1F1B by Megatron-Core's waited p2p calls (mcore.py, _mcore_lock_step) instead of sends that
-    overlap the sender's next op."""
+    dp_overlap: (pieces (p, v), zero >= 1, param_gather, gather_ratio) for --overlap-grad-reduce (_overlapped_dp),
+    or None; mcore_1f1b: time 1F1B by Megatron-Core's waited p2p calls (mcore.py, _mcore_lock_step) instead of sends
+    that overlap the sender's next op."""
     g = engine.build_graph(sched)
     p, v = sched.p, sched.v
     durs = dur[g.dev, g.chunk, g.kind]
@@ -233,14 +235,15 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
 
 
 def _overlapped_dp(grad_last, b_last, f_first: float, allreduce, distributed: bool, param_gather: bool,
-                   pieces) -> tuple[float, float]:
+                   gather_ratio: float, pieces) -> tuple[float, float]:
     """One device's data-parallel sync under --overlap-grad-reduce: (start, end).
 
     Each chunk's reduction (the all-reduce, or its reduce-scatter half with the distributed optimizer) is issued
     in `pieces[c]` equal buckets evenly over the chunk's last backward op (ending at grad_last[c], lasting
     b_last[c]); all buckets of the device share one stream, in order. The all-gather half (distributed optimizer)
-    follows: with --overlap-param-gather only its exposed part behind the next iteration's first forward of the
-    device (exposed_s over f_first, as the estimate), else all of it."""
+    follows, gather_ratio of the reduce-scatter (param_gather_ratio: it moves the parameters): with
+    --overlap-param-gather only its exposed part behind the next iteration's first forward of the device (exposed_s
+    over f_first, as the estimate), else all of it."""
     t, first = 0.0, None
     for c in np.argsort(grad_last):
         n = int(pieces[c])
@@ -252,7 +255,7 @@ def _overlapped_dp(grad_last, b_last, f_first: float, allreduce, distributed: bo
             t = max(t, ready) + red / n
     end = max(t, float(grad_last.max()))
     if distributed:
-        ag = float(np.sum(allreduce)) / 2
+        ag = float(np.sum(allreduce)) / 2 * gather_ratio
         end += float(exposed_s(ag, f_first, int(np.sum(pieces)))) if param_gather else ag
     return float(first), float(end)
 
@@ -506,7 +509,10 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         pieces = np.ones((p, v), np.int64)
         d0, c0 = np.argwhere(stage_of == 0)[0]
         pieces[d0, c0] = dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True)
-        dp_overlap = (pieces, cfg.zero >= 1, ov.param_gather)
+        dp_overlap = (pieces, cfg.zero >= 1, ov.param_gather, param_gather_ratio(spec))
+    elif cfg.zero in (1, 2):
+        # no bucketed overlap: each chunk's whole sync, its reduce-scatter and the parameter all-gather (dp_sync_s)
+        dp_time = dp_sync_s(spec, cfg, dp_time)
 
     # ---- tied-embedding all-reduce between the devices of the first and the last stage (as build_problem)
     emb = None
