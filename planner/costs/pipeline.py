@@ -196,8 +196,10 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     """(traversals of the stage 0 -> pp-1 path, wrap-around hops pp-1 -> 0) per micro-batch, one direction.
 
     Without m: the hops each micro-batch makes (the latency model charges them m/pp times).
-    With m: the hops whose time the schedule *exposes*, per micro-batch, as the simulator measures them
-    with sends overlapping compute: 1F1B waits on every send; GPipe, interleaved, ZB-H1 and V-ZB hide
+    With m: the hops whose time the schedule *exposes*, per micro-batch, as the simulator measures them:
+    1F1B waits on every send (Megatron-Core's waited calls, simulator/mcore.py; estimate against that replay at
+    m >= 4 pp: median 0.1%, max +4.4%, docs/notes/simulator.md); with sends overlapping compute, GPipe, interleaved,
+    ZB-H1 and V-ZB hide
     steady-state sends behind other work and expose only their ramp (a fixed number of traversals,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on
