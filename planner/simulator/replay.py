@@ -115,7 +115,10 @@ class SimResult:
         return t[order], np.cumsum(d[order]) / GiB
 
     def as_dict(self) -> dict:
-        return {"iteration_s": self.iteration_s, "compute_s": self.compute_s, "dp_comm_s": self.dp_comm_s,
+        # the data-parallel sync's whole transfer time (the estimate's dp_comm_s is its exposed part: another key) and
+        # what the iteration spends after the pipeline ends (the exposed sync and the optimizer step)
+        return {"iteration_s": self.iteration_s, "compute_s": self.compute_s, "dp_transfer_s": self.dp_comm_s,
+                "after_pipeline_s": max(0.0, self.iteration_s - self.compute_s),
                 "bubble_fraction": self.bubble_fraction,
                 "peak_memory_GiB": {"per_device": [round(x, 3) for x in self.peak_memory_GiB],
                                     "max": round(self.peak_memory_max_GiB, 3)},
