@@ -32,6 +32,69 @@ def test_llama_shapes_use_swiglu_ffn():
     assert m.ffn_hidden_size % 256 == 0 and abs(m.ffn_hidden_size / m.hidden_size - 8 / 3) < 0.1
 
 
+LLAMA3 = ShapeRule(kv_heads=8, ffn_multiplier=1.3, ffn_multiple=1024)
+
+
+def test_llama3_shape_rule_gives_metas_blocks():
+    """Meta-Llama-3-8B / -70B config.json: 8 KV heads, MLP 14336 at h 4096 and 28672 at h 8192 (meta-llama/llama-models
+    FeedForward: int(2 * 4h / 3) x 1.3, rounded up to 1024); 8.03B and 70.55B parameters with vocab 128256, untied."""
+    from planner.batch.sweep import _model
+    m8 = _model("x", "llama", 32, 4096, 32, 128256, 8192, LLAMA3)
+    m70 = _model("x", "llama", 80, 8192, 64, 128256, 8192, LLAMA3)
+    assert (m8.num_kv_heads, m8.ffn_hidden_size, m70.num_kv_heads, m70.ffn_hidden_size) == (8, 14336, 8, 28672)
+    assert m8.num_params() == pytest.approx(8.03e9, rel=1e-3) and m70.num_params() == pytest.approx(70.55e9, rel=1e-3)
+    for target in (8.03e9, 70.55e9):       # generated sizes: near the target, grouped-query attention kept
+        m = shape_for_params(target, "llama", 128256, LLAMA3, seq_length=8192)
+        assert abs(m.num_params() / target - 1) < 0.02 and m.num_kv_heads == 8
+        assert m.num_attention_heads % 8 == 0
+
+
+def test_llama_keys_leave_existing_ids_and_refuse_gpt(tmp_path):
+    """The defaults are Llama 2's shape: a llama grid's ids (pinned before the keys existed) are unchanged; the keys
+    change them when given; a gpt grid refuses them, naming the field."""
+    grid = {"family": "llama", "vocab_size": 32000, "parameters_B": [7, 13]}
+    sw = load_sweep(write_sweep(tmp_path, sweep_dict(grid=grid)))
+    base = [c.id for c in sw.cases if c.model_label.startswith("llama")]
+    assert base and all(i.startswith(("llama-7.12b", "llama-13b")) for i in base)
+    old = load_sweep(write_sweep(tmp_path, sweep_dict(grid={**grid, "shape_rule": {"kv_heads": 0}})))
+    assert [c.id for c in old.cases if c.model_label.startswith("llama")] == base
+    gqa = load_sweep(write_sweep(tmp_path, sweep_dict(grid={**grid, "shape_rule": {"kv_heads": 8}})))
+    ids = [c.id for c in gqa.cases if c.model_label.startswith("llama")]
+    assert ids and not set(ids) & set(base)
+    with pytest.raises(SpecError, match="kv_heads"):
+        load_sweep(write_sweep(tmp_path, sweep_dict(grid={"family": "gpt", "parameters_B": [1],
+                                                          "shape_rule": {"kv_heads": 8}})))
+    with pytest.raises(SpecError, match="heads_multiple"):
+        load_sweep(write_sweep(tmp_path, sweep_dict(grid={**grid, "shape_rule": {"kv_heads": 3}})))
+
+
+def test_size_refuses_llama_keys_for_gpt(capsys):
+    from planner.cli.main import main
+    assert main(["size", "--cluster", "clusters/dgx-h100-32.yaml", "--budget-gpu-days", "10", "--kv-heads", "8"]) == 2
+    assert "--family" in capsys.readouterr().err
+    assert main(["size", "--cluster", "clusters/dgx-h100-32.yaml", "--budget-gpu-days", "10", "--family", "llama",
+                 "--kv-heads", "3"]) == 2
+    assert "--kv-heads" in capsys.readouterr().err
+
+
+def test_llama_case_ids_pinned_before_the_keys():
+    """Ids written by the code before the Llama 3 keys (Nov 27) for this llama sweep: resumed CSVs still match."""
+    import os
+    import tempfile
+    root = os.path.join(os.path.dirname(__file__), "..")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "llama.yaml")
+        with open(path, "w") as fh:
+            fh.write("name: llama-ids\ngrid: {family: llama, vocab_size: 32000, parameters_B: [7, 13]}\n"
+                     f"clusters: [{os.path.abspath(os.path.join(root, 'clusters/dgx-h100-32.yaml'))}]\n"
+                     "training: {global_batch_size: [256], seq_length: [4096], precision: bf16}\n"
+                     "sizing: {budget_gpu_days: [100], family: llama, vocab_size: 32000}\n")
+        sw = load_sweep(path)
+    assert [c.id for c in sw.cases] == ["llama-7.12b-dgx-h100-32-32g-b256-s4096-fe23efdf",
+                                        "llama-13b-dgx-h100-32-32g-b256-s4096-62de1425"]
+    assert [t.id for t in sw.sizing] == ["size-dgx-h100-32-32g-100gpud-b256-s4096-82e952ef"]
+
+
 def test_expansion_ids_are_stable_and_ordered(tmp_path):
     a = load_sweep(write_sweep(tmp_path))
     b = load_sweep(write_sweep(tmp_path))

@@ -9,6 +9,7 @@ A sweep YAML (see sweeps/*.yaml and docs/notes/batch.md):
       vocab_size: 50257
       parameters_B: {from: 1, to: 100, count: 100}      # or a list; uses the shape rule
       shape_rule: {aspect_ratio: 128, layer_multiple: 4, hidden_multiple: 128, heads_multiple: 8}
+      # llama: also kv_heads, ffn_multiplier, ffn_multiple (Llama 3: 8, 1.3, 1024; docs/notes/batch.md)
       # or explicit shapes (cartesian product; combinations that do not divide are skipped):
       # num_layers: [24, 32], hidden_size: [2048, 4096], num_attention_heads: [16, 32]
     clusters: [../clusters/a100-16x8-hdr.yaml, {path: ..., gpus: [64, 128], price_per_gpu_hour_usd: 1.5}]
@@ -58,6 +59,23 @@ class ShapeRule:
     heads_multiple: int = 8           # tensor parallel up to 8 must divide the heads
     head_dim: int = 128               # preferred head dimension
     tolerance: float = 0.02           # relative parameter error accepted to stay near the aspect ratio
+    kv_heads: int = 0                 # grouped-query attention's key / value heads (0: as many as query heads)
+    ffn_multiplier: float = 1.0       # llama: MLP width int(m x int(8h/3)) rounded up to ffn_multiple (Meta's rule)
+    ffn_multiple: int = 256
+
+    def __post_init__(self):
+        # heads are multiples of heads_multiple: a kv_heads dividing it divides every head count the rule picks
+        if self.kv_heads < 0 or (self.kv_heads and self.heads_multiple % self.kv_heads):
+            raise ValueError(f"kv_heads must be 0 or divide heads_multiple ({self.heads_multiple})")
+        if self.ffn_multiplier <= 0 or self.ffn_multiple < 1:
+            raise ValueError("ffn_multiplier must be positive and ffn_multiple at least 1")
+
+    def id_part(self) -> dict:
+        """The keys that shape a model beyond its layers / hidden / heads, where they differ from the defaults (so
+        that the ids of sweeps without them stay as they were)."""
+        d = ShapeRule()
+        return {k: getattr(self, k) for k in ("kv_heads", "ffn_multiplier", "ffn_multiple")
+                if getattr(self, k) != getattr(d, k)}
 
 
 @functools.lru_cache(maxsize=8192)
@@ -89,9 +107,9 @@ def shape_for_params(params: float, family: str = "gpt", vocab_size: int = 50257
     hi = max(lo, lm * math.ceil(1.4 * L0 / lm))
     best = None
     for L in range(lo, hi + 1, lm):
-        for h in _hidden_candidates(params, L, family, vocab_size, hm, seq_length):
+        for h in _hidden_candidates(params, L, family, vocab_size, hm, seq_length, rule):
             a = _heads_for(h, rule)
-            m = _model(name or "", family, L, h, a, vocab_size, seq_length)
+            m = _model(name or "", family, L, h, a, vocab_size, seq_length, rule)
             err = abs(m.num_params() - params) / params
             # within the tolerance the aspect ratio decides; outside it, the parameter error does
             score = (0.0 if err <= rule.tolerance else err, abs(math.log((h / L) / r)))
@@ -99,13 +117,13 @@ def shape_for_params(params: float, family: str = "gpt", vocab_size: int = 50257
                 best = (score, m)
     m = best[1]
     label = name or f"{family}-{_fmt_params(m.num_params())}"
-    return _model(label, family, m.num_layers, m.hidden_size, m.num_attention_heads, vocab_size, seq_length)
+    return _model(label, family, m.num_layers, m.hidden_size, m.num_attention_heads, vocab_size, seq_length, rule)
 
 
-def _hidden_candidates(params, L, family, vocab, hm, seq):
+def _hidden_candidates(params, L, family, vocab, hm, seq, rule=None):
     # the exact count is a quadratic in h; bracket the root and try the multiples on both sides
     def n(h):
-        return _model("", family, L, h, hm_heads(h, hm), vocab, seq).num_params()
+        return _model("", family, L, h, hm_heads(h, hm), vocab, seq, rule).num_params()
     h = hm
     while n(h) < params and h < 1 << 20:
         h *= 2
@@ -123,9 +141,15 @@ def hm_heads(h: int, hm: int) -> int:
     return h // hm if h % hm == 0 else 1
 
 
-def _model(name, family, L, h, a, vocab, seq) -> ModelSpec:
-    ffn = 4 * h if family == "gpt" else 256 * ((int(8 * h / 3) + 255) // 256)
-    return ModelSpec(name=name, family=family, num_layers=L, hidden_size=h, num_attention_heads=a, num_kv_heads=a,
+def _model(name, family, L, h, a, vocab, seq, rule: ShapeRule | None = None) -> ModelSpec:
+    rule = rule or ShapeRule()
+    if family == "gpt":
+        ffn = 4 * h
+    else:   # Meta's FeedForward: int(2 * 4h / 3), times ffn_dim_multiplier, rounded up to multiple_of
+        q = rule.ffn_multiple
+        ffn = q * -(-int(rule.ffn_multiplier * int(8 * h / 3)) // q)
+    kv = rule.kv_heads if rule.kv_heads and a % rule.kv_heads == 0 else a
+    return ModelSpec(name=name, family=family, num_layers=L, hidden_size=h, num_attention_heads=a, num_kv_heads=kv,
                      ffn_hidden_size=ffn, vocab_size=vocab, tied_embeddings=family == "gpt",
                      max_position_embeddings=max(2048, seq))
 
@@ -238,9 +262,18 @@ def _grid_models(g: Fields, seq_max: int, skipped: list) -> list[ModelSpec]:
             if g.has(k):
                 raise g.error(k, "give either parameters_B (with shape_rule) or explicit shapes, not both")
         rf = g.sub("shape_rule", {})
+        hmul = rf.int("heads_multiple", 8)
+        kv = rf.int("kv_heads", 0, min_value=0)
+        if kv and hmul % kv:
+            raise rf.error("kv_heads", f"must divide heads_multiple ({hmul}), which every generated head count is a "
+                           "multiple of")
         rule = ShapeRule(rf.float("aspect_ratio", 128.0), rf.int("layer_multiple", 4), rf.int("hidden_multiple", 128),
-                         rf.int("heads_multiple", 8), rf.int("head_dim", 128),
-                         rf.float("tolerance", 0.02, max_value=0.5))
+                         hmul, rf.int("head_dim", 128), rf.float("tolerance", 0.02, max_value=0.5), kv,
+                         rf.float("ffn_multiplier", 1.0, min_value=0.1, max_value=16.0),
+                         rf.int("ffn_multiple", 256, min_value=1))
+        if family == "gpt" and rule.id_part():
+            raise rf.error(next(iter(rule.id_part())), "shapes grouped-query attention and the gated MLP of family "
+                           "llama; a gpt block has multi-head attention and a 4h MLP")
         rf.done()
         if rule.hidden_multiple % rule.heads_multiple:
             raise rf.error("hidden_multiple", f"must be a multiple of heads_multiple ({rule.heads_multiple})")
@@ -389,6 +422,18 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
     budgets = _num_list(sizing_f, "budget_gpu_days", [], integer=False) if sizing_f.has("budget_gpu_days") else []
     sizing_family = sizing_f.str("family", "gpt", choices=FAMILIES)
     sizing_vocab = sizing_f.int("vocab_size", 50257)
+    sizing_rule = ShapeRule()
+    if sizing_f.has("shape_rule"):      # llama blocks only: grouped-query attention and the MLP width (Llama 3)
+        sr = sizing_f.sub("shape_rule")
+        if sizing_family == "gpt":
+            raise sizing_f.error("shape_rule", "shapes grouped-query attention and the gated MLP of family llama")
+        kv = sr.int("kv_heads", 0, min_value=0)
+        if kv and ShapeRule().heads_multiple % kv:
+            raise sr.error("kv_heads", f"must divide {ShapeRule().heads_multiple} (the head counts' multiple)")
+        sizing_rule = ShapeRule(kv_heads=kv, ffn_multiplier=sr.float("ffn_multiplier", 1.0, min_value=0.1,
+                                                                     max_value=16.0),
+                                ffn_multiple=sr.int("ffn_multiple", 256, min_value=1))
+        sr.done()
     sizing_f.done()
     f.done()
 
@@ -439,10 +484,11 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
                         training = training_for(gbs, seq)
                         content = {"cluster": entry.cluster.name, "gpus": g, "budget": b,
                                    "training": training.__dict__, "search": search.__dict__,
-                                   "solver": solver.__dict__, "family": sizing_family, "vocab": sizing_vocab}
+                                   "solver": solver.__dict__, "family": sizing_family, "vocab": sizing_vocab,
+                                   **({"shape": sizing_rule.id_part()} if sizing_rule.id_part() else {})}
                         sid = _stable_id(f"size-{entry.cluster.name}-{g}g-{b:g}gpud-b{gbs}-s{seq}", content)
                         sizing.append(SizingTask(sid, subset_cluster(entry.cluster, g), entry.cluster.name, g, b,
-                                                 training, search, solver, sizing_family, sizing_vocab, ShapeRule(),
+                                                 training, search, solver, sizing_family, sizing_vocab, sizing_rule,
                                                  entry.price_per_gpu_hour_usd))
     return Sweep(name, cases, sizing, skipped, file)
 

@@ -18,6 +18,11 @@ def register(sub) -> None:
     p.add_argument("--budget-gpu-days", type=finite_float, required=True, help="compute budget in GPU-days")
     p.add_argument("--family", choices=("gpt", "llama"), default="gpt")
     p.add_argument("--vocab-size", type=int, default=50257)
+    p.add_argument("--kv-heads", type=int, default=0,
+                   help="llama: grouped-query attention's key / value heads (0: as many as query heads; Llama 3: 8)")
+    p.add_argument("--ffn-multiplier", type=finite_float, default=1.0,
+                   help="llama: MLP width int(m x int(8h/3)) rounded up to --ffn-multiple (Llama 3: 1.3 and 1024)")
+    p.add_argument("--ffn-multiple", type=int, default=256)
     p.add_argument("--global-batch-size", type=int, default=1024)
     p.add_argument("--seq-length", type=int, default=2048)
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
@@ -47,6 +52,14 @@ def run(args) -> int:
     for flag in ("global_batch_size", "seq_length", "vocab_size"):
         if getattr(args, flag) < 1:
             raise SpecError(None, "--" + flag.replace("_", "-"), "must be a positive integer")
+    from planner.batch.sweep import ShapeRule
+    if args.family == "gpt" and (args.kv_heads or args.ffn_multiplier != 1.0 or args.ffn_multiple != 256):
+        raise SpecError(None, "--family", "gpt: --kv-heads / --ffn-multiplier / --ffn-multiple shape llama blocks "
+                        "(a gpt block has multi-head attention and a 4h MLP); give --family llama")
+    try:
+        rule = ShapeRule(kv_heads=args.kv_heads, ffn_multiplier=args.ffn_multiplier, ffn_multiple=args.ffn_multiple)
+    except ValueError as e:
+        raise SpecError(None, "--kv-heads" if "kv_heads" in str(e) else "--ffn-multiplier", str(e)) from None
     cl = load_cluster(args.cluster)
     from planner.spec.cluster import bf16_refusal, fp8_refusal
     why = {"fp8": fp8_refusal, "bf16": bf16_refusal}.get(args.precision, lambda gpu: None)(cl.gpu)
@@ -80,7 +93,7 @@ def run(args) -> int:
 
     res = optimal_size(subset_cluster(cl, gpus), gpus, args.budget_gpu_days, training,
                        SearchSpec(schedules=schedules), SolverSpec(time_limit_s=args.time_limit), args.family,
-                       args.vocab_size, None, args.time_limit, price, progress=progress)
+                       args.vocab_size, rule, args.time_limit, price, progress=progress)
     d = res.as_dict()
     if args.plot:
         from planner.batch.plots import plot_sizing
