@@ -139,3 +139,27 @@ def test_a_cpu_profile_says_it_describes_the_cpu(tmp_path, capsys):
     assert main(["fit", "compute", "--profile", str(out), "--peak-tflops", "1", "-o", str(prof)]) == 0
     assert "measured on cpu" in capsys.readouterr().err
     assert json.loads(prof.read_text())["fit"]["device"] == ["cpu"]
+
+
+def test_a_gpu_cluster_warns_once_when_it_plans_with_a_cpu_profile(tmp_path, capsys):
+    """Tryout 8's leftover: a cluster naming a CPU-fitted compute profile planned silently; now default_costs warns
+    (once per cluster and profile), and a GPU-fitted (or unrecorded) profile gives no warning."""
+    import dataclasses
+    import json
+
+    import planner
+    from planner.costs import default_costs, shipped_compute_profile
+    cl = planner.load_spec("specs/llama3-70b-h100-256.yaml").cluster
+    cpu = tmp_path / "cpu.json"
+    gpu = tmp_path / "gpu.json"
+    with open(shipped_compute_profile(cl.gpu.type)) as fh:      # the H100's: no paths relative to its folder
+        shipped = json.load(fh)
+    for path, dev in ((cpu, ["cpu"]), (gpu, ["cuda"])):
+        path.write_text(json.dumps({**shipped, "fit": {**(shipped.get("fit") or {}), "device": dev}}))
+    with_cpu = dataclasses.replace(cl, name="cpu-planned", profiles={"compute": str(cpu)})
+    default_costs(with_cpu)
+    default_costs(with_cpu)
+    err = capsys.readouterr().err
+    assert err.count("fitted on CPU timings") == 1 and "cpu-planned" in err
+    default_costs(dataclasses.replace(cl, name="gpu-planned", profiles={"compute": str(gpu)}))
+    assert "fitted on CPU" not in capsys.readouterr().err

@@ -432,3 +432,12 @@ def test_replan_keeps_the_solutions_robust_objective(tmp_path, capsys):
     assert "robust" not in yaml.safe_load((tmp_path / "r2.yaml").read_text())["solver"]
     assert main(["replan", str(sol), "--exclude-nodes", "e", "--out", str(tmp_path / "r3.yaml")]) == 2
     assert "host names: a, b, c, d" in capsys.readouterr().err
+
+
+def test_report_of_one_matrix_lists_no_spread(capsys):
+    """A cluster without snapshots: the report says there is no spread and lists no links of CV 0.000 (tryout 8)."""
+    from planner.cli.main import main
+    assert main(["network", "report", "clusters/dgx-h100-32.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "no spread to report" in out
+    assert "most variable links" not in out and "coefficient of variation" not in out

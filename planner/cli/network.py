@@ -72,10 +72,13 @@ def _report(args) -> int:
         return 0
     out = sys.stdout
     out.write(f"{source}: {rep.snapshots} snapshot(s) of {rep.nodes} nodes, {rep.links} directed links\n")
-    if rep.snapshots == 1:
-        out.write("  only one matrix: no spread to report (add network.bandwidth_snapshots)\n")
     out.write(f"  mean link bandwidth {rep.mean_GBps:.2f} GB/s; "
               f"slowest link in the worst case {rep.worst_GBps:.2f} GB/s\n")
+    if rep.snapshots == 1:
+        # one matrix has no spread: the coefficients and the "most variable" list would all read 0
+        out.write("  only one matrix, so no spread to report (a cluster lists its repeated measurements in "
+                  "network.bandwidth_snapshots; --include-main counts its bandwidth matrix as one of them)\n")
+        return 0
     out.write(f"  coefficient of variation per link: mean {rep.mean_cv:.3f}, median {rep.median_cv:.3f}, "
               f"max {rep.max_cv:.3f}; largest drop below the mean {100 * rep.max_drop:.1f}%\n")
     if rep.rank_corr_mean is not None:

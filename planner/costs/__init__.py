@@ -45,15 +45,45 @@ def _load(path: str) -> ComputeModel:
     return load_profile(path)
 
 
+@functools.lru_cache(maxsize=64)
+def _fitted_on_cpu(path: str) -> bool:
+    """Whether a compute profile's fit record says it was measured on a CPU (`planner fit compute` writes
+    fit.device from the profiled samples since Nov 27)."""
+    import json
+    try:
+        with open(path) as fh:
+            dev = (json.load(fh).get("fit") or {}).get("device") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    return "cpu" in ([dev] if isinstance(dev, str) else list(dev))
+
+
+_WARNED: set = set()
+
+
+def _warn_cpu_profile(cluster, path: str) -> None:
+    """Once per (cluster, profile): a GPU cluster planning with CPU timings plans at the CPU's speed (tryout 8)."""
+    key = (getattr(cluster, "name", ""), path)
+    if key in _WARNED or not _fitted_on_cpu(path):
+        return
+    _WARNED.add(key)
+    import sys
+    print(f"planner: warning: cluster {key[0]} ({cluster.gpu.type}) uses the compute profile {path}, fitted on CPU "
+          "timings: its plans run at that CPU's speed (profile the GPU: benchmarks/profile_gpu.sh)", file=sys.stderr)
+
+
 def default_costs(cluster=None) -> Costs:
     """The cost models for a cluster: its own fitted profiles where it names them, shipped ones otherwise."""
     from planner.costs.learned import default_memory_estimator  # late: learned imports this package's modules
     memory = default_memory_estimator(cluster)
     if cluster is None:
         return Costs(memory=memory)
-    path = (getattr(cluster, "profiles", None) or {}).get("compute") or shipped_compute_profile(cluster.gpu.type)
+    named = (getattr(cluster, "profiles", None) or {}).get("compute")
+    path = named or shipped_compute_profile(cluster.gpu.type)
     if not path:
         return Costs(memory=memory)
+    if named:
+        _warn_cpu_profile(cluster, named)
     return costs_with_compute(_load(path), memory)
 
 
