@@ -287,3 +287,18 @@ def test_a_resumed_run_says_its_time_limit_did_not_apply_to_reused_rows(tmp_path
     assert main(["batch", path, "--out", out, "--executor", "ray"]) == 2
     err = capsys.readouterr().err
     assert "--executor: ray is not installed" in err and "cases," not in err
+
+
+def test_progress_off_a_terminal_is_plain_full_lines(tmp_path, capsys, monkeypatch):
+    """Tryout 8: with stderr a file, rich drew its bar once at the end, cut at 80 columns ("8 cases, 0 already…
+    sizing a100-16x8-hdr 128g 500 GPU-day…"). Off a terminal each finished case is now one plain, whole line."""
+    import planner.batch.run as batch
+    monkeypatch.setattr(batch, "run_case", lambda case, t: {**batch._base_row(case), "status": "INFEASIBLE"})
+    monkeypatch.setenv("COLUMNS", "40")          # a narrow "terminal" must not cut the lines either
+    sw = load_sweep(_one_model_sweep(tmp_path))
+    batch.run_batch(sw, str(tmp_path / "out"), workers=1, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"{sw.name}: 2 cases, 0 already done, 2 to run"
+    assert [ln.split(" (")[0] for ln in lines[1:]] == [f"[{k}/2] {c.model_label} {c.gpus}g: INFEASIBLE"
+                                                      for k, c in enumerate(sw.cases, 1)]
+    assert not any("…" in ln or "━" in ln for ln in lines)

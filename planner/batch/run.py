@@ -381,29 +381,42 @@ def _str(v):
 
 
 class _Bar:
-    """rich progress bar on stderr (silent when disabled)."""
+    """Progress on stderr (silent when disabled): a rich bar on a terminal; plain full lines, one per finished item,
+    when stderr is a file or pipe (tryout 8: rich drew its bar once at the end there, cut at 80 columns)."""
 
     def __init__(self, total: int, enabled: bool, title: str):
         self.enabled = enabled and total > 0
         self.total, self.title = total, title
+        self.p = None
 
     def __enter__(self):
         if self.enabled:
             from rich.console import Console
+            con = Console(file=sys.stderr)
+            self.done, self.t0 = 0, time.perf_counter()
+            if not con.is_terminal:
+                print(f"{self.title}, {self.total} to run", file=sys.stderr, flush=True)
+                return self
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
             self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                               TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
-                              console=Console(file=sys.stderr), transient=False)
+                              console=con, transient=False)
             self.p.__enter__()
             self.task = self.p.add_task(self.title, total=self.total, last="")
         return self
 
     def advance(self, last: str) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        self.done += 1
+        if self.p is None:
+            print(f"[{self.done}/{self.total}] {last} ({time.perf_counter() - self.t0:.0f} s)", file=sys.stderr,
+                  flush=True)
+        else:
             self.p.update(self.task, advance=1, last=last)
 
     def __exit__(self, *exc):
-        if self.enabled:
+        if self.p is not None:
             self.p.__exit__(*exc)
         return False
 
