@@ -163,3 +163,8 @@ def test_a_gpu_cluster_warns_once_when_it_plans_with_a_cpu_profile(tmp_path, cap
     assert err.count("fitted on CPU timings") == 1 and "cpu-planned" in err
     default_costs(dataclasses.replace(cl, name="gpu-planned", profiles={"compute": str(gpu)}))
     assert "fitted on CPU" not in capsys.readouterr().err
+    # a cluster whose "GPU" is the CPU the profile was fitted on: that is what the fit is for, no warning
+    on_cpu = dataclasses.replace(cl, name="cpu-box", gpu=dataclasses.replace(cl.gpu, type="cpu"),
+                                 profiles={"compute": str(cpu)})
+    default_costs(on_cpu)
+    assert "fitted on CPU" not in capsys.readouterr().err

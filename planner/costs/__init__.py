@@ -64,7 +64,8 @@ _WARNED: set = set()
 def _warn_cpu_profile(cluster, path: str) -> None:
     """Once per (cluster, profile): a GPU cluster planning with CPU timings plans at the CPU's speed (tryout 8)."""
     key = (getattr(cluster, "name", ""), path)
-    if key in _WARNED or not _fitted_on_cpu(path):
+    # a cluster that describes the CPU itself (gpu.type naming a cpu) is the one a CPU fit is right for
+    if key in _WARNED or "cpu" in str(getattr(cluster.gpu, "type", "") or "").lower() or not _fitted_on_cpu(path):
         return
     _WARNED.add(key)
     import sys
