@@ -440,4 +440,6 @@ def test_report_of_one_matrix_lists_no_spread(capsys):
     assert main(["network", "report", "clusters/dgx-h100-32.yaml"]) == 0
     out = capsys.readouterr().out
     assert "no spread to report" in out
+    assert out.startswith("dgx-h100-32: no bandwidth snapshots (network.bandwidth_snapshots)")
+    assert "1 snapshot(s)" not in out
     assert "most variable links" not in out and "coefficient of variation" not in out

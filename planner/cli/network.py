@@ -21,13 +21,14 @@ def register(subparsers):
 
 
 def load_snapshots(inputs, include_main=False):
-    """(snapshots, node names, source) from one cluster YAML or several matrix CSVs."""
+    """(snapshots, node names, source, the cluster's own snapshot count or None for CSVs) from one cluster YAML or
+    several matrix CSVs."""
     from planner.profile.snapshots import cluster_snapshots
     from planner.spec.cluster import read_matrix
     if len(inputs) == 1 and inputs[0].endswith((".yaml", ".yml")):
         from planner.spec import load_cluster
         c = load_cluster(inputs[0])
-        return cluster_snapshots(c, include_main), c.node_names, c.name
+        return cluster_snapshots(c, include_main), c.node_names, c.name, len(c.snapshots)
     if not all(p.endswith(".csv") for p in inputs):
         raise SpecError(None, "inputs", "give one cluster YAML or one or more matrix .csv files")
     first = _size(inputs[0])
@@ -39,7 +40,7 @@ def load_snapshots(inputs, include_main=False):
             raise SpecError(p, "node_names", f"hosts {list(other)} differ from {inputs[0]}'s {list(names)}: "
                             "snapshots must be of the same nodes in the same order")
     return ([read_matrix(p, p, "matrix", first) for p in inputs], names if len(names) == first else (),
-            ", ".join(inputs))
+            ", ".join(inputs), None)
 
 
 def _size(path):
@@ -62,7 +63,7 @@ def _report(args) -> int:
     from planner.profile.snapshots import spread_report
     if args.top < 0:
         raise SpecError(None, "--top", f"must be >= 0, got {args.top}")
-    snaps, names, source = load_snapshots(args.inputs, args.include_main)
+    snaps, names, source, own = load_snapshots(args.inputs, args.include_main)
     try:
         rep = spread_report(snaps, names, args.top)
     except ValueError as e:
@@ -71,7 +72,11 @@ def _report(args) -> int:
         print_json({"source": source, **rep.to_dict()})
         return 0
     out = sys.stdout
-    out.write(f"{source}: {rep.snapshots} snapshot(s) of {rep.nodes} nodes, {rep.links} directed links\n")
+    if own == 0:        # tryout 8: "1 snapshot(s)" read as if the cluster had one; it has none, only its main matrix
+        out.write(f"{source}: no bandwidth snapshots (network.bandwidth_snapshots); its main matrix, {rep.nodes} "
+                  f"nodes, {rep.links} directed links\n")
+    else:
+        out.write(f"{source}: {rep.snapshots} snapshot(s) of {rep.nodes} nodes, {rep.links} directed links\n")
     out.write(f"  mean link bandwidth {rep.mean_GBps:.2f} GB/s; "
               f"slowest link in the worst case {rep.worst_GBps:.2f} GB/s\n")
     if rep.snapshots == 1:
