@@ -186,8 +186,8 @@ def test_param_all_gather_moves_the_16bit_parameters(make_spec):
 
 
 def test_simulated_transfer_time_takes_the_param_gather_ratio_with_overlap_too(make_spec):
-    """SimResult.dp_comm_s (simulate's "ms of transfers", JSON dp_transfer_s) is the sync's whole transfer time: with the
-    distributed optimizer the reduce-scatter half plus the all-gather at param_gather_ratio, whether the buckets
+    """SimResult.dp_comm_s (simulate's "ms of transfers", JSON dp_transfer_s) is the sync's whole transfer time: with
+    the distributed optimizer the reduce-scatter half plus the all-gather at param_gather_ratio, whether the buckets
     overlap the backward or not (second read of the eleventh session: with --overlap-grad-reduce it reported the
     fp32 all-reduce, 4/3 of the bytes moved)."""
     fp32 = with_training(make_spec(nodes=4, seed=3, gbs=64), grad_reduce_in_fp32=True)
