@@ -168,3 +168,20 @@ def test_a_gpu_cluster_warns_once_when_it_plans_with_a_cpu_profile(tmp_path, cap
                                  profiles={"compute": str(cpu)})
     default_costs(on_cpu)
     assert "fitted on CPU" not in capsys.readouterr().err
+
+
+def test_an_odd_fit_device_record_does_not_crash_the_cpu_warning(tmp_path, capsys):
+    """fit.device is free-form JSON: a number there made default_costs raise TypeError (a traceback) before the
+    profile was even loaded; it is now read as "not fitted on CPU"."""
+    import dataclasses
+    import json
+
+    import planner
+    from planner.costs import default_costs, shipped_compute_profile
+    cl = planner.load_spec("specs/llama3-70b-h100-256.yaml").cluster
+    with open(shipped_compute_profile(cl.gpu.type)) as fh:
+        shipped = json.load(fh)
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({**shipped, "fit": {**(shipped.get("fit") or {}), "device": 7}}))
+    default_costs(dataclasses.replace(cl, name="odd-device", profiles={"compute": str(odd)}))
+    assert "fitted on CPU" not in capsys.readouterr().err

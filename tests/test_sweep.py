@@ -200,3 +200,16 @@ def test_generated_names_of_trillion_parameter_sizes():
     assert shape_for_params(6.7e9).name == "gpt-6.66b"
     from planner.batch.sweep import _fmt_params
     assert [_fmt_params(n) for n in (999.7e9, 999.7e6, 1.2e12, 3.5e8)] == ["1t", "1b", "1.2t", "350m"]
+
+
+def test_size_takes_the_sweeps_ffn_limits_and_names_the_flag(capsys):
+    """planner size takes --ffn-multiplier within the sweep's shape_rule range (0.1 to 16; it accepted 100 and sized a
+    "1.08b" model of 256 hidden whose MLP held nearly all the parameters) and names --ffn-multiple when that is the
+    wrong one (it named --ffn-multiplier)."""
+    from planner.cli.main import main
+    base = ["size", "--cluster", "clusters/dgx-h100-32.yaml", "--budget-gpu-days", "10", "--family", "llama"]
+    assert main(base + ["--ffn-multiplier", "100"]) == 2
+    assert "--ffn-multiplier" in capsys.readouterr().err
+    assert main(base + ["--ffn-multiple", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--ffn-multiple:" in err and "--ffn-multiplier" not in err

@@ -78,6 +78,10 @@ class ShapeRule:
                 if getattr(self, k) != getattr(d, k)}
 
 
+# ffn_multiplier a shape rule accepts (Llama 3's is 1.3), in sweeps and `planner size` alike
+FFN_MULTIPLIER_RANGE = (0.1, 16.0)
+
+
 @functools.lru_cache(maxsize=8192)
 def _heads_for(h: int, rule: ShapeRule) -> int:
     """The head count (a multiple of rule.heads_multiple dividing h) whose head size is nearest rule.head_dim.
@@ -269,7 +273,8 @@ def _grid_models(g: Fields, seq_max: int, skipped: list) -> list[ModelSpec]:
                            "multiple of")
         rule = ShapeRule(rf.float("aspect_ratio", 128.0), rf.int("layer_multiple", 4), rf.int("hidden_multiple", 128),
                          hmul, rf.int("head_dim", 128), rf.float("tolerance", 0.02, max_value=0.5), kv,
-                         rf.float("ffn_multiplier", 1.0, min_value=0.1, max_value=16.0),
+                         rf.float("ffn_multiplier", 1.0, min_value=FFN_MULTIPLIER_RANGE[0],
+                                  max_value=FFN_MULTIPLIER_RANGE[1]),
                          rf.int("ffn_multiple", 256, min_value=1))
         if family == "gpt" and rule.id_part():
             raise rf.error(next(iter(rule.id_part())), "shapes grouped-query attention and the gated MLP of family "
@@ -430,8 +435,9 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
         kv = sr.int("kv_heads", 0, min_value=0)
         if kv and ShapeRule().heads_multiple % kv:
             raise sr.error("kv_heads", f"must divide {ShapeRule().heads_multiple} (the head counts' multiple)")
-        sizing_rule = ShapeRule(kv_heads=kv, ffn_multiplier=sr.float("ffn_multiplier", 1.0, min_value=0.1,
-                                                                     max_value=16.0),
+        sizing_rule = ShapeRule(kv_heads=kv, ffn_multiplier=sr.float("ffn_multiplier", 1.0,
+                                                                     min_value=FFN_MULTIPLIER_RANGE[0],
+                                                                     max_value=FFN_MULTIPLIER_RANGE[1]),
                                 ffn_multiple=sr.int("ffn_multiple", 256, min_value=1))
         sr.done()
     sizing_f.done()

@@ -52,14 +52,19 @@ def run(args) -> int:
     for flag in ("global_batch_size", "seq_length", "vocab_size"):
         if getattr(args, flag) < 1:
             raise SpecError(None, "--" + flag.replace("_", "-"), "must be a positive integer")
-    from planner.batch.sweep import ShapeRule
+    from planner.batch.sweep import FFN_MULTIPLIER_RANGE, ShapeRule
     if args.family == "gpt" and (args.kv_heads or args.ffn_multiplier != 1.0 or args.ffn_multiple != 256):
         raise SpecError(None, "--family", "gpt: --kv-heads / --ffn-multiplier / --ffn-multiple shape llama blocks "
                         "(a gpt block has multi-head attention and a 4h MLP); give --family llama")
+    lo, hi = FFN_MULTIPLIER_RANGE
+    if not lo <= args.ffn_multiplier <= hi:
+        raise SpecError(None, "--ffn-multiplier", f"must be between {lo:g} and {hi:g} (a sweep's shape_rule's range)")
+    if args.ffn_multiple < 1:
+        raise SpecError(None, "--ffn-multiple", "must be a positive integer")
     try:
         rule = ShapeRule(kv_heads=args.kv_heads, ffn_multiplier=args.ffn_multiplier, ffn_multiple=args.ffn_multiple)
     except ValueError as e:
-        raise SpecError(None, "--kv-heads" if "kv_heads" in str(e) else "--ffn-multiplier", str(e)) from None
+        raise SpecError(None, "--kv-heads", str(e)) from None
     cl = load_cluster(args.cluster)
     from planner.spec.cluster import bf16_refusal, fp8_refusal
     why = {"fp8": fp8_refusal, "bf16": bf16_refusal}.get(args.precision, lambda gpu: None)(cl.gpu)

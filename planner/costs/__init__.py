@@ -53,9 +53,9 @@ def _fitted_on_cpu(path: str) -> bool:
     try:
         with open(path) as fh:
             dev = (json.load(fh).get("fit") or {}).get("device") or []
-    except (OSError, ValueError, AttributeError):
+        return "cpu" in ([dev] if isinstance(dev, str) else list(dev))
+    except (OSError, ValueError, AttributeError, TypeError):     # unreadable or odd: no warning; _load judges the file
         return False
-    return "cpu" in ([dev] if isinstance(dev, str) else list(dev))
 
 
 _WARNED: set = set()

@@ -495,7 +495,8 @@ def tied_embedding_inter_s(spec, cfg: ParallelConfig, costs: Costs, pair_GBps, s
 def p2p_blocking(spec, cfg: ParallelConfig) -> bool:
     """Megatron's interleaved schedule without overlap_p2p_comm: every send / receive batch is waited on before
     the next chunk computes, so the sender is held for the transfer (the simulator's blocking p2p). Megatron-Core
-    ignores overlap_p2p_comm for the other schedules (arguments.py forces it off), so they keep the async model."""
+    ignores overlap_p2p_comm for the other schedules (arguments.py forces it off): the simulator replays 1F1B with
+    its waited calls whatever the flag (simulator/mcore.py), the rest with sends overlapping compute."""
     return (cfg.schedule == "interleaved" and cfg.pp > 1 and spec.training.pipeline_engine == "megatron"
             and not overlap_of(spec).p2p)
 
@@ -559,11 +560,11 @@ def fsdp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, b: i
 def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int, pair_GBps=None):
     """Data-parallel time of one row of blocks (its `stages`), per candidate link when pair_GBps is a matrix.
 
-    No overlap: the all-reduce of the row's largest stage (dp_allreduce_s). With --overlap-grad-reduce: each stage's
-    exposed part (dp_exposed_s), behind that stage's own backward / forward of one micro-batch (dp_hide_s), with its
-    gradient buckets: the device's chunks count as equal pieces over the whole backward (v chunks; rank 0's first
-    chunk in its buckets), which the simulator, replaying each chunk's own last backward, can only beat; device 0 of
-    a V-shape, whose last stage's gradients are ready long before its end, by v_first_device_dp_s.
+    No overlap: the whole sync of the row's largest stage (dp_sync_s of its dp_allreduce_s). With --overlap-grad-reduce:
+    each stage's exposed part (dp_exposed_s), behind that stage's own backward / forward of one micro-batch (dp_hide_s),
+    with its gradient buckets: the device's chunks count as equal pieces over the whole backward (v chunks; rank 0's
+    first chunk in its buckets), which the simulator, replaying each chunk's own last backward, can only beat; device 0
+    of a V-shape, whose last stage's gradients are ready long before its end, by v_first_device_dp_s.
     The worst stage of the row counts. Monotone in the link time, so the mapping models keep their structure."""
     model = spec.model
     if cfg.zero == 3:

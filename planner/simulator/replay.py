@@ -69,7 +69,7 @@ class SimResult:
     schedule: Schedule
     iteration_s: float
     compute_s: float                      # pipeline makespan without the data-parallel all-reduce
-    dp_comm_s: float                      # the longest per-device all-reduce
+    dp_comm_s: float                      # the longest per-device data-parallel sync (its transfers)
     busy_s: list                          # per device: time computing
     peak_memory_GiB: list                 # per device: static + peak live activations
     static_memory_GiB: list               # per device: weights, gradients, optimizer, logits, overhead
@@ -231,7 +231,12 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     alloc, free = engine.memory_deltas(g, sched.split, act, transient)
     act_peak = engine.peak_activation(g, alloc, free)
     inflight = engine.peak_inflight(g, sched.split, v)
-    return SimResult(config, sched, float(iteration), float(compute_s), float(dp_time.sum(axis=1).max()),
+    # the sync's transfer time: with the distributed optimizer's overlapped buckets dp_time holds the all-reduce,
+    # of which the reduce-scatter half and the all-gather at gather_ratio move (dp_sync_s's rule)
+    transfer = dp_time.sum(axis=1)
+    if dp_overlap is not None and dp_overlap[1]:
+        transfer = transfer / 2 * (1.0 + dp_overlap[3])
+    return SimResult(config, sched, float(iteration), float(compute_s), float(transfer.max()),
                      busy.tolist(), ((static + act_peak) / GiB).tolist(), (static / GiB).tolist(),
                      (act_peak / GiB).tolist(), inflight.tolist(), len(uniq),
                      g.dev, g.kind, g.mb, g.chunk, start, end, alloc, free, dp_start, dp_end)
