@@ -161,6 +161,7 @@ def test_a_gpu_cluster_warns_once_when_it_plans_with_a_cpu_profile(tmp_path, cap
     default_costs(with_cpu)
     err = capsys.readouterr().err
     assert err.count("fitted on CPU timings") == 1 and "cpu-planned" in err
+    assert f"({cl.source}, gpu.type {cl.gpu.type})" in err and str(cpu) in err     # the cluster file and the profile
     default_costs(dataclasses.replace(cl, name="gpu-planned", profiles={"compute": str(gpu)}))
     assert "fitted on CPU" not in capsys.readouterr().err
     # a cluster whose "GPU" is the CPU the profile was fitted on: that is what the fit is for, no warning
@@ -185,3 +186,18 @@ def test_an_odd_fit_device_record_does_not_crash_the_cpu_warning(tmp_path, capsy
     odd.write_text(json.dumps({**shipped, "fit": {**(shipped.get("fit") or {}), "device": 7}}))
     default_costs(dataclasses.replace(cl, name="odd-device", profiles={"compute": str(odd)}))
     assert "fitted on CPU" not in capsys.readouterr().err
+
+
+def test_layer_fit_keeps_attention_at_or_below_the_gemm_rate():
+    """Tryout 8: a CPU fit reached attn_efficiency 2.0, the old bound, i.e. attention's batched GEMMs at twice the GEMM
+    curve's rate and, with max_efficiency near 1, past the device's peak. Samples made with such a model now fit with
+    attention capped at the curve's rate (attn_efficiency <= 1.0)."""
+    truth = ComputeModel(max_efficiency=0.9, half_size=5e8, attn_efficiency=1.8, hbm_GBps=200.0, layer_overhead_s=2e-4)
+    peak = 2e12
+    samples = []
+    for h in (256, 512):
+        for s in (512, 2048):
+            f, bw = layer_times(truth, LayerSample(h, 4, s, 1, 1, "fp32", "cpu", 0, 0), peak)
+            samples.append(LayerSample(h, 4, s, 1, 1, "fp32", "cpu", f * 1e3, bw * 1e3))
+    m = LayerTimeFit(peak).fit(samples).model_
+    assert 0 < m.attn_efficiency <= 1.0 and m.max_efficiency <= 1.0
