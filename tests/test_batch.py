@@ -302,3 +302,29 @@ def test_progress_off_a_terminal_is_plain_full_lines(tmp_path, capsys, monkeypat
     assert [ln.split(" (")[0] for ln in lines[1:]] == [f"[{k}/2] {c.model_label} {c.gpus}g: INFEASIBLE"
                                                       for k, c in enumerate(sw.cases, 1)]
     assert not any("…" in ln or "━" in ln for ln in lines)
+
+
+def test_a_cpu_fitted_profile_warns_once_per_batch_not_once_per_worker(tmp_path, capfd, monkeypatch):
+    """A cluster naming a CPU-fitted compute profile: the warning came from every worker process that planned on it
+    (two lines with --workers 2); the parent now gives it once, before the workers start, and they stay quiet."""
+    import json
+    import os
+
+    import yaml
+
+    import planner.costs
+    monkeypatch.setattr(planner.costs, "_WARNED", set())
+    root = os.path.join(os.path.dirname(__file__), "..")
+    with open(os.path.join(root, "planner", "data", "h100_compute_profile.json")) as fh:
+        prof = json.load(fh)
+    (tmp_path / "cpu-fit.json").write_text(json.dumps({**prof, "fit": {**prof["fit"], "device": ["cpu"]}}))
+    with open(os.path.join(root, "clusters", "dgx-h100-32.yaml")) as fh:
+        cl = yaml.safe_load(fh)
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({**cl, "profiles": {"compute": "cpu-fit.json"}}))
+    (tmp_path / "sw.yaml").write_text(
+        "name: cpuwarn\ngrid: {family: llama, vocab_size: 32000, parameters_B: [1, 2]}\nclusters: [mine.yaml]\n"
+        "training: {global_batch_size: [256], seq_length: [2048], precision: bf16}\nsolver: {time_limit_s: 1}\n")
+    sw = load_sweep(str(tmp_path / "sw.yaml"))
+    run_batch(sw, str(tmp_path / "out"), workers=2, progress=False)
+    err = capfd.readouterr().err
+    assert err.count("fitted on CPU timings") == 1 and "cpu-fit.json" in err

@@ -128,7 +128,9 @@ def run_sizing(task, time_limit_s: float | None = None) -> dict:
 
 def _call(fn, item, time_limit_s):
     """One case in a Ray worker, whose BLAS / torch pools are cut to one thread first."""
+    from planner.costs import quiet_profile_warnings
     limit_threads()
+    quiet_profile_warnings()
     return fn(item, time_limit_s)
 
 
@@ -181,9 +183,12 @@ def _collect(futs: dict, on_done, on_error) -> None:
 
 
 def worker_init() -> None:
-    """Every local worker: Ctrl-C is the parent's (it stops the workers), and one thread per solver."""
+    """Every local worker: Ctrl-C is the parent's (it stops the workers), one thread per solver, and no warnings the
+    parent gave already (a CPU-fitted compute profile: warn_cpu_profiles)."""
+    from planner.costs import quiet_profile_warnings
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit_threads()
+    quiet_profile_warnings()
 
 
 def _stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
@@ -361,6 +366,9 @@ def run_batch(sweep, out_dir: str, executor: str = "local", workers: int | None 
         atomic_write_text(sizing_csv, rows_csv([sizing_rows[k] for k in sorted(sizing_rows)], SIZING_COLUMNS))
         bar.advance(f"sizing {row['cluster']} {row['gpus']}g {row['budget_gpu_days']:g} GPU-days: {row['status']}")
 
+    from planner.costs import warn_cpu_profiles
+    # once here, not once in each worker process
+    warn_cpu_profiles([c.spec.cluster for c in todo] + [sweep.sizing[k].cluster for k in size_todo])
     with bar:
         flush()
         run = (lambda fn, items, cb, err: _ray(fn, items, workers, address, time_limit_s, cb, err)) \

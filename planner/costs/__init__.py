@@ -59,17 +59,35 @@ def _fitted_on_cpu(path: str) -> bool:
 
 
 _WARNED: set = set()
+_QUIET = False      # batch workers: the parent warned for their clusters up front (warn_cpu_profiles)
+
+
+def quiet_profile_warnings() -> None:
+    """In a batch worker process: no CPU-profile warnings (each worker would print its own copy)."""
+    global _QUIET
+    _QUIET = True
+
+
+def warn_cpu_profiles(clusters) -> None:
+    """The CPU-profile warning for each of a run's clusters, once, before its workers start (planner batch)."""
+    for cl in clusters:
+        named = (getattr(cl, "profiles", None) or {}).get("compute")
+        if named:
+            _warn_cpu_profile(cl, named)
 
 
 def _warn_cpu_profile(cluster, path: str) -> None:
     """Once per (cluster, profile): a GPU cluster planning with CPU timings plans at the CPU's speed (tryout 8)."""
     key = (getattr(cluster, "name", ""), path)
     # a cluster that describes the CPU itself (gpu.type naming a cpu) is the one a CPU fit is right for
-    if key in _WARNED or "cpu" in str(getattr(cluster.gpu, "type", "") or "").lower() or not _fitted_on_cpu(path):
+    on_cpu = "cpu" in str(getattr(cluster.gpu, "type", "") or "").lower()
+    if _QUIET or key in _WARNED or on_cpu or not _fitted_on_cpu(path):
         return
     _WARNED.add(key)
     import sys
-    print(f"planner: warning: cluster {key[0]} ({cluster.gpu.type}) uses the compute profile {path}, fitted on CPU "
+    src = getattr(cluster, "source", None)
+    where = f"cluster {key[0]}" + (f" ({src}, gpu.type {cluster.gpu.type})" if src else f" ({cluster.gpu.type})")
+    print(f"planner: warning: {where} uses the compute profile {path}, fitted on CPU "
           "timings: its plans run at that CPU's speed (profile the GPU: benchmarks/profile_gpu.sh)", file=sys.stderr)
 
 
