@@ -196,3 +196,27 @@ def test_simulated_transfer_time_takes_the_param_gather_ratio_with_overlap_too(m
     on = _estimate_and_sim(with_training(fp32, overlap=OverlapSpec()), z1)[1]
     assert off.dp_comm_s > 0
     assert on.dp_comm_s == pytest.approx(off.dp_comm_s, rel=1e-9)
+
+
+def test_fp8_param_gather_all_gathers_the_gemm_weights_in_one_byte():
+    """With --fp8-param-gather the TE GEMM weights live quantized, `param_dtype = torch.uint8` (Megatron-LM@d98e8a64
+    param_and_grad_buffer.py _param_uses_quantized_storage), so the distributed optimizer's all-gather moves 1 byte for
+    them and 2 for the embedding, output layer and norms (second read, Nov 27). Llama 3 70B: 2 x 128256 x 8192 of
+    70.55B parameters are not GEMM weights, so the all-gather is ~51.5% of the bf16 reduce-scatter; the estimate
+    and the replay take the same figure."""
+    import planner
+    from planner.costs.iteration import param_gather_ratio
+    from planner.costs.memory import fp8_gemm_weights
+    base = planner.load_spec("specs/llama3-70b-h100-256.yaml")
+    fp8 = dataclasses.replace(base, training=dataclasses.replace(base.training, precision="fp8",
+                                                                 grad_reduce_in_fp32=False))
+    gathered = dataclasses.replace(fp8, training=dataclasses.replace(fp8.training, fp8_param_gather=True))
+    cfg = ParallelConfig(8, 4, 8, 1, 32, "1f1b", 1, "none", 1, True)
+    share = sum(fp8_gemm_weights(base.model, cfg, s) for s in range(4)) * 8 / base.model.num_params()
+    assert 0.96 < share < 0.98
+    assert param_gather_ratio(fp8, cfg) == 1.0 and param_gather_ratio(gathered) == 1.0     # no cfg: no share
+    assert param_gather_ratio(gathered, cfg) == pytest.approx((2.0 - share) / 2.0, rel=1e-12)
+    e_off, _ = _estimate_and_sim(fp8, cfg)
+    e_on, s_on = _estimate_and_sim(gathered, cfg)
+    assert e_on.iteration_s <= e_off.iteration_s
+    assert s_on.iteration_s == pytest.approx(e_on.iteration_s, rel=2e-2)

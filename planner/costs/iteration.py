@@ -352,21 +352,29 @@ def dp_exposed_s(spec, cfg: ParallelConfig, allreduce, hide_b: float, hide_f: fl
     if cfg.zero < 1:
         return exposed_s(allreduce, hide_b, pieces)
     half = allreduce / 2
-    gather = half * param_gather_ratio(spec)
+    gather = half * param_gather_ratio(spec, cfg)
     ag = exposed_s(gather, hide_f, pieces) if ov.param_gather else gather
     return exposed_s(half, hide_b, pieces) + ag
 
 
-def param_gather_ratio(spec) -> float:
+def param_gather_ratio(spec, cfg: ParallelConfig | None = None) -> float:
     """Bytes the distributed optimizer's parameter all-gather moves per element, over those its gradient
     reduce-scatter moves (grad_bytes): Megatron-Core all-gathers bucket.param_data, the parameters in their own dtype
     (NVIDIA/Megatron-LM@d98e8a64 megatron/core/distributed/param_and_grad_buffer.py start_param_sync,
-    all_gather_into_tensor; param_data is allocated in param_dtype), and reduce-scatters the gradient buffer. So with
-    16-bit weights and grad_reduce_in_fp32 the all-gather is half the reduce-scatter (2 / 4), else equal. fp8 plans
-    keep bf16 parameters here (fp8_param_gather's 1-byte GEMM weights are not modelled in the all-gather:
-    docs/notes/memory.md)."""
-    weight_bytes = 2.0 if spec.training.precision in ("bf16", "fp16", "fp8") else 4.0
-    return weight_bytes / grad_reduce_bytes(spec.training)
+    all_gather_into_tensor; param_data is allocated in param_dtype), and reduces the gradient buffer. So with
+    16-bit weights and grad_reduce_in_fp32 the all-gather is half the reduce-scatter (2 / 4), else equal. With
+    training.fp8_param_gather (fp8 plans) the TE GEMM weights are stored quantized, `param_dtype = torch.uint8`
+    (same file, _param_uses_quantized_storage), so they move 1 byte and the rest (embedding, output layer, norms) 2:
+    the model's share of GEMM weights (memory.fp8_gemm_weights over its stages; with cfg), one figure for every stage
+    (the embedding's stages gather a little more)."""
+    tr = spec.training
+    weight_bytes = 2.0 if tr.precision in ("bf16", "fp16", "fp8") else 4.0
+    if tr.precision == "fp8" and getattr(tr, "fp8_param_gather", False) and cfg is not None:
+        from planner.costs.memory import fp8_gemm_weights
+        gemm = sum(fp8_gemm_weights(spec.model, cfg, st) for st in range(cfg.pp)) * cfg.tp
+        share = min(1.0, gemm / max(spec.model.num_params(), 1))
+        weight_bytes = 2.0 - share
+    return weight_bytes / grad_reduce_bytes(tr)
 
 
 def dp_sync_s(spec, cfg: ParallelConfig, allreduce):
@@ -376,7 +384,7 @@ def dp_sync_s(spec, cfg: ParallelConfig, allreduce):
     if cfg.zero < 1:
         return allreduce
     half = allreduce / 2
-    return half + half * param_gather_ratio(spec)
+    return half + half * param_gather_ratio(spec, cfg)
 
 
 def dp_hide_s(st, cfg: ParallelConfig, split: bool) -> tuple[float, float]:
@@ -628,7 +636,7 @@ def v_first_device_dp_s(spec, cfg: ParallelConfig, costs: Costs, st, hb: float, 
     half = 0.5 if cfg.zero >= 1 else 1.0
     e = np.maximum(half * (t0 + t1) - v_last_chunk_lead_s(st, cfg), exposed_s(half * t0, hb / cfg.chunks, n0))
     if cfg.zero >= 1:
-        ag = (t0 + t1) / 2 * param_gather_ratio(spec)
+        ag = (t0 + t1) / 2 * param_gather_ratio(spec, cfg)
         e = e + (exposed_s(ag, hf, n0 + 1) if ov.param_gather else ag)
     return e
 

@@ -517,7 +517,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         pieces = np.ones((p, v), np.int64)
         d0, c0 = np.argwhere(stage_of == 0)[0]
         pieces[d0, c0] = dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True)
-        dp_overlap = (pieces, cfg.zero >= 1, ov.param_gather, param_gather_ratio(spec))
+        dp_overlap = (pieces, cfg.zero >= 1, ov.param_gather, param_gather_ratio(spec, cfg))
     elif cfg.zero in (1, 2):
         # no bucketed overlap: each chunk's whole sync, its reduce-scatter and the parameter all-gather (dp_sync_s)
         dp_time = dp_sync_s(spec, cfg, dp_time)
