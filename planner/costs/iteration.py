@@ -29,6 +29,7 @@ from planner.costs.memory import (
     grad_reduce_bytes,
     stage_layer_count,
     stage_params,
+    weight_bytes,
 )
 from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
 from planner.mapping.problem import Layout, MappingProblem, layouts
@@ -365,8 +366,7 @@ def param_gather_ratio(spec) -> float:
     16-bit weights and grad_reduce_in_fp32 the all-gather is half the reduce-scatter (2 / 4), else equal. fp8 plans
     keep bf16 parameters here (fp8_param_gather's 1-byte GEMM weights are not modelled in the all-gather:
     docs/notes/memory.md)."""
-    weight_bytes = 2.0 if spec.training.precision in ("bf16", "fp16", "fp8") else 4.0
-    return weight_bytes / grad_reduce_bytes(spec.training)
+    return weight_bytes(spec.training) / grad_reduce_bytes(spec.training)
 
 
 def dp_sync_s(spec, cfg: ParallelConfig, allreduce):
