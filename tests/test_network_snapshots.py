@@ -443,3 +443,31 @@ def test_report_of_one_matrix_lists_no_spread(capsys):
     assert out.startswith("dgx-h100-32: no bandwidth snapshots (network.bandwidth_snapshots)")
     assert "1 snapshot(s)" not in out
     assert "most variable links" not in out and "coefficient of variation" not in out
+
+
+def test_replan_refuses_a_solutions_unknown_robust_objective(tmp_path, capsys):
+    """Second read of the eleventh session: `replan` took the solution's `solver.robust` as written, so an edited
+    file's `robust: bogus` re-planned and was written back ("bogus over the bandwidth snapshots"), and a `solver`
+    that is not a mapping crashed (AttributeError). Now: exit 2 naming the solution and solver.robust; --robust
+    overrides the file."""
+    import yaml
+    spec = _flaky_spec(tmp_path, np.random.default_rng(0), "{time_limit_s: 2}")
+    sol = tmp_path / "sol.yaml"
+    assert main(["solve", str(spec), "--robust", "worst", "--out", str(sol), "--no-simulate"]) == 0
+    d = yaml.safe_load(sol.read_text())
+    d["solver"]["robust"] = "bogus"
+    sol.write_text(yaml.safe_dump(d))
+    capsys.readouterr()
+    assert main(["replan", str(sol), "--exclude-nodes", "3", "--time-limit", "2",
+                 "--out", str(tmp_path / "r.yaml")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(sol) in err and "solver.robust" in err and "'bogus'" in err and "Traceback" not in err
+    assert not (tmp_path / "r.yaml").exists()
+    assert main(["replan", str(sol), "--exclude-nodes", "3", "--robust", "mean", "--time-limit", "2",
+                 "--out", str(tmp_path / "r.yaml")]) == 0
+    d["solver"] = "anneal"
+    sol.write_text(yaml.safe_dump(d))
+    capsys.readouterr()
+    assert main(["replan", str(sol), "--exclude-nodes", "3", "--time-limit", "2",
+                 "--out", str(tmp_path / "r2.yaml")]) == 2
+    assert "solver" in capsys.readouterr().err

@@ -29,6 +29,7 @@ from planner.costs.memory import (
     grad_reduce_bytes,
     stage_layer_count,
     stage_params,
+    weight_bytes,
 )
 from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
 from planner.mapping.problem import Layout, MappingProblem, layouts
@@ -368,13 +369,12 @@ def param_gather_ratio(spec, cfg: ParallelConfig | None = None) -> float:
     the model's share of GEMM weights (memory.fp8_gemm_weights over its stages; with cfg), one figure for every stage
     (the embedding's stages gather a little more)."""
     tr = spec.training
-    weight_bytes = 2.0 if tr.precision in ("bf16", "fp16", "fp8") else 4.0
+    wb = weight_bytes(tr)
     if tr.precision == "fp8" and getattr(tr, "fp8_param_gather", False) and cfg is not None:
         from planner.costs.memory import fp8_gemm_weights
         gemm = sum(fp8_gemm_weights(spec.model, cfg, st) for st in range(cfg.pp)) * cfg.tp
-        share = min(1.0, gemm / max(spec.model.num_params(), 1))
-        weight_bytes = 2.0 - share
-    return weight_bytes / grad_reduce_bytes(tr)
+        wb -= min(1.0, gemm / max(spec.model.num_params(), 1))
+    return wb / grad_reduce_bytes(tr)
 
 
 def dp_sync_s(spec, cfg: ParallelConfig, allreduce):

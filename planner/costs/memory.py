@@ -602,6 +602,13 @@ def pipelining_kept_boundaries(cfg: ParallelConfig, stage: int) -> int:
     return outputs + grads
 
 
+def weight_bytes(training) -> float:
+    """Bytes per parameter of the weights the model computes with: 2 with 16-bit training (fp8 plans too: Transformer
+    Engine keeps bf16 weights, its fp8 copies are fp8_weight_copy_bytes), 4 in fp32. The one rule behind the weights'
+    memory, the gradients' dtype (grad_reduce_bytes) and the parameter all-gather (iteration.param_gather_ratio)."""
+    return 2.0 if training.precision in ("bf16", "fp16", "fp8") else 4.0
+
+
 def grad_reduce_bytes(training) -> float:
     """Bytes per gradient element the data-parallel reduction of a ZeRO 0-2 plan (and the tied-embedding all-reduce)
     moves: the dtype of the gradients as reduced, 4 for fp32 weights or with training.grad_reduce_in_fp32, else 2.
@@ -613,7 +620,7 @@ def grad_reduce_bytes(training) -> float:
     allreduce_bucket: `tensor.to(self.communication_data_type)`); grad_reduce_in_fp32 stands for its
     `communication_data_type: fp32` there. ZeRO-3 plans (FSDP2) reduce in fp32 whatever the precision
     (costs/fsdp.py REDUCE_BYTES, torchtitan's reduce_dtype)."""
-    if training.precision not in ("bf16", "fp16", "fp8"):
+    if weight_bytes(training) == 4.0:
         return 4.0
     return 4.0 if getattr(training, "grad_reduce_in_fp32", False) else 2.0
 
@@ -647,8 +654,8 @@ class AnalyticalMemory:
 
     def stage_memory(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> MemoryBreakdown:
         P = stage_params(model, cfg, stage) + replicated_params(model, cfg, stage)
-        half = training.precision in ("bf16", "fp16", "fp8")     # fp8 (TE): bf16 weights, fp32 master as for bf16
-        w_bytes = 2 if half else 4
+        w_bytes = weight_bytes(training)
+        half = w_bytes == 2.0                          # fp8 (TE): bf16 weights, fp32 master as for bf16
         g_bytes = grad_buffer_bytes(training)          # the main_grad buffer: fp32, or 16-bit (grad_reduce_in_fp32)
         if training.optimizer == "sgd":                # momentum (+ fp32 master with 16-bit weights)
             o_bytes = 4 + (4 if half and self.master_weights else 0)

@@ -10,6 +10,7 @@ from planner.errors import SpecError
 from planner.search.solve import solve
 from planner.solution import load_solution
 from planner.spec import load_spec
+from planner.spec.plan import ROBUST
 
 
 def parse_nodes(text: str, cluster, file=None) -> list[int]:
@@ -58,8 +59,14 @@ def replan(solution_path: str, exclude: str, time_limit_s: float = 10.0, seed: i
     names = spec.cluster.node_names or tuple(f"node{n}" for n in range(spec.cluster.nodes))
     sub = dataclasses.replace(spec.cluster.subset(keep), node_names=tuple(names[n] for n in keep))
     spec2 = dataclasses.replace(spec, cluster=sub, name=f"{spec.name}-replan")
-    if robust is None:
-        robust = str((old.get("solver") or {}).get("robust", "none"))
+    if robust is None:      # the solution's objective, as `solve` wrote it; an edited file is refused, not taken
+        rec = old.get("solver") or {}
+        if not isinstance(rec, dict):
+            raise SpecError(solution_path, "solver", f"must be a mapping (the solver record), got {rec!r}")
+        robust = rec.get("robust", "none")
+        if robust not in ROBUST:
+            raise SpecError(solution_path, "solver.robust", f"has {robust!r}, expected one of {list(ROBUST)} "
+                            "(or pass --robust)")
     sol = solve(spec2, time_limit_s=time_limit_s, seed=seed, robust=robust)   # simulated, as every plan is
     sol.node_ids = np.array(keep)
     used = {w["node"] for w in sol.mapping}
