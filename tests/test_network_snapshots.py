@@ -471,3 +471,27 @@ def test_replan_refuses_a_solutions_unknown_robust_objective(tmp_path, capsys):
     assert main(["replan", str(sol), "--exclude-nodes", "3", "--time-limit", "2",
                  "--out", str(tmp_path / "r2.yaml")]) == 2
     assert "solver" in capsys.readouterr().err
+
+
+def test_replan_of_a_worst_case_plan_on_a_cluster_without_snapshots_names_the_solution(tmp_path, capsys):
+    """A `--robust worst` solution re-planned with `--spec` naming a cluster without snapshots: the refusal names the
+    solution's solver.robust (where the objective came from) and the way out, --robust none (second read's
+    leftover)."""
+    spec = _flaky_spec(tmp_path, np.random.default_rng(0), "{time_limit_s: 2}")
+    sol = tmp_path / "sol.yaml"
+    assert main(["solve", str(spec), "--robust", "worst", "--out", str(sol), "--no-simulate"]) == 0
+    plain = tmp_path / "plain.yaml"       # the same job on the same nodes, no snapshots
+    text = spec.read_text().replace(f"cluster: {tmp_path / 'c.yaml'}",
+                                    "cluster: {name: t, gpu: {type: X, memory_GiB: 80, peak_tflops: {bf16: 312}}, "
+                                    "nodes: 4, gpus_per_node: 8, network: {intra_node: {bandwidth_GBps: 300}, "
+                                    "inter_node: {bandwidth_Gbps: 200}, node_names: [a, b, c, d]}}")
+    assert text != spec.read_text()
+    plain.write_text(text)
+    capsys.readouterr()
+    out = tmp_path / "r.yaml"
+    assert main(["replan", str(sol), "--exclude-nodes", "3", "--spec", str(plain), "--time-limit", "2",
+                 "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "solver.robust" in err and "--robust none" in err and "Traceback" not in err and not out.exists()
+    assert main(["replan", str(sol), "--exclude-nodes", "3", "--spec", str(plain), "--robust", "none",
+                 "--time-limit", "2", "--out", str(out)]) == 0

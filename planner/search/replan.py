@@ -67,6 +67,11 @@ def replan(solution_path: str, exclude: str, time_limit_s: float = 10.0, seed: i
         if robust not in ROBUST:
             raise SpecError(solution_path, "solver.robust", f"has {robust!r}, expected one of {list(ROBUST)} "
                             "(or pass --robust)")
+        if robust != "none" and not spec.cluster.snapshots:
+            # the objective came from the solution, the cluster from (another) spec: say where each came from
+            raise SpecError(solution_path, "solver.robust", f"the solution was solved with --robust {robust}, but the "
+                            f"cluster of {spec.source or 'its spec'} has no network.bandwidth_snapshots to take the "
+                            f"{robust} case over; pass --robust none to re-plan on its bandwidth matrix")
     sol = solve(spec2, time_limit_s=time_limit_s, seed=seed, robust=robust)   # simulated, as every plan is
     sol.node_ids = np.array(keep)
     used = {w["node"] for w in sol.mapping}
