@@ -166,17 +166,9 @@ def _reorder(result: list, consider_w: bool) -> list:
                 phase = 2
             nxt[d][t] = t + 1
             continue
-        dep = -1
-        if k in (0, 2) and d > 0:
-            dep = max(dep, result[d - 1][k][j])
-        if k in (1, 3) and d + 1 < p:
-            dep = max(dep, result[d + 1][k][j])
-        if 0 < k < 4:
-            dep = max(dep, result[d][k - 1][j])
+        dep = max([-1] + [result[a][b][c] for a, b, c in _deps(d, k, j, p)])
         if k == 4:
             dep = max(dep, b_sorted[d][j])
-        if j > 0:
-            dep = max(dep, result[d][k][j - 1])
         dep += 1
         x = first_free(d, dep)
         if x < t:
@@ -212,6 +204,23 @@ def _reorder(result: list, consider_w: bool) -> list:
     return _eager(result)
 
 
+def _deps(d: int, k: int, j: int, p: int) -> list:
+    """The ops (device, list, index) op j of list k on device d waits for, in the seed's reorder and
+    eager_execution_time alike: the same pass of the previous stage (F0 and B1 from device d - 1, F1 and B0 from d + 1,
+    down and back up the V), the previous pass of its micro-batch on the device (F0 -> F1 -> B1 -> B0), and its own
+    previous micro-batch. (reorder adds a W's own B, by count: b_sorted.)"""
+    out = []
+    if k in (0, 2) and d > 0:
+        out.append((d - 1, k, j))
+    if k in (1, 3) and d + 1 < p:
+        out.append((d + 1, k, j))
+    if 0 < k < 4:
+        out.append((d, k - 1, j))
+    if j > 0:
+        out.append((d, k, j - 1))
+    return out
+
+
 def _walk(result: list):
     """(slot, device, list, index) of every op in slot order: the order the seed's heap pops them in (a list's next
     op is pushed at its first slot, unchanged until it is popped)."""
@@ -235,15 +244,7 @@ def _eager(result: list) -> list:
     out = [[[0] * len(x) for x in dev] for dev in result]
     last = [0] * p                 # end of the device's previous op
     for _, d, k, j in _walk(result):
-        dep = last[d]
-        if k in (0, 2) and d > 0:
-            dep = max(dep, end[d - 1][k][j])
-        if k in (1, 3) and d + 1 < p:
-            dep = max(dep, end[d + 1][k][j])
-        if 0 < k < 4:
-            dep = max(dep, end[d][k - 1][j])
-        if j > 0:
-            dep = max(dep, end[d][k][j - 1])
+        dep = max([last[d]] + [end[a][b][c] for a, b, c in _deps(d, k, j, p)])
         end[d][k][j] = last[d] = dep + 1
         out[d][k][j] = dep
     return out
