@@ -213,3 +213,26 @@ def test_size_takes_the_sweeps_ffn_limits_and_names_the_flag(capsys):
     assert main(base + ["--ffn-multiple", "0"]) == 2
     err = capsys.readouterr().err
     assert "--ffn-multiple:" in err and "--ffn-multiplier" not in err
+
+
+def test_sizing_takes_the_llama3_keys_and_gpt_refuses_them(tmp_path):
+    """A sweep's sizing block reads the same llama keys as the grid (one reader): they reach the sizing task's rule and
+    change its id; without them the id is the one pinned before the keys; a gpt sizing refuses a shape_rule."""
+    import os
+    root = os.path.join(os.path.dirname(__file__), "..")
+    cl = os.path.abspath(os.path.join(root, "clusters/dgx-h100-32.yaml"))
+    base = {"name": "llama-ids", "grid": {"family": "llama", "vocab_size": 32000, "parameters_B": [7, 13]},
+            "clusters": [cl], "training": {"global_batch_size": [256], "seq_length": [4096], "precision": "bf16"},
+            "sizing": {"budget_gpu_days": [100], "family": "llama", "vocab_size": 32000}}
+    plain = load_sweep(write_sweep(tmp_path, base)).sizing[0]
+    assert plain.id == "size-dgx-h100-32-32g-100gpud-b256-s4096-82e952ef" and plain.rule == ShapeRule()
+    l3 = {**base, "sizing": {**base["sizing"], "shape_rule": {"kv_heads": 8, "ffn_multiplier": 1.3,
+                                                              "ffn_multiple": 1024}}}
+    task = load_sweep(write_sweep(tmp_path, l3)).sizing[0]
+    assert task.rule == ShapeRule(kv_heads=8, ffn_multiplier=1.3, ffn_multiple=1024) and task.id != plain.id
+    gpt = {**base, "sizing": {"budget_gpu_days": [100], "family": "gpt", "shape_rule": {"kv_heads": 8}}}
+    with pytest.raises(SpecError, match="shape_rule"):
+        load_sweep(write_sweep(tmp_path, gpt))
+    bad = {**base, "sizing": {**base["sizing"], "shape_rule": {"ffn_multiplier": 100}}}
+    with pytest.raises(SpecError, match="ffn_multiplier"):
+        load_sweep(write_sweep(tmp_path, bad))

@@ -257,6 +257,24 @@ def _param_targets(g: Fields) -> list[float]:
     return [1e9 * x for x in _num_list(g, "parameters_B", None, integer=False)]
 
 
+def _llama_shape_keys(f: Fields, family: str, heads_multiple: int) -> dict:
+    """A shape rule's llama keys (kv_heads, ffn_multiplier, ffn_multiple) from a sweep's shape_rule, checked: the one
+    reader of the grid's and the sizing's rule. gpt refuses them (multi-head attention, a 4h MLP)."""
+    kv = f.int("kv_heads", 0, min_value=0)
+    if kv and heads_multiple % kv:
+        raise f.error("kv_heads", f"must divide heads_multiple ({heads_multiple}), which every generated head count "
+                      "is a multiple of")
+    keys = {"kv_heads": kv,
+            "ffn_multiplier": f.float("ffn_multiplier", 1.0, min_value=FFN_MULTIPLIER_RANGE[0],
+                                      max_value=FFN_MULTIPLIER_RANGE[1]),
+            "ffn_multiple": f.int("ffn_multiple", 256, min_value=1)}
+    given = ShapeRule(**keys).id_part()
+    if family == "gpt" and given:
+        raise f.error(next(iter(given)), "shapes grouped-query attention and the gated MLP of family llama; a gpt "
+                      "block has multi-head attention and a 4h MLP")
+    return keys
+
+
 def _grid_models(g: Fields, seq_max: int, skipped: list) -> list[ModelSpec]:
     family = g.str("family", "gpt", choices=FAMILIES)
     vocab = g.int("vocab_size", 50257)
@@ -267,18 +285,9 @@ def _grid_models(g: Fields, seq_max: int, skipped: list) -> list[ModelSpec]:
                 raise g.error(k, "give either parameters_B (with shape_rule) or explicit shapes, not both")
         rf = g.sub("shape_rule", {})
         hmul = rf.int("heads_multiple", 8)
-        kv = rf.int("kv_heads", 0, min_value=0)
-        if kv and hmul % kv:
-            raise rf.error("kv_heads", f"must divide heads_multiple ({hmul}), which every generated head count is a "
-                           "multiple of")
         rule = ShapeRule(rf.float("aspect_ratio", 128.0), rf.int("layer_multiple", 4), rf.int("hidden_multiple", 128),
-                         hmul, rf.int("head_dim", 128), rf.float("tolerance", 0.02, max_value=0.5), kv,
-                         rf.float("ffn_multiplier", 1.0, min_value=FFN_MULTIPLIER_RANGE[0],
-                                  max_value=FFN_MULTIPLIER_RANGE[1]),
-                         rf.int("ffn_multiple", 256, min_value=1))
-        if family == "gpt" and rule.id_part():
-            raise rf.error(next(iter(rule.id_part())), "shapes grouped-query attention and the gated MLP of family "
-                           "llama; a gpt block has multi-head attention and a 4h MLP")
+                         hmul, rf.int("head_dim", 128), rf.float("tolerance", 0.02, max_value=0.5),
+                         **_llama_shape_keys(rf, family, hmul))
         rf.done()
         if rule.hidden_multiple % rule.heads_multiple:
             raise rf.error("hidden_multiple", f"must be a multiple of heads_multiple ({rule.heads_multiple})")
@@ -432,13 +441,7 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
         sr = sizing_f.sub("shape_rule")
         if sizing_family == "gpt":
             raise sizing_f.error("shape_rule", "shapes grouped-query attention and the gated MLP of family llama")
-        kv = sr.int("kv_heads", 0, min_value=0)
-        if kv and ShapeRule().heads_multiple % kv:
-            raise sr.error("kv_heads", f"must divide {ShapeRule().heads_multiple} (the head counts' multiple)")
-        sizing_rule = ShapeRule(kv_heads=kv, ffn_multiplier=sr.float("ffn_multiplier", 1.0,
-                                                                     min_value=FFN_MULTIPLIER_RANGE[0],
-                                                                     max_value=FFN_MULTIPLIER_RANGE[1]),
-                                ffn_multiple=sr.int("ffn_multiple", 256, min_value=1))
+        sizing_rule = ShapeRule(**_llama_shape_keys(sr, sizing_family, ShapeRule().heads_multiple))
         sr.done()
     sizing_f.done()
     f.done()
