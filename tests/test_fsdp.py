@@ -122,11 +122,12 @@ def test_fsdp_time_grows_with_slower_links_and_exposes_per_microbatch(make_spec)
 def test_torchtitan_pipelining_schedule_and_loss_terms(make_spec):
     from planner.costs.memory import logits_bytes, padded_vocab, stage_inflight
     from planner.costs.pipeline import inflight_microbatches
-    # m == pp: Megatron's interleaved runs every forward first, PyTorch's ScheduleInterleaved1F1B does not
-    assert inflight_microbatches("interleaved", 8, 8, 2, 7) == 8.0
-    assert inflight_microbatches("interleaved", 8, 8, 2, 7, pytorch=True) == 4.5      # (8 + 0 + 1) / 2
+    # m == pp: neither Megatron-Core (since 4295be1a) nor PyTorch's ScheduleInterleaved1F1B runs every forward
+    # first on every rank; the last rank warms up (v - 1) pp chunks, plus the one in flight
+    assert inflight_microbatches("interleaved", 8, 8, 2, 7) == 4.5                    # (8 + 0 + 1) / 2
+    assert inflight_microbatches("interleaved", 8, 8, 2, 0) == 8.0                    # capped at m v
     assert stage_inflight(_cfg(tp=2, pp=8, dp=1, m=8, sched="interleaved", v=2), 7) == 4.5
-    assert stage_inflight(_cfg(tp=2, pp=8, dp=1, m=8, sched="interleaved", v=2, zero=1), 7) == 8.0
+    assert stage_inflight(_cfg(tp=2, pp=8, dp=1, m=8, sched="interleaved", v=2, zero=1), 7) == 4.5
     spec = make_spec()
     s = spec.training.seq_length
 

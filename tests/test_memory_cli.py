@@ -51,6 +51,62 @@ def test_validate_memory_scores_the_shipped_estimator_on_real_cuda_samples(capsy
     assert rep["n"] == rep["cuda"]["n"] == 317
     assert rep["cuda"]["allocated_above_all_allotted"] == 0
     assert rep["mape_learned"] < 5.0
+    # and 171 of a third seed, drawn on another lease (Nov 27) after the estimator was last fitted
+    assert main(["validate-memory", path.replace("seed8", "seed9"), "--estimator", "shipped", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["n"] == rep["cuda"]["n"] == 171
+    assert rep["cuda"]["allocated_above_all_allotted"] == 0
+    assert rep["mape_learned"] < 5.0
+
+
+def test_no_shipped_memory_sample_holds_a_count_the_schedules_no_longer_hold():
+    # a sample measured the stage with the held forwards of its day's schedule code; when that code changes (Nov 27:
+    # interleaved at m == pp), the rows it moves must be measured again (benchmarks/memory_stale_rows.py)
+    import glob
+    import os
+
+    from benchmarks.memory_stale_rows import _read, stale_rows
+    root = os.path.join(os.path.dirname(__file__), "..")
+    files = glob.glob(os.path.join(root, "planner", "data", "memory_samples*.csv")) + glob.glob(
+        os.path.join(root, "benchmarks", "data", "h100", "memory_cuda*.csv")) + glob.glob(
+        os.path.join(root, "benchmarks", "data", "h100", "replay_*.csv"))
+    assert len(files) >= 7
+    for f in files:
+        assert stale_rows(_read(f)[1]) == [], f
+
+
+def test_stale_rows_splice_keeps_the_other_rows_and_refuses_a_foreign_column(tmp_path, capsys):
+    import csv
+
+    from benchmarks.memory_stale_rows import main as stale
+    samples = tmp_path / "s.csv"
+    assert main(["profile", "memory", "-n", "2", "--seed", "5", "--max-gpus", "64", "-o", str(samples)]) == 0
+    rows = list(csv.DictReader(samples.open()))
+    # pretend the second row was measured holding one forward more than the code holds now
+    rows[1]["held_forwards"] = str(int(rows[1]["held_forwards"]) + 1)
+    with samples.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    before = samples.read_text().splitlines()
+    sub = tmp_path / "sub.csv"
+    assert stale(["extract", str(samples), "-o", str(sub)]) == 0
+    assert (tmp_path / "sub.csv.rows").read_text().split() == ["1"]
+    again = tmp_path / "again.csv"
+    assert main(["profile", "memory", "--replay", str(sub), "-o", str(again)]) == 0
+    assert stale(["splice", str(samples), str(again), "--rows", str(sub) + ".rows"]) == 0
+    after = samples.read_text().splitlines()
+    assert after[:2] == before[:2] and after[2] != before[2]
+    capsys.readouterr()
+    assert stale(["list", str(samples)]) == 0 and "0 of 2 rows stale" in capsys.readouterr().out
+    # a replayed column the target lacks, with a value that changes the row's meaning, is refused
+    odd = tmp_path / "odd.csv"
+    r = list(csv.DictReader(again.open()))
+    with odd.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(r[0]) + ["cp"])
+        w.writeheader()
+        w.writerows([{**x, "cp": "2"} for x in r])
+    assert stale(["splice", str(samples), str(odd), "--rows", str(sub) + ".rows"]) == 2
 
 
 def test_bad_input_exits_2(tmp_path):

@@ -317,8 +317,7 @@ def _fused_transient_bytes(model, training, cfg: ParallelConfig, P: dict) -> flo
 
 
 def stage_inflight(cfg: ParallelConfig, stage: int) -> float:
-    # ZeRO-3 plans run on torchtitan, i.e. PyTorch pipelining's schedules (docs/notes/fsdp.md)
-    return inflight_microbatches(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, stage, pytorch=cfg.zero == 3)
+    return inflight_microbatches(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, stage)
 
 
 def chunk_order(cfg: ParallelConfig, count: int) -> list[int]:

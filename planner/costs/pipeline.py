@@ -155,12 +155,14 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
     return m * t[k] + sum(x) - x[k]
 
 
-def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int, pytorch: bool = False) -> float:
+def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) -> float:
     """Activations a device holds at its peak, in micro-batches of its full layer set (a chunk = 1/v).
 
-    pytorch: the schedule is torch.distributed.pipelining's (torchtitan, i.e. ZeRO-3 plans). Its
-    ScheduleInterleaved1F1B (get_rank_warmup_ops, torch 2.5/2.6) warms up (v - 1) * pp + 2 * (pp - 1 - stage)
-    chunk forwards capped at m * v, with no all-forwards-first case for m == pp (Megatron's).
+    Interleaved: Megatron-Core's warm-up of (v - 1) * pp + 2 * (pp - 1 - stage) chunk forwards capped at m * v, plus
+    the one in flight (schedules.py, NVIDIA/Megatron-LM @ d98e8a64, microbatch_group_size_per_vp_stage = pp).
+    At m == pp it no longer runs every forward first on every rank (dropped in 4295be1a, Nov 2024): only ranks
+    stage <= (pp - 2) / 2 reach all-forwards-first, through the cap. PyTorch pipelining's ScheduleInterleaved1F1B
+    (torchtitan, i.e. ZeRO-3 plans; get_rank_warmup_ops, torch 2.5/2.6) warms up the same count.
 
     V-Min / V-Half: the seed's targets, which the simulator's block search keeps as caps (V-Min's is
     exact for equal per-chunk F, B, W; V-Half takes the fastest block under its cap, often V-Min's).
@@ -175,8 +177,6 @@ def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int, py
     if schedule == "zb-h1":
         return float(min(pp, m))            # stage i defers i weight-gradients: every stage holds pp
     if schedule == "interleaved":
-        if m == pp and not pytorch:        # Megatron runs every forward first when m == pp
-            return float(m)
         chunks = (v - 1) * pp + 2 * (pp - stage - 1) + 1   # Megatron warm-up count, plus the one in flight
         return min(chunks, m * v) / v
     if schedule == "v-zb":

@@ -100,10 +100,10 @@ def _zb_h1(p: int, m: int) -> list:
     return out
 
 
-def _interleaved(p: int, m: int, v: int, pytorch: bool = False) -> list:
-    """Megatron-LM's interleaved 1F1B: micro-batches in groups of p, chunk-major within a group. pytorch:
-    torch.distributed.pipelining's ScheduleInterleaved1F1B (torchtitan), the same order and warm-up count but
-    without Megatron's all-forwards-first case for m == p (costs.pipeline.inflight_microbatches)."""
+def _interleaved(p: int, m: int, v: int) -> list:
+    """Megatron-Core's interleaved 1F1B: micro-batches in groups of p, chunk-major within a group, the warm-up of
+    costs.pipeline.inflight_microbatches (no all-forwards-first case at m == p since Megatron-LM 4295be1a);
+    torch.distributed.pipelining's ScheduleInterleaved1F1B (torchtitan) runs the same order and count."""
     total = m * v
     k = np.arange(total)
     mb = (k // (p * v)) * p + k % p
@@ -111,7 +111,7 @@ def _interleaved(p: int, m: int, v: int, pytorch: bool = False) -> list:
     bchunk = v - 1 - fchunk
     out = []
     for d in range(p):
-        w = total if m == p and not pytorch else min((p - d - 1) * 2 + (v - 1) * p, total)
+        w = min((p - d - 1) * 2 + (v - 1) * p, total)
         steady = total - w
         kinds = np.empty(2 * total, np.int64)
         mbs = np.empty(2 * total, np.int64)
@@ -298,7 +298,7 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
     """The per-device op lists of schedule `name`. `times` = per-chunk (f, b, w) V-ZB's builder plans
     with, as the seed's profiler would report them (the engine re-times with the real costs); model = (hidden
     size, heads, sequence length) for the seed's V-ZB memory model. pytorch: PyTorch pipelining's variant where
-    it differs (interleaved; ZeRO-3 plans are torchtitan's)."""
+    it differs (V-ZB; ZeRO-3 plans are torchtitan's)."""
     v = chunks_per_device(name, vpp)
     check(name, p, m, v)
     split = name in SPLIT_SCHEDULES and p > 1
@@ -309,7 +309,7 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
     elif name == "1f1b":
         lists = _1f1b(p, m)
     elif name == "interleaved":
-        lists = _interleaved(p, m, v, pytorch)
+        lists = _interleaved(p, m, v)
     elif name == "zb-h1":
         lists = _zb_h1(p, m)
     elif name == "v-zb" and pytorch:
