@@ -159,3 +159,8 @@ def test_size_says_when_memory_not_the_budget_caps_the_model(capsys, tmp_path):
     small = b["gpu_days"] / 4                              # a budget below the memory cap: the budget binds
     assert main(argv + ["--budget-gpu-days", str(small), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["limited_by"] == "budget"
+    # the same answer with a budget only 1% above it: the next size would be over the budget even if it fitted
+    # (GPU-days ~ params^2), so memory is not what caps it
+    assert main(argv + ["--budget-gpu-days", str(b["gpu_days"] * 1.01), "--json"]) == 0
+    d2 = json.loads(capsys.readouterr().out)
+    assert d2["best"]["model"] == b["model"] and d2["limited_by"] == "budget"

@@ -113,15 +113,20 @@ class SizingResult:
     @property
     def limited_by(self) -> str | None:
         """What stopped the answer from being larger: `budget` (the next size solved is over it), `memory` (the
-        next size solved has no plan that fits the GPUs: the budget would allow more) or `grid` (the largest size of
-        the grid, 20T); None without an answer."""
+        next size solved has no plan that fits the GPUs, and at the answer's throughput per parameter it would have
+        been within the budget) or `grid` (the largest size of the grid, 20T); None without an answer."""
         if self.best is None:
             return None
         above = [p for p in self.points if p.params > self.best.params]
         if not above:
             return "grid"
         nxt = min(above, key=lambda p: p.params)
-        return "memory" if nxt.status == "INFEASIBLE" else "budget"
+        if nxt.status != "INFEASIBLE":
+            return "budget"
+        # compute-optimal GPU-days grow as params^2 (Chinchilla's tokens and the FLOPs per token both ~ params): an
+        # answer within the grid's step of the budget would be over it at the next size even if that size fitted
+        at_next = (self.best.gpu_days or 0.0) * (nxt.params / self.best.params) ** 2
+        return "memory" if at_next <= self.budget_gpu_days else "budget"
 
     def as_dict(self) -> dict:
         best = asdict(self.best) if self.best else None
