@@ -106,14 +106,15 @@ def test_cli_network_report(tmp_path, capsys):
     y = _cluster(tmp_path, _three())
     assert main(["network", "report", y, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["snapshots"] == 3 and d["node_names"] == ["a", "b", "c"]
+    assert d["snapshots"] == 3 and d["cluster_snapshots"] == 3 and d["node_names"] == ["a", "b", "c"]
     assert d["most_variable"][0]["src_name"] == "a" and d["most_variable"][0]["dst_name"] == "b"
     assert main(["network", "report", y, "--top", "1"]) == 0
     text = capsys.readouterr().out
     assert "3 snapshot(s) of 3 nodes" in text and "most variable" in text
     csvs = [str(tmp_path / f"s{k}.csv") for k in range(3)]
     assert main(["network", "report", *csvs, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["links"] == 6
+    d = json.loads(capsys.readouterr().out)
+    assert d["links"] == 6 and d["cluster_snapshots"] is None
 
 
 def test_cli_network_report_bad_input(tmp_path, capsys):
@@ -443,6 +444,10 @@ def test_report_of_one_matrix_lists_no_spread(capsys):
     assert out.startswith("dgx-h100-32: no bandwidth snapshots (network.bandwidth_snapshots)")
     assert "1 snapshot(s)" not in out
     assert "most variable links" not in out and "coefficient of variation" not in out
+    # --json says it too: the one matrix reported is the main one, the cluster has no snapshots
+    assert main(["network", "report", "clusters/dgx-h100-32.yaml", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["snapshots"] == 1 and d["cluster_snapshots"] == 0
 
 
 def test_replan_refuses_a_solutions_unknown_robust_objective(tmp_path, capsys):

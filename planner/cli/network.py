@@ -69,7 +69,9 @@ def _report(args) -> int:
     except ValueError as e:
         raise SpecError(args.inputs[0], "network.bandwidth_snapshots", str(e)) from None
     if args.json:
-        print_json({"source": source, **rep.to_dict()})
+        # cluster_snapshots: the cluster's own network.bandwidth_snapshots (0: none, its main matrix reported; null
+        # for CSV inputs), since `snapshots` counts the matrices reported, the main one included
+        print_json({"source": source, "cluster_snapshots": own, **rep.to_dict()})
         return 0
     out = sys.stdout
     if own == 0:        # tryout 8: "1 snapshot(s)" read as if the cluster had one; it has none, only its main matrix
