@@ -20,7 +20,6 @@ import sys
 from planner.costs.learned import row_case
 from planner.costs.memory import held_forwards
 
-
 # what costs.learned.row_case reads when an older sample file has no such column
 DEFAULT_WHEN_MISSING = {"attention": "unfused"}
 # measured columns that older files did not record: dropping them loses a reading, not the row's meaning

@@ -160,6 +160,10 @@ def tp_overlap_saving(spec, cfg: ParallelConfig, costs: Costs) -> tuple[float, f
         # and waited at its first use (the published-recipe rows state tp_backward_overlap false for torchtitan)
         return 0.0, tp_backward_saving(parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg)),
                                        cfg.sequence_parallel)
+    if cfg.sequence_parallel and cfg.zero != 3:
+        # the other collectives wait, but the input re-gather still runs under the dgrad GEMM (Megatron issues it
+        # async whatever the flag: the exposed part beyond it is an added cost)
+        return 0.0, -tp_regather_exposed(parts_of(spec.model, spec.cluster, *cpar.shard_view(spec.training, cfg)))
     return 0.0, 0.0
 
 
@@ -274,7 +278,13 @@ def tp_backward_saving(parts: dict, sequence_parallel: bool) -> float:
     runs an all-gather of the output gradient before each row-parallel GEMM (proj, fc2: exposed, half an all-reduce
     each) and, in each column-parallel GEMM, an all-gather of the saved input during the input-gradient GEMM and a
     reduce-scatter of the input gradient during the weight-gradient GEMM (half an all-reduce each, exposed only
-    beyond their GEMM). The wgrad / dgrad GEMMs have the forward GEMM's FLOPs (parts["gemm_column"])."""
+    beyond their GEMM). The wgrad / dgrad GEMMs have the forward GEMM's FLOPs (parts["gemm_column"]).
+
+    The re-gather is the backward's third pair of collectives beyond the two all-reduces' worth the compute model
+    charges (Transformer Engine too: layernorm_linear.py / layernorm_mlp.py gather ln_out with async_op=True before
+    the dgrad GEMM under sequence parallelism, NVIDIA/TransformerEngine main 2025). Where the column GEMMs are shorter
+    than their collectives, the exposed time exceeds what is charged: the saving is then negative (an added cost),
+    not zero."""
     ar = parts["tp_comm"] / 2
     cols = parts.get("gemm_column", ())
     if sequence_parallel:
@@ -282,7 +292,17 @@ def tp_backward_saving(parts: dict, sequence_parallel: bool) -> float:
         exposed = 2 * half + sum(2 * max(0.0, half - g) for g in cols)
     else:
         exposed = sum(max(0.0, ar - g) for g in cols)
-    return max(0.0, 2 * ar - exposed) if cols else 0.0
+    return 2 * ar - exposed if cols else 0.0
+
+
+def tp_regather_exposed(parts: dict) -> float:
+    """Seconds of one layer's sequence-parallel input re-gathers (QKV, fc1; half an all-reduce each) not hidden by
+    their input-gradient GEMMs, where the backward's other collectives wait: Megatron-Core issues the re-gather with
+    async_op=True before the dgrad GEMM and waits after it (tensor_parallel/layers.py,
+    LinearWithGradAccumulationAndAsyncCommunication.backward), TE likewise (layernorm_linear.py). The compute model's
+    two all-reduces per layer do not include it."""
+    half = parts["tp_comm"] / 4
+    return sum(max(0.0, half - g) for g in parts.get("gemm_column", ()))
 
 
 def stage_times(spec, cfg: ParallelConfig, costs: Costs) -> list:
