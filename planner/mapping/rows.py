@@ -205,18 +205,16 @@ def _arrangements(sets, pm, cyc, val, D, hop, wrap, emb, ring_floor, limit, path
     # candidates per row d: (set slot, cycle index within the set, alignment) -> nodes by column, ring value
     cand = []
     for d in range(R):
+        G = D[:1] if d == 0 else D
         slot, nodes, ring = [], [], []
-        for t, s in enumerate(sets):
-            for c in range(len(cyc[s])):
-                v = int(val[s][d, c])
-                if v + path_lb + ef > limit:
-                    continue
-                for g in (D[:1] if d == 0 else D):
-                    slot.append(t)
-                    nodes.append(cyc[s][c][g])
-                    ring.append(v)
-        cand.append((np.array(slot, dtype=np.int64), np.array(nodes, dtype=np.int64).reshape(-1, K),
-                     np.array(ring, dtype=np.int64)))
+        for t, s in enumerate(sets):            # per set: its cycles under the limit x the alignments, cycle-major
+            v = np.asarray(val[s][d], dtype=np.int64)
+            keep = v + path_lb + ef <= limit
+            c = np.asarray(cyc[s], dtype=np.int64).reshape(-1, K)[keep]
+            slot.append(np.full(len(c) * len(G), t, dtype=np.int64))
+            nodes.append(c[:, G].reshape(-1, K))
+            ring.append(np.repeat(v[keep], len(G)))
+        cand.append((np.concatenate(slot), np.concatenate(nodes), np.concatenate(ring)))
     slot, nodes, rv = cand[0]
     used = np.left_shift(1, slot)
     first = last = nodes
@@ -228,9 +226,14 @@ def _arrangements(sets, pm, cyc, val, D, hop, wrap, emb, ring_floor, limit, path
         slot, nodes, rv = cand[d]
         if not len(used) or not len(slot):
             return None, scored, True
-        ok = (used[:, None] >> slot[None, :]) & 1 == 0
-        if int(ok.sum()) > max_items:
+        # the pairs (partial arrangement, candidate of a set it has not placed), counted per set before the
+        # used x candidates table is built: that table alone can run to 1e9 entries (two-tier networks: 2,520
+        # fast 8-cycles inside a rack of 8)
+        per_set = np.bincount(slot, minlength=R)
+        free = np.array([int(np.count_nonzero((used >> t) & 1 == 0)) for t in range(R)], dtype=np.int64)
+        if int(per_set @ free) > max_items:
             return None, scored, False
+        ok = (used[:, None] >> slot[None, :]) & 1 == 0
         si, ci = np.nonzero(ok)
         scored += len(si)
         u_new = used[si] | np.left_shift(1, slot[ci])
