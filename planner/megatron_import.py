@@ -432,8 +432,8 @@ def read_run(line: LaunchLine, gpus: int, file: str | None = None, vocab_size: i
     first, last = a.int(F["first_stage_layers"]), a.int(F["last_stage_layers"])
     emb, loss = a.given(F["account_embedding"]), a.given(F["account_loss"])
     if pp == 1:
-        for flag, v in ((F["first_stage_layers"], first), (F["last_stage_layers"], last), (F["account_embedding"],
-                                                                                        emb), (F["account_loss"], loss)):
+        for flag, v in ((F["first_stage_layers"], first), (F["last_stage_layers"], last),
+                        (F["account_embedding"], emb), (F["account_loss"], loss)):
             if v:
                 raise a.refuse(flag, "splits the pipeline: needs --pipeline-model-parallel-size > 1")
     sp = a.given(F["sequence_parallel"])
