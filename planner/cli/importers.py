@@ -116,7 +116,7 @@ def _nccl(args) -> int:
 def _megatron(args) -> int:
     from planner import megatron_import as mi
     from planner.errors import SpecError
-    from planner.io import check_out, print_json, write_yaml
+    from planner.io import check_out, print_json, read_text_file, write_yaml
     from planner.spec.plan import load_cluster
     for flag in ("vocab_size", "world_size"):
         v = getattr(args, flag)
@@ -124,7 +124,7 @@ def _megatron(args) -> int:
             raise SpecError(None, "--" + flag.replace("_", "-"), f"must be a positive integer, got {v}")
     out = check_out(args.output, "--output", {args.args: "the Megatron-LM arguments", args.cluster: "the cluster"})
     cluster = load_cluster(args.cluster)
-    line = mi.parse_launch(imp.read_text(args.args), args.args)
+    line = mi.parse_launch(read_text_file(args.args), args.args)      # bounded: a regular UTF-8 file <= 10 MiB
     run = mi.read_run(line, cluster.num_gpus, args.args, args.vocab_size, args.world_size)
     name = args.name or os.path.splitext(os.path.basename(out))[0]
     ref = os.path.relpath(os.path.abspath(args.cluster), os.path.dirname(out))
