@@ -24,6 +24,29 @@ from planner.spec.plan import FP8_RECIPES, PRECISIONS
 
 _WORKER_INTS = ("stage", "tp_rank", "dp_rank", "node", "gpu")
 
+# The Megatron-LM flag of each plan setting, the one table `megatron_args` writes and `planner import megatron`
+# (planner/megatron_import.py) reads; every name is an option of Megatron-LM's parser at d98e8a64
+# (planner/data/megatron_flags.json, tests/test_import_megatron.py)
+MEGATRON_FLAG = {
+    "tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size", "cp": "--context-parallel-size",
+    "cp_comm": "--cp-comm-type", "micro_batch_size": "--micro-batch-size", "global_batch_size": "--global-batch-size",
+    "vpp": "--num-virtual-stages-per-pipeline-rank", "sequence_parallel": "--sequence-parallel",
+    "first_stage_layers": "--decoder-first-pipeline-num-layers",
+    "last_stage_layers": "--decoder-last-pipeline-num-layers",
+    "account_embedding": "--account-for-embedding-in-pipeline-split",
+    "account_loss": "--account-for-loss-in-pipeline-split",
+    "selective": "--recompute-activations", "recompute_granularity": "--recompute-granularity",
+    "recompute_method": "--recompute-method", "recompute_num_layers": "--recompute-num-layers",
+    "zero": "--use-distributed-optimizer", "bf16": "--bf16", "fp16": "--fp16", "fp8_format": "--fp8-format",
+    "fp8_recipe": "--fp8-recipe", "fp8_param_gather": "--fp8-param-gather",
+    "fp8_amax_history_len": "--fp8-amax-history-len", "fp8_amax_compute_algo": "--fp8-amax-compute-algo",
+    "grad_reduce_in_fp32": "--accumulate-allreduce-grads-in-fp32", "grad_reduce_in_bf16": "--grad-reduce-in-bf16",
+    "attention_backend": "--attention-backend", "transformer_impl": "--transformer-impl",
+    "overlap.grad_reduce": "--overlap-grad-reduce", "overlap.bucket_size": "--ddp-bucket-size",
+    "overlap.param_gather": "--overlap-param-gather", "overlap.tp_comm": "--tp-comm-overlap",
+    "overlap.no_p2p": "--no-overlap-p2p-communication"}
+F = MEGATRON_FLAG
+
 
 def _workers(solution: dict, file: str | None) -> list[dict]:
     mapping = solution.get("mapping")
@@ -90,11 +113,12 @@ def attention_backend_args(solution: dict, file: str | None = None, gpu_type: st
     if attention == "unfused":
         from planner.spec.cluster import AMPERE_CC, compute_capability
         cc = compute_capability(gpu_type)
-        return ["--transformer-impl local"] if cc is not None and cc < AMPERE_CC else ["--attention-backend unfused"]
+        return [f"{F['transformer_impl']} local"] if cc is not None and cc < AMPERE_CC else [
+            f"{F['attention_backend']} unfused"]
     b = _attention_backend(solution, file)
     if b is None:
         return []
-    return [f"--attention-backend {MEGATRON_ATTENTION_BACKEND[b]}"]
+    return [f"{F['attention_backend']} {MEGATRON_ATTENTION_BACKEND[b]}"]
 
 
 # NVIDIA/Megatron-LM @ 50b073cc docs/source/api-guide/dist_optimizer.md: bytes per parameter with the distributed
@@ -123,23 +147,24 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
             "export it with --format deepspeed (DeepSpeed's ZeRO stage 2 shards both)" if why is None else
             f"DeepSpeed's ZeRO stage 2 cannot run it either ({why[0]}: {why[1]}); solve again with "
             "search.zero [1] (Megatron's distributed optimizer) or [3] (torchtitan's FSDP)"))
-    args = [f"--tensor-model-parallel-size {c['tp']}", f"--pipeline-model-parallel-size {c['pp']}",
-            f"--micro-batch-size {c['micro_batch_size']}", f"--global-batch-size {global_batch(c)}"]
+    args = [f"{F['tp']} {c['tp']}", f"{F['pp']} {c['pp']}", f"{F['micro_batch_size']} {c['micro_batch_size']}",
+            f"{F['global_batch_size']} {global_batch(c)}"]
     args += context_parallel_args(solution, c, file)
     if virtual_stages(c):
         # Megatron-LM's flag (megatron/training/arguments.py @ d98e8a64; it also asserts it, not layers per
         # virtual stage, with an uneven split); --virtual-pipeline-model-parallel-size is not an argparse flag
-        args.append(f"--num-virtual-stages-per-pipeline-rank {virtual_stages(c)}")
+        args.append(f"{F['vpp']} {virtual_stages(c)}")
     args += uneven_stage_args(c)
     if c.get("sequence_parallel"):
-        args.append("--sequence-parallel")
+        args.append(F["sequence_parallel"])
     rc = c.get("recompute", "none")
     if rc == "selective":
-        args.append("--recompute-activations")
+        args.append(F["selective"])
     elif rc == "full":
-        args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+        args += [f"{F['recompute_granularity']} full", f"{F['recompute_method']} uniform",
+                 f"{F['recompute_num_layers']} 1"]
     if int(c.get("zero", 0)) >= 1:
-        args.append("--use-distributed-optimizer")
+        args.append(F["zero"])
     recorded = solution.get("precision")
     precision = recorded or "bf16"
     if precision not in PRECISIONS:
@@ -152,7 +177,7 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
     else:
         recipe = None
     if precision in ("bf16", "fp16"):
-        args.append(f"--{precision}")          # Megatron-LM trains in fp32 without one of them
+        args.append(F[precision])          # Megatron-LM trains in fp32 without one of them
     if recorded is None:
         args.append("# precision: not in this solution (written before planner recorded 16-bit precisions); --bf16 "
                     "assumed: for an fp16 spec write --fp16 and drop --grad-reduce-in-bf16")
@@ -162,9 +187,9 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
         # megatron/training/arguments.py turns fp32 accumulation on with --bf16 unless --grad-reduce-in-bf16; with
         # --fp16 the buffer is fp16 by default
         if solution.get("grad_reduce_in_fp32"):
-            args.append("--accumulate-allreduce-grads-in-fp32")
+            args.append(F["grad_reduce_in_fp32"])
         elif precision in ("bf16", "fp8"):
-            args.append("--grad-reduce-in-bf16")
+            args.append(F["grad_reduce_in_bf16"])
     args += overlap_args(solution.get("overlap"), c, solution.get("pipeline_engine", "megatron"))
     if solution.get("pipeline_engine", "megatron") == "megatron":
         args += nemo_recipe(solution, c, precision, recipe, file)
@@ -207,7 +232,7 @@ def context_parallel_args(solution: dict, c: dict, file: str | None) -> list[str
     cp = int(c.get("cp", 1))
     if cp == 1:
         return []
-    return [f"--context-parallel-size {cp}", f"--cp-comm-type {megatron_cp_comm(solution, file)}"]
+    return [f"{F['cp']} {cp}", f"{F['cp_comm']} {megatron_cp_comm(solution, file)}"]
 
 
 def megatron_cp_comm(solution: dict, file: str | None) -> str:
@@ -225,13 +250,13 @@ def uneven_stage_args(c: dict) -> list[str]:
     --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split). Nothing for an even split."""
     out = []
     if c.get("first_stage_layers") is not None:
-        out.append(f"--decoder-first-pipeline-num-layers {int(c['first_stage_layers'])}")
+        out.append(f"{F['first_stage_layers']} {int(c['first_stage_layers'])}")
     if c.get("last_stage_layers") is not None:
-        out.append(f"--decoder-last-pipeline-num-layers {int(c['last_stage_layers'])}")
+        out.append(f"{F['last_stage_layers']} {int(c['last_stage_layers'])}")
     if c.get("account_embedding"):
-        out.append("--account-for-embedding-in-pipeline-split")
+        out.append(F["account_embedding"])
     if c.get("account_loss"):
-        out.append("--account-for-loss-in-pipeline-split")
+        out.append(F["account_loss"])
     return out
 
 
@@ -249,11 +274,11 @@ def fp8_args(param_gather: bool = False, recipe: str = "delayed") -> list[str]:
     (NVIDIA/NeMo @ 8cfedd72, same file) keeps the first and the last transformer layer in bf16 unless told
     otherwise, which the plan does not (every layer's GEMMs in fp8, as Megatron-Bridge's performance recipes run it:
     first_last_layers_bf16 = False), and turns on fp8_param_gather."""
-    pg = ["--fp8-param-gather"] if param_gather else []
+    pg = [F["fp8_param_gather"]] if param_gather else []
     if recipe == "tensorwise":
-        return ["--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise", *pg]
-    return ["--bf16", "--fp8-format hybrid", "--fp8-recipe delayed", "--fp8-amax-history-len 1024",
-            "--fp8-amax-compute-algo max", *pg]
+        return [F["bf16"], f"{F['fp8_format']} hybrid", f"{F['fp8_recipe']} tensorwise", *pg]
+    return [F["bf16"], f"{F['fp8_format']} hybrid", f"{F['fp8_recipe']} delayed", f"{F['fp8_amax_history_len']} 1024",
+            f"{F['fp8_amax_compute_algo']} max", *pg]
 
 
 def overlap_args(overlap: dict | None, c: dict, engine: str) -> list[str]:
@@ -266,15 +291,15 @@ def overlap_args(overlap: dict | None, c: dict, engine: str) -> list[str]:
         return []
     out = []
     if overlap.get("grad_reduce"):
-        out.append("--overlap-grad-reduce")
+        out.append(F["overlap.grad_reduce"])
         if overlap.get("bucket_size"):
-            out.append(f"--ddp-bucket-size {int(overlap['bucket_size'])}")
+            out.append(f"{F['overlap.bucket_size']} {int(overlap['bucket_size'])}")
     if overlap.get("param_gather") and overlap.get("grad_reduce") and int(c.get("zero", 0)) >= 1:
-        out.append("--overlap-param-gather")
+        out.append(F["overlap.param_gather"])
     if overlap.get("tp_comm") and c.get("sequence_parallel") and c["tp"] > 1:
-        out.append("--tp-comm-overlap")
+        out.append(F["overlap.tp_comm"])
     if c.get("schedule") == "interleaved" and c["pp"] > 1 and not overlap.get("p2p", True):
-        out.append("--no-overlap-p2p-communication")
+        out.append(F["overlap.no_p2p"])
     return out
 
 

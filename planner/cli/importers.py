@@ -1,4 +1,5 @@
-"""`planner import mpigraph LOG` and `planner import nccl-tests OUT`: other tools' measurements in our formats."""
+"""`planner import mpigraph LOG` and `planner import nccl-tests OUT`: other tools' measurements in our formats;
+`planner import megatron ARGS`: a Megatron-LM run as a plan spec."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -9,7 +10,7 @@ from planner.profile import importers as imp
 
 
 def register(subparsers):
-    p = subparsers.add_parser("import", help="import mpiGraph matrices or nccl-tests tables")
+    p = subparsers.add_parser("import", help="import mpiGraph matrices, nccl-tests tables or a Megatron-LM run")
     sub = p.add_subparsers(dest="import_kind", metavar="KIND")
     sub.required = True
 
@@ -33,6 +34,22 @@ def register(subparsers):
                    help="which columns to keep (default: out-of-place, or the only one a table holds)")
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=_nccl)
+
+    g = sub.add_parser("megatron", help="a Megatron-LM pretrain command line -> plan spec (model, training, the run's "
+                                        "configuration) and the planner estimate command that costs it")
+    g.add_argument("args", metavar="ARGS", help="file with the pretrain command line or its arguments (`\\` "
+                                                "continuations and `#` comments allowed; a torchrun prefix is skipped)")
+    g.add_argument("-o", "--output", required=True, metavar="SPEC", help="plan spec YAML to write")
+    g.add_argument("--cluster", required=True, help="cluster YAML the run ran on (referenced from the spec)")
+    g.add_argument("--free", action="store_true",
+                   help="write the usual open search space (what would you change) instead of the run's alone")
+    g.add_argument("--vocab-size", type=int, default=None,
+                   help="the tokenizer's vocabulary when the line does not give it (padded as Megatron-LM pads it)")
+    g.add_argument("--world-size", type=int, default=None,
+                   help="the run's GPU count (default: torchrun's --nnodes x --nproc-per-node, else the cluster's)")
+    g.add_argument("--name", default=None, help="spec and model name (default: the output file's name)")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=_megatron)
 
 
 def _mpigraph(args) -> int:
@@ -93,4 +110,48 @@ def _nccl(args) -> int:
                     "rows": [r.__dict__ for r in table.rows]})
     elif not args.output:
         sys.stdout.write(text)
+    return 0
+
+
+def _megatron(args) -> int:
+    from planner import megatron_import as mi
+    from planner.errors import SpecError
+    from planner.io import check_out, print_json, read_text_file, write_yaml
+    from planner.spec.plan import load_cluster
+    for flag in ("vocab_size", "world_size"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise SpecError(None, "--" + flag.replace("_", "-"), f"must be a positive integer, got {v}")
+    out = check_out(args.output, "--output", {args.args: "the Megatron-LM arguments", args.cluster: "the cluster"})
+    cluster = load_cluster(args.cluster)
+    line = mi.parse_launch(read_text_file(args.args), args.args)      # bounded: a regular UTF-8 file <= 10 MiB
+    run = mi.read_run(line, cluster.num_gpus, args.args, args.vocab_size, args.world_size)
+    name = args.name or os.path.splitext(os.path.basename(out))[0]
+    ref = os.path.relpath(os.path.abspath(args.cluster), os.path.dirname(out))
+    data = mi.build_spec(run, name, ref, os.path.basename(args.args), args.free)
+    mi.check_spec(data, out, run, args.args, args.free)
+    write_yaml(out, data)
+    cmd = mi.estimate_command(args.output, run.config)
+    ignored = mi.not_read(line, run)
+    warn = []
+    if line.unknown:
+        warn.append(f"not Megatron-LM flags at {mi.megatron_flags()['commit'][:8]} (another version's?), not read: "
+                    + " ".join(line.unknown))
+    if ignored:
+        warn.append("Megatron-LM flags the plan does not read (no counterpart in the planner; check none changes "
+                    "the run's speed or memory): " + " ".join(ignored))
+    if line.repeated:
+        warn.append("given more than once (the last value kept, as argparse does): " + " ".join(line.repeated))
+    if args.json:
+        print_json({"spec": out, "config": run.config.as_dict(), "world_size": run.world_size, "model": data["model"],
+                    "training": run.training, "search": data["search"], "assumed": run.notes, "warnings": warn,
+                    "estimate_command": cmd})
+    else:
+        for n in run.notes:
+            print(f"planner: assumed: {n}", file=sys.stderr)
+        for w in warn:
+            print(f"planner: warning: {args.args}: {w}", file=sys.stderr)
+        print(f"{run.config.label()} on {run.world_size} GPUs -> {args.output}"
+              + (" (open search space: planner solve answers what to change)" if args.free else ""), file=sys.stderr)
+        print(cmd)
     return 0

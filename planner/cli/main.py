@@ -31,7 +31,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("estimate", "estimate one given plan (iteration time, memory), no search", "planner.cli.estimate"),
     Command("export", "launch arguments and rank order that realise a solution", "planner.cli.export"),
     Command("fit", "fit an estimator (memory, compute, ...) on profiled samples", "planner.cli.fit"),
-    Command("import", "import mpiGraph matrices or nccl-tests tables", "planner.cli.importers"),
+    Command("import", "import mpiGraph matrices, nccl-tests tables or a Megatron-LM run", "planner.cli.importers"),
     Command("network", "inspect measured networks (bandwidth snapshots)", "planner.cli.network"),
     Command("profile", "measure costs (memory, compute, network) into sample files", "planner.cli.profile"),
     Command("replan", "re-plan a solution without some nodes (failed or slow)", "planner.cli.replan"),

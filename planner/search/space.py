@@ -116,7 +116,9 @@ def _configs(spec, G: int, tp: int, cp: int, dropped=None) -> Iterator[ParallelC
     # they do not depend on dp or on which of ZeRO 0-2
     megatron_cp = cp == 1 or cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, cp=cp)) is None
     for pp in divisors(G // w):
-        if model.num_layers % pp and not (s.uneven_stages and pp > 1):
+        if s.pipeline_parallel and pp not in s.pipeline_parallel:
+            continue
+        if model.num_layers % pp and not ((s.uneven_stages or s.pipeline_split) and pp > 1):
             continue
         dp = G // (w * pp)
         if tr.global_batch_size % dp:
@@ -213,8 +215,18 @@ def uneven_splits(num_layers: int, pp: int, chunks: int, deficits) -> list[tuple
 
 
 def _splits(spec, pp: int, chunks: int, uneven_ok: bool = True):
-    """The even split when legal, then the uneven ones the spec asks for (Megatron-Core's schedules only)."""
+    """The even split when legal, then the uneven ones the spec asks for (Megatron-Core's schedules only); with
+    search.pipeline_split that split alone."""
     L = spec.model.num_layers
+    pinned = spec.search.pipeline_split
+    if pinned is not None:        # the one split asked for, where Megatron-Core's rule takes it
+        if uneven_ok:
+            try:
+                split_layers(L, pp, chunks, *pinned)
+            except ValueError:
+                return
+            yield pinned
+        return
     if L % (pp * chunks) == 0:
         yield EVEN
     if uneven_ok:

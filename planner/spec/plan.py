@@ -215,6 +215,13 @@ class SearchSpec:
     """Uneven first / last pipeline stages to try (Megatron-Core --decoder-first/last-pipeline-num-layers): how
     many layers per model chunk the first and the last stage may hold fewer than a middle stage (search.space
     uneven_splits). `auto` = (0, 1, 2); `none` = () (even splits only)."""
+    pipeline_parallel: tuple | None = None
+    """Pipeline-parallel degrees to try; None (auto): every degree the GPUs and the layers allow (search.space)."""
+    pipeline_split: tuple | None = None
+    """The one pipeline split searched, as ParallelConfig's (first_stage_layers, last_stage_layers,
+    account_embedding, account_loss): Megatron-Core's --decoder-first/last-pipeline-num-layers and
+    --account-for-embedding/loss-in-pipeline-split, taken wherever it is legal; `planner import megatron` pins a
+    run's split with it. None: the even split and search.uneven_stages."""
     context_parallel: tuple | None = (1,)
     """Context-parallel degrees to try (Megatron-Core --context-parallel-size); the tp * cp group fills part of a node
     or whole nodes. Default (1,): no context parallelism, the search space of specs written before it existed.
@@ -577,6 +584,27 @@ def _uneven_stages(f: Fields):
     return tuple(sorted(set(v)))
 
 
+def _pipeline_split(f: Fields):
+    """search.pipeline_split: absent (None), or one uneven split {first_stage_layers, last_stage_layers,
+    account_embedding, account_loss} with Megatron-Core's rule that the explicit counts and the accounted embedding /
+    loss exclude each other; not with search.uneven_stages (the split is pinned, not searched)."""
+    if f.raw("pipeline_split", None) is None:
+        return DEFAULT
+    if f.has("uneven_stages"):
+        raise f.error("pipeline_split", "pins the one split searched; search.uneven_stages searches splits: give one "
+                      "of them")
+    g = f.sub("pipeline_split")
+    first, last = g.int("first_stage_layers", None), g.int("last_stage_layers", None)
+    emb, loss = g.bool("account_embedding", False), g.bool("account_loss", False)
+    g.done()
+    if (first is not None or last is not None) and (emb or loss):
+        raise f.error("pipeline_split", "first_stage_layers / last_stage_layers cannot be set with account_embedding "
+                      "/ account_loss (Megatron-Core refuses both)")
+    if first is None and last is None and not (emb or loss):
+        raise f.error("pipeline_split", "names no uneven split (write search.uneven_stages: none for the even split)")
+    return (first, last, emb, loss)
+
+
 def _dp_shard(f: Fields, cluster: ClusterSpec):
     """search.dp_shard: absent (the dataclass default: 0 only), 'auto' (0 and the divisors > 1 of gpus_per_node) or
     a list of 0 and shard-group sizes > 1 that divide gpus_per_node (HSDP's shard group stays inside a node)."""
@@ -611,6 +639,8 @@ def _parse_search(f: Fields, cluster: ClusterSpec) -> SearchSpec:
         memory_margin=f.float("memory_margin", DEFAULT, positive=False, min_value=0.0, max_value=0.9),
         top_k=f.int("top_k", DEFAULT),
         uneven_stages=_uneven_stages(f),
+        pipeline_parallel=_pos_ints(f, "pipeline_parallel"),
+        pipeline_split=_pipeline_split(f),
         context_parallel=None if f.raw("context_parallel", None) == "auto" else (
             _pos_ints(f, "context_parallel") or DEFAULT),      # absent: (1,), no context parallelism
         dp_shard=_dp_shard(f, cluster),

@@ -1,0 +1,246 @@
+"""planner import megatron: a Megatron-LM launch line -> plan spec, export -> import round trips, refusals."""
+import glob
+import json
+import os
+
+import pytest
+
+from planner import megatron_import as mi
+from planner.cli.main import main
+from planner.config import ParallelConfig
+from planner.errors import SpecError
+from planner.export import MEGATRON_FLAG, megatron_args, split_megatron_args
+from planner.search.space import enumerate_configs
+from planner.solution import load_solution, solution_spec_path
+from planner.spec import load_spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data", "megatron")
+H100_1 = """name: h100-1
+gpu: {type: H100-SXM5-80GB, memory_GiB: 79.6, peak_tflops: {bf16: 989, fp16: 989, fp8: 1979, fp32: 67}}
+nodes: 1
+gpus_per_node: 8
+network:
+  intra_node: {bandwidth_GBps: 450, latency_us: 3}
+  inter_node: {bandwidth_Gbps: 400, nics_per_node: 8, latency_us: 5}
+"""
+
+
+def test_flag_names_are_megatron_lm_options():
+    # every flag export writes and import reads is an option of Megatron-LM's parser at the table's commit
+    # (planner/data/megatron_flags.json, built from NVIDIA/Megatron-LM @ d98e8a64 by benchmarks/megatron_flags.py)
+    table = mi.megatron_flags()
+    assert table["commit"].startswith("d98e8a64")
+    names = set(MEGATRON_FLAG.values()) | set(mi.REFUSED) | {"--num-layers", "--hidden-size", "--swiglu",
+                                                               "--padded-vocab-size", "--num-query-groups"}
+    assert not names - set(table["flags"])
+    assert "--virtual-pipeline-model-parallel-size" not in table["flags"]     # not an argparse flag there
+
+
+def _model_flags(model, seq: int) -> list[str]:
+    """The model's Megatron-LM flags (the padded vocabulary, as Megatron-LM builds the embedding)."""
+    out = [f"--num-layers {model.num_layers}", f"--hidden-size {model.hidden_size}",
+           f"--num-attention-heads {model.num_attention_heads}", f"--ffn-hidden-size {model.ffn_hidden_size}",
+           f"--seq-length {seq}", f"--max-position-embeddings {max(seq, model.max_position_embeddings)}",
+           f"--padded-vocab-size {model.vocab_size}"]
+    if model.num_kv_heads != model.num_attention_heads:
+        out.append(f"--group-query-attention --num-query-groups {model.num_kv_heads}")
+    if model.family == "llama":
+        out.append("--swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear")
+    if not model.tied_embeddings:
+        out.append("--untie-embeddings-and-output-weights")
+    return out
+
+
+def _effective_overlap(o: dict, cfg: ParallelConfig) -> dict:
+    """The overlap settings that act on this configuration (export writes only those)."""
+    return {"grad_reduce": o["grad_reduce"], "param_gather": o["param_gather"] and cfg.zero >= 1,
+            "tp_comm": o["tp_comm"] and cfg.sequence_parallel and cfg.tp > 1,
+            "p2p": o["p2p"] or not (cfg.schedule == "interleaved" and cfg.pp > 1),
+            "bucket_size": o.get("bucket_size") if o["grad_reduce"] else None}
+
+
+MEGATRON_SOLUTIONS = [p for p in sorted(glob.glob(os.path.join(ROOT, "solutions", "*.yaml")))
+                      if (load_solution(p).get("config") or {}).get("zero", 0) < 2
+                      and load_solution(p).get("pipeline_engine", "megatron") == "megatron"]
+
+
+def test_round_trip_covers_the_shipped_megatron_plans():
+    assert len(MEGATRON_SOLUTIONS) >= 8
+
+
+@pytest.mark.parametrize("path", MEGATRON_SOLUTIONS, ids=os.path.basename)
+def test_export_import_round_trip(path):
+    sol = load_solution(path)
+    spec = load_spec(solution_spec_path(sol, path))
+    flags, _ = split_megatron_args(megatron_args(sol, path, spec.cluster.gpu.type))
+    cfg = ParallelConfig.from_dict(sol["config"], path)
+    text = "torchrun pretrain_gpt.py " + " ".join(_model_flags(spec.model, spec.training.seq_length) + flags)
+    run = mi.read_run(mi.parse_launch(text), cfg.num_gpus)
+    assert run.config == cfg
+    m = spec.model
+    assert {k: v for k, v in run.model.items() if k != "name"} == {
+        "family": m.family, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads, "num_kv_heads": m.num_kv_heads,
+        "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size, "tied_embeddings": m.tied_embeddings,
+        "max_position_embeddings": max(spec.training.seq_length, m.max_position_embeddings)}
+    t, tr = spec.training, run.training
+    assert (tr["global_batch_size"], tr["seq_length"], tr["precision"]) == (t.global_batch_size, t.seq_length,
+                                                                            t.precision)
+    assert tr.get("grad_reduce_in_fp32", False) == (t.grad_reduce_in_fp32 and t.precision != "fp32")
+    assert tr.get("attention", "fused") == t.attention
+    assert tr.get("attention_backend", "auto") == t.attention_backend
+    if t.precision == "fp8":
+        assert (tr["fp8_recipe"], tr["fp8_param_gather"]) == (t.fp8_recipe, t.fp8_param_gather)
+    if cfg.cp > 1:
+        assert tr["cp_comm"] == sol["cp_comm"]
+    # the solution's overlap is the spec's as it runs on the GPU (tp_comm off before Ampere)
+    assert _effective_overlap(tr["overlap"], cfg) == _effective_overlap(sol["overlap"], cfg)
+
+
+def _write(tmp_path, text, name="run.sh"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_gpt3_175b_example_line(tmp_path, capsys):
+    # tests/data/megatron/gpt3_175b.sh: NVIDIA/Megatron-LM @ d98e8a64 examples/gpt3/train_gpt3_175b_distributed.sh
+    out = tmp_path / "gpt3.yaml"
+    assert main(["import", "megatron", os.path.join(DATA, "gpt3_175b.sh"), "-o", str(out), "--cluster",
+                 os.path.join(ROOT, "clusters", "dgx-h100-16x8.yaml"), "--vocab-size", "50257"]) == 0
+    cap = capsys.readouterr()
+    assert cap.out.strip() == f"planner estimate {out} --tp 8 --pp 16 --dp 1 --mbs 1"
+    assert "--lr " in cap.err and "--data-path" in cap.err          # not read: listed, not dropped
+    spec = load_spec(str(out))
+    m = spec.model
+    assert (m.family, m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size, m.tied_embeddings) == (
+        "gpt", 96, 12288, 96, 4 * 12288, True)
+    assert m.vocab_size == 51200              # 50257 padded to a multiple of 128 x tp 8, as Megatron-LM pads it
+    assert (spec.training.global_batch_size, spec.training.seq_length, spec.training.precision) == (1536, 2048, "fp16")
+    assert not spec.training.grad_reduce_in_fp32 and not spec.training.overlap.grad_reduce
+    assert list(enumerate_configs(spec)) == [ParallelConfig(8, 16, 1, 1, 1536)]
+
+
+def test_llama3_8b_fp8_example_line(tmp_path, capsys):
+    # tests/data/megatron/llama3_8b_h100_fp8.sh: NVIDIA/Megatron-LM @ d98e8a64
+    # examples/llama/train_llama3_8b_h100_fp8.sh
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    out = tmp_path / "l8.yaml"
+    assert main(["import", "megatron", os.path.join(DATA, "llama3_8b_h100_fp8.sh"), "-o", str(out), "--cluster", cl,
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["config"] == {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 1, "num_microbatches": 16,
+                           "schedule": "1f1b", "vpp": 1, "recompute": "none", "zero": 1, "sequence_parallel": False}
+    assert d["estimate_command"].endswith("--tp 1 --pp 1 --dp 8 --mbs 1 --zero 1")
+    assert any("--apply-layernorm-1p" in w for w in d["warnings"])
+    assert any("--sequence-parallel with tp 1" in n for n in d["assumed"])
+    spec = load_spec(str(out))
+    m, t = spec.model, spec.training
+    assert (m.family, m.num_kv_heads, m.ffn_hidden_size, m.vocab_size, m.tied_embeddings) == ("llama", 8, 14336,
+                                                                                            128256, False)
+    assert (t.precision, t.fp8_recipe, t.fp8_param_gather, t.grad_reduce_in_fp32, t.attention_backend) == (
+        "fp8", "delayed", True, False, "cudnn")
+    assert t.overlap.grad_reduce and t.overlap.param_gather and not t.overlap.tp_comm
+
+
+def test_free_search_holds_the_run(tmp_path, capsys):
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    line = _write(tmp_path, "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+                            "--max-position-embeddings 4096 --swiglu --normalization RMSNorm --position-embedding-type "
+                            "rope --disable-bias-linear --untie-embeddings-and-output-weights --vocab-size 32000 "
+                            "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                            "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 3 --global-batch-size 48 "
+                            "--bf16 --sequence-parallel --recompute-activations\n")
+    out = tmp_path / "free.yaml"
+    assert main(["import", "megatron", line, "-o", str(out), "--cluster", cl, "--free"]) == 0
+    run_cfg = ParallelConfig(2, 2, 2, 3, 8, "interleaved", 4, "selective", 0, True)
+    assert capsys.readouterr().out.strip().endswith("--schedule interleaved --vpp 4 --recompute selective --sp")
+    spec = load_spec(str(out))
+    assert spec.model.ffn_hidden_size == int((4 * 4096 * 2 / 3) / 64) * 64      # Megatron-LM's --swiglu default
+    configs = list(enumerate_configs(spec))
+    assert run_cfg in configs and len(configs) > 1
+
+
+def test_uneven_split_is_pinned(tmp_path):
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    line = _write(tmp_path, "python pretrain_gpt.py --num-layers 30 --hidden-size 2048 --num-attention-heads 16 "
+                            "--seq-length 2048 --max-position-embeddings 2048 --padded-vocab-size 51200 "
+                            "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 6 "
+                            "--decoder-last-pipeline-num-layers 6 --micro-batch-size 1 --global-batch-size 16 --bf16")
+    out = tmp_path / "u.yaml"
+    assert main(["import", "megatron", line, "-o", str(out), "--cluster", cl]) == 0
+    assert list(enumerate_configs(load_spec(str(out)))) == [
+        ParallelConfig(1, 4, 2, 1, 8, first_stage_layers=6, last_stage_layers=6)]
+
+
+BASE = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
+        "--padded-vocab-size 51200 --micro-batch-size 1 --global-batch-size 16 --bf16 ")
+
+
+@pytest.mark.parametrize("extra, flag", [
+    ("--num-virtual-stages-per-pipeline-rank 2", "--num-virtual-stages-per-pipeline-rank"),   # vpp without pp > 1
+    ("--tensor-model-parallel-size nan", "--tensor-model-parallel-size"),
+    ("--tensor-model-parallel-size -2", "--tensor-model-parallel-size"),
+    ("--micro-batch-size inf", "--micro-batch-size"),
+    ("--pipeline-model-parallel-size $PP", "--pipeline-model-parallel-size"),
+    ("--num-experts 8", "--num-experts"),
+    ("--swiglu", "--normalization"),                          # SwiGLU with LayerNorm: neither family
+    ("--fp16", "--fp16"),                                     # with --bf16
+    ("--overlap-param-gather", "--overlap-param-gather"),     # without --overlap-grad-reduce
+    ("--recompute-granularity full --recompute-method block --recompute-num-layers 2", "--recompute-method"),
+    ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size"),    # the planner's rules, named by flag
+    ("--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type"),
+    ("--optimizer muon", "--optimizer"),
+])
+def test_refusals_name_the_flag(tmp_path, capsys, extra, flag):
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    line = _write(tmp_path, BASE + extra)
+    assert main(["import", "megatron", line, "-o", str(tmp_path / "s.yaml"), "--cluster", cl]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag}:" in err and "Traceback" not in err
+    assert not (tmp_path / "s.yaml").exists()
+
+
+def test_world_size_must_be_the_clusters(tmp_path, capsys):
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    line = _write(tmp_path, "torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py " + BASE)
+    assert main(["import", "megatron", line, "-o", str(tmp_path / "s.yaml"), "--cluster", cl]) == 2
+    assert "--cluster: has 8 GPUs, the run 16" in capsys.readouterr().err
+
+
+def test_unknown_and_repeated_flags_are_warned(tmp_path, capsys):
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    line = _write(tmp_path, "# a comment\n" + BASE.replace("--bf16 ", "--bf16 \\\n  # inline comment\n  ")
+                  + "--no-such-flag 3 --micro-batch-size 2\n")
+    assert main(["import", "megatron", line, "-o", str(tmp_path / "s.yaml"), "--cluster", cl, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["config"]["micro_batch_size"] == 2                 # the last value, as argparse keeps it
+    assert any("--no-such-flag" in w and "not Megatron-LM flags" in w for w in d["warnings"])
+    assert any("--micro-batch-size" in w and "more than once" in w for w in d["warnings"])
+
+
+def test_parse_errors():
+    with pytest.raises(SpecError, match="no flag and no value"):
+        mi.parse_launch("--bf16 stray")
+    with pytest.raises(SpecError, match="takes no value"):
+        mi.parse_launch("--bf16=1")
+    with pytest.raises(SpecError, match="not a shell command line"):
+        mi.parse_launch("--num-layers '2")
+    line = mi.parse_launch("--cp-comm-type p2p p2p --seq-length=4096")
+    assert line.flags == {"--cp-comm-type": ["p2p", "p2p"], "--seq-length": ["4096"]}
+
+
+def test_search_pipeline_keys(tmp_path):
+    from planner.spec.plan import parse_spec
+    base = {"model": os.path.join(ROOT, "models", "gpt3-1.3b.yaml"), "cluster": _write(tmp_path, H100_1, "c.yaml"),
+            "training": {"global_batch_size": 16, "seq_length": 2048}}
+    spec = parse_spec({**base, "search": {"pipeline_parallel": [2], "tensor_parallel": [1], "uneven_stages": "none",
+                                          "recompute": ["none"], "zero": [0], "micro_batch_sizes": [1]}})
+    assert {c.pp for c in enumerate_configs(spec)} == {2}
+    with pytest.raises(SpecError, match="search.pipeline_split"):
+        parse_spec({**base, "search": {"pipeline_split": {"first_stage_layers": 4}, "uneven_stages": [1]}})
+    with pytest.raises(SpecError, match="search.pipeline_split"):
+        parse_spec({**base, "search": {"pipeline_split": {"first_stage_layers": 4, "account_loss": True}}})
+    with pytest.raises(SpecError, match="search.pipeline_split"):
+        parse_spec({**base, "search": {"pipeline_split": {"account_loss": False}}})
