@@ -362,6 +362,15 @@ def subset_cluster(cl: ClusterSpec, gpus: int) -> ClusterSpec:
     return cl if k == cl.nodes else cl.subset(list(range(k)))
 
 
+# search fields added after sweep case ids were pinned (tests/test_sweep.py): left out of an id while at their default
+# (None), so the result files of earlier runs keep resuming
+_SEARCH_ID_LATER = ("pipeline_parallel", "pipeline_split")
+
+
+def _search_id(search) -> dict:
+    return {k: v for k, v in search.__dict__.items() if not (k in _SEARCH_ID_LATER and v is None)}
+
+
 def _stable_id(label: str, content: dict) -> str:
     blob = json.dumps(content, sort_keys=True, default=str).encode()
     return f"{label}-{hashlib.sha256(blob).hexdigest()[:8]}"
@@ -466,7 +475,7 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
                             tokens = CHINCHILLA_TOKENS_PER_PARAM * m.num_params() if tk == "chinchilla" else tk
                             content = {"model": m.__dict__, "cluster": cl.name, "cluster_file": cl.source and
                                        os.path.basename(cl.source), "gpus": g, "training": training.__dict__,
-                                       "search": search.__dict__, "solver": solver.__dict__, "tokens": tokens,
+                                       "search": _search_id(search), "solver": solver.__dict__, "tokens": tokens,
                                        "price": entry.price_per_gpu_hour_usd}
                             label = f"{m.name}-{cl.name}-{g}g-b{gbs}-s{seq}"
                             cid = _stable_id(label, content)
@@ -492,7 +501,7 @@ def parse_sweep(data, file: str | None = None) -> Sweep:
                     for b in budgets:
                         training = training_for(gbs, seq)
                         content = {"cluster": entry.cluster.name, "gpus": g, "budget": b,
-                                   "training": training.__dict__, "search": search.__dict__,
+                                   "training": training.__dict__, "search": _search_id(search),
                                    "solver": solver.__dict__, "family": sizing_family, "vocab": sizing_vocab,
                                    **({"shape": sizing_rule.id_part()} if sizing_rule.id_part() else {})}
                         sid = _stable_id(f"size-{entry.cluster.name}-{g}g-{b:g}gpud-b{gbs}-s{seq}", content)
