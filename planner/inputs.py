@@ -54,6 +54,8 @@ def spec_inputs(path: str) -> dict[str, str]:
     if isinstance(m, str):
         out[os.path.normpath(os.path.join(base, m))] = "the spec's model file"
     c = raw.get("cluster")
+    if isinstance(c, dict) and isinstance(c.get("path"), str):      # {path, gpus}: part of a cluster file
+        c = c["path"]
     if isinstance(c, str):
         cpath = os.path.normpath(os.path.join(base, c))
         out.update({k: v for k, v in cluster_inputs(cpath).items() if k not in out})

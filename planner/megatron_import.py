@@ -383,10 +383,11 @@ def _attention(a: _Args) -> dict:
 
 
 def read_run(line: LaunchLine, gpus: int, file: str | None = None, vocab_size: int | None = None,
-             world_size: int | None = None) -> ImportedRun:
+             world_size: int | None = None, gpus_per_node: int | None = None) -> ImportedRun:
     """The model, training job and configuration of a launch line on a cluster of `gpus` GPUs. world_size: the run's
     GPU count when given (else torchrun's, else the cluster's); it must be the cluster's, whose every GPU the search
-    and estimate use."""
+    and estimate use, or (given gpus_per_node) a whole number of its nodes: the spec then takes the first of them
+    (`cluster: {path, gpus}`)."""
     from planner.costs.context_parallel import MEGATRON_CP_COMM
     a, notes = _Args(line, file), []
     for flag, why in REFUSED.items():
@@ -397,10 +398,15 @@ def read_run(line: LaunchLine, gpus: int, file: str | None = None, vocab_size: i
     world = world_size or launched or gpus
     if world_size is None and launched is None:
         notes.append(f"world size not on the line: the cluster's {gpus} GPUs")
-    if world != gpus:
+    part = gpus_per_node is not None and world < gpus and world % gpus_per_node == 0
+    if world != gpus and not part:
         raise SpecError(None, "--cluster", f"has {gpus} GPUs, the run {world} ("
                         + ("--world-size" if world_size else "torchrun --nnodes x --nproc-per-node")
-                        + "): the search and estimate use every GPU of the cluster; give a cluster of the run's size")
+                        + "): the search and estimate use every GPU they are given, and the run is not a whole "
+                        "number of the cluster's nodes within it; give a cluster of the run's size")
+    if part:
+        notes.append(f"the run's {world} GPUs: the first {world // gpus_per_node} of the cluster's "
+                     f"{gpus // gpus_per_node} nodes (cluster: {{path, gpus: {world}}})")
     if world % (tp * pp * cp):
         raise a.refuse(F["tp"], f"tp x pp x cp = {tp * pp * cp} does not divide the world size {world}")
     dp = world // (tp * pp * cp)

@@ -209,6 +209,48 @@ def test_world_size_must_be_the_clusters(tmp_path, capsys):
     assert "--cluster: has 8 GPUs, the run 16" in capsys.readouterr().err
 
 
+def test_a_run_on_the_first_nodes_of_a_larger_cluster(tmp_path, capsys):
+    # one node of a 4-node cluster: the spec takes the cluster's first node ({path, gpus}), as a sweep does
+    cl = _write(tmp_path, H100_1.replace("nodes: 1", "nodes: 4").replace("name: h100-1", "name: h100-4"),
+                "h100-4.yaml")
+    line = _write(tmp_path, "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py " + BASE)
+    out = tmp_path / "s.yaml"
+    assert main(["import", "megatron", line, "-o", str(out), "--cluster", cl, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["world_size"] == 8 and any("first 1 of the cluster's 4 nodes" in n for n in d["assumed"])
+    spec = load_spec(str(out))
+    assert spec.cluster.num_gpus == 8 and spec.cluster.nodes == 1
+    # a run that is not a whole number of the cluster's nodes is still refused
+    odd = _write(tmp_path, "torchrun --nnodes 1 --nproc-per-node 4 pretrain_gpt.py " + BASE, "odd.sh")
+    assert main(["import", "megatron", odd, "-o", str(tmp_path / "o.yaml"), "--cluster", cl]) == 2
+    assert "not a whole number of the cluster's nodes" in capsys.readouterr().err
+
+
+def test_spec_cluster_path_and_gpus(tmp_path, capsys):
+    """A plan spec's cluster may be {path, gpus}: the first gpus / gpus_per_node nodes of a cluster file."""
+    import yaml
+    cl = _write(tmp_path, H100_1.replace("nodes: 1", "nodes: 4"), "h100-4.yaml")
+    spec = {"name": "p", "model": {"name": "m", "family": "llama", "num_layers": 4, "hidden_size": 1024,
+                                   "num_attention_heads": 8, "vocab_size": 32000},
+            "cluster": {"path": os.path.basename(cl), "gpus": 16},
+            "training": {"global_batch_size": 32, "seq_length": 1024}}
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    s = load_spec(str(p))
+    assert s.cluster.nodes == 2 and s.cluster.num_gpus == 16
+    for gpus, why in ((12, "not a whole number"), (40, "more than"), (0, ">= 1")):
+        p.write_text(yaml.safe_dump({**spec, "cluster": {"path": os.path.basename(cl), "gpus": gpus}}))
+        assert main(["estimate", str(p), "--tp", "1", "--pp", "1", "--dp", "8", "--mbs", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "cluster.gpus" in err and why in err
+    p.write_text(yaml.safe_dump({**spec, "cluster": {"path": "none.yaml", "gpus": 8}}))
+    assert main(["estimate", str(p), "--tp", "1", "--pp", "1", "--dp", "8", "--mbs", "1"]) == 2
+    assert "cluster.path" in capsys.readouterr().err
+    p.write_text(yaml.safe_dump({**spec, "cluster": {"path": os.path.basename(cl), "gpus": 8, "nodes": 1}}))
+    assert main(["estimate", str(p), "--tp", "1", "--pp", "1", "--dp", "8", "--mbs", "1"]) == 2
+    assert "nodes" in capsys.readouterr().err
+
+
 def test_unknown_and_repeated_flags_are_warned(tmp_path, capsys):
     cl = _write(tmp_path, H100_1, "h100-1.yaml")
     line = _write(tmp_path, "# a comment\n" + BASE.replace("--bf16 ", "--bf16 \\\n  # inline comment\n  ")

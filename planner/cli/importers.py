@@ -125,9 +125,11 @@ def _megatron(args) -> int:
     out = check_out(args.output, "--output", {args.args: "the Megatron-LM arguments", args.cluster: "the cluster"})
     cluster = load_cluster(args.cluster)
     line = mi.parse_launch(read_text_file(args.args), args.args)      # bounded: a regular UTF-8 file <= 10 MiB
-    run = mi.read_run(line, cluster.num_gpus, args.args, args.vocab_size, args.world_size)
+    run = mi.read_run(line, cluster.num_gpus, args.args, args.vocab_size, args.world_size, cluster.gpus_per_node)
     name = args.name or os.path.splitext(os.path.basename(out))[0]
     ref = os.path.relpath(os.path.abspath(args.cluster), os.path.dirname(out))
+    if run.world_size != cluster.num_gpus:          # a run on the cluster's first nodes
+        ref = {"path": ref, "gpus": run.world_size}
     data = mi.build_spec(run, name, ref, os.path.basename(args.args), args.free)
     mi.check_spec(data, out, run, args.args, args.free)
     write_yaml(out, data)

@@ -327,6 +327,31 @@ def _part(f: Fields, key: str, base: str):
     return v, f.file, key
 
 
+def _cluster_part(f: Fields, base: str):
+    """(raw data, ClusterSpec) of spec.cluster: a path, an inline cluster, or {path, gpus}: the first gpus /
+    gpus_per_node nodes of a cluster file, as a sweep's cluster entry takes them (a run on part of a cluster:
+    `planner import megatron` writes it)."""
+    v = f.raw("cluster")
+    if not (isinstance(v, dict) and "path" in v):
+        cdata, cfile, cpre = _part(f, "cluster", base)
+        return cdata, parse_cluster(cdata, cfile, cpre)
+    g = f.sub("cluster")
+    ref = g.str("path")
+    gpus = g.int("gpus", None)
+    g.done()
+    path = os.path.normpath(os.path.join(base, ref))
+    if not os.path.exists(path):
+        raise g.error("path", f"file {path} does not exist")
+    cl = parse_cluster(load_yaml(path, f.file, field="cluster.path"), path)
+    if gpus is None or gpus == cl.num_gpus:
+        return v, cl
+    if gpus > cl.num_gpus or gpus % cl.gpus_per_node:
+        what = (f"{gpus} GPUs is more than {cl.name}'s {cl.num_gpus}" if gpus > cl.num_gpus
+                else f"{gpus} GPUs is not a whole number of {cl.name}'s nodes")
+        raise g.error("gpus", f"{what} ({cl.gpus_per_node} GPUs each, {cl.nodes} nodes)")
+    return v, cl.subset(list(range(gpus // cl.gpus_per_node)))
+
+
 def load_model(path: str) -> ModelSpec:
     return parse_model(load_yaml(path), path)
 
@@ -346,8 +371,7 @@ def parse_spec(data, file: str | None = None) -> Spec:
     name = f.str("name", os.path.splitext(os.path.basename(file))[0] if file else "plan")
     mdata, mfile, mpre = _part(f, "model", base)
     model = parse_model(mdata, mfile, mpre)
-    cdata, cfile, cpre = _part(f, "cluster", base)
-    cluster = parse_cluster(cdata, cfile, cpre)
+    cdata, cluster = _cluster_part(f, base)
     training = _parse_training(f.sub("training"))
     search = _parse_search(f.sub("search", {}), cluster)
     solver = _parse_solver(f.sub("solver", {}))
