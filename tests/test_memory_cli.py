@@ -168,3 +168,23 @@ def test_cuda_profiling_draws_again_what_does_not_fit_and_survives_out_of_memory
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (1, 80 * GiB))
     assert main(["profile", "memory", "--device", "cuda", "--replay", str(out), "-o", str(tmp_path / "n.csv")]) == 2
     assert not (tmp_path / "n.csv").exists()
+
+
+def test_profile_memory_min_gib_draws_large_stages_only(tmp_path, capsys):
+    # --min-GiB: the large stages plans run at (the capped runs' 30-80 GiB band); draws under it are drawn again
+    import csv
+
+    from planner.costs.learned import row_case
+    from planner.profile.memory import stage_peak_estimate
+    out = tmp_path / "big.csv"
+    assert main(["profile", "memory", "--device", "fake", "-n", "2", "--seed", "3", "--min-GiB", "30", "-o", str(out),
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert d["samples"] == 2 and d["skipped"]["too_small"] > 0
+    for r in csv.DictReader(out.open()):
+        model, training, cfg, stage = row_case(r)
+        assert stage_peak_estimate(model, training, cfg, stage, int(r["layers_per_chunk"])) >= 30 * 1024 ** 3
+    assert main(["profile", "memory", "--device", "fake", "--min-GiB", "0", "-o", str(tmp_path / "x.csv")]) == 2
+    assert main(["profile", "memory", "--device", "fake", "--min-GiB", "5", "--replay", str(out),
+                 "-o", str(tmp_path / "y.csv")]) == 2
+    assert "--min-GiB" in capsys.readouterr().err

@@ -110,6 +110,9 @@ def _add_memory(sub) -> None:
                    help="cuda: draw again any case whose analytical peak exceeds this fraction of free memory")
     p.add_argument("--time-budget", type=finite_float, default=None,
                    help="stop after this many seconds with the samples taken so far")
+    p.add_argument("--min-GiB", dest="min_gib", type=finite_float, default=None,
+                   help="draw again any case whose analytical peak is under this many GiB (new draws only): "
+                        "samples of the large stages plans run at, where the fragmentation term matters most")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=run_memory)
 
@@ -136,6 +139,9 @@ def run_memory(args) -> int:
         raise SpecError(None, "--time-budget", "must be a positive number of seconds")
     if args.max_gpus < 1:           # no configuration has fewer than one GPU: the sampler would draw forever
         raise SpecError(None, "--max-gpus", f"must be at least 1, got {args.max_gpus}")
+    if args.min_gib is not None and (args.min_gib <= 0 or args.replay):
+        raise SpecError(None, "--min-GiB", "must be a positive number of GiB" if args.min_gib <= 0
+                        else "draws new cases; --replay measures the file's cases as they are")
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "fake"
@@ -149,6 +155,13 @@ def run_memory(args) -> int:
         # a real GPU holds only so much: cases whose analytical peak exceeds the device's free memory
         # (times --fill) are drawn again instead of crashing the run; an OOM that slips through is counted
         limit = args.fill * torch.cuda.mem_get_info()[0]
+    floor = None
+    if args.min_gib is not None:
+        floor = args.min_gib * GiB
+        skipped["too_small"] = 0
+        if limit is not None and floor >= limit:
+            raise SpecError(None, "--min-GiB", f"{args.min_gib:g} GiB is not below what the device holds "
+                            f"({args.fill:g} x its free memory, {limit / GiB:.1f} GiB): no case could be drawn")
     replay = None
     if args.replay:
         from planner.costs.learned import read_samples, row_case
@@ -169,9 +182,14 @@ def run_memory(args) -> int:
             drawn += 1
         else:
             case = pm.sample_case(rng, args.max_gpus)
-        if limit is not None and pm.stage_peak_estimate(*case) > limit:
-            skipped["too_large"] += 1
-            continue
+        if limit is not None or floor is not None:
+            peak = pm.stage_peak_estimate(*case)
+            if limit is not None and peak > limit:
+                skipped["too_large"] += 1
+                continue
+            if floor is not None and peak < floor:
+                skipped["too_small"] += 1
+                continue
         try:
             rows.append(pm.sample_row(*case, device=device))
         except torch.cuda.OutOfMemoryError:
