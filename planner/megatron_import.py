@@ -37,6 +37,23 @@ REFUSED = {
     "--hybrid-override-pattern": "hybrid (Mamba) stacks are not modelled",
     "--add-qkv-bias": "QKV biases without the others are not a family the planner models (gpt: every linear "
                       "bias; llama: none)",
+    # settings the planner models in one form only: taking the line without them would plan another run
+    "--pipeline-model-parallel-layout": "a free layer layout: the planner's pipeline splits are even or uneven "
+                                        "first / last stages (--decoder-first/last-pipeline-num-layers)",
+    "--ddp-num-buckets": "the planner's gradient buckets are sized in elements (give --ddp-bucket-size)",
+    "--optimizer-cpu-offload": "offloading is not modelled (the optimizer state stays in GPU memory)",
+    "--fine-grained-activation-offloading": "offloading is not modelled (activations stay in GPU memory)",
+}
+# flags with a value the planner models only at Megatron-LM's default: (default, why another value is refused);
+# a default of None stands for the pipeline-parallel size (microbatch_group_size_per_vp_stage's default,
+# megatron/core/model_parallel_config.py @ d98e8a64)
+REFUSED_UNLESS = {
+    "--num-distributed-optimizer-instances": (1, "the planner's distributed optimizer shards over the whole "
+                                                 "data-parallel group (one instance)"),
+    "--microbatch-group-size-per-virtual-pipeline-stage": (None, "the planner's interleaved 1F1B takes micro-batches "
+                                                                 "in groups of the pipeline size (Megatron-Core's "
+                                                                 "default)"),
+    "--cpu-offloading-num-layers": (0, "offloading is not modelled (activations stay in GPU memory)"),
 }
 # estimate's flags (search.solve.check_config names them) -> the Megatron-LM flag the refusal is about
 _ESTIMATE_FLAG = {"--tp": F["tp"], "--pp": F["pp"], "--cp": F["cp"], "--mbs": F["micro_batch_size"],
@@ -394,6 +411,11 @@ def read_run(line: LaunchLine, gpus: int, file: str | None = None, vocab_size: i
         if a.given(flag) and not (flag == "--num-experts" and a.line.flags[flag] in (["0"], ["None"])):
             raise a.refuse(flag, why)
     tp, pp, cp = a.int(F["tp"], 1), a.int(F["pp"], 1), a.int(F["cp"], 1)
+    for flag, (default, why) in REFUSED_UNLESS.items():
+        want = pp if default is None else default
+        v = a.int(flag, want, min_value=0)
+        if v != want:
+            raise a.refuse(flag, f"{v}: {why}")
     launched = line.nnodes * line.nproc_per_node if line.nnodes and line.nproc_per_node else None
     world = world_size or launched or gpus
     if world_size is None and launched is None:

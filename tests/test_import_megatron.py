@@ -192,6 +192,15 @@ BASE = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-lengt
     ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size"),    # the planner's rules, named by flag
     ("--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type"),
     ("--optimizer muon", "--optimizer"),
+    # settings the planner models in one form only: refused, not listed among the flags it does not read
+    ("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*12|t*12L",
+     "--pipeline-model-parallel-layout"),
+    ("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+     "--microbatch-group-size-per-virtual-pipeline-stage 4", "--microbatch-group-size-per-virtual-pipeline-stage"),
+    ("--use-distributed-optimizer --num-distributed-optimizer-instances 2", "--num-distributed-optimizer-instances"),
+    ("--overlap-grad-reduce --ddp-num-buckets 4", "--ddp-num-buckets"),
+    ("--cpu-offloading-num-layers 2", "--cpu-offloading-num-layers"),
+    ("--optimizer-cpu-offload", "--optimizer-cpu-offload"),
 ])
 def test_refusals_name_the_flag(tmp_path, capsys, extra, flag):
     cl = _write(tmp_path, H100_1, "h100-1.yaml")
@@ -200,6 +209,19 @@ def test_refusals_name_the_flag(tmp_path, capsys, extra, flag):
     err = capsys.readouterr().err
     assert f"{flag}:" in err and "Traceback" not in err
     assert not (tmp_path / "s.yaml").exists()
+
+
+def test_modelled_settings_at_their_default_are_read(tmp_path, capsys):
+    # the refused-unless-default flags at Megatron-LM's default are read (not warned as unread), the group size's
+    # default being the pipeline size
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    line = _write(tmp_path, BASE + "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                  "--microbatch-group-size-per-virtual-pipeline-stage 2 --use-distributed-optimizer "
+                  "--num-distributed-optimizer-instances 1 --cpu-offloading-num-layers 0")
+    assert main(["import", "megatron", line, "-o", str(tmp_path / "s.yaml"), "--cluster", cl, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["schedule"] == "interleaved" and out["config"]["zero"] == 1
+    assert not any("group-size" in w or "instances" in w or "offloading" in w for w in out["warnings"])
 
 
 def test_world_size_must_be_the_clusters(tmp_path, capsys):

@@ -288,8 +288,9 @@ def tp_backward_saving(parts: dict, sequence_parallel: bool) -> float:
     ar = parts["tp_comm"] / 2
     cols = parts.get("gemm_column", ())
     if sequence_parallel:
-        half = ar / 2
-        exposed = 2 * half + sum(2 * max(0.0, half - g) for g in cols)
+        # the two output-gradient all-gathers (half an all-reduce each) stay exposed; the re-gather under dgrad and
+        # the reduce-scatter under wgrad are the same size under GEMMs of the same FLOPs: twice the re-gather's excess
+        exposed = ar + 2 * tp_regather_exposed(parts)
     else:
         exposed = sum(max(0.0, ar - g) for g in cols)
     return 2 * ar - exposed if cols else 0.0
