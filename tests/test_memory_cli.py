@@ -57,6 +57,11 @@ def test_validate_memory_scores_the_shipped_estimator_on_real_cuda_samples(capsy
     assert rep["n"] == rep["cuda"]["n"] == 171
     assert rep["cuda"]["allocated_above_all_allotted"] == 0
     assert rep["mape_learned"] < 5.0
+    # and 98 large stages (30-67 GiB, --min-GiB 30, seed 10, a second lease): where plans run, the estimate is tight
+    assert main(["validate-memory", path.replace("seed8", "seed10_large"), "--estimator", "shipped", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["n"] == 98 and rep["cuda"]["allocated_above_all_allotted"] == 0 and rep["oom_called_feasible"] == 0
+    assert rep["mape_learned"] < 1.0
 
 
 def test_no_shipped_memory_sample_holds_a_count_the_schedules_no_longer_hold():
