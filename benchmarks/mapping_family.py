@@ -39,6 +39,19 @@ P2P_GB = 0.05              # pipeline activation per hop and direction
 DP_GB = 1.0                # data-parallel gradient volume
 
 
+def _costed(bw: np.ndarray, rows: int, cols: int) -> MappingProblem:
+    """The mapping problem of an N x N bandwidth matrix (GB/s, row i sends to column j) on an R x C grid, one block per
+    node: every family's costs (pipeline hop and data-parallel ring volumes above; no self-links)."""
+    n = rows * cols
+    bw = bw.astype(float).copy()
+    np.fill_diagonal(bw, np.inf)
+    bw_bps = bw * GB
+    hop = P2P_GB * GB / bw_bps + P2P_GB * GB / bw_bps.T
+    ring = 2.0 * (cols - 1) / cols * DP_GB * GB / bw_bps
+    dp_link = np.broadcast_to(ring, (rows, n, n)).copy()
+    return MappingProblem(Layout(1, 1, rows, cols), np.arange(n), hop, None, np.zeros(rows), dp_link, 0.0)
+
+
 def family_problem(rows: int, cols: int, seed: int) -> MappingProblem:
     """One instance of the family (see the module docstring), costs in seconds."""
     n = rows * cols
@@ -49,12 +62,7 @@ def family_problem(rows: int, cols: int, seed: int) -> MappingProblem:
     for k in pick:
         a, b = iu[0][k], iu[1][k]
         bw[a, b] = bw[b, a] = SLOW_GBPS
-    np.fill_diagonal(bw, np.inf)                                         # no self-links (cost 0)
-    bw_bps = bw * GB
-    hop = P2P_GB * GB / bw_bps + P2P_GB * GB / bw_bps.T
-    ring = 2.0 * (cols - 1) / cols * DP_GB * GB / bw_bps
-    dp_link = np.broadcast_to(ring, (rows, n, n)).copy()
-    return MappingProblem(Layout(1, 1, rows, cols), np.arange(n), hop, None, np.zeros(rows), dp_link, 0.0)
+    return _costed(bw, rows, cols)
 
 
 def cluster_problem(name: str, rows: int, cols: int) -> MappingProblem:
@@ -67,12 +75,7 @@ def cluster_problem(name: str, rows: int, cols: int) -> MappingProblem:
     if full.shape[0] < n:
         raise SystemExit(f"{path}: {full.shape[0]} nodes, grid {rows}x{cols} needs {n}")
     bw = full[:n, :n].copy()
-    np.fill_diagonal(bw, np.inf)
-    bw_bps = bw * GB
-    hop = P2P_GB * GB / bw_bps + P2P_GB * GB / bw_bps.T
-    ring = 2.0 * (cols - 1) / cols * DP_GB * GB / bw_bps
-    dp_link = np.broadcast_to(ring, (rows, n, n)).copy()
-    return MappingProblem(Layout(1, 1, rows, cols), np.arange(n), hop, None, np.zeros(rows), dp_link, 0.0)
+    return _costed(bw, rows, cols)
 
 
 RACK = 8                   # nodes per rack (leaf switch)
@@ -96,12 +99,7 @@ def rack_problem(rows: int, cols: int, seed: int) -> MappingProblem:
     for r in rng.choice(racks, size=max(1, racks // 5), replace=False):
         out = (rack == r)[:, None] & ~same
         bw[out | out.T] = DEGRADED_GBPS
-    np.fill_diagonal(bw, np.inf)
-    bw_bps = bw * GB
-    hop = P2P_GB * GB / bw_bps + P2P_GB * GB / bw_bps.T
-    ring = 2.0 * (cols - 1) / cols * DP_GB * GB / bw_bps
-    dp_link = np.broadcast_to(ring, (rows, n, n)).copy()
-    return MappingProblem(Layout(1, 1, rows, cols), np.arange(n), hop, None, np.zeros(rows), dp_link, 0.0)
+    return _costed(bw, rows, cols)
 
 
 def parse_grid(s: str) -> tuple[int, int]:
