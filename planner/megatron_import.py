@@ -488,6 +488,14 @@ def read_run(line: LaunchLine, gpus: int, file: str | None = None, vocab_size: i
         raise a.refuse(F["overlap.tp_comm"], "needs --sequence-parallel and tp > 1 (Megatron-LM asserts it)")
     training["overlap"] = ov
     training.update(_attention(a))
+    if a.given("--cross-entropy-loss-fusion"):
+        # the native fused loss (the default impl) takes the same fp32 copy of the logits as the unfused one
+        # (megatron/core/fusions/fused_cross_entropy.py calls VocabParallelCrossEntropy.calculate_logits_max, whose
+        # .float() both paths share, @ d98e8a64): the memory the plan counts; it batches two all-reduces, not costed
+        impl = a.word("--cross-entropy-fusion-impl", "native")
+        if impl == "te":
+            notes.append("--cross-entropy-fusion-impl te: Transformer Engine's loss kernel works on the bf16 logits; "
+                         "the plan counts Megatron's fp32 copy of them (an over-count of the loss's memory)")
     comm = a.values(F["cp_comm"])
     if cp > 1:
         modes = set(comm or ["p2p"])

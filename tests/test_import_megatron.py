@@ -308,3 +308,16 @@ def test_search_pipeline_keys(tmp_path):
         parse_spec({**base, "search": {"pipeline_split": {"first_stage_layers": 4, "account_loss": True}}})
     with pytest.raises(SpecError, match="search.pipeline_split"):
         parse_spec({**base, "search": {"pipeline_split": {"account_loss": False}}})
+
+
+def test_cross_entropy_loss_fusion_is_read(tmp_path, capsys):
+    # native (the default): the same fp32 copy of the logits as the unfused loss, so read with nothing to change;
+    # te: read, with a note that the plan over-counts the loss's memory
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    for extra, note in (("--cross-entropy-loss-fusion ", False),
+                        ("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te ", True)):
+        line = _write(tmp_path, BASE + extra)
+        assert main(["import", "megatron", line, "-o", str(tmp_path / "s.yaml"), "--cluster", cl, "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert not any("--cross-entropy" in w for w in d["warnings"])
+        assert any("fusion-impl te" in n for n in d["assumed"]) == note
