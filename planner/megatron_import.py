@@ -44,7 +44,8 @@ REFUSED = {
     "--optimizer-cpu-offload": "offloading is not modelled (the optimizer state stays in GPU memory)",
     "--fine-grained-activation-offloading": "offloading is not modelled (activations stay in GPU memory)",
 }
-# flags with a value the planner models only at Megatron-LM's default: (default, why another value is refused);
+# flags with a value the planner models only at Megatron-LM's default (an integer or a word): (default, why another
+# value is refused);
 # a default of None stands for the pipeline-parallel size (microbatch_group_size_per_vp_stage's default,
 # megatron/core/model_parallel_config.py @ d98e8a64)
 REFUSED_UNLESS = {
@@ -54,6 +55,13 @@ REFUSED_UNLESS = {
                                                                  "in groups of the pipeline size (Megatron-Core's "
                                                                  "default)"),
     "--cpu-offloading-num-layers": (0, "offloading is not modelled (activations stay in GPU memory)"),
+    # the precision-aware optimizer's dtypes (megatron/training/arguments.py @ d98e8a64; --main-grads-dtype bf16 also
+    # keeps a bf16 run's gradient buffer in bf16): the planner counts fp32 main gradients, weights and Adam moments
+    "--main-grads-dtype": ("fp32", "the planner's main gradients of a bf16 run are fp32 (give --grad-reduce-in-bf16 "
+                                   "for a bf16 gradient buffer)"),
+    "--main-params-dtype": ("fp32", "the planner's optimizer keeps fp32 main weights"),
+    "--exp-avg-dtype": ("fp32", "the planner's Adam moments are fp32"),
+    "--exp-avg-sq-dtype": ("fp32", "the planner's Adam moments are fp32"),
 }
 # estimate's flags (search.solve.check_config names them) -> the Megatron-LM flag the refusal is about
 _ESTIMATE_FLAG = {"--tp": F["tp"], "--pp": F["pp"], "--cp": F["cp"], "--mbs": F["micro_batch_size"],
@@ -413,7 +421,7 @@ def read_run(line: LaunchLine, gpus: int, file: str | None = None, vocab_size: i
     tp, pp, cp = a.int(F["tp"], 1), a.int(F["pp"], 1), a.int(F["cp"], 1)
     for flag, (default, why) in REFUSED_UNLESS.items():
         want = pp if default is None else default
-        v = a.int(flag, want, min_value=0)
+        v = a.word(flag, want) if isinstance(want, str) else a.int(flag, want, min_value=0)
         if v != want:
             raise a.refuse(flag, f"{v}: {why}")
     launched = line.nnodes * line.nproc_per_node if line.nnodes and line.nproc_per_node else None

@@ -201,6 +201,8 @@ BASE = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-lengt
     ("--overlap-grad-reduce --ddp-num-buckets 4", "--ddp-num-buckets"),
     ("--cpu-offloading-num-layers 2", "--cpu-offloading-num-layers"),
     ("--optimizer-cpu-offload", "--optimizer-cpu-offload"),
+    ("--use-precision-aware-optimizer --exp-avg-dtype bf16", "--exp-avg-dtype"),
+    ("--main-grads-dtype bf16", "--main-grads-dtype"),
 ])
 def test_refusals_name_the_flag(tmp_path, capsys, extra, flag):
     cl = _write(tmp_path, H100_1, "h100-1.yaml")
@@ -217,11 +219,13 @@ def test_modelled_settings_at_their_default_are_read(tmp_path, capsys):
     cl = _write(tmp_path, H100_1, "h100-1.yaml")
     line = _write(tmp_path, BASE + "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
                   "--microbatch-group-size-per-virtual-pipeline-stage 2 --use-distributed-optimizer "
-                  "--num-distributed-optimizer-instances 1 --cpu-offloading-num-layers 0")
+                  "--num-distributed-optimizer-instances 1 --cpu-offloading-num-layers 0 --main-grads-dtype fp32 "
+                  "--exp-avg-sq-dtype fp32")
     assert main(["import", "megatron", line, "-o", str(tmp_path / "s.yaml"), "--cluster", cl, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["config"]["schedule"] == "interleaved" and out["config"]["zero"] == 1
-    assert not any("group-size" in w or "instances" in w or "offloading" in w for w in out["warnings"])
+    assert not any("group-size" in w or "instances" in w or "offloading" in w or "dtype" in w
+                   for w in out["warnings"])
 
 
 def test_world_size_must_be_the_clusters(tmp_path, capsys):
