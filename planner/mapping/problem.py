@@ -148,6 +148,8 @@ class MappingProblem:
 
         Path: a column's R-1 hops use distinct node pairs, so it costs at least the R-1 cheapest
         pairs. Ring: row i needs a K-cycle of nodes whose links are all fast enough (ring_order_bound).
+        The two are also bounded together (coupled_ring_path): fast rings confine rows to groups of nodes
+        whose hops between them may all be slow (racks behind a spine).
         """
         L, N = self.layout, self.n
         off = ~np.eye(N, dtype=bool)
@@ -162,8 +164,12 @@ class MappingProblem:
             for i in range(L.rows):
                 dp[i] += ring_order_bound(np.maximum(self.dp_link[i], self.dp_link[i].T), L.cols)
         wrap = float(self.wrap[off].min()) if (self.wrap is not None and L.rows > 1 and N > 1) else 0.0
-        return float(self.const + max(path, self.node_path_floor() + wrap) + max(dp.max(), self.node_ring_floor())
-                     + self.emb_floor())
+        path = max(path, self.node_path_floor() + wrap)
+        ring = max(dp.max(), self.node_ring_floor())
+        both = coupled_ring_path(self, ring, path, wrap)
+        if both > ring + path:
+            return float(self.const + both + self.emb_floor())
+        return float(self.const + path + ring + self.emb_floor())     # summed as before: bounds equal to the bit
 
     def _spare(self) -> int:
         return self.n - self.layout.blocks
@@ -245,6 +251,61 @@ def node_ring_floor(dp_base: np.ndarray, dp_link: np.ndarray, k: int, spare: int
         v = dp_base[i] + np.sort(c, axis=1)[:, d - 1]
         per_node = v if per_node is None else np.minimum(per_node, v)
     return np.sort(per_node)[::-1][spare]
+
+
+def coupled_ring_path(p: MappingProblem, ring: float, path: float, wrap: float) -> float:
+    """A valid lower bound on (slowest ring + slowest column path), the two bounded together; `ring` and `path` are
+    their separate bounds (lower_bound), `wrap` the least wrap hop (0: none). At least ring + path.
+
+    If the slowest ring costs D, every link of row i's ring costs at most D - dp_base[i], so the row's K nodes lie
+    in one connected component of the graph G(D) of node pairs with min_i (dp_base[i] + link) <= D. A component of
+    s nodes holds at most floor(s / K) rows, so the R rows occupy at least m(D) components, and each column, one
+    node per row, crosses between components on at least m(D) - 1 of its R - 1 hops (distinct node pairs): it
+    costs at least the least sum of x cheapest crossing pairs and R - 1 - x cheapest pairs, x >= m(D) - 1. The
+    bound is the least D + that path over D >= ring; it only changes where G(D) merges two components (the
+    minimum spanning tree's edges). On a two-tier network the separate bounds take in-rack links for both, while
+    in-rack rings force every hop across the spine (docs/notes/solver.md, "A coupled ring / path bound")."""
+    L, N = p.layout, p.n
+    R, K = L.rows, L.cols
+    if R < 2 or K < 2 or N < 2:
+        return ring + path
+    from scipy.sparse.csgraph import minimum_spanning_tree
+    iu = np.triu_indices(N, 1)
+    pair = np.minimum(p.hop, p.hop.T)[iu]
+    order = np.argsort(pair, kind="stable")
+    ps, pa, pb = pair[order], iu[0][order], iu[1][order]
+    cheap = np.concatenate([[0.0], np.cumsum(ps[:R - 1])])       # cheap[k]: the k cheapest pairs
+    level = (p.dp_base[:, None, None] + p._dp_sym).min(axis=0)
+    np.fill_diagonal(level, np.inf)
+    # G(D)'s components are those of the spanning tree's edges <= D; weights shifted > 0 (scipy drops zeros)
+    w = level - level[np.isfinite(level)].min() + 1.0
+    np.fill_diagonal(w, 0.0)
+    t = minimum_spanning_tree(w).tocoo()
+    edges = sorted(zip(level[t.row, t.col].tolist(), t.row.tolist(), t.col.tolist()))
+    lab = np.arange(N)
+    best, e = np.inf, 0
+    D = ring
+    while D + path < best:
+        while e < len(edges) and edges[e][0] <= D:
+            _, a, b = edges[e]
+            la, lb = lab[a], lab[b]
+            if la != lb:
+                lab[lab == lb] = la
+            e += 1
+        caps = np.sort(np.bincount(lab, minlength=N) // K)[::-1]
+        fill = np.cumsum(caps)
+        if fill[-1] >= R:
+            m = int(np.searchsorted(fill, R)) + 1             # the fewest components that hold the R rows
+            if m == 1:
+                return float(min(best, D + path))
+            cross = np.concatenate([[0.0], np.cumsum(ps[lab[pa] != lab[pb]][:R - 1])])
+            xs = range(m - 1, len(cross))                       # crossing hops taken: at least m - 1
+            if len(xs):
+                best = min(best, D + max(path, min(cross[x] + cheap[R - 1 - x] for x in xs) + wrap))
+        if e >= len(edges):
+            break
+        D = edges[e][0]
+    return float(max(ring + path, best)) if np.isfinite(best) else float(ring + path)
 
 
 def ring_degree(k: int) -> int:
