@@ -94,3 +94,31 @@ def test_a_settled_candidate_is_not_searched_again(monkeypatch):
     pr = prove_mod.prove([c], c, method="auto", seed=0, robust="worst", budget=10.0, spent=Spent(),
                          deadline=float("inf"))
     assert pr.best is c and not calls
+
+
+def test_a_rack_every_column_must_enter_through_slow_links(monkeypatch):
+    """Rows fill racks exactly (every rack must hold a row) and one rack's uplinks are slow: each column's
+    crossing hops connect every rack, so one of them enters the slow rack (problem._forced_tree). Valid against
+    brute force, and it binds on some instances."""
+    rng = np.random.default_rng(1)
+    binds = 0
+    for t in range(60):
+        R, K, n = [(2, 2, 4), (3, 2, 6), (2, 3, 6), (4, 2, 8), (2, 2, 5)][t % 5]
+        lab = np.arange(n) // K
+        rng.shuffle(lab)
+        same = lab[:, None] == lab[None, :]
+        slow = rng.integers(lab.max() + 1)
+        into = (lab == slow)[:, None] ^ (lab == slow)[None, :]
+        hop = np.where(same, rng.uniform(0.5, 1.0, (n, n)), rng.uniform(3, 8, (n, n)))
+        hop = np.where(into, hop * rng.uniform(2, 5), hop)
+        np.fill_diagonal(hop, 0.0)
+        ring = np.stack([np.where(same, rng.uniform(0.5, 1, (n, n)), rng.uniform(3, 8, (n, n)))] * R)
+        p = MappingProblem(Layout(1, 1, R, K), np.arange(n), hop, None, np.zeros(R), ring, 0.0)
+        best = float(objectives(p, all_placements(p)).min())
+        lb = p.lower_bound()
+        with monkeypatch.context() as m:
+            m.setattr(pm, "_forced_tree", lambda *a: 0.0)
+            count_only = p.lower_bound()
+        assert count_only <= lb <= best + 1e-9, (t, count_only, lb, best)
+        binds += lb > count_only + 1e-9
+    assert binds >= 3          # 5 of these 60 on this seed

@@ -292,20 +292,55 @@ def coupled_ring_path(p: MappingProblem, ring: float, path: float, wrap: float) 
             if la != lb:
                 lab[lab == lb] = la
             e += 1
-        caps = np.sort(np.bincount(lab, minlength=N) // K)[::-1]
-        fill = np.cumsum(caps)
+        cap = np.bincount(lab, minlength=N) // K
+        fill = np.cumsum(np.sort(cap)[::-1])
         if fill[-1] >= R:
             m = int(np.searchsorted(fill, R)) + 1             # the fewest components that hold the R rows
             if m == 1:
                 return float(min(best, D + path))
-            cross = np.concatenate([[0.0], np.cumsum(ps[lab[pa] != lab[pb]][:R - 1])])
+            crossing = lab[pa] != lab[pb]
+            cross = np.concatenate([[0.0], np.cumsum(ps[crossing][:R - 1])])
             xs = range(m - 1, len(cross))                       # crossing hops taken: at least m - 1
             if len(xs):
-                best = min(best, D + max(path, min(cross[x] + cheap[R - 1 - x] for x in xs) + wrap))
+                hops = min(cross[x] + cheap[R - 1 - x] for x in xs)
+                hops = max(hops, _forced_tree(cap, fill[-1], R, lab, ps, pa, pb, crossing, cheap))
+                best = min(best, D + max(path, hops + wrap))
         if e >= len(edges):
             break
         D = edges[e][0]
     return float(max(ring + path, best)) if np.isfinite(best) else float(ring + path)
+
+
+def _forced_tree(cap, total, R, lab, ps, pa, pb, crossing, cheap) -> float:
+    """coupled_ring_path's second path bound at one level: when every component that can hold a row must hold one
+    (without it the others hold fewer than R rows), the rows occupy exactly those F components, and each column's
+    crossing hops connect all of them: at least a spanning tree of F, each edge at its components' cheapest
+    crossing pair, plus the R - |F| cheapest pairs for its other hops. 0 when some usable component is optional.
+    What it adds: a component every column must enter through slow links (a rack with degraded uplinks)."""
+    usable = np.flatnonzero(cap > 0)
+    if len(usable) < 2 or np.any(total - cap[usable] >= R):
+        return 0.0
+    idx = np.full(len(cap), -1)
+    idx[usable] = np.arange(len(usable))
+    a, b = idx[lab[pa[crossing]]], idx[lab[pb[crossing]]]
+    f = len(usable)
+    w = np.full((f, f), np.inf)
+    keep = (a >= 0) & (b >= 0)
+    np.minimum.at(w, (a[keep], b[keep]), ps[crossing][keep])
+    w = np.minimum(w, w.T)
+    # Prim's tree over the f components (complete: every node pair has a hop)
+    seen = np.zeros(f, dtype=bool)
+    seen[0] = True
+    dist, tree = w[0].copy(), 0.0
+    for _ in range(f - 1):
+        dist[seen] = np.inf
+        j = int(np.argmin(dist))
+        if not np.isfinite(dist[j]):
+            return 0.0
+        tree += float(dist[j])
+        seen[j] = True
+        dist = np.minimum(dist, w[j])
+    return tree + float(cheap[R - f]) if R - f >= 0 else 0.0
 
 
 def ring_degree(k: int) -> int:
