@@ -277,6 +277,8 @@ def coupled_ring_path(p: MappingProblem, ring: float, path: float, wrap: float) 
     cheap = np.concatenate([[0.0], np.cumsum(ps[:R - 1])])       # cheap[k]: the k cheapest pairs
     level = (p.dp_base[:, None, None] + p._dp_sym).min(axis=0)
     np.fill_diagonal(level, np.inf)
+    if not np.isfinite(level).any():
+        return ring + path
     # G(D)'s components are those of the spanning tree's edges <= D; weights shifted > 0 (scipy drops zeros)
     w = level - level[np.isfinite(level)].min() + 1.0
     np.fill_diagonal(w, 0.0)
