@@ -83,3 +83,14 @@ def test_the_closest_triples_keep_to_search_pipeline_parallel(make_spec):
     closest = [ln for ln in msg.splitlines() if ln.startswith("  tp=")]
     assert closest and all(" pp=2 " in ln and "pp=2 must divide the 25 layers" in ln for ln in closest)
     assert "search.pipeline_parallel: auto" in msg
+
+
+def test_a_tensor_degree_that_divides_no_heads_proposes_auto(make_spec):
+    """search.tensor_parallel [8] with 20 heads: tp 8 breaks the heads rule and auto (tp 1, 2 or 4) has a
+    configuration, so the message proposes it rather than 'none found'."""
+    spec = make_spec(nodes=2, heads=20, hidden=2560, schedules=["1f1b"], recompute=["none"], zero=[0],
+                     tensor_parallel=[8])
+    assert not list(enumerate_configs(spec))
+    msg = why_no_config(spec)
+    assert "tp=8 must divide the 20 heads" in msg
+    assert "search.tensor_parallel: auto" in msg and "none found" not in msg

@@ -133,6 +133,8 @@ def nearest_fixes(spec, G: int, fewer_nodes: bool = True) -> list[str]:
         fixes.append("training.global_batch_size " + " or ".join(map(str, batches)))
     if spec.search.micro_batch_sizes and _has_config_with(spec, G, "search", micro_batch_sizes=None):
         fixes.append("search.micro_batch_sizes: auto (powers of two that divide)")
+    if spec.search.tensor_parallel and _has_config_with(spec, G, "search", tensor_parallel=None):
+        fixes.append("search.tensor_parallel: auto (every divisor of gpus_per_node)")
     if spec.search.pipeline_parallel and _has_config_with(spec, G, "search", pipeline_parallel=None):
         fixes.append("search.pipeline_parallel: auto (every degree the GPUs and layers allow)")
     layers = _nearest((range(L - 1, 0, -1), range(L + 1, 2 * L + 1)),
