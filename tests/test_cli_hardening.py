@@ -170,3 +170,13 @@ def test_torchtitan_microbatch_refusal_says_micro_batches_not_the_flags_value():
                           "--schedule", "1f1b"])
     assert rc == 2 and "--mbs" in err and "Traceback" not in err
     assert "4 micro-batches" in err and "stages (8)" in err
+
+
+@pytest.mark.parametrize("argv", [["solve", SPEC, "--time-limit", "2", "--out", os.devnull + ".x"],
+                                  ["compare", SPEC, "--time-limit", "1"],
+                                  ["replan", "s.yaml", "--exclude-nodes", "a"],
+                                  ["validate-memory", "samples.csv"]])
+def test_a_negative_seed_is_bad_input(argv):
+    # numpy's generators refuse negative seeds: this was exit 3 (internal error) after the search had started
+    rc, _, err = run_cli([*argv, "--seed", "-1"])
+    assert rc == 2 and "--seed" in err and "non-negative" in err and "Traceback" not in err

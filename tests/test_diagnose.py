@@ -60,3 +60,37 @@ def test_a_refused_context_parallel_degree_is_named():
     assert "cp=2: training.cp_comm all_to_all needs the 4 local heads and 1 local kv heads (tp=8)" in msg
     d["search"]["context_parallel"] = [1, 2]          # cp = 1 searched: configurations exist, no cp rule
     assert list(enumerate_configs(parse_spec(d, "a2a.yaml")))
+
+
+def test_a_pipeline_degree_that_divides_no_gpu_count_is_named(make_spec):
+    """search.pipeline_parallel [5] on 16 GPUs: no (tp, pp, dp) has pp 5, so the message names the key and its
+    degree instead of a closest triple (pp 1) whose rule list is empty, and proposes `auto`."""
+    spec = make_spec(nodes=2, schedules=["1f1b"], recompute=["none"], zero=[0], pipeline_parallel=[5])
+    assert not list(enumerate_configs(spec))
+    msg = why_no_config(spec)
+    assert "search.pipeline_parallel [5]: pp=5 divides none of the 16, 8, 4, 2 GPUs left by tp 1 / 2 / 4 / 8" in msg
+    assert ": \n" not in msg and not msg.rstrip().endswith(":")
+    assert "search.pipeline_parallel: auto" in msg
+
+
+def test_the_closest_triples_keep_to_search_pipeline_parallel(make_spec):
+    """pp 2 does not divide 25 layers (even splits only): the closest triples are pp 2's, with that rule named, not
+    a pp 1 triple the search never tries."""
+    spec = make_spec(nodes=2, layers=25, schedules=["1f1b"], recompute=["none"], zero=[0], pipeline_parallel=[2],
+                     uneven_stages="none")
+    assert not list(enumerate_configs(spec))
+    msg = why_no_config(spec)
+    closest = [ln for ln in msg.splitlines() if ln.startswith("  tp=")]
+    assert closest and all(" pp=2 " in ln and "pp=2 must divide the 25 layers" in ln for ln in closest)
+    assert "search.pipeline_parallel: auto" in msg
+
+
+def test_a_tensor_degree_that_divides_no_heads_proposes_auto(make_spec):
+    """search.tensor_parallel [8] with 20 heads: tp 8 breaks the heads rule and auto (tp 1, 2 or 4) has a
+    configuration, so the message proposes it rather than 'none found'."""
+    spec = make_spec(nodes=2, heads=20, hidden=2560, schedules=["1f1b"], recompute=["none"], zero=[0],
+                     tensor_parallel=[8])
+    assert not list(enumerate_configs(spec))
+    msg = why_no_config(spec)
+    assert "tp=8 must divide the 20 heads" in msg
+    assert "search.tensor_parallel: auto" in msg and "none found" not in msg

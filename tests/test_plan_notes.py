@@ -69,3 +69,16 @@ def test_tight_memory_suggests_context_parallel_auto(tight):
     assert summary.context_parallel_hint(named, cfg, costs) == ""
     short = replace(spec, training=replace(spec.training, seq_length=4096))
     assert summary.context_parallel_hint(short, cfg, costs) == ""
+
+
+def test_the_hint_prints_the_usable_memory_as_the_table_does(tight, monkeypatch):
+    """139 GiB less 5% is 132.05 GiB: the plan table prints the solution's limit (rounded to 3 decimals, 132.05) as
+    132.1; the note printed the unrounded 132.0499... as 132.0 (trial, Llama 3 70B on 64 H200)."""
+    spec, cfg, costs = tight
+    spec = replace(spec, cluster=replace(spec.cluster, gpu=replace(spec.cluster.gpu, memory_GiB=139)),
+                   search=replace(spec.search, memory_margin=0.05))
+    monkeypatch.setattr(summary, "_peak", lambda *a: 131.7)
+    from planner.costs.iteration import memory_limit_GiB
+    table = f"{round(memory_limit_GiB(spec), 3):.1f}"          # report.plan_table's figure (Estimate.memory_dict)
+    assert table == "132.1"
+    assert f"of the {table} GiB usable" in summary.context_parallel_hint(spec, cfg, costs)

@@ -33,6 +33,19 @@ def finite_float(text: str) -> float:
     return v
 
 
+def seed_int(text: str) -> int:
+    """argparse type for --seed: a non-negative integer (numpy's generators refuse negative seeds, and a spec's
+    solver.seed is refused below 0 too), exit 2 naming the flag."""
+    import argparse
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {v}")
+    return v
+
+
 def spec_arg(path: str):
     """Load a spec for a command; SpecError propagates to main(). A GPU type with no shipped compute profile and
     none named is legal (a new GPU), but its times rest on generic efficiencies: say so on stderr."""

@@ -1,7 +1,7 @@
 """planner compare SPEC: exact vs anneal vs baselines, side by side."""
 from __future__ import annotations
 
-from planner.cli.common import finite_float, spec_arg
+from planner.cli.common import finite_float, seed_int, spec_arg
 
 
 def register(sub) -> None:
@@ -9,7 +9,7 @@ def register(sub) -> None:
                                        "Pipette-style baselines")
     p.add_argument("spec")
     p.add_argument("--time-limit", type=finite_float, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--json", action="store_true")
     p.add_argument("--robust-plan", action="store_true",
                    help="with bandwidth snapshots: also solve the whole plan (config included) for the mean "

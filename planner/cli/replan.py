@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from planner.cli.common import finite_float
+from planner.cli.common import finite_float, seed_int
 
 
 def register(sub) -> None:
@@ -11,7 +11,7 @@ def register(sub) -> None:
     p.add_argument("solution")
     p.add_argument("--exclude-nodes", required=True, help="comma-separated node indices or host names")
     p.add_argument("--time-limit", type=finite_float, default=10.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--robust", choices=("none", "worst", "mean"), default=None,
                    help="objective over the cluster's bandwidth snapshots (default: the solution's)")
     p.add_argument("--spec", default=None, help="the plan spec (default: the one the solution names)")

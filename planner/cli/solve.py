@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from planner.cli.common import finite_float, spec_arg
+from planner.cli.common import finite_float, seed_int, spec_arg
 
 
 def register(sub) -> None:
@@ -12,7 +12,7 @@ def register(sub) -> None:
     p.add_argument("--method", choices=("auto", "exact", "anneal"), default=None)
     p.add_argument("--time-limit", type=finite_float, default=None,
                    help="seconds (default: the spec's solver.time_limit_s)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=seed_int, default=None)
     p.add_argument("--robust", choices=("none", "worst", "mean"), default=None,
                    help="optimise over the cluster's bandwidth snapshots: worst case or mean")
     p.add_argument("--out", default=None, help="solution path (default solutions/<spec name>.yaml)")

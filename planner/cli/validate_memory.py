@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import sys
 
-from planner.cli.common import finite_float
+from planner.cli.common import finite_float, seed_int
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate-memory", help="MAPE of the memory estimator: held-out and extrapolation")
     p.add_argument("samples", help="CSV written by `planner profile memory`")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--holdout", type=finite_float, default=0.2, help="fraction of small configs held out")
     p.add_argument("--small-gpus", type=int, default=32, help="extrapolation: fit on configs with <= this many GPUs")
     p.add_argument("--large-gpus", type=int, default=64, help="extrapolation: test on configs with >= this many GPUs")

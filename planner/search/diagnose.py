@@ -92,8 +92,11 @@ def _nearest(values, works) -> list:
 def why_no_config(spec, num_gpus: int | None = None) -> str:
     cl, m, t = spec.cluster, spec.model, spec.training
     G = num_gpus or cl.num_gpus
-    triples = [(tp, pp, G // (tp * pp)) for tp in (spec.search.tensor_parallel or divisors(cl.gpus_per_node))
-               if G % tp == 0 for pp in divisors(G // tp)]
+    tps = [tp for tp in (spec.search.tensor_parallel or divisors(cl.gpus_per_node)) if G % tp == 0]
+    # only the pipeline degrees the search tries (enumerate_configs skips the others): a pp 1 triple outside
+    # search.pipeline_parallel breaks none of the rules below and would be named "closest" with none
+    pps = spec.search.pipeline_parallel
+    triples = [(tp, pp, G // (tp * pp)) for tp in tps for pp in divisors(G // tp) if not pps or pp in pps]
     broken = {tri: _rules(spec, *tri) for tri in triples}
     fewest = min((len(b) for b in broken.values()), default=0)
     closest, kinds = [], set()
@@ -107,6 +110,11 @@ def why_no_config(spec, num_gpus: int | None = None) -> str:
              f"{t.global_batch_size}: every (tp, pp, dp) breaks a rule. Closest:"]
     for (tp, pp, dp), b in closest:
         lines.append(f"  tp={tp} pp={pp} dp={dp}: " + "; ".join(text for _, text in b))
+    if pps:
+        counts = sorted({G // tp for tp in tps}, reverse=True)
+        lines += [f"  search.pipeline_parallel {list(pps)}: pp={pp} divides none of the "
+                  f"{', '.join(map(str, counts))} GPUs left by tp {' / '.join(map(str, tps))}"
+                  for pp in pps if all(n % pp for n in counts)]
     fixes = nearest_fixes(spec, G)
     lines.append("Nearest values that give a configuration: " + ("; ".join(fixes) if fixes else "none found") + ".")
     return "\n".join(lines)
@@ -125,6 +133,10 @@ def nearest_fixes(spec, G: int, fewer_nodes: bool = True) -> list[str]:
         fixes.append("training.global_batch_size " + " or ".join(map(str, batches)))
     if spec.search.micro_batch_sizes and _has_config_with(spec, G, "search", micro_batch_sizes=None):
         fixes.append("search.micro_batch_sizes: auto (powers of two that divide)")
+    if spec.search.tensor_parallel and _has_config_with(spec, G, "search", tensor_parallel=None):
+        fixes.append("search.tensor_parallel: auto (every divisor of gpus_per_node)")
+    if spec.search.pipeline_parallel and _has_config_with(spec, G, "search", pipeline_parallel=None):
+        fixes.append("search.pipeline_parallel: auto (every degree the GPUs and layers allow)")
     layers = _nearest((range(L - 1, 0, -1), range(L + 1, 2 * L + 1)),
                       lambda v: _has_config_with(spec, G, "model", num_layers=v))
     if layers:

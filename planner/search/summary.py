@@ -246,7 +246,8 @@ def context_parallel_hint(spec, cfg, costs: Costs) -> str:
     peak, limit = _peak(spec, cfg, costs), memory_limit_GiB(spec)
     if peak < (1 - TIGHT_MEMORY) * limit:
         return ""
-    return (f"the plan's {peak:.1f} GiB is within {1 - peak / limit:.1%} of the {limit:.1f} GiB usable and "
+    shown = round(limit, 3)     # as Estimate.memory_dict records it, so the note and the plan table print one figure
+    return (f"the plan's {peak:.1f} GiB is within {1 - peak / limit:.1%} of the {shown:.1f} GiB usable and "
             f"search.context_parallel was left at [1]: `context_parallel: auto` also searches cp > 1, which splits "
             f"each sequence's {tr.seq_length} tokens (and their activations) over cp GPUs")
 
