@@ -131,9 +131,35 @@ ZERO2_NOT_MEGATRON = ("2 shards the gradients as well as the optimizer state, wh
                       "gradient memory the plan does not charge")
 
 
-def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None = None) -> list[str]:
+def megatron_model_args(model, seq_length: int) -> list[str]:
+    """The model's Megatron-LM flags (megatron/training/arguments.py @ d98e8a64), as `planner import megatron` reads
+    them back: the shape, the sequence, the embedding's rows as the plan counts them (--padded-vocab-size: the
+    planned vocabulary, which Megatron-LM would otherwise pad from the tokenizer's), and the family's switches
+    (gpt = Megatron-LM's defaults: GeLU, LayerNorm, learned positions, biases; llama = SwiGLU, RMSNorm, RoPE, no
+    biases)."""
+    out = [f"--num-layers {model.num_layers}", f"--hidden-size {model.hidden_size}",
+           f"--num-attention-heads {model.num_attention_heads}", f"--ffn-hidden-size {model.ffn_hidden_size}",
+           f"--seq-length {seq_length}", f"--max-position-embeddings {max(seq_length, model.max_position_embeddings)}",
+           f"--padded-vocab-size {model.vocab_size}"]
+    if model.num_kv_heads != model.num_attention_heads:
+        out += ["--group-query-attention", f"--num-query-groups {model.num_kv_heads}"]
+    if model.family == "llama":
+        out += ["--swiglu", "--normalization RMSNorm", "--position-embedding-type rope", "--disable-bias-linear"]
+    if not model.tied_embeddings:
+        out.append("--untie-embeddings-and-output-weights")
+    return out
+
+
+MODEL_FLAGS_MISSING = ("# the model's flags (--num-layers, --hidden-size, --num-attention-heads, --ffn-hidden-size, "
+                       "--seq-length, --max-position-embeddings, the vocabulary and the family's switches) are not "
+                       "written: the spec this solution names could not be read; add them before running")
+
+
+def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None = None, model=None,
+                  seq_length: int | None = None) -> list[str]:
     """Megatron-LM's flags for the plan, then its comment lines ('#'); gpu_type: the cluster's GPU type (None:
-    unknown), for the launch environment (launch_env)."""
+    unknown), for the launch environment (launch_env); model and seq_length (the spec's): the model's flags first
+    (megatron_model_args), so that the line runs as written; None: the parallelism alone."""
     c = _config(solution, file)
     zero = int(c.get("zero", 0))
     if zero == 3:
@@ -147,8 +173,9 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
             "export it with --format deepspeed (DeepSpeed's ZeRO stage 2 shards both)" if why is None else
             f"DeepSpeed's ZeRO stage 2 cannot run it either ({why[0]}: {why[1]}); solve again with "
             "search.zero [1] (Megatron's distributed optimizer) or [3] (torchtitan's FSDP)"))
-    args = [f"{F['tp']} {c['tp']}", f"{F['pp']} {c['pp']}", f"{F['micro_batch_size']} {c['micro_batch_size']}",
-            f"{F['global_batch_size']} {global_batch(c)}"]
+    args = megatron_model_args(model, seq_length) if model is not None else []
+    args += [f"{F['tp']} {c['tp']}", f"{F['pp']} {c['pp']}", f"{F['micro_batch_size']} {c['micro_batch_size']}",
+             f"{F['global_batch_size']} {global_batch(c)}"]
     args += context_parallel_args(solution, c, file)
     if virtual_stages(c):
         # Megatron-LM's flag (megatron/training/arguments.py @ d98e8a64; it also asserts it, not layers per
@@ -474,16 +501,22 @@ def environment_note(c: dict, engine: str, gpu_type: str | None) -> str:
     return out
 
 
-def solution_gpu_type(solution: dict, file: str | None) -> str | None:
-    """The cluster's GPU type from the spec the solution names (solution_spec_path); None where it cannot be read."""
+def solution_spec(solution: dict, file: str | None):
+    """The spec the solution names (solution_spec_path); None where it cannot be read."""
     if not file:
         return None
     from planner.solution import solution_spec_path
     from planner.spec import load_spec
     try:
-        return load_spec(solution_spec_path(solution, file)).cluster.gpu.type
+        return load_spec(solution_spec_path(solution, file))
     except (SpecError, OSError):
         return None
+
+
+def solution_gpu_type(solution: dict, file: str | None) -> str | None:
+    """The cluster's GPU type from the spec the solution names; None where it cannot be read."""
+    spec = solution_spec(solution, file)
+    return None if spec is None else spec.cluster.gpu.type
 
 
 def split_megatron_args(args: list[str]) -> tuple[list[str], list[str]]:
@@ -497,12 +530,13 @@ def shell_words(flag: str) -> str:
 
 
 def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None = None,
-                      framework: str | None = None, gpu_type: str | None = None) -> list[str]:
+                      framework: str | None = None, gpu_type: str | None = None, model=None,
+                      seq_length: int | None = None) -> list[str]:
     """One torchrun line per node, with CUDA_VISIBLE_DEVICES ordered so local rank k gets the planned GPU. ZeRO-3
     plans, and any plan with framework "torchtitan" (export --format torchtitan), run torchtitan's trainer on the job
     config of `torchtitan_toml` (saved as job.toml): its device mesh orders ranks tp fastest, then dp_shard,
     dp_replicate, pp, which is the rank order below. gpu_type: the cluster's GPU type (None: unknown), for the
-    environment (launch_env)."""
+    environment (launch_env); model, seq_length: the model's flags for pretrain_gpt.py (megatron_args)."""
     ranks = rank_layout(solution, file)
     q = shlex.quote
     nodes = sorted({r["node"] for r in ranks}, key=lambda n: min(r["rank"] for r in ranks if r["node"] == n))
@@ -514,7 +548,8 @@ def torchrun_commands(solution: dict, master_port: int = 29500, file: str | None
         env = ALLOC_ENV
     else:
         script = "pretrain_gpt.py"
-        flags = " ".join(shell_words(a) for a in split_megatron_args(megatron_args(solution, file, gpu_type))[0])
+        flags = " ".join(shell_words(a) for a in split_megatron_args(
+            megatron_args(solution, file, gpu_type, model, seq_length))[0])
         env = " ".join(launch_env(c, solution.get("pipeline_engine", "megatron"), gpu_type))
     lines = []
     for idx, n in enumerate(nodes):

@@ -9,6 +9,7 @@ import pytest
 from planner.errors import SpecError
 from planner.export import hostfile, megatron_args, rank_layout, split_megatron_args, torchrun_commands
 from planner.solution import load_solution
+from planner.spec import load_spec
 from planner.spec.hosts import is_hostname
 
 
@@ -70,11 +71,13 @@ def test_megatron_export_is_one_shell_command_with_its_comments_after(tmp_path, 
     from planner.cli.main import main
     assert main(["export", "solutions/llama3-70b-h100-256.yaml", "--format", "megatron"]) == 0
     text = capsys.readouterr().out
-    flags, _ = split_megatron_args(megatron_args(load_solution("solutions/llama3-70b-h100-256.yaml")))
+    spec = load_spec("specs/llama3-70b-h100-256.yaml")
+    flags, _ = split_megatron_args(megatron_args(load_solution("solutions/llama3-70b-h100-256.yaml"), None, None,
+                                                 spec.model, spec.training.seq_length))
     out = subprocess.run(["bash", "-c", "printf '%s\\n' " + text], capture_output=True, text=True, cwd=tmp_path,
                          check=True).stdout.split()
     assert out == " ".join(flags).split()
-    assert "--overlap-grad-reduce" in out and "--bf16" in out
+    assert "--overlap-grad-reduce" in out and "--bf16" in out and out[:2] == ["--num-layers", "80"]
     assert any(line.startswith("# NeMo") for line in text.splitlines())
 
 

@@ -37,21 +37,6 @@ def test_flag_names_are_megatron_lm_options():
     assert "--virtual-pipeline-model-parallel-size" not in table["flags"]     # not an argparse flag there
 
 
-def _model_flags(model, seq: int) -> list[str]:
-    """The model's Megatron-LM flags (the padded vocabulary, as Megatron-LM builds the embedding)."""
-    out = [f"--num-layers {model.num_layers}", f"--hidden-size {model.hidden_size}",
-           f"--num-attention-heads {model.num_attention_heads}", f"--ffn-hidden-size {model.ffn_hidden_size}",
-           f"--seq-length {seq}", f"--max-position-embeddings {max(seq, model.max_position_embeddings)}",
-           f"--padded-vocab-size {model.vocab_size}"]
-    if model.num_kv_heads != model.num_attention_heads:
-        out.append(f"--group-query-attention --num-query-groups {model.num_kv_heads}")
-    if model.family == "llama":
-        out.append("--swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear")
-    if not model.tied_embeddings:
-        out.append("--untie-embeddings-and-output-weights")
-    return out
-
-
 def _effective_overlap(o: dict, cfg: ParallelConfig) -> dict:
     """The overlap settings that act on this configuration (export writes only those)."""
     return {"grad_reduce": o["grad_reduce"], "param_gather": o["param_gather"] and cfg.zero >= 1,
@@ -73,9 +58,10 @@ def test_round_trip_covers_the_shipped_megatron_plans():
 def test_export_import_round_trip(path):
     sol = load_solution(path)
     spec = load_spec(solution_spec_path(sol, path))
-    flags, _ = split_megatron_args(megatron_args(sol, path, spec.cluster.gpu.type))
+    flags, _ = split_megatron_args(megatron_args(sol, path, spec.cluster.gpu.type, spec.model,
+                                                 spec.training.seq_length))
     cfg = ParallelConfig.from_dict(sol["config"], path)
-    text = "torchrun pretrain_gpt.py " + " ".join(_model_flags(spec.model, spec.training.seq_length) + flags)
+    text = "torchrun pretrain_gpt.py " + " ".join(flags)      # the export's line as written: model flags included
     run = mi.read_run(mi.parse_launch(text), cfg.num_gpus)
     assert run.config == cfg
     m = spec.model
@@ -325,3 +311,33 @@ def test_cross_entropy_loss_fusion_is_read(tmp_path, capsys):
         d = json.loads(capsys.readouterr().out)
         assert not any("--cross-entropy" in w for w in d["warnings"])
         assert any("fusion-impl te" in n for n in d["assumed"]) == note
+
+
+def test_exported_line_imports_as_written(tmp_path, capsys):
+    """`planner export --format megatron` writes the model's flags too (a pretrain_gpt.py line runs as written):
+    its output, saved to a file, imports back to the same configuration without adding anything."""
+    path = os.path.join(ROOT, "solutions", "llama3-70b-h100-256.yaml")
+    assert main(["export", path, "--format", "megatron"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("--num-layers 80 ")
+    args = tmp_path / "args.txt"
+    args.write_text(line)
+    out = tmp_path / "run.yaml"
+    assert main(["import", "megatron", str(args), "-o", str(out), "--cluster",
+                 os.path.join(ROOT, "clusters", "dgx-h100-het.yaml")]) == 0
+    sol, spec = load_solution(path), load_spec(str(out))
+    c = sol["config"]
+    assert (spec.search.tensor_parallel, spec.search.pipeline_parallel) == ((c["tp"],), (c["pp"],))
+    assert (spec.model.num_layers, spec.model.num_kv_heads, spec.training.seq_length) == (80, 8, 8192)
+
+
+def test_export_says_when_it_cannot_write_the_model_flags(tmp_path, capsys):
+    """A solution whose spec cannot be read: the parallelism flags, and a comment naming what to add."""
+    sol = load_solution(os.path.join(ROOT, "solutions", "llama3-70b-h100-256.yaml"))
+    text = open(os.path.join(ROOT, "solutions", "llama3-70b-h100-256.yaml")).read()
+    moved = tmp_path / "moved.yaml"
+    moved.write_text(text.replace(f"spec: {sol['spec']}", "spec: nowhere/missing.yaml"))
+    assert main(["export", str(moved), "--format", "megatron"]) == 0
+    out = capsys.readouterr().out
+    assert "--num-layers" not in out.split("#")[0]
+    assert "the model's flags (--num-layers" in out

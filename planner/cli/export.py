@@ -18,6 +18,7 @@ def run(args) -> int:
     import sys
 
     from planner.export import (
+        MODEL_FLAGS_MISSING,
         deepspeed_config,
         deepspeed_recompute_note,
         deepspeed_zero2_note,
@@ -26,7 +27,7 @@ def run(args) -> int:
         megatron_args,
         rank_layout,
         shell_words,
-        solution_gpu_type,
+        solution_spec,
         split_megatron_args,
         torchrun_commands,
         torchtitan_toml,
@@ -36,8 +37,16 @@ def run(args) -> int:
 
     file = args.solution
     sol = load_solution(file)
-    # the cluster's GPU type, from the spec the solution names, for Megatron-LM's launch environment (launch_env)
-    gpu = solution_gpu_type(sol, file) if args.format not in ("torchtitan", "deepspeed") else None
+    # the spec the solution names: the cluster's GPU type for Megatron-LM's launch environment (launch_env), and
+    # the model's flags, so that the pretrain_gpt.py line runs as written
+    spec = solution_spec(sol, file) if args.format not in ("torchtitan", "deepspeed") else None
+    gpu = None if spec is None else spec.cluster.gpu.type
+    model = {"model": spec.model, "seq_length": spec.training.seq_length} if spec is not None else {}
+
+    def megatron():
+        flags, notes = split_megatron_args(megatron_args(sol, file, gpu, **model))
+        return flags, notes if spec is not None else [MODEL_FLAGS_MISSING, *notes]
+
     if args.format == "torchtitan":
         text = torchtitan_toml(sol, file)
         if args.json:
@@ -51,18 +60,21 @@ def run(args) -> int:
             if why:
                 print(f"planner: note: {file}: {why}", file=sys.stderr)
     elif args.json:
-        flags, notes = split_megatron_args(megatron_args(sol, file, gpu))
-        print_json({"megatron_args": flags, "notes": notes, "torchrun": torchrun_commands(sol, file=file, gpu_type=gpu),
+        flags, notes = megatron()
+        print_json({"megatron_args": flags, "notes": notes,
+                    "torchrun": torchrun_commands(sol, file=file, gpu_type=gpu, **model),
                     "ranks": rank_layout(sol, file)})
     elif args.format == "megatron":
         # the flags as one shell command line, then the comments: a '#' line inside a backslash-continued command
         # would end it there and drop every flag after it
-        flags, notes = split_megatron_args(megatron_args(sol, file, gpu))
+        flags, notes = megatron()
         print(" \\\n  ".join(shell_words(a) for a in flags))
         for n in notes:
             print(n)
     elif args.format == "hostfile":
         print(hostfile(sol, file), end="")
     else:
-        print("\n".join(torchrun_commands(sol, file=file, gpu_type=gpu)))
+        print("\n".join(torchrun_commands(sol, file=file, gpu_type=gpu, **model)))
+        if spec is None:
+            print(MODEL_FLAGS_MISSING)
     return 0
