@@ -73,3 +73,15 @@ def test_estimate_with_the_mapping_of_a_plan_whose_tensor_groups_span_nodes():
     workers = worker_table(lay, grid, cfg.tp, np.arange(4) * 2, cfg.cp)
     lay2, grid2 = mapping_to_assign(workers, cfg, 8, 8)
     assert lay2.span == 2 and (grid2 == grid).all()
+
+
+def test_estimate_without_a_mapping_says_it_is_the_rank_order_on_unequal_links():
+    """On a cluster whose node links differ the rank-order time can be far from a solved placement's: the output
+    says which placement it scored (and the JSON records it); on equal links it says nothing."""
+    flags = ["--tp", "2", "--pp", "4", "--dp", "16", "--mbs", "1"]
+    rc, _, err = run_cli(["estimate", "specs/gpt3-13b-a100-het-128.yaml", *flags])    # the report goes to stderr
+    assert rc == 0 and "placement: rank order" in " ".join(err.split())
+    rc, _, err = run_cli(["estimate", "specs/gpt3-13b-a100-128.yaml", *flags])
+    assert rc == 0 and "iteration" in err and "placement" not in err
+    rc, out, _ = run_cli(["estimate", "specs/gpt3-13b-a100-het-128.yaml", *flags, "--json"])
+    assert rc == 0 and json.loads(out)["placement"] == "rank order"

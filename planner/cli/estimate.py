@@ -29,7 +29,8 @@ def run(args) -> int:
          "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b,
                     **({"nodes_per_block": lay.span} if lay.span > 1 else {}),
                     "node_grid": [[int(prob.nodes[k]) for k in row] for row in assign]},
-         "estimate": estimate_dict(spec, est), "fits": est.fits}
+         "estimate": estimate_dict(spec, est), "fits": est.fits,
+         "placement": "rank order" if mapping is None else "solution"}
     if args.json:
         print_json(plain(d))
     else:
@@ -46,6 +47,9 @@ def run(args) -> int:
                   # ZeRO-3: the exposed collectives and FSDP2's copies on the compute stream (costs/fsdp.py)
                   f"{'dp + FSDP copies' if cfg.zero == 3 else 'dp'} {est.dp_comm_s:.4f}, "
                   f"tied-embedding {est.emb_comm_s:.4f} s)")
+        if mapping is None and assign.size > 1 and _unequal_links(spec.cluster.bandwidth):
+            con.print("placement: rank order (Megatron's default); this cluster's node links are unequal, so another "
+                      "placement may be faster: `planner solve` searches them, `--mapping SOLUTION` uses one")
         con.print("MFU " + mfu_text(spec, est.mfu))
         train = train_text(spec, est.tokens_per_s, cfg.num_gpus)
         if train:
@@ -57,6 +61,13 @@ def run(args) -> int:
         con.print("per stage: " + " ".join(f"{v:.1f}" for v in md["per_stage"]) +
                   ("" if est.fits else "  [red]DOES NOT FIT[/red]"))
     return 0 if est.fits else 1
+
+
+def _unequal_links(bw) -> bool:
+    """Measured node-to-node bandwidths that differ (a heterogeneous cluster): the placement matters."""
+    import numpy as np
+    off = bw[~np.eye(len(bw), dtype=bool)]
+    return off.size > 0 and float(off.max()) > float(off.min())
 
 
 def costs_note(spec, cfg=None) -> str:
