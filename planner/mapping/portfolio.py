@@ -9,6 +9,9 @@ runs, on that one budget:
      more per unit of work than annealing longer; at 32 nodes it found nothing; docs/notes/solver.md "LNS after
      the anneal"). Above TWO_ROWS_NODES, an LNS that has not lowered the objective in its first LNS_PROBE_STEPS steps
      hands the rest of its work to a reheated anneal from its plan (a second chain started from the first one's best);
+     (between 2 and 3: the two-row re-solve, tworows.py, where it applies; then, where rings confine rows to groups
+     of nodes (problem.rows_confined: racks behind a spine), the best order of whole rows (roworder.py), on work
+     reserved from the annealer's share; on near-uniform links it does not run and nothing else moves);
   3. up to EXACT_NODES candidate nodes, cpsat.solve_exact (pre-solve bounds, the column decomposition, the
      assignment model) with the annealer's incumbent as hint, on the rest of the work (EXACT_SHARE of it up to
      SMALL_NODES nodes, EXACT_SHARE_LARGE above, only EXACT_PROBE_SHARE where the two-row re-solve runs and gets
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner import interrupt
-from planner.mapping import lns, tworows, work
+from planner.mapping import lns, roworder, tworows, work
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import robust_lower_bound, robust_objective
@@ -109,11 +112,21 @@ def work_budget(time_limit_s: float, problems) -> tuple[int, float]:
     # what the exact phase hands the two-row phase leaves the annealer's share as it was (the same anneal)
     # (summed first, as before the hand-off, so that the iteration count rounds the same)
     left = 1.0 - (exact + _handed_share(probs)) - _lns_share(probs) - _two_rows_share(probs)
-    iters = work.iterations_for(left * total, p0.layout.rows, len(probs))
+    iters = work.iterations_for(left * total - _row_order_work(probs), p0.layout.rows, len(probs))
     space = placements(p0)
     if space <= SMALL_SPACE:
         iters = min(iters, ANNEAL_PER_PLACEMENT * space)
     return iters, float(exact * total)
+
+
+def _row_order_work(probs) -> float:
+    """The work the row-order pass may charge (roworder.work_bound), reserved from the annealer's share where it
+    runs (rows confined to groups of nodes: problem.rows_confined); 0 elsewhere, so nothing else moves there."""
+    return roworder.work_bound(probs) if _row_order_on(probs) else 0.0
+
+
+def _row_order_on(probs) -> bool:
+    return probs[0].layout.blocks > 1 and roworder.applies(probs)
 
 
 def placements(p, limit: int | None = None) -> int:
@@ -228,6 +241,9 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
         info["iterations"] = iters
         init, info = _lns(probs, T, seed, r.assign.copy(), wall_left, info)
         init, info = _two_rows(probs, T, seed, init, wall_left, info)
+        if _row_order_on(probs) and wall_left() > WALL_NEAR and not interrupt.requested():
+            init, moved = roworder.improve(probs, init, robust)
+            info = dict(info, row_order_moves=int(moved))
         if exact_w <= 0:                            # above EXACT_NODES: the annealer and the LNS
             stop = "wall" if wall_left() <= 0 else "work"
             return _result(init, probs, robust, r.bound, "HEURISTIC", method, stop, info)

@@ -151,6 +151,16 @@ class MappingProblem:
         The two are also bounded together (coupled_ring_path): fast rings confine rows to groups of nodes
         whose hops between them may all be slow (racks behind a spine).
         """
+        ring, path, wrap = self._separate
+        both = coupled_ring_path(self, ring, path, wrap)
+        if both > ring + path:
+            return float(self.const + both + self.emb_floor())
+        return float(self.const + path + ring + self.emb_floor())     # summed as before: bounds equal to the bit
+
+    @cached_property
+    def _separate(self) -> tuple[float, float, float]:
+        """(ring, path, wrap): the separate bounds on the slowest ring and the slowest column path (wrap hop
+        included), and the least wrap hop (0: none)."""
         L, N = self.layout, self.n
         off = ~np.eye(N, dtype=bool)
         path = 0.0
@@ -166,10 +176,21 @@ class MappingProblem:
         wrap = float(self.wrap[off].min()) if (self.wrap is not None and L.rows > 1 and N > 1) else 0.0
         path = max(path, self.node_path_floor() + wrap)
         ring = max(dp.max(), self.node_ring_floor())
-        both = coupled_ring_path(self, ring, path, wrap)
-        if both > ring + path:
-            return float(self.const + both + self.emb_floor())
-        return float(self.const + path + ring + self.emb_floor())     # summed as before: bounds equal to the bit
+        return float(ring), float(path), wrap
+
+    def rows_confined(self) -> bool:
+        """Rings at their own bound's level cannot all lie in one group of nodes: some row's ring needs nodes the
+        others' fast links do not reach (racks behind a spine), so which row sits in which group, and the order of
+        the groups along the pipeline, decide the paths (roworder.py). False on near-uniform links."""
+        L = self.layout
+        if L.rows < 2 or L.cols < 2:
+            return False
+        from scipy.sparse.csgraph import connected_components
+        ring = self._separate[0]
+        level = (self.dp_base[:, None, None] + self._dp_sym).min(axis=0)
+        np.fill_diagonal(level, np.inf)
+        _, lab = connected_components(level <= ring, directed=False)
+        return int((np.bincount(lab) // L.cols).max()) < L.rows
 
     def _spare(self) -> int:
         return self.n - self.layout.blocks

@@ -57,6 +57,9 @@ ROWS_PAIR_WORK_S = 2e-9          # one cycle pair x alignment x column of its pa
 LNS_STEP_ITERS = 45
 LNS_BLOCK_ITERS = 0.3
 LNS_NODE_ITERS = 0.8
+# one cost term of roworder.py's vectorised scoring (a row order x row x column x scenario): 3-9 ns measured
+# (8 x 8 .. 16 x 16, load ~1), charged ~3x for the slowest machine (2x slower) with two solves at once
+ROW_ORDER_TERM_WORK_S = 2e-8
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
 # the configuration search's own work outside the mapping solvers (search/solve.py, search/screen.py), measured on
 # this machine's class (docs/notes/solver.md, "The search's own work, charged" and "Short limits"): the memory screen

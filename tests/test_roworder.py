@@ -1,0 +1,93 @@
+"""The order of whole rows (roworder.py): scored as MappingProblem.objective scores it, never worse, the best order
+on small grids, and run by the portfolio only where rings confine rows to groups of nodes."""
+import itertools
+
+import numpy as np
+import pytest
+
+from planner.mapping import portfolio, roworder, work
+from planner.mapping.problem import Layout, MappingProblem, robust_objective
+
+
+def _racks(R, K, seed, slow_rack=None, wrap=False, emb=False, spare=0):
+    """R racks of K nodes (+ spare nodes in a last rack): fast links inside a rack, slow across; one rack's uplinks
+    slower still."""
+    rng = np.random.default_rng(seed)
+    n = R * K + spare
+    rack = np.arange(n) // K
+    same = rack[:, None] == rack[None, :]
+    bw = np.where(same, 50 * (1 - 0.1 * rng.uniform(size=(n, n))), 12.5 * (1 - 0.25 * rng.uniform(size=(n, n))))
+    if slow_rack is not None:
+        out = (rack == slow_rack)[:, None] & ~same
+        bw[out | out.T] = 5.0
+    np.fill_diagonal(bw, np.inf)
+    hop = 0.05 / bw + 0.05 / bw.T
+    ring = np.broadcast_to(2 * (K - 1) / K / bw, (R, n, n)).copy()
+    return MappingProblem(Layout(1, 1, R, K), np.arange(n), hop, hop * 0.7 if wrap else None,
+                          rng.uniform(0, 0.01, R), ring, 0.5, hop * 0.3 if emb else None)
+
+
+@pytest.mark.parametrize("wrap, emb", [(False, False), (True, False), (False, True), (True, True)])
+def test_scorer_is_the_objective_and_improve_finds_the_best_order(wrap, emb):
+    p = _racks(4, 3, seed=1, slow_rack=1, wrap=wrap, emb=emb, spare=2)
+    a = np.arange(12).reshape(4, 3)[[0, 1, 3, 2]]
+    score = roworder._Scorer([p], a, "worst")
+    orders = np.array(list(itertools.permutations(range(4))))
+    v = score(orders)
+    objs = np.array([p.objective(a[o]) for o in orders])
+    assert np.allclose(v, objs, rtol=1e-12, atol=0)
+    with work.metered() as m:
+        b, moved = roworder.improve([p], a)
+    assert p.objective(b) == pytest.approx(objs.min(), rel=1e-12)
+    assert moved == (p.objective(a) > objs.min() * (1 + 1e-12))
+    assert m.used_s == pytest.approx(roworder.work_bound([p]))          # charged as bounded beforehand
+
+
+def test_the_slow_rack_goes_to_an_end_of_the_pipeline():
+    """Rows in racks, the rack with slow uplinks in the middle: every column crosses its uplinks twice; at an end,
+    once. No single swap gets there (it breaks two rings); the row order does."""
+    p = _racks(4, 4, seed=3, slow_rack=2)
+    a = np.arange(16).reshape(4, 4)                  # row i = rack i: rack 2 is third of four
+    b, moved = roworder.improve([p], a)
+    assert moved and (b[0, 0] // 4 == 2 or b[-1, 0] // 4 == 2)
+    assert p.objective(b) - p.const < 0.9 * (p.objective(a) - p.const)
+
+
+def test_robust_mean_and_worst_are_scored_over_the_scenarios():
+    ps = [_racks(3, 3, seed=s, slow_rack=1) for s in (5, 6)]
+    a = np.arange(9).reshape(3, 3)
+    for robust in ("worst", "mean"):
+        score = roworder._Scorer(ps, a, robust)
+        orders = np.array(list(itertools.permutations(range(3))))
+        assert np.allclose(score(orders), [robust_objective(ps, a[o], robust) for o in orders], rtol=1e-12, atol=0)
+
+
+def test_descent_above_the_exhaustive_size_is_never_worse_and_deterministic():
+    R = roworder.EXHAUSTIVE_ROWS + 2
+    p = _racks(R, 2, seed=7, slow_rack=4)
+    a = np.arange(2 * R).reshape(R, 2)
+    with work.metered() as m:
+        b, moved = roworder.improve([p], a)
+    c, _ = roworder.improve([p], a)
+    assert moved and np.array_equal(b, c) and p.objective(b) < p.objective(a)
+    assert 0 < m.used_s <= roworder.work_bound([p])
+    assert sorted(b.ravel().tolist()) == list(range(2 * R))
+
+
+def test_the_portfolio_runs_it_only_where_rows_are_confined():
+    """Racks: the pass runs (its work reserved from the annealer's iterations); near-uniform links: it does not, and
+    the annealer's iterations are what they were without it."""
+    rack = _racks(4, 4, seed=3, slow_rack=2)
+    assert rack.rows_confined() and portfolio._row_order_on([rack])
+    rng = np.random.default_rng(0)
+    bw = 25 * (1 - rng.uniform(0, 0.25, (16, 16)))
+    np.fill_diagonal(bw, np.inf)
+    flat = MappingProblem(Layout(1, 1, 4, 4), np.arange(16), 0.05 / bw + 0.05 / bw.T, None, np.zeros(4),
+                          np.broadcast_to(1.5 / bw, (4, 16, 16)).copy(), 0.0)
+    assert not flat.rows_confined() and portfolio._row_order_work([flat]) == 0.0
+    left = 1.0 - portfolio._exact_share([flat]) - portfolio._handed_share([flat]) - portfolio._lns_share([flat]) \
+        - portfolio._two_rows_share([flat])
+    assert portfolio.work_budget(10, [flat])[0] == work.iterations_for(left * work.WORK_PER_S * 10, 4, 1)
+    r = portfolio.solve([rack], time_limit_s=2, seed=0)
+    a = rack.rank_order()
+    assert r.objective <= rack.objective(roworder.improve([rack], a)[0]) + 1e-12
