@@ -131,16 +131,18 @@ ZERO2_NOT_MEGATRON = ("2 shards the gradients as well as the optimizer state, wh
                       "gradient memory the plan does not charge")
 
 
-def megatron_model_args(model, seq_length: int) -> list[str]:
+def megatron_model_args(model, seq_length: int, tp: int = 1) -> list[str]:
     """The model's Megatron-LM flags (megatron/training/arguments.py @ d98e8a64), as `planner import megatron` reads
     them back: the shape, the sequence, the embedding's rows as the plan counts them (--padded-vocab-size: the
-    planned vocabulary, which Megatron-LM would otherwise pad from the tokenizer's), and the family's switches
-    (gpt = Megatron-LM's defaults: GeLU, LayerNorm, learned positions, biases; llama = SwiGLU, RMSNorm, RoPE, no
-    biases)."""
+    vocabulary padded to a multiple of 128 x tp, costs.memory.padded_vocab, as Megatron-LM pads the tokenizer's;
+    the unpadded size would not divide over tp ranks for e.g. GPT-2's 50257, which Megatron-Core's
+    VocabUtility.vocab_range_from_global_vocab_size asserts), and the family's switches (gpt = Megatron-LM's
+    defaults: GeLU, LayerNorm, learned positions, biases; llama = SwiGLU, RMSNorm, RoPE, no biases)."""
+    from planner.costs.memory import padded_vocab
     out = [f"--num-layers {model.num_layers}", f"--hidden-size {model.hidden_size}",
            f"--num-attention-heads {model.num_attention_heads}", f"--ffn-hidden-size {model.ffn_hidden_size}",
            f"--seq-length {seq_length}", f"--max-position-embeddings {max(seq_length, model.max_position_embeddings)}",
-           f"--padded-vocab-size {model.vocab_size}"]
+           f"--padded-vocab-size {padded_vocab(model, tp)}"]
     if model.num_kv_heads != model.num_attention_heads:
         out += ["--group-query-attention", f"--num-query-groups {model.num_kv_heads}"]
     if model.family == "llama":
@@ -173,7 +175,7 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
             "export it with --format deepspeed (DeepSpeed's ZeRO stage 2 shards both)" if why is None else
             f"DeepSpeed's ZeRO stage 2 cannot run it either ({why[0]}: {why[1]}); solve again with "
             "search.zero [1] (Megatron's distributed optimizer) or [3] (torchtitan's FSDP)"))
-    args = megatron_model_args(model, seq_length) if model is not None else []
+    args = megatron_model_args(model, seq_length, int(c['tp'])) if model is not None else []
     args += [f"{F['tp']} {c['tp']}", f"{F['pp']} {c['pp']}", f"{F['micro_batch_size']} {c['micro_batch_size']}",
              f"{F['global_batch_size']} {global_batch(c)}"]
     args += context_parallel_args(solution, c, file)

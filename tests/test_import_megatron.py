@@ -8,6 +8,7 @@ import pytest
 from planner import megatron_import as mi
 from planner.cli.main import main
 from planner.config import ParallelConfig
+from planner.costs.memory import padded_vocab
 from planner.errors import SpecError
 from planner.export import MEGATRON_FLAG, megatron_args, split_megatron_args
 from planner.search.space import enumerate_configs
@@ -68,7 +69,8 @@ def test_export_import_round_trip(path):
     assert {k: v for k, v in run.model.items() if k != "name"} == {
         "family": m.family, "num_layers": m.num_layers, "hidden_size": m.hidden_size,
         "num_attention_heads": m.num_attention_heads, "num_kv_heads": m.num_kv_heads,
-        "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size, "tied_embeddings": m.tied_embeddings,
+        "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": padded_vocab(m, cfg.tp),
+        "tied_embeddings": m.tied_embeddings,
         "max_position_embeddings": max(spec.training.seq_length, m.max_position_embeddings)}
     t, tr = spec.training, run.training
     assert (tr["global_batch_size"], tr["seq_length"], tr["precision"]) == (t.global_batch_size, t.seq_length,
@@ -329,6 +331,18 @@ def test_exported_line_imports_as_written(tmp_path, capsys):
     c = sol["config"]
     assert (spec.search.tensor_parallel, spec.search.pipeline_parallel) == ((c["tp"],), (c["pp"],))
     assert (spec.model.num_layers, spec.model.num_kv_heads, spec.training.seq_length) == (80, 8, 8192)
+
+
+def test_exported_vocab_is_the_planned_padded_one(capsys):
+    """--padded-vocab-size is the embedding's rows as the plan counts them (128 x tp multiple, memory.padded_vocab):
+    GPT-2's 50257 at tp 4 does not divide over the tensor ranks, which Megatron-Core asserts when it builds the
+    embedding (megatron/core/tensor_parallel/utils.py VocabUtility.vocab_range_from_global_vocab_size @ d98e8a64)."""
+    path = os.path.join(ROOT, "solutions", "gpt3-175b-a100-het-1024.yaml")
+    assert main(["export", path, "--format", "megatron"]) == 0
+    words = capsys.readouterr().out.split()
+    rows = int(words[words.index("--padded-vocab-size") + 1])
+    tp = int(words[words.index("--tensor-model-parallel-size") + 1])
+    assert (tp, rows) == (4, 50688) and rows % tp == 0
 
 
 def test_export_says_when_it_cannot_write_the_model_flags(tmp_path, capsys):

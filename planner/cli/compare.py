@@ -29,7 +29,9 @@ def run(args) -> int:
     if args.json:
         print_json(res)
         return 0
-    t = Table(title=f"{spec.name}: proven bound {res['bound']:.4f} s")
+    over = ("" if res.get("objective", "none") == "none" else
+            f", every row the {res['objective']} case over {res['scenarios']} bandwidth snapshots (solver.robust)")
+    t = Table(title=f"{spec.name}: proven bound {res['bound']:.4f} s{over}")
     for c in ("method", "config", "iteration s", "vs best", "gap to bound", "mapping gap", "status", "stopped by",
               "wall s"):
         t.add_column(c)
