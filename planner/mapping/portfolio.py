@@ -2,7 +2,8 @@
 
 solve(problems, time_limit_s=T, seed=s) turns T into work (work.py: WORK_PER_S work seconds per second) and
 runs, on that one budget:
-  1. the annealer (anneal.py) from the hint or Megatron's rank order, on its share of the iterations;
+  1. the annealer (anneal.py) from the hint or Megatron's rank order (its rings reordered where rows are confined to
+     groups of nodes: startpoint.py), on its share of the iterations;
   2. above EXACT_NODES nodes (one scenario, >= 3 columns: lns.applies; every row's ring alike, no pipeline slack:
      _rings_alike), large-neighbourhood search with exact repair (lns.py) from the annealer's plan, on LNS_SHARE
      of the work (taken from the annealer's share: on issue #10's family at 64-128 nodes it lowers the objective
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner import interrupt
-from planner.mapping import lns, roworder, tworows, work
+from planner.mapping import lns, roworder, startpoint, tworows, work
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import robust_lower_bound, robust_objective
@@ -222,7 +223,15 @@ def solve(problems, *, time_limit_s: float, seed: int = 0, method: str = "auto",
 def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioResult:
     p0 = probs[0]
     iters, exact_w = work_budget(T, probs)
-    init = np.asarray(hint) if hint is not None else p0.rank_order()
+    if hint is not None:
+        init = np.asarray(hint)
+    else:
+        # the rank order, its rings reordered where rows are confined (startpoint.py); what that search charged comes
+        # off the annealer's iterations (0 elsewhere: nothing moves there)
+        with work.metered() as m:
+            init = startpoint.initial(probs, robust)
+        if m.used_s > 0:
+            iters = max(1, iters - work.iterations_for(m.used_s, p0.layout.rows, len(probs)))
     trivial = p0.layout.blocks <= 1
 
     def wall_left():

@@ -25,6 +25,7 @@ from planner.mapping import work
 from planner.mapping.anneal import anneal
 from planner.mapping.problem import layouts
 from planner.mapping.result import MappingResult
+from planner.mapping.startpoint import initial as initial_placement
 from planner.search.space import enumerate_configs
 
 # annealing iterations per candidate while screening: the work of the 1,500 the numpy annealer ran here before the
@@ -307,7 +308,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
                 progress(bounded, len(fits))
             continue
         probs = kept.pop((k, j), None) or problems(k, lay)
-        res = anneal(probs, seed=seed, iterations=SCREEN_ITERS, init=probs[0].rank_order(), robust=robust,
+        res = anneal(probs, seed=seed, iterations=SCREEN_ITERS, init=initial_placement(probs, robust), robust=robust,
                      time_limit_s=max(0.05, deadline - time.perf_counter()))
         wall_stop |= time.perf_counter() > deadline     # the safety stop may have cut this anneal short
         c = Candidate(cfg, lay, probs, res)

@@ -1,0 +1,73 @@
+"""Where the searches start (startpoint.py): each row's ring in its best cyclic order where rows are confined to
+groups of nodes; the rank order elsewhere."""
+import itertools
+
+import numpy as np
+import pytest
+
+from planner.mapping import portfolio, startpoint, work
+from planner.mapping.anneal import anneal
+from planner.mapping.problem import Layout, MappingProblem
+
+
+def _bottleneck(cost):
+    """The least slowest link over every cyclic order (brute force, node 0 first)."""
+    K = len(cost)
+    return min(max(cost[o[k], o[(k + 1) % K]] for k in range(K))
+               for o in ((0, *q) for q in itertools.permutations(range(1, K))))
+
+
+@pytest.mark.parametrize("K", [4, 5, 6, 7])
+def test_best_ring_is_the_least_bottleneck_cycle(K):
+    rng = np.random.default_rng(K)
+    for _ in range(20):
+        c = rng.uniform(1, 10, (K, K))
+        c = np.maximum(c, c.T)
+        np.fill_diagonal(c, 0.0)
+        order, nodes = startpoint.best_ring(c)
+        assert sorted(order) == list(range(K)) and nodes > 0
+        assert max(c[order[k], order[(k + 1) % K]] for k in range(K)) == pytest.approx(_bottleneck(c))
+
+
+def _pods(R, K, bad, seed=0):
+    """Racks of 4 nodes, two racks per row in rank order; nodes `bad` have degraded NICs (every link out of their
+    rack 20x slower)."""
+    rng = np.random.default_rng(seed)
+    n = R * K
+    rack = np.arange(n) // 4
+    same = rack[:, None] == rack[None, :]
+    bw = np.where(same, 50 * (1 - 0.1 * rng.uniform(size=(n, n))), 25 * (1 - 0.2 * rng.uniform(size=(n, n))))
+    for v in bad:
+        bw[v, ~same[v]] = bw[~same[v], v] = 1.25
+    np.fill_diagonal(bw, np.inf)
+    hop = 0.05 / bw + 0.05 / bw.T
+    ring = np.broadcast_to(2 * (K - 1) / K / bw, (R, n, n)).copy()
+    return MappingProblem(Layout(1, 1, R, K), np.arange(n), hop, None, np.zeros(R), ring, 0.0)
+
+
+def test_a_degraded_node_at_a_rack_boundary_is_moved_inside_its_rack():
+    """Rank order, row 1 = nodes 8-15: node 12 (degraded) sits next to node 11 of the other rack. The start keeps
+    every row's nodes and puts 12 between two of its rack-mates; the slowest ring drops ~20x."""
+    p = _pods(4, 8, bad=[12, 31])
+    assert p.rows_confined() and startpoint.applies([p])
+    a0 = p.rank_order()
+    with work.metered() as m:
+        a = startpoint.initial([p])
+    assert m.used_s > 0
+    assert [sorted(r) for r in a.tolist()] == [sorted(r) for r in a0.tolist()]
+    assert p.dp_costs(a).max() < p.dp_costs(a0).max() / 10
+    # and the search keeps it: the portfolio ends far below where an anneal from the rank order ends
+    r = portfolio.solve([p], time_limit_s=2, seed=0)
+    plain = anneal(p, seed=0, iterations=portfolio.work_budget(2, [p])[0], init=a0)
+    assert r.objective < 0.5 * plain.objective
+
+
+def test_the_rank_order_stays_where_rows_are_not_confined():
+    rng = np.random.default_rng(1)
+    bw = 25 * (1 - rng.uniform(0, 0.25, (32, 32)))
+    np.fill_diagonal(bw, np.inf)
+    p = MappingProblem(Layout(1, 1, 4, 8), np.arange(32), 0.05 / bw + 0.05 / bw.T, None, np.zeros(4),
+                       np.broadcast_to(1.75 / bw, (4, 32, 32)).copy(), 0.0)
+    with work.metered() as m:
+        a = startpoint.initial([p])
+    assert not startpoint.applies([p]) and np.array_equal(a, p.rank_order()) and m.used_s == 0
