@@ -81,7 +81,8 @@ class _Scorer:
             hop = p.hop[a[:, None, :], a[None, :, :]]                               # [u, v, j]: row u above row v
             wrap = p.wrap[a[:, None, :], a[None, :, :]] if (p.wrap is not None and R > 1) else None
             emb = p.emb[a[:, None, :], a[None, :, :]].max(axis=2) if (p.emb is not None and R > 1) else None
-            links = p._dp_sym[:, a, a[:, nxt]].max(axis=2)                          # [i, u]: row u's ring at row i
+            # [i, u]: row u's ring at row i (one column: no ring, as dp_costs has it; dp_link's diagonal unread)
+            links = p._dp_sym[:, a, a[:, nxt]].max(axis=2) if K > 1 else np.zeros((R, R))
             ring = np.asarray(p.dp_base, dtype=float)[:, None] + links
             self.tabs.append((float(p.const), hop, wrap, emb, ring))
 
@@ -105,9 +106,11 @@ def improve(problems, assign: np.ndarray, robust: str = "worst") -> tuple[np.nda
     probs = problems if isinstance(problems, list) else [problems]
     a = np.asarray(assign)
     R, K = a.shape
+    if R < 2:
+        return a, False                              # one row: one order
     score = _Scorer(probs, a, robust)
     if R <= EXHAUSTIVE_ROWS:
-        best_v, best = np.inf, None
+        best_v, best = np.inf, np.arange(R)          # the order as it is, unless some order scores lower
         every = _orders(R)
         for c in range(0, len(every), CHUNK):
             chunk = every[c:c + CHUNK]
