@@ -131,3 +131,20 @@ def test_the_pass_never_takes_more_than_half_the_annealers_share():
     assert r.work_s <= work.WORK_PER_S * T + 1e-9
     big = portfolio._anneal_work(10, [p])
     assert portfolio._row_order_work([p], big) == roworder.work_bound([p])
+
+
+def test_narrow_grids_are_charged_per_order_and_row_not_less():
+    """The scorer's cost is per (order, row): a gather of K columns, 32-50 ns measured at K = 2 .. 8 whatever K
+    (16-21 ns per column term at K = 2, against 20 ns charged: no margin for a slower machine with two solves). A
+    narrow grid is charged at least as a grid of MIN_TERM_COLS columns; improve charges what
+    work_bound says."""
+    narrow, wide = _racks(8, 2, seed=5, slow_rack=3), _racks(8, roworder.MIN_TERM_COLS, seed=5, slow_rack=3)
+    assert roworder.work_bound([narrow]) >= roworder.work_bound([wide]) > 0
+    with work.metered() as m:
+        roworder.improve([narrow], narrow.rank_order())
+    assert m.used_s == pytest.approx(roworder.work_bound([narrow]))
+    R = roworder.EXHAUSTIVE_ROWS + 4
+    tall = _racks(R, 2, seed=6, slow_rack=5)
+    with work.metered() as m:
+        roworder.improve([tall], tall.rank_order())
+    assert 0 < m.used_s <= roworder.work_bound([tall])

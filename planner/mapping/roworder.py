@@ -27,6 +27,10 @@ from planner.mapping.problem import robust_objective
 EXHAUSTIVE_ROWS = 8         # up to this many rows, every order (8! = 40,320)
 MAX_PASSES = 32             # the descent's passes above it (each takes the best improving move, or ends)
 CHUNK = 4096                # orders scored at once (memory: CHUNK x R x K floats per gather)
+# a (row order, row) is charged as at least this many columns: the scorer's gathers cost ~32-50 ns per (order, row)
+# whatever K up to 8 (measured at 8 x 2 .. 16 x 8, 64 x 2, load ~1), 16-21 ns per column term at K = 2 against the
+# 20 ns charged per term (work.ROW_ORDER_TERM_WORK_S, set on 8 x 8 .. 16 x 16); from 8 columns on nothing changes
+MIN_TERM_COLS = 8
 
 
 def applies(problems) -> bool:
@@ -58,7 +62,7 @@ def _orders(R: int) -> np.ndarray:
 
 
 def _terms(R: int, K: int, scenarios: int, orders: int) -> int:
-    return orders * R * K * scenarios
+    return orders * R * max(K, MIN_TERM_COLS) * scenarios
 
 
 def work_bound(problems) -> float:
