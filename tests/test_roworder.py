@@ -91,3 +91,60 @@ def test_the_portfolio_runs_it_only_where_rows_are_confined():
     r = portfolio.solve([rack], time_limit_s=2, seed=0)
     a = rack.rank_order()
     assert r.objective <= rack.objective(roworder.improve([rack], a)[0]) + 1e-12
+
+
+def test_one_row_or_one_column_or_no_finite_order_is_left_as_it_is():
+    """Direct calls on shapes the portfolio never passes (it runs the pass only where roworder.applies): one row (no
+    order to choose; it raised AttributeError), one column (the scorer added dp_link's diagonal, which the objective
+    never charges: no ring), and links all infinite (no order scored finite; it raised ValueError)."""
+    one_row = _racks(1, 4, seed=2)
+    a = np.arange(4).reshape(1, 4)
+    b, moved = roworder.improve([one_row], a)
+    assert not moved and np.array_equal(b, a)
+    col = _racks(4, 1, seed=2, spare=2)
+    col.dp_link[:, np.arange(6), np.arange(6)] = 9.0          # a diagonal the objective does not read
+    a = np.arange(4).reshape(4, 1)
+    orders = np.array(list(itertools.permutations(range(4))))
+    assert np.allclose(roworder._Scorer([col], a, "worst")(orders), [col.objective(a[o]) for o in orders],
+                       rtol=1e-12, atol=0)
+    dead = _racks(3, 2, seed=2)
+    dead.hop[:] = np.inf
+    a = np.arange(6).reshape(3, 2)
+    b, moved = roworder.improve([dead], a)
+    assert not moved and np.array_equal(b, a)
+
+
+def test_the_pass_never_takes_more_than_half_the_annealers_share():
+    """At a short limit the pass's bound (8 x 16: 40,320 orders, 0.103 work s) exceeded the annealer's share (0.0875
+    at 0.25 s): the annealer got one iteration and the solve charged 0.149 work s of its 0.0875. It is skipped (and
+    nothing reserved) where its bound is above half that share; at 10 s it runs as before."""
+    p = _racks(8, 16, seed=4, slow_rack=3)
+    assert roworder.applies([p])
+    T = 0.25
+    share = portfolio._anneal_work(T, [p])
+    assert roworder.work_bound([p]) > 0.5 * share
+    assert portfolio._row_order_work([p], share) == 0.0
+    iters, _ = portfolio.work_budget(T, [p])
+    assert iters == work.iterations_for(share, 8, 1)
+    r = portfolio.solve([p], time_limit_s=T, seed=0)
+    assert "row_order_moves" not in r.work and r.work["iterations"] > 1
+    assert r.work_s <= work.WORK_PER_S * T + 1e-9
+    big = portfolio._anneal_work(10, [p])
+    assert portfolio._row_order_work([p], big) == roworder.work_bound([p])
+
+
+def test_narrow_grids_are_charged_per_order_and_row_not_less():
+    """The scorer's cost is per (order, row): a gather of K columns, 32-50 ns measured at K = 2 .. 8 whatever K
+    (16-21 ns per column term at K = 2, against 20 ns charged: no margin for a slower machine with two solves). A
+    narrow grid is charged at least as a grid of MIN_TERM_COLS columns; improve charges what
+    work_bound says."""
+    narrow, wide = _racks(8, 2, seed=5, slow_rack=3), _racks(8, roworder.MIN_TERM_COLS, seed=5, slow_rack=3)
+    assert roworder.work_bound([narrow]) >= roworder.work_bound([wide]) > 0
+    with work.metered() as m:
+        roworder.improve([narrow], narrow.rank_order())
+    assert m.used_s == pytest.approx(roworder.work_bound([narrow]))
+    R = roworder.EXHAUSTIVE_ROWS + 4
+    tall = _racks(R, 2, seed=6, slow_rack=5)
+    with work.metered() as m:
+        roworder.improve([tall], tall.rank_order())
+    assert 0 < m.used_s <= roworder.work_bound([tall])

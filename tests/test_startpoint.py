@@ -71,3 +71,45 @@ def test_the_rank_order_stays_where_rows_are_not_confined():
     with work.metered() as m:
         a = startpoint.initial([p])
     assert not startpoint.applies([p]) and np.array_equal(a, p.rank_order()) and m.used_s == 0
+
+
+def test_the_start_never_takes_the_annealers_iterations_or_exceeds_the_budget():
+    """8 x 16 at a 1 s limit: the start's search charged ~0.18 work s where the annealer's share, less the row order's
+    reservation, was 0.12: the annealer ran one iteration and the solve charged 0.41 work s of its 0.35. Its search is
+    now capped at half of what the annealer has (the rows it cannot afford keep the rank order); at 10 s nothing
+    binds and the start is the same."""
+    p = _pods(8, 16, bad=[12, 31, 70, 101])
+    assert startpoint.applies([p])
+    T = 1.0
+    with work.metered() as m:
+        full = startpoint.initial([p])
+    room = portfolio._anneal_work(T, [p]) - portfolio._row_order_work([p], portfolio._anneal_work(T, [p]))
+    assert m.used_s > 0.5 * room                      # uncapped, it would take more than half the annealer's work
+    r = portfolio.solve([p], time_limit_s=T, seed=0)
+    assert r.work["iterations"] >= work.iterations_for(0.5 * room, 8, 1) - 1
+    assert r.work_s <= work.WORK_PER_S * T + 1e-9
+    with work.metered() as m2:
+        capped = startpoint.initial([p], budget_s=0.5 * room)
+    assert 0 < m2.used_s <= 0.5 * room
+    assert p.objective(capped) <= p.objective(p.rank_order())
+    with work.metered() as m3:
+        same = startpoint.initial([p], budget_s=10 * m.used_s)
+    assert np.array_equal(same, full) and m3.used_s == m.used_s
+
+
+def test_the_exact_method_takes_the_starts_work_off_its_budget(monkeypatch):
+    """method="exact" gave CP-SAT the whole budget after the start's search had charged its part: over budget."""
+    p = _pods(2, 8, bad=[4])
+    assert startpoint.applies([p])
+    seen = {}
+    real = portfolio.solve_exact
+
+    def spy(probs, *, time_limit_s, **kw):
+        seen["budget"] = time_limit_s
+        return real(probs, time_limit_s=time_limit_s, **kw)
+    monkeypatch.setattr(portfolio, "solve_exact", spy)
+    with work.metered() as m:
+        startpoint.initial([p])
+    assert m.used_s > 0
+    portfolio.solve([p], time_limit_s=1.0, seed=0, method="exact")
+    assert seen["budget"] == pytest.approx(work.WORK_PER_S * 1.0 - m.used_s, rel=1e-12)

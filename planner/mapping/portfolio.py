@@ -93,6 +93,11 @@ TWO_ROWS_NODES = 64
 # placements (8 nodes: 40,320) the cap never binds.
 SMALL_SPACE = 5040
 ANNEAL_PER_PLACEMENT = 50
+# the row-order pass (roworder.py) and the start's search (startpoint.py) each take at most this fraction of the
+# annealer's work (the start: of what the pass leaves it): at a short limit the pass is skipped and the start's search
+# stops early, rather than leave the annealer one iteration and the solve above its budget (8 x 16 racks at 1 s: 0.41
+# work s charged of 0.35). At the benchmarks' 10 s neither binds.
+PASS_MAX_FRACTION = 0.5
 
 
 @dataclass
@@ -110,24 +115,36 @@ def work_budget(time_limit_s: float, problems) -> tuple[int, float]:
     p0 = probs[0]
     total = work.WORK_PER_S * time_limit_s
     exact = _exact_share(probs)
-    # what the exact phase hands the two-row phase leaves the annealer's share as it was (the same anneal)
-    # (summed first, as before the hand-off, so that the iteration count rounds the same)
-    left = 1.0 - (exact + _handed_share(probs)) - _lns_share(probs) - _two_rows_share(probs)
-    iters = work.iterations_for(left * total - _row_order_work(probs), p0.layout.rows, len(probs))
+    anneal_w = _anneal_work(time_limit_s, probs)
+    iters = work.iterations_for(anneal_w - _row_order_work(probs, anneal_w), p0.layout.rows, len(probs))
     space = placements(p0)
     if space <= SMALL_SPACE:
         iters = min(iters, ANNEAL_PER_PLACEMENT * space)
     return iters, float(exact * total)
 
 
-def _row_order_work(probs) -> float:
-    """The work the row-order pass may charge (roworder.work_bound), reserved from the annealer's share where it
-    runs (rows confined to groups of nodes: problem.rows_confined); 0 elsewhere, so nothing else moves there."""
-    return roworder.work_bound(probs) if _row_order_on(probs) else 0.0
+def _anneal_work(time_limit_s: float, probs) -> float:
+    """The annealer's share of the work in work seconds, before the row order's reservation and the start's search
+    come off it."""
+    total = work.WORK_PER_S * time_limit_s
+    exact = _exact_share(probs)
+    # what the exact phase hands the two-row phase leaves the annealer's share as it was (the same anneal)
+    # (summed first, as before the hand-off, so that the iteration count rounds the same)
+    left = 1.0 - (exact + _handed_share(probs)) - _lns_share(probs) - _two_rows_share(probs)
+    return left * total
 
 
-def _row_order_on(probs) -> bool:
-    return probs[0].layout.blocks > 1 and roworder.applies(probs)
+def _row_order_work(probs, anneal_w: float = float("inf")) -> float:
+    """The work the row-order pass may charge (roworder.work_bound), reserved from the annealer's share `anneal_w`
+    where it runs (_row_order_on); 0 elsewhere, so nothing else moves there."""
+    return roworder.work_bound(probs) if _row_order_on(probs, anneal_w) else 0.0
+
+
+def _row_order_on(probs, anneal_w: float = float("inf")) -> bool:
+    """Rows confined to groups of nodes (roworder.applies), and the pass's bound within PASS_MAX_FRACTION of the
+    annealer's share `anneal_w` (at a short limit it would leave the annealer nothing and the solve over budget)."""
+    return probs[0].layout.blocks > 1 and roworder.applies(probs) and \
+        roworder.work_bound(probs) <= PASS_MAX_FRACTION * anneal_w
 
 
 def placements(p, limit: int | None = None) -> int:
@@ -223,15 +240,20 @@ def solve(problems, *, time_limit_s: float, seed: int = 0, method: str = "auto",
 def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioResult:
     p0 = probs[0]
     iters, exact_w = work_budget(T, probs)
+    start_w = 0.0
     if hint is not None:
         init = np.asarray(hint)
     else:
-        # the rank order, its rings reordered where rows are confined (startpoint.py); what that search charged comes
-        # off the annealer's iterations (0 elsewhere: nothing moves there)
+        # the rank order, its rings reordered where rows are confined (startpoint.py), its search within
+        # PASS_MAX_FRACTION of the annealer's work left after the row order; what it charged comes off the annealer's
+        # iterations (0 elsewhere: nothing moves there), or off the exact phase's budget where no anneal runs
+        anneal_w = _anneal_work(T, probs)
+        room = PASS_MAX_FRACTION * (anneal_w - _row_order_work(probs, anneal_w))
         with work.metered() as m:
-            init = startpoint.initial(probs, robust)
-        if m.used_s > 0:
-            iters = max(1, iters - work.iterations_for(m.used_s, p0.layout.rows, len(probs)))
+            init = startpoint.initial(probs, robust, budget_s=room)
+        start_w = m.used_s
+        if start_w > 0:
+            iters = max(1, iters - work.iterations_for(start_w, p0.layout.rows, len(probs)))
     trivial = p0.layout.blocks <= 1
 
     def wall_left():
@@ -242,7 +264,8 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
         stop = "wall" if wall_left() <= 0 else "work"
         return _result(r.assign, probs, robust, r.bound, "HEURISTIC", method, stop, {"iterations": iters})
     if method == "exact":
-        return _exact(probs, work.WORK_PER_S * T, seed, init, robust, cutoff, wall_left, None, {"iterations": 0})
+        return _exact(probs, work.WORK_PER_S * T - start_w, seed, init, robust, cutoff, wall_left, None,
+                      {"iterations": 0})
 
     info = {"iterations": 0, "exact_work_s": 0.0, "improvements": 0}
     if exact_w <= 0 or cutoff is None:
@@ -250,7 +273,7 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
         info["iterations"] = iters
         init, info = _lns(probs, T, seed, r.assign.copy(), wall_left, info)
         init, info = _two_rows(probs, T, seed, init, wall_left, info)
-        if _row_order_on(probs) and wall_left() > WALL_NEAR and not interrupt.requested():
+        if _row_order_on(probs, _anneal_work(T, probs)) and wall_left() > WALL_NEAR and not interrupt.requested():
             init, moved = roworder.improve(probs, init, robust)
             info = dict(info, row_order_moves=int(moved))
         if exact_w <= 0:                            # above EXACT_NODES: the annealer and the LNS
@@ -262,7 +285,7 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
             return _result(init, probs, robust, r.bound, "HEURISTIC", "portfolio", "wall", info)
         exact_budget = exact_w
     else:
-        exact_budget = work.WORK_PER_S * T          # only "is there better than the cutoff?": all of it
+        exact_budget = work.WORK_PER_S * T - start_w    # only "is there better than the cutoff?": all of it
     return _exact(probs, exact_budget, seed, init, robust, cutoff, wall_left, "portfolio", info)
 
 

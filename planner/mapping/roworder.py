@@ -27,6 +27,10 @@ from planner.mapping.problem import robust_objective
 EXHAUSTIVE_ROWS = 8         # up to this many rows, every order (8! = 40,320)
 MAX_PASSES = 32             # the descent's passes above it (each takes the best improving move, or ends)
 CHUNK = 4096                # orders scored at once (memory: CHUNK x R x K floats per gather)
+# a (row order, row) is charged as at least this many columns: the scorer's gathers cost ~32-50 ns per (order, row)
+# whatever K up to 8 (measured at 8 x 2 .. 16 x 8, 64 x 2, load ~1), 16-21 ns per column term at K = 2 against the
+# 20 ns charged per term (work.ROW_ORDER_TERM_WORK_S, set on 8 x 8 .. 16 x 16); from 8 columns on nothing changes
+MIN_TERM_COLS = 8
 
 
 def applies(problems) -> bool:
@@ -58,7 +62,7 @@ def _orders(R: int) -> np.ndarray:
 
 
 def _terms(R: int, K: int, scenarios: int, orders: int) -> int:
-    return orders * R * K * scenarios
+    return orders * R * max(K, MIN_TERM_COLS) * scenarios
 
 
 def work_bound(problems) -> float:
@@ -81,7 +85,8 @@ class _Scorer:
             hop = p.hop[a[:, None, :], a[None, :, :]]                               # [u, v, j]: row u above row v
             wrap = p.wrap[a[:, None, :], a[None, :, :]] if (p.wrap is not None and R > 1) else None
             emb = p.emb[a[:, None, :], a[None, :, :]].max(axis=2) if (p.emb is not None and R > 1) else None
-            links = p._dp_sym[:, a, a[:, nxt]].max(axis=2)                          # [i, u]: row u's ring at row i
+            # [i, u]: row u's ring at row i (one column: no ring, as dp_costs has it; dp_link's diagonal unread)
+            links = p._dp_sym[:, a, a[:, nxt]].max(axis=2) if K > 1 else np.zeros((R, R))
             ring = np.asarray(p.dp_base, dtype=float)[:, None] + links
             self.tabs.append((float(p.const), hop, wrap, emb, ring))
 
@@ -105,9 +110,11 @@ def improve(problems, assign: np.ndarray, robust: str = "worst") -> tuple[np.nda
     probs = problems if isinstance(problems, list) else [problems]
     a = np.asarray(assign)
     R, K = a.shape
+    if R < 2:
+        return a, False                              # one row: one order
     score = _Scorer(probs, a, robust)
     if R <= EXHAUSTIVE_ROWS:
-        best_v, best = np.inf, None
+        best_v, best = np.inf, np.arange(R)          # the order as it is, unless some order scores lower
         every = _orders(R)
         for c in range(0, len(every), CHUNK):
             chunk = every[c:c + CHUNK]

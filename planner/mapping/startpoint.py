@@ -87,16 +87,20 @@ def _cycle(adj: list[int], K: int, cap: int) -> tuple[list[int] | None, int]:
     return (list(order) if found else None), count
 
 
-def best_ring(cost: np.ndarray) -> tuple[list[int], int]:
-    """(a cyclic order of the K nodes whose slowest link is as low as the capped searches find; search nodes)."""
+def best_ring(cost: np.ndarray, max_nodes: float = float("inf")) -> tuple[list[int], int]:
+    """(a cyclic order of the K nodes whose slowest link is as low as the capped searches find; search nodes, at most
+    `max_nodes`: the bisection stops where the next threshold's search might not fit, and keeps what it found)."""
     K = cost.shape[0]
     vals = np.unique(cost[np.triu_indices(K, 1)])
     lo, hi, best, nodes = 0, len(vals) - 1, list(range(K)), 0
     while lo < hi:
+        room = max_nodes - nodes - TRY_NODES        # a search capped at `cap` counts up to cap + 1 nodes
+        if room < 2:
+            break
         mid = (lo + hi) // 2
         below = (cost <= vals[mid]) & ~np.eye(K, dtype=bool)
         adj = [int(x) for x in (below.astype(np.uint64) << np.arange(K, dtype=np.uint64)).sum(axis=1)]
-        cyc, used = _cycle(adj, K, DFS_NODES)
+        cyc, used = _cycle(adj, K, int(min(DFS_NODES, room - 1)))
         nodes += used + TRY_NODES
         if cyc is None:
             lo = mid + 1
@@ -105,17 +109,17 @@ def best_ring(cost: np.ndarray) -> tuple[list[int], int]:
     return best, nodes
 
 
-def ring_first(problems, assign: np.ndarray) -> np.ndarray:
+def ring_first(problems, assign: np.ndarray, budget_s: float = float("inf")) -> np.ndarray:
     """`assign` with each row's nodes in the cyclic order best_ring finds for that row's ring (kept where not
-    strictly faster); charges its search."""
+    strictly faster); charges its search, at most `budget_s` work seconds (the rows it cannot afford keep theirs)."""
     probs = problems if isinstance(problems, list) else [problems]
     p = probs[0]
     a = np.asarray(assign).copy()
     R, K = a.shape
-    nodes = 0
+    nodes, max_nodes = 0, budget_s / work.RING_DFS_NODE_WORK_S
     for i in range(R):
         c = p._dp_sym[i][np.ix_(a[i], a[i])]
-        order, used = best_ring(c)
+        order, used = best_ring(c, max_nodes - nodes)
         nodes += used
         old = max(c[k, (k + 1) % K] for k in range(K))
         new = max(c[order[k], order[(k + 1) % K]] for k in range(K))
@@ -125,12 +129,12 @@ def ring_first(problems, assign: np.ndarray) -> np.ndarray:
     return a
 
 
-def initial(problems, robust: str = "worst") -> np.ndarray:
+def initial(problems, robust: str = "worst", budget_s: float = float("inf")) -> np.ndarray:
     """The searches' start: the rank order, or where rows are confined (applies) its rings reordered if that is
-    strictly better."""
+    strictly better; the search charges at most `budget_s` work seconds."""
     probs = problems if isinstance(problems, list) else [problems]
     a = probs[0].rank_order()
     if not applies(probs):
         return a
-    b = ring_first(probs, a)
+    b = ring_first(probs, a, budget_s)
     return b if robust_objective(probs, b, robust) < robust_objective(probs, a, robust) else a

@@ -57,8 +57,9 @@ ROWS_PAIR_WORK_S = 2e-9          # one cycle pair x alignment x column of its pa
 LNS_STEP_ITERS = 45
 LNS_BLOCK_ITERS = 0.3
 LNS_NODE_ITERS = 0.8
-# one cost term of roworder.py's vectorised scoring (a row order x row x column x scenario): 3-9 ns measured
-# (8 x 8 .. 16 x 16, load ~1), charged ~3x for the slowest machine (2x slower) with two solves at once
+# one cost term of roworder.py's vectorised scoring (a row order x row x column x scenario, at least
+# roworder.MIN_TERM_COLS columns: narrower grids cost as much per row): 3-9 ns measured (8 x 8 .. 16 x 16, load ~1),
+# charged ~3x for the slowest machine (2x slower) with two solves at once
 ROW_ORDER_TERM_WORK_S = 2e-8
 # one node of startpoint.py's depth-first search for a ring under a threshold (bitmask steps; 3.4-9.6 us measured on
 # the three-tier family's 4 x 8 .. 16 x 16 rows, load ~1), charged ~2-4x for the slowest machine with two solves
