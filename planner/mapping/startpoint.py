@@ -11,7 +11,8 @@ ms and the portfolio then ends at 135 (docs/notes/solver.md, "Where the search s
 ring_first() keeps each row's nodes and gives it the cyclic order with the least slowest link: the least threshold
 (bisection over the row's link costs) at which a Hamiltonian cycle of links under it is found by a depth-first
 search (Warnsdorff's order: the candidate with fewest onward links first; a node left with fewer than two usable
-links prunes), each search capped at DFS_NODES nodes (a cap reached counts as no cycle: the bound stays valid, the
+links prunes, and so does a start with no neighbour left to close the cycle; its last such neighbour is kept for
+last), each search capped at DFS_NODES nodes (a cap reached counts as no cycle: the bound stays valid, the
 order only less good). A row keeps its rank order unless the new ring is strictly faster. Applied only where
 problem.rows_confined (elsewhere the start is the rank order, unchanged), and kept only if the whole objective is
 strictly lower. Deterministic; its search nodes are charged (work.py).
@@ -68,8 +69,13 @@ def _cycle(adj: list[int], K: int, cap: int) -> tuple[list[int] | None, int]:
         rest = full & ~used
         if not ok(rest, (1 << u) | (1 << first)):
             return False
+        # the cycle closes at `first`: with one neighbour of it left, that node must come last
+        closers = adj[first] & rest
+        if not closers:
+            return False
+        last = closers if (closers & (closers - 1)) == 0 and rest != closers else 0
         cands = []
-        m = adj[u] & rest
+        m = adj[u] & rest & ~last
         while m:
             w = (m & -m).bit_length() - 1
             m &= m - 1
