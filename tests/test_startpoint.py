@@ -113,3 +113,20 @@ def test_the_exact_method_takes_the_starts_work_off_its_budget(monkeypatch):
     assert m.used_s > 0
     portfolio.solve([p], time_limit_s=1.0, seed=0, method="exact")
     assert seen["budget"] == pytest.approx(work.WORK_PER_S * 1.0 - m.used_s, rel=1e-12)
+
+
+def test_a_start_with_one_way_back_is_searched_in_few_nodes():
+    """16 nodes, racks of 4; nodes 0 and 3 (rack 0) only reach their rack-mates, everyone else reaches everyone
+    else. A cycle exists (1 - 0 - 3 - 2 inside rack 0), and the search starts at node 0, which has only one free
+    neighbour left to close the cycle once it has left: kept for last, the search needs few nodes (it once ran 1M
+    without a cycle)."""
+    K = 16
+    rack = np.arange(K) // 4
+    adj = np.ones((K, K), dtype=bool)
+    for v in (0, 3):
+        adj[v] = adj[:, v] = rack == 0
+    np.fill_diagonal(adj, False)
+    masks = [int(sum(1 << w for w in np.flatnonzero(adj[v]))) for v in range(K)]
+    cyc, used = startpoint._cycle(masks, K, startpoint.DFS_NODES)
+    assert cyc is not None and used < 100
+    assert sorted(cyc) == list(range(K)) and all(adj[cyc[k], cyc[(k + 1) % K]] for k in range(K))
