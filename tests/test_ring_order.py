@@ -260,3 +260,28 @@ def test_node_floors_are_valid_and_see_a_slow_node(make_spec, optimum):
                                 for i in range(R))
                 stronger += prob.node_ring_floor() > core_ring + 1e-12
     assert stronger >= 2
+
+
+def test_rows_sharing_a_ring_table_are_bounded_once_with_the_same_numbers():
+    """Rows of one stage size share their ring tables: the per-row ring bounds are computed once per distinct
+    table (problem._distinct) and equal, bit for bit, what each row's own computation gives."""
+    import numpy as np
+
+    from planner.mapping.problem import Layout, MappingProblem, _distinct, node_ring_floor, ring_order_bound
+    rng = np.random.default_rng(4)
+    n, R, K = 12, 4, 3
+    a, b = rng.uniform(1, 5, (n, n)), rng.uniform(1, 5, (n, n))
+    link = np.stack([a, b, a.copy(), b.copy()])
+    base = np.array([0.1, 0.2, 0.3, 0.0])
+    assert _distinct(link) == [0, 1, 0, 1]
+    p = MappingProblem(Layout(1, 1, R, K), np.arange(n), rng.uniform(1, 2, (n, n)), None, base, link, 0.0)
+    ring = max(max(base[i] + ring_order_bound(np.maximum(link[i], link[i].T), K) for i in range(R)),
+               p.node_ring_floor())
+    assert p._separate[0] == ring
+    slow = None
+    for i in range(R):            # node_ring_floor row by row, as it was written before the tables were shared
+        c = np.maximum(link[i], link[i].T)
+        c = np.where(np.eye(n, dtype=bool), c.max() + 1, c)
+        v = base[i] + np.sort(c, axis=1)[:, 1]
+        slow = v if slow is None else np.minimum(slow, v)
+    assert node_ring_floor(base, link, K, 0) == np.sort(slow)[::-1][0]

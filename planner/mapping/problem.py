@@ -171,8 +171,11 @@ class MappingProblem:
                 path += float(self.wrap[off].min())
         dp = self.dp_base.astype(float).copy()
         if L.cols > 1:
-            for i in range(L.rows):
-                dp[i] += ring_order_bound(np.maximum(self.dp_link[i], self.dp_link[i].T), L.cols)
+            rob = {}
+            for i, table in enumerate(_distinct(self._dp_sym)):
+                if table not in rob:
+                    rob[table] = ring_order_bound(self._dp_sym[table], L.cols)
+                dp[i] += rob[table]
         wrap = float(self.wrap[off].min()) if (self.wrap is not None and L.rows > 1 and N > 1) else 0.0
         path = max(path, self.node_path_floor() + wrap)
         ring = max(dp.max(), self.node_ring_floor())
@@ -265,13 +268,30 @@ def node_ring_floor(dp_base: np.ndarray, dp_link: np.ndarray, k: int, spare: int
     n = dp_link.shape[1]
     if d == 0 or n < 2:
         return dp_base.max()
-    per_node = None
-    for i in range(len(dp_base)):
-        c = np.maximum(dp_link[i], dp_link[i].T)
-        c = np.where(np.eye(n, dtype=bool), c.max() + 1, c)
-        v = dp_base[i] + np.sort(c, axis=1)[:, d - 1]
+    per_node, kth = None, {}
+    for i, table in enumerate(_distinct(dp_link)):
+        if table not in kth:
+            c = np.maximum(dp_link[table], dp_link[table].T)
+            c = np.where(np.eye(n, dtype=bool), c.max() + 1, c)
+            kth[table] = np.sort(c, axis=1)[:, d - 1]
+        v = dp_base[i] + kth[table]
         per_node = v if per_node is None else np.minimum(per_node, v)
     return np.sort(per_node)[::-1][spare]
+
+
+def _distinct(tables) -> list[int]:
+    """For each row's table, the first row whose table is equal to it (bit for bit): rows of one stage size share
+    their ring tables, and the per-row bounds computed once per distinct table are the same numbers."""
+    first, out = {}, []
+    for i in range(len(tables)):
+        t = np.ascontiguousarray(tables[i])
+        key = hash(t.tobytes())
+        j = next((j for j in first.get(key, []) if np.array_equal(tables[j], t)), None)
+        if j is None:
+            first.setdefault(key, []).append(i)
+            j = i
+        out.append(j)
+    return out
 
 
 def coupled_ring_path(p: MappingProblem, ring: float, path: float, wrap: float) -> float:
