@@ -89,6 +89,7 @@ class SimResult:
     dp_end: list = field(default_factory=list)
     cp_exposed_s: list = field(default_factory=list)   # per device: (forward, backward) exposed context-parallel
     #                                                    exchange inside one micro-batch's ops (all its chunks)
+    step_s: list = field(default_factory=list)          # per device: the optimizer step after its sync (dp_end)
 
     @property
     def bubble_fraction(self) -> float:
@@ -239,7 +240,8 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     return SimResult(config, sched, float(iteration), float(compute_s), float(transfer.max()),
                      busy.tolist(), ((static + act_peak) / GiB).tolist(), (static / GiB).tolist(),
                      (act_peak / GiB).tolist(), inflight.tolist(), len(uniq),
-                     g.dev, g.kind, g.mb, g.chunk, start, end, alloc, free, dp_start, dp_end)
+                     g.dev, g.kind, g.mb, g.chunk, start, end, alloc, free, dp_start, dp_end,
+                     step_s=step.tolist())
 
 
 def _overlapped_dp(grad_last, b_last, f_first: float, allreduce, distributed: bool, param_gather: bool,

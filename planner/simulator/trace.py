@@ -14,8 +14,11 @@ KIND_LONG = {"F": "forward", "B": "backward", "W": "weight-grad", "R": "recomput
 def trace_events(sim, memory_counters: bool = True) -> list[dict]:
     p = sim.schedule.p
     sync = dp_sync_name(sim.config.zero if sim.config else 0)
+    steps = list(getattr(sim, "step_s", None) or [])
     ev = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "compute"}},
           {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"data-parallel {sync}"}}]
+    if any(x > 0 for x in steps):
+        ev.append({"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "optimizer step"}})
     for d in range(p):
         ev.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": d, "args": {"name": f"pp rank {d}"}})
         ev.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": d, "args": {"name": f"pp rank {d}"}})
@@ -36,6 +39,10 @@ def trace_events(sim, memory_counters: bool = True) -> list[dict]:
         if sim.dp_end and sim.dp_end[d] > sim.dp_start[d]:
             ev.append({"name": sync, "cat": "dp", "ph": "X", "pid": 1, "tid": d,
                        "ts": sim.dp_start[d] * us, "dur": (sim.dp_end[d] - sim.dp_start[d]) * us})
+        # the optimizer step after the device's sync (the iteration ends with the slowest one)
+        if d < len(steps) and steps[d] > 0 and sim.dp_end:
+            ev.append({"name": "optimizer step", "cat": "optimizer", "ph": "X", "pid": 2, "tid": d,
+                       "ts": sim.dp_end[d] * us, "dur": steps[d] * us})
     if memory_counters:
         for d in range(p):
             t, live = sim.memory_timeline(d)
