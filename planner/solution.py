@@ -59,7 +59,8 @@ class SolverRecord:
                 "mappings_solved": self.mappings_solved, "mappings_proved": self.mappings_proved,
                 "mapping_objective_s": self.mapping_objective, "mapping_bound_s": self.mapping_bound,
                 "mapping_gap": self.mapping_gap, "stopped_by": self.stopped_by, "work_s": round(self.work_s, 6),
-                **({"robust": self.robust, "robust_over": self.robust_over} if self.robust != "none" else {}),
+                **({"robust": self.robust, "snapshots": self.snapshots, "robust_over": self.robust_over}
+                   if self.robust != "none" else {}),
                 **({"note": self.note} if self.note else {})}
 
 

@@ -407,6 +407,7 @@ def test_robust_solution_estimate_is_on_the_cluster_matrix(tmp_path, capsys):
     # the snapshots are slower than the nominal matrix: the worst case over them is above the cluster-matrix figure
     assert sol["solver"]["objective"] > sol["estimate"]["iteration_s"]
     over = sol["solver"]["robust_over"]
+    assert sol["solver"]["snapshots"] == 3       # the count on its own (trial, Nov 27: --json had none)
     assert "worst over the 3 bandwidth snapshots" in over and "estimate and simulated" in over
     assert "network.bandwidth)" in over
     # the file's estimate-vs-simulation is the one `simulate` reports: both figures on the same matrix
