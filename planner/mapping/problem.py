@@ -189,11 +189,17 @@ class MappingProblem:
         if L.rows < 2 or L.cols < 2:
             return False
         from scipy.sparse.csgraph import connected_components
-        ring = self._separate[0]
+        _, lab = connected_components(self._ring_level <= self._separate[0], directed=False)
+        return int((np.bincount(lab) // L.cols).max()) < L.rows
+
+    @cached_property
+    def _ring_level(self) -> np.ndarray:
+        """N x N: the least ring time a link can give a row, min_i (dp_base[i] + its ring table); inf on the diagonal.
+        A row's ring costs D only if every link of it has a level <= D (rows_confined, coupled_ring_path)."""
         level = (self.dp_base[:, None, None] + self._dp_sym).min(axis=0)
         np.fill_diagonal(level, np.inf)
-        _, lab = connected_components(level <= ring, directed=False)
-        return int((np.bincount(lab) // L.cols).max()) < L.rows
+        level.setflags(write=False)      # shared by both readers
+        return level
 
     def _spare(self) -> int:
         return self.n - self.layout.blocks
@@ -316,8 +322,7 @@ def coupled_ring_path(p: MappingProblem, ring: float, path: float, wrap: float) 
     order = np.argsort(pair, kind="stable")
     ps, pa, pb = pair[order], iu[0][order], iu[1][order]
     cheap = np.concatenate([[0.0], np.cumsum(ps[:R - 1])])       # cheap[k]: the k cheapest pairs
-    level = (p.dp_base[:, None, None] + p._dp_sym).min(axis=0)
-    np.fill_diagonal(level, np.inf)
+    level = p._ring_level
     if not np.isfinite(level).any():
         return ring + path
     # G(D)'s components are those of the spanning tree's edges <= D; weights shifted > 0 (scipy drops zeros)

@@ -12,10 +12,11 @@ ring_first() keeps each row's nodes and gives it the cyclic order with the least
 (bisection over the row's link costs) at which a Hamiltonian cycle of links under it is found by a depth-first
 search (Warnsdorff's order: the candidate with fewest onward links first; a node left with fewer than two usable
 links prunes, and so does a start with no neighbour left to close the cycle; its last such neighbour is kept for
-last), each search capped at DFS_NODES nodes (a cap reached counts as no cycle: the bound stays valid, the
-order only less good). A row keeps its rank order unless the new ring is strictly faster. Applied only where
-problem.rows_confined (elsewhere the start is the rank order, unchanged), and kept only if the whole objective is
-strictly lower. Deterministic; its search nodes are charged (work.py).
+last), each search capped at DFS_NODES nodes (a cap reached counts as no cycle: the order found is only less good),
+on the first scenario's ring tables. A row keeps its rank order unless the new ring is strictly faster. Applied
+only where problem.rows_confined (elsewhere the start is the rank order, unchanged), and kept only if the whole
+(robust) objective is strictly lower. Deterministic; its search nodes are charged (work.py), within the budget the
+caller gives.
 """
 from __future__ import annotations
 
@@ -33,14 +34,6 @@ MAX_COLS = 62               # the search's neighbour sets are 64-bit masks
 def applies(problems) -> bool:
     p = (problems if isinstance(problems, list) else [problems])[0]
     return MIN_COLS <= p.layout.cols <= MAX_COLS and p.rows_confined()
-
-
-def work_bound(problems) -> float:
-    """Work seconds ring_first may charge: every row, every threshold of the bisection, the capped searches."""
-    p = (problems if isinstance(problems, list) else [problems])[0]
-    R, K = p.layout.rows, p.layout.cols
-    tries = int(np.ceil(np.log2(max(2, K * (K - 1) // 2)))) + 1
-    return R * tries * (DFS_NODES + TRY_NODES) * work.RING_DFS_NODE_WORK_S
 
 
 def _cycle(adj: list[int], K: int, cap: int) -> tuple[list[int] | None, int]:
