@@ -54,6 +54,7 @@ def build() -> dict:
     meas = np.array([[s.forward_ms * 1e-3, s.backward_ms * 1e-3] for s in samples])
     a100 = json.load(open(A100))["compute"]
     compute = dict(a100)
+    compute.pop("reference_gpus", None)        # the A100 fit's runs had up to 8 GPUs; these samples ran on one
     compute.update({k: getattr(m, k) for k in MEASURED})
     compute["hbm_GBps"] = round(a100["hbm_GBps"] / HBM_GBPS["A100-40GB"] * HBM_GBPS["H100-SXM5"], 1)
     compute["backward_ratio"] = 2.0

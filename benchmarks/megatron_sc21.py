@@ -30,16 +30,18 @@ from planner.spec import parse_spec
 TFLOPS = (137, 138, 142, 135, 138, 140, 148, 155, 163, 163)   # SC21 Table 1, per GPU
 
 
-def spec_for(run, tp_backward: bool = False):
+def spec_for(run, tp_backward: bool = False, variability: str | None = None):
     """The run's spec. tp_backward: Megatron's asynchronous column-parallel backward (training.overlap.tp_backward),
-    merged into Megatron-LM in Aug 2021 (NVIDIA/Megatron-LM cf7efd4f): after the SC21 runs, before Korthikanti's."""
+    merged into Megatron-LM in Aug 2021 (NVIDIA/Megatron-LM cf7efd4f): after the SC21 runs, before Korthikanti's.
+    variability: the cluster's gpu.variability (a sensitivity, --gpu-variability; default none)."""
     nodes = run.gpus // 8
     d = {"name": f"sc21-{run.name}",
          "model": {"name": run.name, "family": "gpt", "num_layers": run.layers, "hidden_size": run.hidden,
                    "num_attention_heads": run.heads, "vocab_size": VOCAB, "tied_embeddings": True,
                    "max_position_embeddings": SEQ},
          "cluster": {"name": "selene-like", "gpu": {"type": "A100-SXM4-80GB", "memory_GiB": 80,
-                                                    "peak_tflops": {"fp16": 312, "bf16": 312}},
+                                                    "peak_tflops": {"fp16": 312, "bf16": 312},
+                                                    "variability": variability},
                      "nodes": nodes, "gpus_per_node": 8,
                      "network": {"intra_node": {"bandwidth_GBps": 300, "latency_us": 3},
                                  "inter_node": {"bandwidth_Gbps": 200, "nics_per_node": 8, "latency_us": 5}}},
@@ -67,12 +69,22 @@ def print_errors(errs) -> None:
     print(f"median |error| {np.median(a):.1%}, mean {a.mean():.1%}, max {a.max():.1%} (target: median <= 10%)")
 
 
+def variability_arg(doc: str) -> str | None:
+    """--gpu-variability NAME|CSV: the clusters' gpu.variability, a sensitivity (default none, as shipped)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--gpu-variability", default=None,
+                    help="the cluster's gpu.variability (e.g. longhorn-v100-sgemm): the slowest-GPU factor")
+    return ap.parse_args().gpu_variability
+
+
 def main() -> None:
+    var = variability_arg(__doc__)
     for policy in ("interleaved where it divides", "1f1b everywhere"):
-        run_policy(policy)
+        run_policy(policy, var)
 
 
-def run_policy(policy: str) -> None:
+def run_policy(policy: str, variability: str | None = None) -> None:
     print(f"# schedule assumption: {policy}")
     print(f"{'model':>8} {'GPUs':>5} {'t':>2} {'p':>3} {'sched':>11} {'measured s':>10} {'estimate s':>10} {'error':>7}")
     errs = []
@@ -80,7 +92,7 @@ def run_policy(policy: str) -> None:
         B, s, l, h = run.batch, SEQ, run.layers, run.hidden
         flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + VOCAB / (16 * l * h))
         measured = flops / (run.gpus * tf * 1e12)
-        spec = spec_for(run)
+        spec = spec_for(run, variability=variability)
         dp = run.gpus // (run.tp * run.pp)
         m = run.batch // dp
         sched, v = schedule_for(policy, run, m)

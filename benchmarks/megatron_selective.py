@@ -24,7 +24,7 @@ same), Megatron rank order on DGX A100 nodes with 8 x 200 Gb/s HDR, no ZeRO, and
 with (calculon-ai/calculon @ 0efb74e8d1648e5a8209324369a50c353bc8a81b / 09bbcb7e..., validation/{22B,175B,530B,1T}_
 {full,seqsel}.json: micro-batch 4 for 22B (one micro-batch), 1 elsewhere; pipeline_interleaving 3 for 175B and 530B,
 1 for 1T) -- Calculon's reading of the setup, not a statement of the paper.
-Run:  python benchmarks/megatron_selective.py
+Run:  python benchmarks/megatron_selective.py [--gpu-variability longhorn-v100-sgemm]
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from megatron_sc21 import print_errors, schedule_for, spec_for
+from megatron_sc21 import print_errors, schedule_for, spec_for, variability_arg
 
 from planner.config import ParallelConfig
 from planner.costs.published import KORTHIKANTI, SEQ, VOCAB
@@ -51,10 +51,10 @@ def model_flops(run) -> float:
     return 72 * B * s * l * h * h * (1 + s / (6 * h) + VOCAB / (12 * l * h))
 
 
-def rows(policy: str):
+def rows(policy: str, variability: str | None = None):
     out = []
     for run in KORTHIKANTI:
-        spec = spec_for(run, tp_backward=True)
+        spec = spec_for(run, tp_backward=True, variability=variability)
         mb = CALCULON[run.name][0] if policy.startswith("calculon") else 1
         m = run.batch // mb
         if policy.startswith("calculon"):
@@ -71,6 +71,7 @@ def rows(policy: str):
 
 
 def main() -> None:
+    var = variability_arg(__doc__)
     print("consistency of the transcribed times with the quoted MFU (sp+selective):")
     for run in KORTHIKANTI:
         mfu = model_flops(run) / (MEASURED[run.name][1] * run.gpus * 312e12)
@@ -80,7 +81,7 @@ def main() -> None:
         print(f"{'model':>6} {'GPUs':>5} {'p':>3} {'mode':>13} {'sched':>11} {'measured s':>10} {'estimate s':>10} "
               f"{'error':>7}")
         errs = []
-        for run, mode, sched, meas, est in rows(policy):
+        for run, mode, sched, meas, est in rows(policy, var):
             e = est / meas - 1
             errs.append(e)
             print(f"{run.name:>6} {run.gpus:>5} {run.pp:>3} {mode:>13} {sched:>11} {meas:>10.2f} {est:>10.2f} "

@@ -157,11 +157,16 @@ def model_dict(row: dict) -> dict:
     return dict(m)
 
 
+GPU_VARIABILITY: str | None = None     # --gpu-variability: every row's gpu.variability (a sensitivity; default none)
+
+
 def cluster_dict(gpus: int, name: str | None = None) -> dict:
     """The row's cluster (clusters/<name>.yaml, default CLUSTER) cut to `gpus` (fewer than a node: one node of that
     many GPUs); its profile paths made absolute."""
     path = os.path.join(ROOT, "clusters", f"{name}.yaml") if name else CLUSTER
     c = dict(load_yaml(path))
+    if GPU_VARIABILITY:
+        c["gpu"] = {**c["gpu"], "variability": GPU_VARIABILITY}
     if c.get("profiles"):
         c["profiles"] = {k: os.path.join(os.path.dirname(path), v) for k, v in c["profiles"].items()}
     per = c["gpus_per_node"]
@@ -433,7 +438,12 @@ def main(argv=None) -> int:
                          "ones) and compare its plan with the recipe; slow (a benchmark)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per row with --solve")
     ap.add_argument("--no-sim", action="store_true", help="with --solve: skip the simulator's re-ranking")
+    ap.add_argument("--gpu-variability", default=None,
+                    help="every row's gpu.variability (e.g. longhorn-v100-sgemm): the slowest-GPU factor, a "
+                         "sensitivity (default none, as shipped)")
     args = ap.parse_args(argv)
+    global GPU_VARIABILITY
+    GPU_VARIABILITY = args.gpu_variability
     _, rows = load_rows(args.data)
     # the FSDP rows (#9) are their own set with their own summary, after the #8 table
     extra = load_rows(DATA_FSDP)[1] if args.data == DATA and os.path.exists(DATA_FSDP) else []

@@ -108,9 +108,17 @@ def main(argv=None):
     ap.add_argument("--kfold", type=int, default=5, help="0 skips the (slow, ~4 min) cross-validation")
     ap.add_argument("--png", default=os.path.join(ROOT, "docs", "notes", "compute_validation.png"))
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--gpu-variability", default=None,
+                    help="the clusters' gpu.variability (e.g. longhorn-v100-sgemm): a sensitivity, default none")
     args = ap.parse_args(argv)
     cl_multi = load_cluster(os.path.join(ROOT, "clusters", "vtrain-a100-64x8-hdr.yaml"))
     cl_single = load_cluster(os.path.join(ROOT, "clusters", "vtrain-a100-40gb-1node.yaml"))
+    if args.gpu_variability:
+        from dataclasses import replace
+
+        from planner.spec.variability import read_variability
+        var = read_variability(args.gpu_variability, ROOT, None, "--gpu-variability")
+        cl_multi, cl_single = (replace(c, gpu=replace(c.gpu, variability=var)) for c in (cl_multi, cl_single))
     costs = default_costs(cl_multi)
     print(f"compute profile: {costs.compute.source}")
     print("parameters:", {k: float(f"{v:.4g}") for k, v in costs.compute.params().items()})

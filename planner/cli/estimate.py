@@ -31,6 +31,9 @@ def run(args) -> int:
                     "node_grid": [[int(prob.nodes[k]) for k in row] for row in assign]},
          "estimate": estimate_dict(spec, est), "fits": est.fits,
          "placement": "rank order" if mapping is None else "solution"}
+    if spec.cluster.gpu.variability is not None:         # gpu.variability: the slowest GPU's factor on GPU work
+        from planner.costs import default_costs
+        d["slowest_gpu_factor"] = default_costs(spec.cluster).compute.straggler(spec.cluster, cfg)
     if args.json:
         print_json(plain(d))
     else:
@@ -78,10 +81,15 @@ def costs_note(spec, cfg=None) -> str:
 
     from planner.costs import default_costs
     from planner.costs.compute import charged_backend
+    from planner.spec.variability import SHIPPED
     cm = default_costs(spec.cluster).compute
     bits = [f"compute profile {os.path.basename(cm.source) if cm.source else 'built-in defaults'}"]
     if cm.sustained_slowdown != 1.0:
         bits.append(f"kernels x{cm.sustained_slowdown:g} for steady state")
+    var = spec.cluster.gpu.variability
+    if var is not None and cfg is not None:
+        bits.append(f"slowest of {cfg.num_gpus} GPUs x{cm.straggler(spec.cluster, cfg):.4f} "
+                    f"(gpu.variability {var.source if var.source in SHIPPED else os.path.basename(var.source)})")
     if spec.training.precision == "fp8":
         bits.append(f"fp8 GEMMs at {2 * cm.fp8_relative_efficiency:.2f}x bf16's throughput")
     if spec.training.attention == "fused":

@@ -274,6 +274,9 @@ class ComputeModel:
     # a power-capped part throttles every tensor-core-bound kernel; derived profiles carry their GEMM ceiling's ratio
     # to the reference part's (benchmarks/make_grand_teton_profile.py)
     attention_rate: float = 1.0
+    # the GPUs in the runs the profile's times come from: they carry the slowest of those, so a cluster's
+    # gpu.variability charges a plan on W GPUs slowest(W) / slowest(reference_gpus) (spec/variability.py)
+    reference_gpus: float = 1.0
     comm: CommModel = field(default_factory=CommModel)
     source: str | None = field(default=None, compare=False)
 
@@ -375,7 +378,17 @@ class ComputeModel:
         if self.sustained_slowdown != 1.0:        # profiles without it: every part bit for bit as before
             steady = fused and backend in STEADY_STATE_BACKENDS      # measured inside training steps already
             parts = sustained(parts, self.sustained_slowdown, skip=("attn", "attn_backward") if steady else ())
+        k = self.straggler(cluster, cfg)
+        if k != 1.0:                              # no gpu.variability: every part bit for bit as before
+            parts = sustained(parts, k)
         return parts
+
+    def straggler(self, cluster, cfg: ParallelConfig) -> float:
+        """The slowest of the plan's GPUs against the profile's own (spec/variability.py); 1 without a spread."""
+        var = getattr(cluster.gpu, "variability", None)
+        if var is None:
+            return 1.0
+        return var.factor(cfg.num_gpus, self.reference_gpus)
 
     def _tp_allreduce(self, nbytes: float, t: int, cluster) -> float:
         # waiting for the slowest of t ranks' launches: skew grows with the number of other ranks
@@ -414,7 +427,7 @@ class ComputeModel:
         logits = self._gemm_time(2 * s * b * h * V / t, peak)
         loss = s * b * V / t * LOSS_BYTES / hbm                   # fp32 vocab-parallel cross-entropy passes
         comm = self._tp_allreduce(s * b * h * by, t, cluster)   # embedding / output-grad all-reduce
-        k = self.sustained_slowdown
+        k = self.sustained_slowdown * self.straggler(cluster, cfg)
         return k * emb + self.layer_overhead_s, k * (logits + loss) + self.layer_overhead_s, comm
 
     def step_time(self, model, cluster, training, cfg: ParallelConfig, stage: int) -> float:
@@ -578,7 +591,8 @@ def smooth_max(a: float, b: float, p: float = 8.0) -> float:
 
 PROFILE_FORMAT = "planner.compute-profile/1"     # a profile without "format" is read as this version
 PROFILE_KEYS = ("format", "comm", "compute", "fit")
-COMPUTE_KEYS = FITTED + ("fp8_relative_efficiency", "sustained_slowdown", "attention_rate")   # not fitted: optional
+COMPUTE_KEYS = FITTED + ("fp8_relative_efficiency", "sustained_slowdown", "attention_rate",   # not fitted: optional
+                          "reference_gpus")
 COMM_KEYS = ("intra_efficiency", "inter_efficiency", "grad_bytes", "allreduce_tables")
 
 
@@ -636,6 +650,8 @@ def save_profile(path: str, model: ComputeModel, fit: dict, allreduce_tables: st
         out["compute"]["sustained_slowdown"] = model.sustained_slowdown
     if model.attention_rate != 1.0:
         out["compute"]["attention_rate"] = model.attention_rate
+    if model.reference_gpus != 1.0:
+        out["compute"]["reference_gpus"] = model.reference_gpus
     out["fit"] = fit
     atomic_write_text(path, json.dumps(out, indent=2) + "\n")
     return out

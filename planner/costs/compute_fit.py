@@ -101,6 +101,8 @@ class IterationTimeFit(_ComputeFit):
             return np.log(pred / meas)
 
         self.model_, self.result_ = self._least_squares(resid)
+        # its times carry the slowest GPU of runs this large (a cluster's gpu.variability charges beyond it)
+        self.model_ = self.model_.with_params(reference_gpus=float(max(r.gpus for r in use)))
         self.n_fit_ = len(use)
         self.rms_log_error_ = float(np.sqrt(np.mean(self.result_.fun ** 2)))
         return self

@@ -10,6 +10,7 @@ from planner.errors import SpecError
 from planner.io import read_matrix_csv
 from planner.spec.fields import DEFAULT, FieldError, Fields
 from planner.spec.hosts import check_hostname
+from planner.spec.variability import GPUVariability, read_variability
 
 # A node is one NVLink domain (8 GPUs on DGX / HGX, 72 on an NVL72 rack); a cluster at most a few
 # hundred thousand GPUs. Larger values are typos, refused here, where the field can still be named.
@@ -41,6 +42,11 @@ class GPUSpec:
     sparsity); at least one entry. A plan needs the entry of its training.precision (fp8 plans also bf16's), never
     another precision's standing in (peak_refusal): an `fp8` entry is what lets a plan ask for `training.precision:
     fp8` (H100 SXM: 1979, twice its bf16 989); a V100 lists fp16 and fp32 only."""
+
+    variability: GPUVariability | None = None
+    """The speed spread of this model's GPUs (`gpu.variability`: "none", the default; a shipped spread,
+    `longhorn-v100-sgemm`; or a CSV of per-GPU times from the cluster's own burn-in): a synchronous step waits for
+    its slowest GPU, so a plan on more GPUs runs its GPU work slower (planner/spec/variability.py)."""
 
     def __post_init__(self):
         if not self.peak_tflops:
@@ -292,7 +298,8 @@ def parse_cluster(data, file: str | None, prefix: str = "") -> ClusterSpec:
             raise pk.error(str(k), f"unknown precision (known: {', '.join(PRECISIONS)}){hint}")
         peaks[k] = pk.float(k)
     pk.done()
-    gpu = g.build(GPUSpec, type=gtype, memory_GiB=mem, peak_tflops=peaks)
+    var = read_variability(g.raw("variability", None), base, file, g.path("variability"))
+    gpu = g.build(GPUSpec, type=gtype, memory_GiB=mem, peak_tflops=peaks, variability=var)
     g.done()
     nodes = f.int("nodes", max_value=MAX_NODES)
     gpn = f.int("gpus_per_node", max_value=MAX_GPUS_PER_NODE)
