@@ -286,6 +286,26 @@ def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
     return None
 
 
+# the flag that sets each field torchtitan_problem may name
+TORCHTITAN_FLAGS = {"schedule": "--schedule", "account_embedding": "--account-embedding", "sequence_parallel": "--sp",
+                    "num_microbatches": "--mbs"}     # m = global batch / (dp x mbs)
+
+
+def zero3_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
+    """Why a ZeRO-3 plan (costed as torchtitan's FSDP2, docs/notes/fsdp.md) cannot run, as (flag, reason), or None:
+    torchtitan_problem, and HSDP with context parallelism. search.solve.check_config applies it to every plan given as
+    a configuration (flags, solutions, the library); the search enumerates none of these."""
+    if cfg.zero != 3:
+        return None
+    why = torchtitan_problem(cfg)
+    if why:
+        return TORCHTITAN_FLAGS[why[0]], f"ZeRO-3 plans are torchtitan's: {why[1]}"
+    if cfg.cp > 1 and cfg.dp_shard:
+        return "--dp-shard", ("HSDP with context parallelism (torchtitan's dp_replicate x (dp_shard x cp)) is not "
+                              "modelled; FSDP + CP shards over dp x cp")
+    return None
+
+
 def sequence_parallel_problem(training, cfg: ParallelConfig) -> str | None:
     """Why sequence parallelism cannot split this configuration's sequence, or None. Megatron-Core lays a
     micro-batch out as [s / cp, b, h] (context parallelism keeps s / cp tokens per rank) and sequence parallelism

@@ -166,7 +166,9 @@ def test_torchtitan_microbatch_refusal_says_micro_batches_not_the_flags_value():
     """A ZeRO-3 1F1B plan with fewer micro-batches than stages is refused under --mbs (the flag that sets m), and the
     message names the count as micro-batches: before it read '--mbs: ... 4: ...' for --mbs 2 (m = 256 / (32 x 2))."""
     spec = os.path.join(ROOT, "specs", "llama3-8b-h100-fsdp-128.yaml")      # global batch 256
-    rc, _, err = run_cli(["estimate", spec, "--tp", "1", "--pp", "8", "--dp", "32", "--mbs", "2", "--zero", "3",
+    # 128 GPUs (this read tp 1 pp 8 dp 32, 256 GPUs, refused for the torchtitan rule before the GPU count while the
+    # command line checked it apart from check_config)
+    rc, _, err = run_cli(["estimate", spec, "--tp", "1", "--pp", "8", "--dp", "16", "--mbs", "4", "--zero", "3",
                           "--schedule", "1f1b"])
     assert rc == 2 and "--mbs" in err and "Traceback" not in err
     assert "4 micro-batches" in err and "stages (8)" in err

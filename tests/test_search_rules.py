@@ -279,6 +279,41 @@ def test_interleaved_with_pp_1_is_refused():
     assert rc == 2 and "--vpp" in err and "greater than 1 with interleaved" in err
 
 
+def test_check_config_refuses_the_pipelines_the_search_and_simulator_do_not_build(tmp_path):
+    """Fuzz of valid plans (Nov 27): estimate_plan (a solution's config, the library) costed interleaved and V-shape
+    plans on pp 1, which the flag parser refuses and Megatron-Core asserts against (the export's line then failed to
+    import), and interleaved plans whose micro-batches pp does not divide, which the search never builds and the
+    simulator refuses (orders.check): now check_config refuses both, naming the flag."""
+    s = spec(nodes=2, gbs=64, search={"schedules": ["1f1b", "interleaved", "v-half"]})
+    for sched in ("interleaved", "v-half", "v-zb"):
+        with pytest.raises(SpecError, match="--pp.*greater than 1"):
+            check_config(s, cfg_of(s, 8, 1, 2, schedule=sched, vpp=2))
+    with pytest.raises(SpecError, match="--mbs.*divisible by pp"):
+        check_config(s, cfg_of(s, 4, 4, 1, mbs=32, schedule="interleaved", vpp=2))        # m = 2, pp = 4
+    check_config(s, cfg_of(s, 4, 4, 1, mbs=16, schedule="interleaved", vpp=2))            # m = 4
+    check_config(s, cfg_of(s, 4, 4, 1, mbs=32, schedule="v-half", vpp=2))                 # V-shapes run m < pp
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec_dict(nodes=2, gbs=64, search={"schedules": ["interleaved"]})))
+    rc, _, err = run_cli(["estimate", str(path), "--tp", "4", "--pp", "4", "--dp", "1", "--mbs", "32", "--vpp", "2"])
+    assert rc == 2 and "--mbs" in err and "Traceback" not in err
+
+
+def test_check_config_holds_zero3_plans_to_torchtitan_as_the_flags_do():
+    """Fuzz of valid plans (Nov 27): the command line refused a ZeRO-3 plan torchtitan cannot run (tp without
+    sequence parallelism, a Megatron-only split, fewer 1F1B micro-batches than stages, HSDP with cp) but
+    estimate_plan, given the config (a solution, the library), costed it: check_config now refuses it, naming the
+    same flag."""
+    s = spec(nodes=2, gbs=64, search={"zero": [3], "schedules": ["1f1b", "zb-h1"]})
+    with pytest.raises(SpecError, match="--sp.*torchtitan"):
+        check_config(s, cfg_of(s, 2, 1, 8, zero=3))
+    with pytest.raises(SpecError, match="--schedule.*torchtitan"):
+        check_config(s, cfg_of(s, 2, 2, 4, zero=3, sequence_parallel=True, schedule="zb-h1"))
+    with pytest.raises(SpecError, match="--mbs.*Schedule1F1B"):
+        check_config(s, cfg_of(s, 2, 2, 4, mbs=16, zero=3, sequence_parallel=True))      # m = 1 < pp = 2
+    check_config(s, cfg_of(s, 2, 1, 8, zero=3, sequence_parallel=True))
+    check_config(s, cfg_of(s, 2, 1, 8, zero=1))                                         # Megatron's: SP optional
+
+
 # --- #11: context parallelism in the memory advice and the cp note ------------------------------------------------
 
 def test_memory_advice_suggests_context_parallelism():

@@ -11,13 +11,8 @@ from planner.config import (
     ZERO_STAGES,
     ParallelConfig,
     dp_shard_problem,
-    torchtitan_problem,
 )
 from planner.errors import SpecError
-
-# the flag that sets each field config.torchtitan_problem may name
-TORCHTITAN_FLAGS = {"schedule": "--schedule", "account_embedding": "--account-embedding", "sequence_parallel": "--sp",
-                    "num_microbatches": "--mbs"}     # m = global batch / (dp x mbs)
 
 
 def finite_float(text: str) -> float:
@@ -128,14 +123,7 @@ def config_from_args(args, spec) -> ParallelConfig:
     why = dp_shard_problem(cfg)
     if why:
         raise SpecError(None, "--dp-shard", why)
-    if cfg.zero == 3:        # ZeRO-3 is costed as torchtitan's FSDP2 (docs/notes/fsdp.md)
-        why = torchtitan_problem(cfg)
-        if why:
-            raise SpecError(None, TORCHTITAN_FLAGS[why[0]], f"ZeRO-3 plans are torchtitan's: {why[1]}")
-        if cfg.cp > 1 and cfg.dp_shard:
-            raise SpecError(None, "--dp-shard", "HSDP with context parallelism (torchtitan's dp_replicate x "
-                                                "(dp_shard x cp)) is not modelled; FSDP + CP shards over dp x cp")
-    return cfg
+    return cfg        # the framework rules (ZeRO-3's torchtitan ones among them): search.solve.check_config
 
 
 def schedule_and_vpp(schedule: str | None, vpp: int | None, pp: int | None = None) -> tuple[str, int]:

@@ -21,6 +21,7 @@ from planner.config import (
     fp8_shape_problem,
     interleaved_p2p_problem,
     sequence_parallel_problem,
+    zero3_problem,
 )
 from planner.costs import Costs, default_costs
 from planner.costs.iteration import build_problem, default_layout, evaluate
@@ -164,9 +165,14 @@ def check_config(spec, cfg: ParallelConfig, idle_ok: bool = False) -> None:
     if m.num_attention_heads % cfg.tp or m.num_kv_heads % cfg.tp:
         raise SpecError(None, "--tp", f"tp={cfg.tp} must divide the {m.num_attention_heads} heads "
                                       f"and {m.num_kv_heads} kv heads")
+    if cfg.pp == 1 and (cfg.schedule == "interleaved" or cfg.schedule in V_SHAPES):
+        # the rule the flag parser states (cli.common.schedule_and_vpp), here for plans given as a config (a
+        # solution, the library): the search builds pp 1 as 1F1B only
+        raise SpecError(None, "--pp", f"1 with {cfg.schedule}: model chunks are placed over pipeline stages "
+                        "(Megatron-Core: 'pipeline-model-parallel size should be greater than 1 with interleaved "
+                        "schedule'; a V-shape folds two chunks over the stages); use pp > 1 or 1f1b")
     check_split(m, cfg, None, "--")
     if not cfg.uneven and m.num_layers % (cfg.pp * max(1, cfg.vpp)):
-        from planner.config import V_SHAPES
         hint = ("; V-shape schedules hold two equal chunks per stage and take no uneven split: choose a pp that "
                 "divides half the layers, or 1f1b / interleaved with --first-stage-layers / --last-stage-layers"
                 if cfg.schedule in V_SHAPES else
@@ -180,6 +186,16 @@ def check_config(spec, cfg: ParallelConfig, idle_ok: bool = False) -> None:
     if cfg.global_batch_size != spec.training.global_batch_size:
         raise SpecError(None, "--mbs", f"dp*mbs*microbatches={cfg.global_batch_size} != global batch "
                                        f"{spec.training.global_batch_size}")
+    if cfg.schedule == "interleaved" and cfg.num_microbatches % cfg.pp:
+        # the planner's interleaved schedule takes micro-batches in groups of pp (Megatron-Core's default
+        # microbatch_group_size_per_vp_stage): the search builds no other (search.space), the simulator runs no other
+        # (simulator.orders.check) and the closed forms assume it (costs.pipeline)
+        raise SpecError(None, "--mbs", f"interleaved needs the micro-batches per replica (global batch / (dp x mbs) = "
+                        f"{cfg.num_microbatches}) divisible by pp={cfg.pp}: it takes them in groups of pp "
+                        "(Megatron-Core's microbatch_group_size_per_vp_stage default)")
+    bad = zero3_problem(cfg)      # before cp's rules: HSDP with cp is refused naming --dp-shard, as the flags were
+    if bad:
+        raise SpecError(None, *bad)
     if cfg.cp > 1:
         check_cp(spec, cfg, "--cp")
     if cfg.zero == 0 and getattr(spec.training, "fp8_param_gather", False):
