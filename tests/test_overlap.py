@@ -168,6 +168,15 @@ def test_parsing_defaults_and_deepspeed():
     assert e.value.field == "training.overlap"
 
 
+@pytest.mark.parametrize("overlap", [{"tp_comm": False}, {"grad_reduce": False}, {"bucket_size": 1000}])
+def test_deepspeed_keys_left_out_are_off(overlap):
+    """docs/SPEC.md, `training.overlap`: 'With pipeline_engine: deepspeed every key left out is false'. A partial
+    block was read with Megatron's defaults for the keys it left out (on), then refused as overlapping, or refused
+    for param_gather without grad_reduce: only tp_backward followed the rule."""
+    o = _spec(overlap, "deepspeed").training.overlap
+    assert not o.any and o.bucket_size == overlap.get("bucket_size")
+
+
 def test_export_flags():
     sol = {"config": {"tp": 4, "pp": 2, "dp": 2, "micro_batch_size": 1, "num_microbatches": 8,
                       "schedule": "interleaved", "vpp": 2, "recompute": "none", "zero": 1, "sequence_parallel": True},

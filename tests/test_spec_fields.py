@@ -102,6 +102,17 @@ def test_search_lists_read_as_before():
     assert s.search.micro_batch_sizes == (1, 4) and s.search.tensor_parallel == (2,)
 
 
+@pytest.mark.parametrize("bad", [True, "13", 0, -1])
+def test_parameters_b_is_a_positive_number(bad):
+    """docs/SPEC.md: parameters_B is a number > 0, and `true` is not a number; `true` was read as 1 and compared
+    with the shapes' size ('more than 10% from the stated TrueB')."""
+    d = _spec()
+    d["model"]["parameters_B"] = bad
+    with pytest.raises(SpecError) as e:
+        parse_spec(d, "x.yaml")
+    assert e.value.field == "model.parameters_B" and "must be a positive number" in e.value.reason
+
+
 @pytest.mark.parametrize("bad", ["1", 1.5, True, float("inf"), 2**70])
 def test_zero_stages_are_integers_only(bad):
     with pytest.raises(SpecError, match="search.zero"):

@@ -70,7 +70,7 @@ def add_config_args(p, required: bool = True) -> None:
                    help="pipeline schedule (default: 1f1b, or interleaved when --vpp > 1 is given)")
     g.add_argument("--vpp", type=int, default=None,
                    help="virtual stages per device: > 1 means interleaved (default 2 there); V-shapes use 2")
-    g.add_argument("--recompute", default="none", choices=RECOMPUTE)
+    g.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation (default none)")
     g.add_argument("--zero", type=int, default=0, choices=ZERO_STAGES,
                    help="ZeRO stage; 3 = FSDP / ZeRO-3 as torchtitan's FSDP2 runs it")
     g.add_argument("--dp-shard", type=int, default=0,

@@ -7,10 +7,12 @@ from planner.cli.common import finite_float, seed_int, spec_arg
 def register(sub) -> None:
     p = sub.add_parser("compare", help="the portfolio vs exact vs annealing vs Megatron / rank-order / "
                                        "Pipette-style baselines")
-    p.add_argument("spec")
-    p.add_argument("--time-limit", type=finite_float, default=None)
-    p.add_argument("--seed", type=seed_int, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("spec", help="plan spec YAML (specs/...)")
+    p.add_argument("--time-limit", type=finite_float, default=None,
+                   help="seconds per solve (default: the spec's solver.time_limit_s)")
+    p.add_argument("--seed", type=seed_int, default=0,
+                   help="random seed of every solve (default 0, not the spec's solver.seed)")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.add_argument("--robust-plan", action="store_true",
                    help="with bandwidth snapshots: also solve the whole plan (config included) for the mean "
                         "and for the worst case over them")

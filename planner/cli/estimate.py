@@ -7,10 +7,10 @@ from planner.io import plain, print_json
 
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="estimate one given plan (iteration time, memory), no search")
-    p.add_argument("spec")
+    p.add_argument("spec", help="plan spec YAML (specs/...)")
     add_config_args(p)
     p.add_argument("--mapping", default=None, help="solution YAML whose `mapping` to use (default: rank order)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
 
 

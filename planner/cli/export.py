@@ -4,13 +4,14 @@ from __future__ import annotations
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="launch arguments and rank order that realise a solution")
-    p.add_argument("solution")
+    p.add_argument("solution", help="solution YAML written by `planner solve` (solutions/...)")
     p.add_argument("--format", choices=("megatron", "torchrun", "hostfile", "torchtitan", "deepspeed"),
                    default="torchrun", help="default: torchrun (one torchrun line per node); torchtitan: a job "
                                             "config TOML (ZeRO-3 / FSDP / HSDP plans, and ZeRO-0 DDP plans without "
                                             "tp, pp or cp); deepspeed: a ZeRO-2 / ZeRO-3 config JSON (tp = 1, pp = "
                                             "1, cp = 1; ZeRO-2 plans export only here)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="megatron_args, notes, torchrun and ranks as JSON on stdout")
     p.set_defaults(func=run)
 
 

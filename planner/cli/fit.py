@@ -34,12 +34,15 @@ def _add_compute(sub) -> None:
     p.add_argument("--grad-bytes", type=int, choices=(2, 4), default=2,
                    help="bytes per gradient in the measured runs' DP all-reduce (fp16: 2; 4: reduced in fp32, "
                         "training.grad_reduce_in_fp32)")
-    p.add_argument("--peak-tflops", type=finite_float, default=None)
+    p.add_argument("--peak-tflops", type=finite_float, default=None,
+                   help="with --profile: the device's dense peak TFLOP/s in the profile's precision (default: "
+                        "--cluster's)")
     p.add_argument("--kfold", type=int, default=0, help="also cross-validate with k folds")
     p.add_argument("--pipeline-engine", choices=("deepspeed", "megatron"), default="deepspeed",
                    help="the engine that ran --measured (default deepspeed, as vTrain's Megatron-DeepSpeed runs)")
-    p.add_argument("-o", "--output", default="compute_profile.json")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("-o", "--output", default="compute_profile.json",
+                   help="compute profile JSON to write (default compute_profile.json)")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run_compute)
 
 
@@ -131,7 +134,7 @@ def _add_memory(sub) -> None:
                    help="runtime overhead (CUDA context, cuBLAS workspaces, NCCL) added to every prediction")
     p.add_argument("--fragmentation", type=finite_float, default=0.02,
                    help="allocator reserve it cannot give back, as a fraction of the safe allocated prediction")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run_memory)
 
 

@@ -23,7 +23,7 @@ def register(subparsers):
     m.add_argument("--aggregate", choices=imp.AGGREGATE, default="median",
                    help="over the rank pairs of two hosts when several ranks ran per host")
     m.add_argument("--rank-matrix", default=None, metavar="CSV", help="also write the rank x rank matrix")
-    m.add_argument("--json", action="store_true")
+    m.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     m.set_defaults(func=_mpigraph)
 
     n = sub.add_parser("nccl-tests", help="nccl-tests output -> size_bytes,time_us,algbw_GBps,busbw_GBps CSV")
@@ -32,7 +32,7 @@ def register(subparsers):
     n.add_argument("-o", "--output", default=None, help="table CSV (default: print it on stdout)")
     n.add_argument("--placement", choices=("out-of-place", "in-place"), default=None,
                    help="which columns to keep (default: out-of-place, or the only one a table holds)")
-    n.add_argument("--json", action="store_true")
+    n.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     n.set_defaults(func=_nccl)
 
     g = sub.add_parser("megatron", help="a Megatron-LM pretrain command line -> plan spec (model, training, the run's "
@@ -48,7 +48,7 @@ def register(subparsers):
     g.add_argument("--world-size", type=int, default=None,
                    help="the run's GPU count (default: torchrun's --nnodes x --nproc-per-node, else the cluster's)")
     g.add_argument("--name", default=None, help="spec and model name (default: the output file's name)")
-    g.add_argument("--json", action="store_true")
+    g.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     g.set_defaults(func=_megatron)
 
 

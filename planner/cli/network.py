@@ -16,7 +16,7 @@ def register(subparsers):
     r.add_argument("--top", type=int, default=10, help="how many of the most variable links to list")
     r.add_argument("--include-main", action="store_true",
                    help="also count the cluster's bandwidth_matrix as a snapshot")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     r.set_defaults(func=_report)
 
 

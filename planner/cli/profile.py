@@ -26,20 +26,21 @@ def missing_kind(parser) -> int:
 
 def _add_compute(sub) -> None:
     p = sub.add_parser("compute", help="time one transformer layer forward/backward on this device")
-    p.add_argument("-o", "--output", default="compute_profile.csv")
-    p.add_argument("--hidden", default="256,512,1024")
-    p.add_argument("--heads", default="8")
+    p.add_argument("-o", "--output", default="compute_profile.csv", help="CSV to write (default compute_profile.csv)")
+    p.add_argument("--hidden", default="256,512,1024", help="comma-separated hidden sizes (default 256,512,1024)")
+    p.add_argument("--heads", default="8", help="comma-separated attention head counts (default 8)")
     p.add_argument("--head-dim", type=int, default=None,
                    help="heads = hidden / HEAD_DIM for each hidden size (e.g. 128), instead of --heads")
-    p.add_argument("--seq", default="256,512")
-    p.add_argument("--micro-batch", default="1,2")
-    p.add_argument("--tp", default="1,2")
+    p.add_argument("--seq", default="256,512", help="comma-separated sequence lengths (default 256,512)")
+    p.add_argument("--micro-batch", default="1,2", help="comma-separated micro-batch sizes (default 1,2)")
+    p.add_argument("--tp", default="1,2",
+                   help="comma-separated tensor-parallel degrees: one rank's share of the layer is timed (default 1,2)")
     p.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp16"),
                    help="default: fp16 on CUDA, fp32 on CPU")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed repetitions per shape (default 3)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run_compute)
 
 
@@ -100,7 +101,7 @@ def _add_memory(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="CSV file to write")
     p.add_argument("-n", "--samples", type=int, default=None,
                    help="random configurations to profile (default 300; with --replay: all of the file's cases)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random configurations (default 0)")
     p.add_argument("--device", choices=("auto", "fake", "cuda"), default="auto",
                    help="cuda: CUDA caching allocator; fake: FakeTensorMode on CPU (allocates nothing)")
     p.add_argument("--max-gpus", type=int, default=512, help="largest tp*pp*dp a sampled configuration may use")
@@ -227,13 +228,15 @@ def _add_network(sub) -> None:
     p.add_argument("--spawn", type=int, default=0, metavar="N",
                    help="launch N local gloo processes on 127.0.0.1 (testing, one machine)")
     p.add_argument("--sizes", default="64K,1M,16M", help="message sizes (bytes; K/M/G suffixes)")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5, help="timed repetitions per pair and size (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed repetitions first (default 2)")
     p.add_argument("--window", type=int, default=1, help="messages in flight per timed repetition")
-    p.add_argument("--statistic", choices=network_text.STATISTICS, default="median")
+    p.add_argument("--statistic", choices=network_text.STATISTICS, default="median",
+                   help="over the timed repetitions (default median)")
     p.add_argument("--max-pairs", type=int, default=0,
                    help="pairs measured at once (default 0: all disjoint pairs of a round; 1: one at a time)")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default=None)
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                   help="torch.distributed back end (default: nccl when CUDA is available, else gloo)")
     p.add_argument("--group-by", choices=("host", "rank"), default=None,
                    help="what a node is: ranks on one host (default) or each rank (default with --spawn)")
     p.add_argument("--spawn-hosts", default=None, metavar="H0,H0,H1,...",

@@ -8,15 +8,15 @@ from planner.cli.common import finite_float, seed_int
 
 def register(sub) -> None:
     p = sub.add_parser("replan", help="re-plan a solution without some nodes (failed or slow)")
-    p.add_argument("solution")
+    p.add_argument("solution", help="solution YAML to re-plan (solutions/...)")
     p.add_argument("--exclude-nodes", required=True, help="comma-separated node indices or host names")
-    p.add_argument("--time-limit", type=finite_float, default=10.0)
-    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--time-limit", type=finite_float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
     p.add_argument("--robust", choices=("none", "worst", "mean"), default=None,
                    help="objective over the cluster's bandwidth snapshots (default: the solution's)")
     p.add_argument("--spec", default=None, help="the plan spec (default: the one the solution names)")
     p.add_argument("--out", default=None, help="default: <solution>-replan.yaml")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
 
 

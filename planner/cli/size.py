@@ -16,15 +16,15 @@ def register(sub) -> None:
     p.add_argument("--cluster", required=True, help="cluster YAML (clusters/...)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs to use (whole nodes; default: the whole cluster)")
     p.add_argument("--budget-gpu-days", type=finite_float, required=True, help="compute budget in GPU-days")
-    p.add_argument("--family", choices=("gpt", "llama"), default="gpt")
-    p.add_argument("--vocab-size", type=int, default=50257)
+    p.add_argument("--family", choices=("gpt", "llama"), default="gpt", help="model family of the sizes (default gpt)")
+    p.add_argument("--vocab-size", type=int, default=50257, help="vocabulary (default 50257, GPT-2's)")
     p.add_argument("--kv-heads", type=int, default=0,
                    help="llama: grouped-query attention's key / value heads (0: as many as query heads; Llama 3: 8)")
     p.add_argument("--ffn-multiplier", type=finite_float, default=1.0,
                    help="llama: MLP width int(m x int(8h/3)) rounded up to --ffn-multiple (Llama 3: 1.3 and 1024)")
-    p.add_argument("--ffn-multiple", type=int, default=256)
-    p.add_argument("--global-batch-size", type=int, default=1024)
-    p.add_argument("--seq-length", type=int, default=2048)
+    p.add_argument("--ffn-multiple", type=int, default=256, help="llama: the MLP width's rounding (default 256)")
+    p.add_argument("--global-batch-size", type=int, default=1024, help="sequences per step (default 1024)")
+    p.add_argument("--seq-length", type=int, default=2048, help="tokens per sequence (default 2048)")
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
                    help="fp8: Transformer Engine FP8 as `solve` plans it (GPUs with FP8 tensor cores: H100, H200, ...)")
     p.add_argument("--schedules", default="1f1b,interleaved", help="comma-separated schedules to search")

@@ -9,10 +9,12 @@ from planner.cli.common import finite_float, seed_int, spec_arg
 def register(sub) -> None:
     p = sub.add_parser("solve", help="find the fastest plan that fits (config + GPU mapping)")
     p.add_argument("spec", help="plan spec YAML (specs/...)")
-    p.add_argument("--method", choices=("auto", "exact", "anneal"), default=None)
+    p.add_argument("--method", choices=("auto", "exact", "anneal"), default=None,
+                   help="auto: the mapping portfolio; exact: CP-SAT alone; anneal: the annealer alone (default: the "
+                        "spec's solver.method)")
     p.add_argument("--time-limit", type=finite_float, default=None,
                    help="seconds (default: the spec's solver.time_limit_s)")
-    p.add_argument("--seed", type=seed_int, default=None)
+    p.add_argument("--seed", type=seed_int, default=None, help="random seed (default: the spec's solver.seed)")
     p.add_argument("--robust", choices=("none", "worst", "mean"), default=None,
                    help="optimise over the cluster's bandwidth snapshots: worst case or mean")
     p.add_argument("--out", default=None, help="solution path (default solutions/<spec name>.yaml)")

@@ -13,7 +13,7 @@ def register(subparsers):
     p.add_argument("--pipeline-engine", choices=("deepspeed", "megatron"), default="deepspeed",
                    help="the engine that ran the pipeline (default deepspeed: vTrain's runs are Megatron-DeepSpeed's "
                         "GPTModelPipe on DeepSpeed's pipeline engine)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
 
 

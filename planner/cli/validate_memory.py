@@ -11,16 +11,18 @@ from planner.cli.common import finite_float, seed_int
 def register(subparsers) -> None:
     p = subparsers.add_parser("validate-memory", help="MAPE of the memory estimator: held-out and extrapolation")
     p.add_argument("samples", help="CSV written by `planner profile memory`")
-    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the held-out split (default 0)")
     p.add_argument("--holdout", type=finite_float, default=0.2, help="fraction of small configs held out")
     p.add_argument("--small-gpus", type=int, default=32, help="extrapolation: fit on configs with <= this many GPUs")
     p.add_argument("--large-gpus", type=int, default=64, help="extrapolation: test on configs with >= this many GPUs")
-    p.add_argument("--margin", type=finite_float, default=0.01)
+    p.add_argument("--margin", type=finite_float, default=0.01,
+                   help="when refitting: extra relative safety on top of the worst (out-of-fold) under-estimate "
+                        "(default 0.01)")
     p.add_argument("--estimator", metavar="JSON|shipped", default=None,
                    help="instead of refitting: score this fitted estimator ('shipped': the one the planner uses) "
                         "on the "
                         "samples as they are, e.g. CUDA samples from `planner profile memory --device cuda`")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=run)
 
 

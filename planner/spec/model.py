@@ -139,7 +139,7 @@ def parse_model(data, file: str | None, prefix: str = "") -> ModelSpec:
     # parameters_B is not part of the model, only a check of the file's shapes against the stated size
     published = data.get("parameters_B")
     if published is not None:
-        if not isinstance(published, (int, float)) or published <= 0:
+        if isinstance(published, bool) or not isinstance(published, (int, float)) or published <= 0:
             raise SpecError(file, f.path("parameters_B"), f"must be a positive number, got {published!r}")
         got = spec.num_params() / 1e9
         if abs(got - published) / published > 0.1:

@@ -536,9 +536,10 @@ def _parse_overlap(f: Fields, deepspeed: bool = False) -> OverlapSpec:
     bucket = f.raw("bucket_size", None)
     if bucket is not None:
         bucket = f.int("bucket_size", min_value=1)
-    o = f.build(OverlapSpec, grad_reduce=f.bool("grad_reduce", DEFAULT), param_gather=f.bool("param_gather", DEFAULT),
-                p2p=f.bool("p2p", DEFAULT), tp_comm=f.bool("tp_comm", DEFAULT),
-                tp_backward=f.bool("tp_backward", False if deepspeed else DEFAULT), bucket_size=bucket)
+    left_out = False if deepspeed else DEFAULT
+    o = f.build(OverlapSpec, grad_reduce=f.bool("grad_reduce", left_out),
+                param_gather=f.bool("param_gather", left_out), p2p=f.bool("p2p", left_out),
+                tp_comm=f.bool("tp_comm", left_out), tp_backward=f.bool("tp_backward", left_out), bucket_size=bucket)
     f.done()
     return o
 
