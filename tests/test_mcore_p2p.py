@@ -99,17 +99,3 @@ def test_plans_use_it_for_megatron_1f1b_only():
     assert planner.simulate(fsdp, z3).iteration_s == planner.simulate(fsdp, z3, async_p2p=True).iteration_s
     inter = ParallelConfig(2, 4, 16, 1, 32, "interleaved", 2, "full", 1, True)
     assert planner.simulate(spec, inter).iteration_s == planner.simulate(spec, inter, async_p2p=True).iteration_s
-
-
-@pytest.mark.parametrize("p", [2, 3, 4, 5, 8, 16])
-def test_the_closed_form_charges_the_waited_calls_exactly(p):
-    """costs.pipeline.waited_1f1b_transfers, charged through p2p_hops(waited=True) as the latency model charges a
-    path (m / p times the pp - 1 boundaries, both directions): the replay's added time on uniform stages and links,
-    for every m (it was one traversal, 2(p - 1) / p transfers per micro-batch: 52% of the replay at p 8, m 8)."""
-    from planner.costs.pipeline import p2p_hops
-    c = 0.01
-    for m in [*range(1, 3 * p + 1), 8 * p]:
-        added = su("1f1b", p, m, f=1.0, b=2.0, comm=c).iteration_s - (m + p - 1) * 3.0
-        trav, wraps = p2p_hops("1f1b", p, 1, m, waited=True)
-        assert wraps == 0.0
-        assert (m / p) * trav * (p - 1) * 2 * c == pytest.approx(added, rel=1e-9, abs=1e-12), m

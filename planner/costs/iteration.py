@@ -540,10 +540,7 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig) -> tuple[float, float]:
     if p2p_blocking(spec, cfg):
         x = cfg.vpp - 0.5 + (cfg.pp - 1) / m
         return x, x
-    # the simulator's rule for Megatron-Core's waited calls (simulator.replay._mcore_lock_step): not ZeRO-3's
-    # PyTorch pipelining
-    waited = spec.training.pipeline_engine == "megatron" and cfg.zero < 3
-    return p2p_hops(cfg.schedule, cfg.pp, cfg.vpp, m, spec.training.pipeline_engine, waited=waited)
+    return p2p_hops(cfg.schedule, cfg.pp, cfg.vpp, m, spec.training.pipeline_engine)
 
 
 def first_chunk_params(model, cfg: ParallelConfig) -> float:

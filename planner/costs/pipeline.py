@@ -194,29 +194,15 @@ def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) ->
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
-def waited_1f1b_transfers(pp: int, m: int) -> float:
-    """One-way transfer times on the critical path of Megatron-Core's 1F1B, whose every p2p call waits for its peer
-    (the simulator's mcore.py), on uniform stages and links: each steady-state micro-batch holds a stage with two
-    neighbours for two exchanges (one at pp 2), and the first forward and the last backward cross every boundary.
-    Exact against the replay (tests/test_mcore_p2p.py): pp 2: m + 1; pp >= 3: 2 (pp - 1) at m = 1, else
-    2m + 2pp - 5."""
-    if pp < 2:
-        return 0.0
-    if pp == 2:
-        return float(m + 1)
-    return float(2 * (pp - 1) if m <= 1 else 2 * m + 2 * pp - 5)
-
-
 def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
-             engine: str = "megatron", waited: bool = False) -> tuple[float, float]:
+             engine: str = "megatron") -> tuple[float, float]:
     """(traversals of the stage 0 -> pp-1 path, wrap-around hops pp-1 -> 0) per micro-batch, one direction.
 
     Without m: the hops each micro-batch makes (the latency model charges them m/pp times).
     With m: the hops whose time the schedule *exposes*, per micro-batch, as the simulator measures them:
-    1F1B with waited=True (Megatron-Core's waited calls, simulator/mcore.py): waited_1f1b_transfers, exact on uniform
-    stages and links (it was one traversal, 2(pp - 1) / pp one-way transfers per micro-batch, up to ~2x under the
-    replay at m = pp, docs/notes/simulator.md); 1F1B otherwise one traversal; with sends overlapping compute, GPipe,
-    interleaved, ZB-H1 and V-ZB hide
+    1F1B waits on every send (Megatron-Core's waited calls, simulator/mcore.py; estimate against that replay at
+    m >= 4 pp: median 0.1%, max +4.4%, docs/notes/simulator.md); with sends overlapping compute, GPipe, interleaved,
+    ZB-H1 and V-ZB hide
     steady-state sends behind other work and expose only their ramp (a fixed number of traversals,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on
@@ -241,9 +227,6 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
             return 2, 0        # down the V and back up the same links, the turn is on one device
         return 1, 0
     r = pp / max(m, 1)
-    if schedule == "1f1b" and waited and pp > 1:
-        # the path (pp - 1 boundaries, both directions) is charged m / pp times: traversals that make it the count
-        return waited_1f1b_transfers(pp, m) * pp / (2 * max(m, 1) * (pp - 1)), 0.0
     if schedule == "1f1b" or pp == 1:
         return 1.0, 0.0
     if schedule == "gpipe":
