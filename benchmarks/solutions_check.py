@@ -32,6 +32,7 @@ def main() -> int:
     args = ap.parse_args()
     specs = args.specs or sorted(glob.glob(os.path.join(ROOT, "specs", "*.yaml")))
     out = args.out or tempfile.mkdtemp(prefix="planner-solutions-")
+    os.makedirs(out, exist_ok=True)          # `planner solve --out` refuses a folder that does not exist
     differs = 0
     for spec in specs:
         name = os.path.splitext(os.path.basename(spec))[0]
