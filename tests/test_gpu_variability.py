@@ -206,3 +206,24 @@ def test_the_slowest_of_n_is_computed_once_per_n(monkeypatch):
     for _ in range(50):
         assert [v.slowest(64), v.factor(64, 8)] == first
     assert sorted(calls) == [8.0, 64.0]
+
+
+def test_an_iteration_fit_on_a_cluster_with_a_spread_saves_the_model_it_fitted():
+    """The fit's runs are charged slowest(W) / slowest(reference) while it fits, with the reference the saved
+    profile records (its runs' largest W): it fitted with the base profile's reference (1 here) and saved another
+    (4), so the saved profile did not predict what its fit's error says."""
+    from planner.costs.compute_fit import IterationTimeFit
+    from planner.profile.validate import read_vtrain_csv
+    from planner.spec import load_cluster
+    root = os.path.dirname(os.path.dirname(__file__))
+    rows = [r for r in read_vtrain_csv(os.path.join(root, "planner", "data", "vtrain", "measured_single_node.csv"))
+            if r.gpus <= 4][:12]
+    cl = load_cluster(os.path.join(root, "clusters", "vtrain-a100-40gb-1node.yaml"))
+    cl = replace(cl, gpu=replace(cl.gpu, variability=shipped()))
+    base = replace(load_profile(os.path.join(root, "planner", "data", "a100_compute_profile.json")),
+                   reference_gpus=1.0)
+    est = IterationTimeFit(cl, base, params=("max_efficiency",)).fit(rows)
+    assert est.model_.reference_gpus == 4.0 and {r.gpus for r in rows} > {4}
+    pred = est.predict(rows)
+    meas = np.array([r.measured_s for r in rows])
+    assert np.sqrt(np.mean(np.log(pred / meas) ** 2)) == pytest.approx(est.rms_log_error_, rel=1e-9)
