@@ -227,3 +227,17 @@ def test_an_iteration_fit_on_a_cluster_with_a_spread_saves_the_model_it_fitted()
     pred = est.predict(rows)
     meas = np.array([r.measured_s for r in rows])
     assert np.sqrt(np.mean(np.log(pred / meas) ** 2)) == pytest.approx(est.rms_log_error_, rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, -8])
+def test_a_profile_reference_below_one_gpu_is_refused(tmp_path, bad):
+    """reference_gpus is a count of GPUs the profile's runs had: below 1 it was read as 1 (slowest(n <= 1) = 1)
+    without a word."""
+    d = json.load(open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "planner", "data",
+                                    "a100_compute_profile.json")))
+    d["compute"]["reference_gpus"] = bad
+    d["comm"].pop("allreduce_tables", None)
+    (tmp_path / "p.json").write_text(json.dumps(d))
+    with pytest.raises(SpecError) as e:
+        load_profile(str(tmp_path / "p.json"))
+    assert e.value.field == "compute.reference_gpus" and "at least 1" in e.value.reason
