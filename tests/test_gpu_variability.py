@@ -241,3 +241,25 @@ def test_a_profile_reference_below_one_gpu_is_refused(tmp_path, bad):
     with pytest.raises(SpecError) as e:
         load_profile(str(tmp_path / "p.json"))
     assert e.value.field == "compute.reference_gpus" and "at least 1" in e.value.reason
+
+
+def test_the_gpu_passes_outside_a_layers_parts_are_charged_the_slowest_gpu_too():
+    """FSDP2's copy-out / accumulation (fsdp.fsdp_copy_s) and PyTorch CP's merge passes (allgather_layer_times) are
+    HBM-bound kernels on the compute stream, GPU work like layer_parts' element-wise passes: a plan on 128 GPUs paid
+    slowest(128) / slowest(1) on those and nothing on these."""
+    from planner.costs import context_parallel as cpar
+    from planner.costs.fsdp import fsdp_copy_s
+    from planner.spec import load_spec
+    root = os.path.dirname(os.path.dirname(__file__))
+    spec = load_spec(os.path.join(root, "specs", "llama3-8b-h100-fsdp-128.yaml"))
+    on = with_spread(spec, shipped())
+    costs = default_costs(spec.cluster)
+    cfg = ParallelConfig(1, 1, 64, 1, 4, zero=3, cp=2)
+    k = costs.compute.straggler(on.cluster, cfg)
+    assert k > 1.02
+    np.testing.assert_allclose(fsdp_copy_s(on, cfg, costs, 0), k * np.array(fsdp_copy_s(spec, cfg, costs, 0)),
+                               rtol=1e-12)
+    t_off, t_on = (cpar.layer_times(s, cfg, costs, "allgather") for s in (spec, on))
+    # what is not the exposed exchange: cp - 1 SDPA steps and the merge passes, all GPU work
+    assert t_on.forward - t_on.exposed_forward == pytest.approx(k * (t_off.forward - t_off.exposed_forward),
+                                                                rel=1e-12)
