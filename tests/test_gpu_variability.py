@@ -263,3 +263,28 @@ def test_the_gpu_passes_outside_a_layers_parts_are_charged_the_slowest_gpu_too()
     # what is not the exposed exchange: cp - 1 SDPA steps and the merge passes, all GPU work
     assert t_on.forward - t_on.exposed_forward == pytest.approx(k * (t_off.forward - t_off.exposed_forward),
                                                                 rel=1e-12)
+
+
+@pytest.mark.parametrize("script", ["megatron_sc21.py", "megatron_selective.py", "validate_vtrain.py",
+                                    "published_recipes.py"])
+def test_the_validation_scripts_read_a_spread_csv_from_where_they_are_run(tmp_path, script):
+    """--gpu-variability CSV on the validation scripts: a relative path is the shell's (it was resolved against the
+    script's folder, the repository root or benchmarks/data, depending on the script), and a bad one exits 2 naming
+    the flag (it ended in a traceback, after the first rows had run)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    (tmp_path / "burn.csv").write_text("1.0\n")
+    env = dict(os.environ, PYTHONPATH=root)
+    r = subprocess.run([sys.executable, os.path.join(root, "benchmarks", script), "--gpu-variability", "burn.csv"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "--gpu-variability" in r.stderr and str(tmp_path / "burn.csv") in r.stderr and "at least 2" in r.stderr
+
+
+def test_a_spread_flag_resolves_against_the_working_directory(tmp_path, monkeypatch):
+    from planner.spec.variability import variability_flag
+    (tmp_path / "burn.csv").write_text("1.0\n1.02\n")
+    monkeypatch.chdir(tmp_path)
+    assert variability_flag("burn.csv") == str(tmp_path / "burn.csv")
+    assert variability_flag(SGEMM) == SGEMM and variability_flag("none") == "none"

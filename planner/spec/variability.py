@@ -113,3 +113,18 @@ def read_variability(ref, base: str, file: str | None, field: str) -> GPUVariabi
     if len(times) < MIN_GPUS:
         raise SpecError(file, field, f"{path} has {len(times)} GPU time(s); a spread needs at least {MIN_GPUS}")
     return GPUVariability(tuple(times), source)
+
+
+def variability_flag(text: str) -> str:
+    """argparse type of a --gpu-variability flag (the validation scripts): "none", a shipped name, or a CSV path read
+    from the working directory (returned absolute, so a spec built elsewhere finds it); a bad one is refused here,
+    exit 2 naming the flag, before any row runs."""
+    import argparse
+    if text == "none" or text in SHIPPED:
+        return text
+    path = os.path.abspath(text)
+    try:
+        read_variability(path, ".", None, "--gpu-variability")
+    except SpecError as e:
+        raise argparse.ArgumentTypeError(e.reason) from None
+    return path
