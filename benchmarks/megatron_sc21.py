@@ -73,7 +73,8 @@ def variability_arg(doc: str) -> str | None:
     """--gpu-variability NAME|CSV: the clusters' gpu.variability, a sensitivity (default none, as shipped)."""
     import argparse
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--gpu-variability", default=None,
+    from planner.spec.variability import variability_flag
+    ap.add_argument("--gpu-variability", default=None, type=variability_flag,
                     help="the cluster's gpu.variability (e.g. longhorn-v100-sgemm): the slowest-GPU factor")
     return ap.parse_args().gpu_variability
 

@@ -34,6 +34,7 @@ sys.path.insert(0, ROOT)
 from planner.config import ParallelConfig  # noqa: E402
 from planner.errors import SpecError  # noqa: E402
 from planner.io import load_yaml  # noqa: E402
+from planner.spec.variability import variability_flag  # noqa: E402
 
 DATA = os.path.join(ROOT, "benchmarks", "data", "published_recipes.yaml")
 # issue #9: FSDP / HSDP rows (torchtitan, Megatron-Bridge), read after DATA (docs/notes/fsdp.md)
@@ -438,7 +439,7 @@ def main(argv=None) -> int:
                          "ones) and compare its plan with the recipe; slow (a benchmark)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="solver seconds per row with --solve")
     ap.add_argument("--no-sim", action="store_true", help="with --solve: skip the simulator's re-ranking")
-    ap.add_argument("--gpu-variability", default=None,
+    ap.add_argument("--gpu-variability", default=None, type=variability_flag,
                     help="every row's gpu.variability (e.g. longhorn-v100-sgemm): the slowest-GPU factor, a "
                          "sensitivity (default none, as shipped)")
     args = ap.parse_args(argv)

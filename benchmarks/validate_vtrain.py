@@ -28,6 +28,7 @@ from planner.costs.memory import GiB
 from planner.costs.metrics import mape, percent_errors
 from planner.profile.validate import read_vtrain_csv, row_cluster, row_spec, supported, validate
 from planner.spec import load_cluster
+from planner.spec.variability import variability_flag
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "planner", "data", "vtrain")
@@ -108,7 +109,7 @@ def main(argv=None):
     ap.add_argument("--kfold", type=int, default=5, help="0 skips the (slow, ~4 min) cross-validation")
     ap.add_argument("--png", default=os.path.join(ROOT, "docs", "notes", "compute_validation.png"))
     ap.add_argument("--json", default=None, help="also write the figures here")
-    ap.add_argument("--gpu-variability", default=None,
+    ap.add_argument("--gpu-variability", default=None, type=variability_flag,
                     help="the clusters' gpu.variability (e.g. longhorn-v100-sgemm): a sensitivity, default none")
     args = ap.parse_args(argv)
     cl_multi = load_cluster(os.path.join(ROOT, "clusters", "vtrain-a100-64x8-hdr.yaml"))
@@ -117,7 +118,7 @@ def main(argv=None):
         from dataclasses import replace
 
         from planner.spec.variability import read_variability
-        var = read_variability(args.gpu_variability, ROOT, None, "--gpu-variability")
+        var = read_variability(args.gpu_variability, ".", None, "--gpu-variability")   # checked, absolute
         cl_multi, cl_single = (replace(c, gpu=replace(c.gpu, variability=var)) for c in (cl_multi, cl_single))
     costs = default_costs(cl_multi)
     print(f"compute profile: {costs.compute.source}")

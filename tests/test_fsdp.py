@@ -361,8 +361,8 @@ def test_fsdp2_copies_on_the_compute_stream_are_charged(make_spec, monkeypatch):
     assert once2 == pytest.approx(2 * 2 * P2 / hbm + 8 * P2 * cat)
     assert 8 * b2 + once2 == pytest.approx(2 * 2 * P2 / hbm + (6 + 10 * 7) * P2 / hbm + 8 * P2 * cat)  # the total
     # fp8 all-gather: the gathered buffer, hence the copy-out, shrinks by a byte per Linear weight
-    from types import SimpleNamespace  # the spec's A100 refuses fp8; the copies read only model and training
-    fp8 = SimpleNamespace(model=spec.model,
+    from types import SimpleNamespace  # the spec's A100 refuses fp8; the copies read model, training and cluster
+    fp8 = SimpleNamespace(model=spec.model, cluster=spec.cluster,       # (the cluster's gpu.variability)
                           training=replace(spec.training, precision="fp8", fsdp_float8_all_gather=True))
     g8 = sum(fsdp_gather_bytes(fp8.model, fp8.training, cfg, 0))
     assert g8 < 2 * P and fsdp_copy_s(fp8, cfg, costs, 0)[0] == pytest.approx(2 * g8 / hbm)

@@ -165,3 +165,126 @@ def test_estimate_says_what_the_slowest_gpu_costs(tmp_path, capsys):
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(_spec_dict("missing.csv")))
     assert main(argv) == 2
     assert "cluster.gpu.variability" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make,why", [
+    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: p.write_bytes(b"1.0\n" * (10 * 1024 * 1024 // 4 + 1)), "more than the"),
+    (lambda p: p.write_text("1" * 200_000 + "\n1.0\n"), "not valid CSV"),
+    (lambda p: p.write_bytes(b"1.0\n\xff\xfe\n"), "not UTF-8"),
+])
+def test_a_spread_file_is_read_as_every_input_file_is(tmp_path, make, why):
+    """io.read_text_file's rules (a regular UTF-8 file of bounded size) and a csv.Error as bad input: a directory was
+    reported 'not found', a file of any size was read (a 12 MB one took seconds per estimate), and a 200 kB field
+    left the csv module's error unhandled (exit 3, 'internal error')."""
+    from planner.spec import parse_spec
+    make(tmp_path / "bad.csv")
+    with pytest.raises(SpecError) as e:
+        parse_spec(_spec_dict("bad.csv"), str(tmp_path / "spec.yaml"))
+    msg = str(e.value)
+    assert "cluster.gpu.variability" in msg and "bad.csv" in msg and why in msg, msg
+
+
+def test_a_spread_with_a_byte_order_mark_keeps_its_first_value(tmp_path):
+    """A CSV saved by a spreadsheet starts with a UTF-8 byte-order mark: its first value is a time, not a header
+    (read_csv_rows drops the mark too)."""
+    from planner.spec import parse_spec
+    (tmp_path / "bom.csv").write_text("\ufeff1.0\n1.1\n", encoding="utf-8")
+    var = parse_spec(_spec_dict("bom.csv"), str(tmp_path / "spec.yaml")).cluster.gpu.variability
+    assert var.times == (1.0, 1.1)
+
+
+def test_the_slowest_of_n_is_computed_once_per_n(monkeypatch):
+    """The search asks for the factor on every layer_parts call: each n's order-statistic sum is computed once per
+    spread (it re-sorted the spread and hashed all its values on every call: ~4 ms a call at 200,000 GPUs)."""
+    from planner.spec import variability as mod
+    calls = []
+    real = mod._slowest
+    monkeypatch.setattr(mod, "_slowest", lambda times, n: calls.append(n) or real(times, n))
+    v = GPUVariability(tuple(float(x) for x in range(2000, 0, -1)), "test")
+    first = [v.slowest(64), v.factor(64, 8)]
+    for _ in range(50):
+        assert [v.slowest(64), v.factor(64, 8)] == first
+    assert sorted(calls) == [8.0, 64.0]
+
+
+def test_an_iteration_fit_on_a_cluster_with_a_spread_saves_the_model_it_fitted():
+    """The fit's runs are charged slowest(W) / slowest(reference) while it fits, with the reference the saved
+    profile records (its runs' largest W): it fitted with the base profile's reference (1 here) and saved another
+    (4), so the saved profile did not predict what its fit's error says."""
+    from planner.costs.compute_fit import IterationTimeFit
+    from planner.profile.validate import read_vtrain_csv
+    from planner.spec import load_cluster
+    root = os.path.dirname(os.path.dirname(__file__))
+    rows = [r for r in read_vtrain_csv(os.path.join(root, "planner", "data", "vtrain", "measured_single_node.csv"))
+            if r.gpus <= 4][:12]
+    cl = load_cluster(os.path.join(root, "clusters", "vtrain-a100-40gb-1node.yaml"))
+    cl = replace(cl, gpu=replace(cl.gpu, variability=shipped()))
+    base = replace(load_profile(os.path.join(root, "planner", "data", "a100_compute_profile.json")),
+                   reference_gpus=1.0)
+    est = IterationTimeFit(cl, base, params=("max_efficiency",)).fit(rows)
+    assert est.model_.reference_gpus == 4.0 and {r.gpus for r in rows} > {4}
+    pred = est.predict(rows)
+    meas = np.array([r.measured_s for r in rows])
+    assert np.sqrt(np.mean(np.log(pred / meas) ** 2)) == pytest.approx(est.rms_log_error_, rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, -8])
+def test_a_profile_reference_below_one_gpu_is_refused(tmp_path, bad):
+    """reference_gpus is a count of GPUs the profile's runs had: below 1 it was read as 1 (slowest(n <= 1) = 1)
+    without a word."""
+    d = json.load(open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "planner", "data",
+                                    "a100_compute_profile.json")))
+    d["compute"]["reference_gpus"] = bad
+    d["comm"].pop("allreduce_tables", None)
+    (tmp_path / "p.json").write_text(json.dumps(d))
+    with pytest.raises(SpecError) as e:
+        load_profile(str(tmp_path / "p.json"))
+    assert e.value.field == "compute.reference_gpus" and "at least 1" in e.value.reason
+
+
+def test_the_gpu_passes_outside_a_layers_parts_are_charged_the_slowest_gpu_too():
+    """FSDP2's copy-out / accumulation (fsdp.fsdp_copy_s) and PyTorch CP's merge passes (allgather_layer_times) are
+    HBM-bound kernels on the compute stream, GPU work like layer_parts' element-wise passes: a plan on 128 GPUs paid
+    slowest(128) / slowest(1) on those and nothing on these."""
+    from planner.costs import context_parallel as cpar
+    from planner.costs.fsdp import fsdp_copy_s
+    from planner.spec import load_spec
+    root = os.path.dirname(os.path.dirname(__file__))
+    spec = load_spec(os.path.join(root, "specs", "llama3-8b-h100-fsdp-128.yaml"))
+    on = with_spread(spec, shipped())
+    costs = default_costs(spec.cluster)
+    cfg = ParallelConfig(1, 1, 64, 1, 4, zero=3, cp=2)
+    k = costs.compute.straggler(on.cluster, cfg)
+    assert k > 1.02
+    np.testing.assert_allclose(fsdp_copy_s(on, cfg, costs, 0), k * np.array(fsdp_copy_s(spec, cfg, costs, 0)),
+                               rtol=1e-12)
+    t_off, t_on = (cpar.layer_times(s, cfg, costs, "allgather") for s in (spec, on))
+    # what is not the exposed exchange: cp - 1 SDPA steps and the merge passes, all GPU work
+    assert t_on.forward - t_on.exposed_forward == pytest.approx(k * (t_off.forward - t_off.exposed_forward),
+                                                                rel=1e-12)
+
+
+@pytest.mark.parametrize("script", ["megatron_sc21.py", "megatron_selective.py", "validate_vtrain.py",
+                                    "published_recipes.py"])
+def test_the_validation_scripts_read_a_spread_csv_from_where_they_are_run(tmp_path, script):
+    """--gpu-variability CSV on the validation scripts: a relative path is the shell's (it was resolved against the
+    script's folder, the repository root or benchmarks/data, depending on the script), and a bad one exits 2 naming
+    the flag (it ended in a traceback, after the first rows had run)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    (tmp_path / "burn.csv").write_text("1.0\n")
+    env = dict(os.environ, PYTHONPATH=root)
+    r = subprocess.run([sys.executable, os.path.join(root, "benchmarks", script), "--gpu-variability", "burn.csv"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "--gpu-variability" in r.stderr and str(tmp_path / "burn.csv") in r.stderr and "at least 2" in r.stderr
+
+
+def test_a_spread_flag_resolves_against_the_working_directory(tmp_path, monkeypatch):
+    from planner.spec.variability import variability_flag
+    (tmp_path / "burn.csv").write_text("1.0\n1.02\n")
+    monkeypatch.chdir(tmp_path)
+    assert variability_flag("burn.csv") == str(tmp_path / "burn.csv")
+    assert variability_flag(SGEMM) == SGEMM and variability_flag("none") == "none"

@@ -102,7 +102,7 @@ def test_search_lists_read_as_before():
     assert s.search.micro_batch_sizes == (1, 4) and s.search.tensor_parallel == (2,)
 
 
-@pytest.mark.parametrize("bad", [True, "13", 0, -1])
+@pytest.mark.parametrize("bad", [True, "13", 0, -1, float("nan"), float("inf")])
 def test_parameters_b_is_a_positive_number(bad):
     """docs/SPEC.md: parameters_B is a number > 0, and `true` is not a number; `true` was read as 1 and compared
     with the shapes' size ('more than 10% from the stated TrueB')."""

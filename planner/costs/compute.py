@@ -614,6 +614,9 @@ def load_profile(path: str) -> ComputeModel:
     for k, v in pd.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise SpecError(path, f"compute.{k}", "must be a number")
+    if pd.get("reference_gpus", 1.0) < 1:          # a GPU count: below 1 it would read as 1 without a word
+        raise SpecError(path, "compute.reference_gpus", f"is the GPUs of the profile's runs: at least 1, got "
+                                                        f"{pd['reference_gpus']}")
     base = os.path.dirname(os.path.abspath(path))
     tables = {}
     tref = cd.pop("allreduce_tables", None)

@@ -95,14 +95,17 @@ class IterationTimeFit(_ComputeFit):
         use = [X[i] for i in keep]
         meas = np.array([r.measured_s for r in use]) if y is None else np.asarray(y, float)[keep]
 
+        # its times carry the slowest GPU of runs this large (a cluster's gpu.variability charges beyond it): the
+        # model is fitted with the reference it is saved with
+        ref = float(max(r.gpus for r in use))
+
         def resid(x):
-            costs = costs_with_compute(self._unpack(x))
+            costs = costs_with_compute(self._unpack(x).with_params(reference_gpus=ref))
             pred = np.array([predict(r, self.cluster, costs, self.defaults) for r in use])
             return np.log(pred / meas)
 
         self.model_, self.result_ = self._least_squares(resid)
-        # its times carry the slowest GPU of runs this large (a cluster's gpu.variability charges beyond it)
-        self.model_ = self.model_.with_params(reference_gpus=float(max(r.gpus for r in use)))
+        self.model_ = self.model_.with_params(reference_gpus=ref)
         self.n_fit_ = len(use)
         self.rms_log_error_ = float(np.sqrt(np.mean(self.result_.fun ** 2)))
         return self

@@ -309,7 +309,8 @@ def allgather_layer_times(spec, cfg: ParallelConfig, costs, a_f: float, a_b: flo
     rate = (fused_attention_efficiency(gpu, s, backend=be)
             / fused_attention_efficiency(gpu, s // 2, causal=False, backend=be))
     step_f, step_b = a_f * rate, a_b * rate          # a non-causal step: a causal shard step's FLOPs
-    hbm = costs.compute.hbm_GBps * 1e9
+    # the merges are GPU work: at the slowest of the plan's GPUs, as a_f / a_b are (gpu.variability; 1 without it)
+    hbm = costs.compute.hbm_GBps * 1e9 / costs.compute.straggler(spec.cluster, cfg)
     elem_f = out * (fwd_fixed + (cp - 1) * merge) / hbm
     elem_b = out * (bwd_fixed + cp * bstep) / hbm
     kv = allgather_kv_bytes(model, tr, cfg)

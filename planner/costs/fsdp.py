@@ -73,7 +73,8 @@ def fsdp_copy_s(spec, cfg, costs, stage: int) -> tuple[float, float, float]:
     units = fsdp_units(spec.model, cfg, stage)
     gathered = fsdp_gather_bytes(spec.model, spec.training, cfg, stage) or [PARAM_BYTES * u for u in units]
     params, g = sum(units), sum(gathered)
-    hbm = costs.compute.hbm_GBps * 1e9
+    # GPU work: at the slowest of the plan's GPUs, as layer_parts' kernels (gpu.variability; 1 without it)
+    hbm = costs.compute.hbm_GBps * 1e9 / costs.compute.straggler(spec.cluster, cfg)
     cat = params / (hbm * CHUNK_CAT_EFFICIENCY)
     if cfg.pp == 1:
         regathered = g - (gathered[-1] if holds_output(cfg, stage) else 0.0)

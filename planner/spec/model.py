@@ -1,6 +1,7 @@
 """Model architecture spec: the shapes that set FLOPs, parameters and activations."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from planner.errors import SpecError
@@ -139,7 +140,8 @@ def parse_model(data, file: str | None, prefix: str = "") -> ModelSpec:
     # parameters_B is not part of the model, only a check of the file's shapes against the stated size
     published = data.get("parameters_B")
     if published is not None:
-        if isinstance(published, bool) or not isinstance(published, (int, float)) or published <= 0:
+        if (isinstance(published, bool) or not isinstance(published, (int, float)) or not math.isfinite(published)
+                or published <= 0):       # NaN and infinity compared with nothing: read as a match
             raise SpecError(file, f.path("parameters_B"), f"must be a positive number, got {published!r}")
         got = spec.num_params() / 1e9
         if abs(got - published) / published > 0.1:

@@ -15,12 +15,13 @@ docs/notes/gpu_variability.md has the data and what the validations say with it.
 from __future__ import annotations
 
 import csv
-import functools
+import io
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner.errors import SpecError
+from planner.io import read_text_file
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "gpu_variability")
 SHIPPED = {"longhorn-v100-sgemm": "longhorn-v100-sgemm.csv"}
@@ -37,23 +38,29 @@ class GPUVariability:
     """Relative time per GPU (positive, finite; at least MIN_GPUS values)."""
     source: str
     """A shipped name (SHIPPED) or the CSV's path."""
+    _sorted: tuple = field(default=(), init=False, repr=False, compare=False)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """slowest(n) by n: the search asks on every layer_parts call, and the sum is O(GPUs)."""
 
     def __post_init__(self):
         if len(self.times) < MIN_GPUS:
             raise ValueError(f"needs at least {MIN_GPUS} GPUs' times, got {len(self.times)}")
         if not all(math.isfinite(t) and t > 0 for t in self.times):
             raise ValueError("every time must be finite and positive")
+        object.__setattr__(self, "_sorted", tuple(sorted(self.times)))
 
     def slowest(self, n: float) -> float:
         """E[the slowest of n GPUs drawn from the population] / E[one GPU]: 1 at n = 1."""
-        return _slowest(tuple(sorted(self.times)), float(n))
+        n = float(n)
+        if n not in self._memo:
+            self._memo[n] = _slowest(self._sorted, n)
+        return self._memo[n]
 
     def factor(self, gpus: int, reference_gpus: float = 1.0) -> float:
         """GPU work on `gpus` GPUs relative to a profile measured on `reference_gpus` (the slowest of each)."""
         return self.slowest(gpus) / self.slowest(reference_gpus)
 
 
-@functools.lru_cache(maxsize=4096)
 def _slowest(times: tuple, n: float) -> float:
     """Exact for draws with replacement: the k-th smallest of M values is the maximum of n draws with probability
     (k / M)^n - ((k - 1) / M)^n."""
@@ -77,31 +84,47 @@ def read_variability(ref, base: str, file: str | None, field: str) -> GPUVariabi
     else:
         path = os.path.normpath(os.path.join(base, ref))
         source = path
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise SpecError(file, field, f"{ref!r} is neither a shipped spread ({', '.join(SHIPPED)}) nor a file "
                                          f"({path} not found)")
+    # every input file's rules (a regular UTF-8 file of bounded size); a spreadsheet's byte-order mark is dropped
+    text = read_text_file(path, file, field).lstrip("\ufeff")
     times = []
+    reader = csv.reader(io.StringIO(text, newline=""))
     try:
-        with open(path, newline="") as fh:
-            for i, row in enumerate(csv.reader(fh)):
-                cells = [c.strip() for c in row if c.strip()]
-                if not cells:
+        for i, row in enumerate(reader):
+            cells = [c.strip() for c in row if c.strip()]
+            if not cells:
+                continue
+            if len(cells) != 1:
+                raise SpecError(file, field, f"{path} line {i + 1}: expected one value per line (a GPU's "
+                                             f"relative time), got {len(cells)}")
+            try:
+                v = float(cells[0])
+            except ValueError:
+                if i == 0 and not times:        # a header
                     continue
-                if len(cells) != 1:
-                    raise SpecError(file, field, f"{path} line {i + 1}: expected one value per line (a GPU's "
-                                                 f"relative time), got {len(cells)}")
-                try:
-                    v = float(cells[0])
-                except ValueError:
-                    if i == 0 and not times:        # a header
-                        continue
-                    raise SpecError(file, field, f"{path} line {i + 1}: {cells[0]!r} is not a number") from None
-                if not (math.isfinite(v) and v > 0):
-                    raise SpecError(file, field, f"{path} line {i + 1}: {cells[0]} is not a positive finite time")
-                times.append(v)
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(file, field, f"cannot read {path}: {e}") from None
+                raise SpecError(file, field, f"{path} line {i + 1}: {cells[0]!r} is not a number") from None
+            if not (math.isfinite(v) and v > 0):
+                raise SpecError(file, field, f"{path} line {i + 1}: {cells[0]} is not a positive finite time")
+            times.append(v)
+    except csv.Error as e:
+        raise SpecError(file, field, f"{path} line {reader.line_num}: not valid CSV ({e})") from None
     if len(times) < MIN_GPUS:
         raise SpecError(file, field, f"{path} has {len(times)} GPU time(s); a spread needs at least {MIN_GPUS}")
     return GPUVariability(tuple(times), source)
 
+
+def variability_flag(text: str) -> str:
+    """argparse type of a --gpu-variability flag (the validation scripts): "none", a shipped name, or a CSV path read
+    from the working directory (returned absolute, so a spec built elsewhere finds it); a bad one is refused here,
+    exit 2 naming the flag, before any row runs."""
+    import argparse
+    if text == "none" or text in SHIPPED:
+        return text
+    path = os.path.abspath(text)
+    try:
+        read_variability(path, ".", None, "--gpu-variability")
+    except SpecError as e:
+        raise argparse.ArgumentTypeError(e.reason) from None
+    return path
