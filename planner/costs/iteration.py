@@ -31,7 +31,7 @@ from planner.costs.memory import (
     stage_params,
     weight_bytes,
 )
-from planner.costs.pipeline import V_SHAPES, p2p_hops, stage_compute_time
+from planner.costs.pipeline import V_SHAPES, lock_step_p2p_s, p2p_hops, stage_compute_time
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
 
@@ -543,6 +543,30 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig) -> tuple[float, float]:
     return p2p_hops(cfg.schedule, cfg.pp, cfg.vpp, m, spec.training.pipeline_engine)
 
 
+def waited_lock_step(spec, cfg: ParallelConfig) -> bool:
+    """Megatron-Core's 1F1B, whose every p2p call waits for its peer: the megatron engine's 1F1B with pp > 1, not
+    ZeRO-3 (PyTorch pipelining's asynchronous sends); the simulator's rule (simulator.replay._mcore_lock_step)."""
+    return (spec.training.pipeline_engine == "megatron" and cfg.schedule == "1f1b" and cfg.pp > 1
+            and cfg.zero < 3)
+
+
+def lock_step_traversals(spec, cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int) -> float:
+    """The traversals per micro-batch (charged m / pp times on the path, as p2p_exposed_hops') that make the path
+    cost pipeline.lock_step_p2p_s at the plan's typical hop: the median inter-node one-way time of the candidate
+    links for the rows - 1 boundaries between nodes, NVLink's for the others. A constant of the plan (the mapping
+    scales it by its own hops), so exact on equal links; it was one traversal, 2 (pp - 1) / pp transfers per
+    micro-batch whatever the stages' slack (docs/notes/simulator.md)."""
+    pp, m = cfg.pp, cfg.num_microbatches
+    off = one_way[~np.eye(len(one_way), dtype=bool)]
+    off = off[np.isfinite(off)]
+    inter = float(np.median(off)) if off.size else intra_s
+    c = ((rows - 1) * inter + (pp - rows) * intra_s) / (pp - 1)
+    if not c > 0:
+        return 1.0
+    t = [s.forward + s.backward for s in st]
+    return lock_step_p2p_s(t, c, m) / (m / pp * (pp - 1) * 2 * c)
+
+
 def first_chunk_params(model, cfg: ParallelConfig) -> float:
     """Parameters per GPU of pipeline rank 0's first model chunk (its layers and the embedding): the one
     Megatron-Core buckets."""
@@ -689,6 +713,8 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     coef = m / pp
     with np.errstate(divide="ignore"):
         one_way = p2p_inter_s(spec, msg, np.where(B > 0, B, np.inf), costs, share)
+    if waited_lock_step(spec, cfg):
+        trav = lock_step_traversals(spec, cfg, st, one_way, p2p_intra_s(spec, msg, costs), layout.rows)
     hop = coef * trav * (one_way + one_way.T)
     intra_hop = 2 * p2p_intra_s(spec, msg, costs)
     if pp > 1:

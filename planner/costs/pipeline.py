@@ -194,14 +194,37 @@ def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) ->
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
+def lock_step_p2p_s(t, c: float, m: int) -> float:
+    """Seconds Megatron-Core's 1F1B adds to its compute (stage_compute_time) by waiting on every p2p call
+    (the simulator's mcore.py): t[i] = stage i's forward + backward of one micro-batch, c a one-way hop.
+
+    Each call is a meeting with one neighbour, so a steady-state micro-batch holds stage i for t[i] + e[i] c (e: its
+    neighbours, 1 at the ends and at pp 2, else 2) and the pace is P = max_i (t[i] + e[i] c); the slowest stage k's
+    slack hides the others' exchanges. Over the steady state (m - 1)(P - t[k]), plus the first forward's and the last
+    backward's crossings, 2 (pp - 1) c, less what k's own exchanges leave of P - t[k] once (the pipeline's end).
+    Exact against the replay on uniform stages and with a heavier last stage (tests/test_mcore_p2p.py); with a
+    heavier first stage never under it, and no further over than stage_compute_time is there. The latency model
+    charges it through the path (iteration.lock_step_traversals). docs/notes/simulator.md"""
+    p = len(t)
+    if p < 2 or c <= 0:
+        return 0.0
+    e = [1.0 if (i == 0 or i == p - 1 or p == 2) else 2.0 for i in range(p)]
+    k = max(range(p), key=lambda i: t[i])
+    gap = max(t[i] + e[i] * c for i in range(p)) - t[k]
+    x = (m - 1) * gap + 2 * (p - 1) * c
+    if m >= 2:
+        x -= gap - e[k] * c
+    return x
+
+
 def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
              engine: str = "megatron") -> tuple[float, float]:
     """(traversals of the stage 0 -> pp-1 path, wrap-around hops pp-1 -> 0) per micro-batch, one direction.
 
     Without m: the hops each micro-batch makes (the latency model charges them m/pp times).
     With m: the hops whose time the schedule *exposes*, per micro-batch, as the simulator measures them:
-    1F1B waits on every send (Megatron-Core's waited calls, simulator/mcore.py; estimate against that replay at
-    m >= 4 pp: median 0.1%, max +4.4%, docs/notes/simulator.md); with sends overlapping compute, GPipe, interleaved,
+    1F1B one traversal (Megatron-Core's, whose calls wait on their peers, is charged lock_step_p2p_s instead:
+    iteration.lock_step_traversals); with sends overlapping compute, GPipe, interleaved,
     ZB-H1 and V-ZB hide
     steady-state sends behind other work and expose only their ramp (a fixed number of traversals,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
