@@ -82,15 +82,17 @@ def test_screening_maps_the_best_network_aware_bound_first(make_spec):
 
 
 def test_a_short_limit_gives_a_plan_near_the_bound_on_a_slow_network(make_spec, monkeypatch):
-    """F1 end to end: at 1 s (0.35 work s) the plan is within 7% of the best bound of any layout; the compute-bound
-    order gave tp4 pp1 dp8 there, 3.2x the bound."""
+    """F1 end to end: at 1 s (0.35 work s) the plan is within 10% of the best bound of any layout; the compute-bound
+    order gave tp4 pp1 dp8 there, 3.2x the bound. (7% until Nov 27: since 1F1B's p2p is charged as Megatron-Core's
+    lock step, this slow network's pipelines cost ~20% more and the 1 s plan, tp4 pp4 dp2 as before, is 9.6% over the
+    bound, 4.8% over the 10 s optimum tp8 pp4; it was 6.4% and 2.2%.)"""
     monkeypatch.setattr(solve_module, "WALL_SAFETY", 20.0)     # the work decides, whatever the load
     spec = _slow_network(make_spec)
     costs = default_costs(spec.cluster)
     fits, _, _ = feasible_configs(spec, costs)
     floor = _pair_bounds(spec, costs, fits)[0][0]
     rec = solve(spec, time_limit_s=1, seed=0, simulate=False).solver
-    assert rec.stopped_by != "wall" and rec.objective <= 1.07 * floor
+    assert rec.stopped_by != "wall" and rec.objective <= 1.10 * floor
 
 
 def test_a_re_search_after_a_simulation_veto_shares_the_one_budget(make_spec, monkeypatch):
