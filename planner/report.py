@@ -74,6 +74,12 @@ def plan_table(sol) -> Table:
         t.add_row("time to train", train.removeprefix("to train "))
     t.add_row("  compute | p2p | dp | emb",
               f"{e.compute_s:.3f} | {e.pp_comm_s:.4f} | {e.dp_comm_s:.4f} | {e.emb_comm_s:.4f} s")
+    var = getattr(sol.spec.cluster.gpu, "variability", None)
+    if var is not None:          # gpu.variability: say that the GPU work is the slowest of the plan's GPUs
+        from planner.costs import default_costs
+        k = default_costs(sol.spec.cluster).compute.straggler(sol.spec.cluster, c)
+        t.add_row("  slowest GPU", f"GPU work x{k:.4f}: the expected slowest of {c.num_gpus} GPUs "
+                                   f"(gpu.variability {var.source if '/' not in var.source else 'from a CSV'})")
     md = e.memory_dict()
     t.add_row("memory peak", f"{md['peak']:.1f} GiB of {md['limit']:.1f} GiB usable "
                              f"(w {md['weights']:.1f}, g {md['gradients']:.1f}, opt {md['optimizer']:.1f}, "

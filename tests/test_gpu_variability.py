@@ -288,3 +288,23 @@ def test_a_spread_flag_resolves_against_the_working_directory(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     assert variability_flag("burn.csv") == str(tmp_path / "burn.csv")
     assert variability_flag(SGEMM) == SGEMM and variability_flag("none") == "none"
+
+
+def test_the_plan_table_says_the_gpu_work_is_the_slowest_gpus(make_spec):
+    """`planner solve`'s table carries the factor where the cluster names a spread, and nothing without one."""
+    import io
+
+    from rich.console import Console
+
+    from planner.report import plan_table
+    from planner.search.solve import solve
+
+    def text(spec):
+        sol = solve(spec, time_limit_s=1, seed=0, simulate=False)
+        out = io.StringIO()
+        Console(file=out, width=200).print(plan_table(sol))
+        return out.getvalue(), sol
+    on, sol = text(with_spread(make_spec(), shipped()))
+    k = default_costs(sol.spec.cluster).compute.straggler(sol.spec.cluster, sol.config)
+    assert "slowest GPU" in on and f"x{k:.4f}" in on and f"slowest of {sol.config.num_gpus} GPUs" in on
+    assert "slowest GPU" not in text(make_spec())[0]
