@@ -79,7 +79,7 @@ def plan_table(sol) -> Table:
         from planner.costs import default_costs
         k = default_costs(sol.spec.cluster).compute.straggler(sol.spec.cluster, c)
         t.add_row("  slowest GPU", f"GPU work x{k:.4f}: the expected slowest of {c.num_gpus} GPUs "
-                                   f"(gpu.variability {var.source if '/' not in var.source else 'from a CSV'})")
+                                   f"(gpu.variability {var.label})")
     md = e.memory_dict()
     t.add_row("memory peak", f"{md['peak']:.1f} GiB of {md['limit']:.1f} GiB usable "
                              f"(w {md['weights']:.1f}, g {md['gradients']:.1f}, opt {md['optimizer']:.1f}, "

@@ -81,7 +81,6 @@ def costs_note(spec, cfg=None) -> str:
 
     from planner.costs import default_costs
     from planner.costs.compute import charged_backend
-    from planner.spec.variability import SHIPPED
     cm = default_costs(spec.cluster).compute
     bits = [f"compute profile {os.path.basename(cm.source) if cm.source else 'built-in defaults'}"]
     if cm.sustained_slowdown != 1.0:
@@ -89,7 +88,7 @@ def costs_note(spec, cfg=None) -> str:
     var = spec.cluster.gpu.variability
     if var is not None and cfg is not None:
         bits.append(f"slowest of {cfg.num_gpus} GPUs x{cm.straggler(spec.cluster, cfg):.4f} "
-                    f"(gpu.variability {var.source if var.source in SHIPPED else os.path.basename(var.source)})")
+                    f"(gpu.variability {var.label})")
     if spec.training.precision == "fp8":
         bits.append(f"fp8 GEMMs at {2 * cm.fp8_relative_efficiency:.2f}x bf16's throughput")
     if spec.training.attention == "fused":

@@ -530,13 +530,17 @@ def p2p_blocking(spec, cfg: ParallelConfig) -> bool:
             and not overlap_of(spec).p2p)
 
 
-def p2p_exposed_hops(spec, cfg: ParallelConfig) -> tuple[float, float]:
+def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) -> tuple[float, float]:
     """(traversals, wrap-around hops) per micro-batch whose time the schedule exposes, charged (m/pp) times on the
     path (schedules.p2p_hops); interleaved with blocking p2p (p2p_blocking): each device holds about 2v - 1 one-way
     transfers per micro-batch (the last device sends v - 1 forward, the first v - 1 backward) plus a ramp of about
     2(pp - 1), i.e. v - 1/2 + (pp - 1)/m traversals and wraps: against the simulator within -14% .. +4% of the
-    exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py)."""
+    exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py). Megatron-Core's 1F1B
+    (waited_lock_step) with lock_step = (stage times, one-way inter-node hop matrix, NVLink hop, node rows): its lock
+    step (lock_step_traversals); without them, one traversal."""
     m = cfg.num_microbatches
+    if lock_step is not None and waited_lock_step(spec, cfg):
+        return lock_step_traversals(spec, cfg, *lock_step), 0.0
     if p2p_blocking(spec, cfg):
         x = cfg.vpp - 0.5 + (cfg.pp - 1) / m
         return x, x
@@ -709,14 +713,13 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     # pipeline p2p: activations of one micro-batch (p2p_message_bytes)
     share = p2p_share(spec, cfg, layout.b)
     msg = p2p_message_bytes(spec, cfg)
-    trav, wraps = p2p_exposed_hops(spec, cfg)
     coef = m / pp
     with np.errstate(divide="ignore"):
         one_way = p2p_inter_s(spec, msg, np.where(B > 0, B, np.inf), costs, share)
-    if waited_lock_step(spec, cfg):
-        trav = lock_step_traversals(spec, cfg, st, one_way, p2p_intra_s(spec, msg, costs), layout.rows)
+    intra_s = p2p_intra_s(spec, msg, costs)
+    trav, wraps = p2p_exposed_hops(spec, cfg, (st, one_way, intra_s, layout.rows))
     hop = coef * trav * (one_way + one_way.T)
-    intra_hop = 2 * p2p_intra_s(spec, msg, costs)
+    intra_hop = 2 * intra_s
     if pp > 1:
         const += coef * trav * (pp - layout.rows) * intra_hop
     wrap = None

@@ -56,6 +56,11 @@ class GPUVariability:
             self._memo[n] = _slowest(self._sorted, n)
         return self._memo[n]
 
+    @property
+    def label(self) -> str:
+        """How reports name it: the shipped name, or the CSV's file name."""
+        return self.source if self.source in SHIPPED else os.path.basename(self.source)
+
     def factor(self, gpus: int, reference_gpus: float = 1.0) -> float:
         """GPU work on `gpus` GPUs relative to a profile measured on `reference_gpus` (the slowest of each)."""
         return self.slowest(gpus) / self.slowest(reference_gpus)
