@@ -4,7 +4,9 @@ from __future__ import annotations
 from dataclasses import asdict, astuple, dataclass
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb")
-RECOMPUTE = ("none", "selective", "full")
+# Megatron-Core's --recompute-granularity selective with --recompute-modules core_attn ("selective", its default) or
+# mlp ("mlp": the dense MLP checkpointed from its input); "full" every layer (uniform, 1). Least memory saved first.
+RECOMPUTE = ("none", "selective", "mlp", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 # torchtitan's pipeline schedule (torch.distributed.pipelining) of each of ours that it runs (pytorch/torchtitan @
 # 238fa9953e4aec2a62582121564273d7cbb1e9f1, torchtitan/config/job_config.py pipeline_parallel_schedule): ZeRO-3 /
@@ -63,7 +65,8 @@ class ParallelConfig:
     vpp: int = 1
     """Model chunks per device (interleaved: v; V-shapes: 2; otherwise 1)."""
     recompute: str = "none"
-    """Activation recomputation, one of RECOMPUTE."""
+    """Activation recomputation, one of RECOMPUTE: none; selective (Megatron-Core's core_attn module); mlp (its mlp
+    module: the dense MLP rebuilt from its input in backward); full (every layer from its input)."""
     zero: int = 0
     """ZeRO stage (ZERO_STAGES): 1 shards optimizer state, 2 also gradients, over dp; 3 also the parameters (FSDP /
     ZeRO-3: torchtitan's FSDP2, gathered per transformer block; costs/fsdp.py)."""
@@ -270,6 +273,10 @@ def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
         return "account_embedding", "an accounted embedding / loss split is Megatron-Core's; torchtitan has none"
     if cfg.tp > 1 and not cfg.sequence_parallel:
         return "sequence_parallel", "torchtitan's tensor parallelism always shards the norms (sequence parallel)"
+    if cfg.recompute == "mlp":
+        # torchtitan's activation_checkpoint modes: none, full (per block) and selective (per op, or every n-th block)
+        return "recompute", ("mlp recompute is Megatron-Core's --recompute-modules mlp; torchtitan checkpoints whole "
+                             "blocks (full) or ops (selective)")
     # PyTorch's schedule constructors (torch 2.13.0 torch/distributed/pipelining/schedules.py, which torchtitan builds
     # with n_microbatches = local_batch_size / pipeline_parallel_microbatch_size): Schedule1F1B raises 'Number of
     # microbatches (m) must be greater than or equal to the number of stages (pp)', ScheduleInterleaved1F1B
@@ -288,7 +295,7 @@ def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
 
 # the flag that sets each field torchtitan_problem may name
 TORCHTITAN_FLAGS = {"schedule": "--schedule", "account_embedding": "--account-embedding", "sequence_parallel": "--sp",
-                    "num_microbatches": "--mbs"}     # m = global batch / (dp x mbs)
+                    "num_microbatches": "--mbs", "recompute": "--recompute"}     # m = global batch / (dp x mbs)
 
 
 def zero3_problem(cfg: ParallelConfig) -> tuple[str, str] | None:

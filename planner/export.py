@@ -37,6 +37,7 @@ MEGATRON_FLAG = {
     "account_loss": "--account-for-loss-in-pipeline-split",
     "selective": "--recompute-activations", "recompute_granularity": "--recompute-granularity",
     "recompute_method": "--recompute-method", "recompute_num_layers": "--recompute-num-layers",
+    "recompute_modules": "--recompute-modules",
     "zero": "--use-distributed-optimizer", "bf16": "--bf16", "fp16": "--fp16", "fp8_format": "--fp8-format",
     "fp8_recipe": "--fp8-recipe", "fp8_param_gather": "--fp8-param-gather",
     "fp8_amax_history_len": "--fp8-amax-history-len", "fp8_amax_compute_algo": "--fp8-amax-compute-algo",
@@ -189,6 +190,8 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
     rc = c.get("recompute", "none")
     if rc == "selective":
         args.append(F["selective"])
+    elif rc == "mlp":
+        args += [f"{F['recompute_granularity']} selective", f"{F['recompute_modules']} mlp"]
     elif rc == "full":
         args += [f"{F['recompute_granularity']} full", f"{F['recompute_method']} uniform",
                  f"{F['recompute_num_layers']} 1"]
@@ -353,6 +356,8 @@ NEMO_PLUGINS = {"bf16": "bf16_mixed()", "fp16": "fp16_mixed()",
 
 def _literal(v) -> str:
     """A Python literal for a value the NeMo lines assign (strings in double quotes, as NeMo's recipes write them)."""
+    if isinstance(v, list):
+        return "[" + ", ".join(_literal(x) for x in v) + "]"
     return f'"{v}"' if isinstance(v, str) else repr(v)
 
 
@@ -420,9 +425,11 @@ def nemo_model(solution: dict, c: dict, file: str | None) -> str:
     nothing, as recipes may set it), the distributed optimizer, and the context-parallel exchange and the attention
     kernel where the plan names them (same enums as Megatron-LM's flags; an unfused plan: AttnBackend.unfused)."""
     rc = c.get("recompute", "none")
-    model = {"recompute_granularity": None if rc == "none" else rc}
+    model = {"recompute_granularity": None if rc == "none" else "selective" if rc == "mlp" else rc}
     if rc == "full":
         model.update(recompute_method="uniform", recompute_num_layers=1)
+    elif rc == "mlp":
+        model["recompute_modules"] = ["mlp"]
     if int(c.get("cp", 1)) > 1:
         model["cp_comm_type"] = megatron_cp_comm(solution, file)
     out = _assign("recipe.model.config", model)
@@ -882,6 +889,8 @@ def deepspeed_recompute_note(solution: dict) -> str | None:
     if rc == "none":
         return None
     what = ("every transformer layer (full)" if rc == "full" else
+            "the MLP of every layer from its input (mlp): DeepSpeed has no such mode, the model code must wrap just "
+            "that part" if rc == "mlp" else
             "the attention core only (selective): DeepSpeed has no such mode, the model code must wrap just that part")
     return (f"the plan recomputes {what}; DeepSpeed's activation_checkpointing block configures "
             "deepspeed.checkpointing.checkpoint, which the model code must call on those modules")

@@ -360,13 +360,13 @@ def _recompute(a: _Args) -> str:
                            "without --recompute-granularity full recomputes nothing")
         return "none"
     if gran == "selective":
-        mods = a.values("--recompute-modules")
-        if mods and mods != ["core_attn"]:
-            raise a.refuse("--recompute-modules", f"{' '.join(mods)}: the planner's selective recompute is "
-                           "Megatron-Core's default, core_attn")
+        mods = a.values(F["recompute_modules"])
+        if mods and sorted(set(mods)) not in (["core_attn"], ["mlp"]):
+            raise a.refuse(F["recompute_modules"], f"{' '.join(mods)}: the planner models one module at a time, "
+                           "core_attn (its `selective`, Megatron-Core's default) or mlp (its `mlp`)")
         if method is not None:
             raise a.refuse(F["recompute_method"], "with selective recompute (Megatron-LM asserts none)")
-        return "selective"
+        return "mlp" if mods and mods[0] == "mlp" else "selective"
     if gran != "full":
         raise a.refuse(F["recompute_granularity"], f"{gran}: expected full or selective")
     if method != "uniform" or n != 1:

@@ -177,6 +177,8 @@ BASE = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-lengt
     ("--fp16", "--fp16"),                                     # with --bf16
     ("--overlap-param-gather", "--overlap-param-gather"),     # without --overlap-grad-reduce
     ("--recompute-granularity full --recompute-method block --recompute-num-layers 2", "--recompute-method"),
+    ("--recompute-granularity selective --recompute-modules core_attn mlp", "--recompute-modules"),
+    ("--recompute-granularity selective --recompute-modules layernorm", "--recompute-modules"),
     ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size"),    # the planner's rules, named by flag
     ("--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type"),
     ("--optimizer muon", "--optimizer"),

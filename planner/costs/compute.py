@@ -452,7 +452,9 @@ class ComputeModel:
         w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
         # selective: Megatron's checkpointed core attention, i.e. QK^T, scale/mask/softmax, dropout and AV
         # (megatron/model/transformer.py _checkpointed_attention_forward); fused: one kernel forward
-        rc = {"none": 0.0, "selective": attn + p.get("attn_scores", 0.0), "full": fwd}[cfg.recompute]
+        rc = {"none": 0.0, "selective": attn + p.get("attn_scores", 0.0), "full": fwd}.get(cfg.recompute)
+        if cfg.recompute == "mlp":
+            rc = mlp_recompute_s(model, cfg, p)
         if cfg.op_sac:
             rc = op_sac_recompute_s(model, p)
         first, last, head_comm = self.head_times(model, cluster, training, cfg)
@@ -460,7 +462,7 @@ class ComputeModel:
         out = []
         for st in range(cfg.pp):
             L = stage_layer_count(model, cfg, st)      # uneven first / last stages (Megatron-Core) change it
-            f_, b_, w_, c_ = L * fwd, L * (bwd + rc), L * w, L * 2 * comm + (L * comm if cfg.recompute == "full" else 0)
+            f_, b_, w_, c_ = L * fwd, L * (bwd + rc), L * w, L * 2 * comm + L * recompute_tp_comm(p, cfg.recompute)
             if st == 0:
                 f_ += first
                 b_ += r * first + head_comm
@@ -493,6 +495,40 @@ def sustained(parts: dict, k: float, skip: tuple = ()) -> dict:
         if key in out and key not in skip:
             v = out[key]
             out[key] = tuple(k * x for x in v) if isinstance(v, tuple) else k * v
+    return out
+
+
+# Share of a layer's forward tensor-parallel collectives its recompute re-runs: a whole forward's (full), the MLP's
+# input all-gather and fc2's reduce-scatter (mlp: two of the four, of equal size; one all-reduce of two without
+# sequence parallelism), none for the attention core. Overlap hides the same share of them (iteration.stage_times).
+RECOMPUTE_TP_SHARE = {"full": 1.0, "mlp": 0.5}
+
+
+def recompute_tp_comm(parts: dict, recompute: str) -> float:
+    """Seconds of tensor-parallel collectives one layer's recompute re-runs (RECOMPUTE_TP_SHARE)."""
+    return RECOMPUTE_TP_SHARE.get(recompute, 0.0) * parts["tp_comm"]
+
+
+# Shares of layer_parts' element-wise bytes (ELEM_REPLICATED, ELEM_SHARDED) inside Megatron-Core's MLP module: the
+# pre-MLP norm fused into fc1 (4 of the two norms' and two bias-dropout-adds' 22; the bias-dropout-add is mlp_bda,
+# outside the module) and the activation (16 of 28).
+MLP_ELEM_REPLICATED = 4.0
+MLP_ELEM_SHARDED = 16.0
+
+
+def mlp_recompute_s(model, cfg: ParallelConfig, parts: dict) -> float:
+    """Megatron-Core's `--recompute-modules mlp` (memory.mlp_recompute_dropped_bytes): one more forward of the MLP
+    module in backward, from its checkpointed input: fc1 and fc2 (their forward GEMM times), the fused pre-MLP norm and
+    the activation (their share of the layer's element-wise bytes; `kernels: eager` counts its bytes op by op without
+    this split, and is charged the same share), TE's fp8 casts of fc1's and fc2's inputs (their share of
+    fp8_cast_elements' forward casts), and the module's two tensor-parallel collectives (recompute_tp_comm)."""
+    h, f, t = model.hidden_size, model.ffn_hidden_size, cfg.tp
+    sp = t if cfg.sequence_parallel else 1
+    elem = parts["elem"] * (MLP_ELEM_REPLICATED / sp + MLP_ELEM_SHARDED / t) / (ELEM_REPLICATED / sp
+                                                                               + ELEM_SHARDED / t)
+    out = parts["gemm_column"][1] + parts["gemm_row"][1] + elem + recompute_tp_comm(parts, "mlp")
+    if "fp8_cast" in parts:      # forward casts: QKV and fc1 inputs h/sp each, projection h/t, fc2 f/t
+        out += parts["fp8_cast"] * (h / sp + f / t) / (2 * h / sp + h / t + f / t)
     return out
 
 

@@ -24,6 +24,9 @@ from planner.costs.metrics import mape
 FEATURES = ("weights", "gradients", "optimizer", "activations", "logits", "transient_none", "transient_selective",
             "transient_full")
 RECOMPUTE = ("none", "selective", "full")
+# the transient feature each recompute mode's working set is read as: mlp recompute has no profiled samples of its
+# own; its working set is the no-recompute one plus the rebuilt MLP, like full recompute's plus a rebuilt layer
+TRANSIENT_FEATURE = {"none": "none", "selective": "selective", "mlp": "full", "full": "full"}
 # fewest samples a fit or a validation takes: more than its coefficients, so that the fit is determined and leaves a
 # residual (with 2 samples a fit wrote a zero weights coefficient and reported a 0% error)
 MIN_SAMPLES = len(FEATURES) + 2
@@ -46,7 +49,7 @@ DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", 
 def features(breakdown: MemoryBreakdown, recompute: str) -> np.ndarray:
     """The analytical terms, with the backward working set split by recompute mode (what is rebuilt and how
     many gradient buffers of it are live differs by mode), and a constant."""
-    t = [breakdown.transient if recompute == r else 0.0 for r in RECOMPUTE]
+    t = [breakdown.transient if TRANSIENT_FEATURE[recompute] == r else 0.0 for r in RECOMPUTE]
     return np.array([breakdown.weights, breakdown.gradients, breakdown.optimizer, breakdown.activations,
                      breakdown.logits] + t + [1.0])
 
@@ -277,7 +280,7 @@ def design(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raw.append([model.hidden_size, model.num_attention_heads, model.num_kv_heads, model.ffn_hidden_size,
                     model.vocab_size, model.num_layers // cfg.pp, training.seq_length, cfg.micro_batch_size,
                     cfg.num_microbatches, cfg.tp, cfg.pp, cfg.dp, cfg.zero, int(cfg.sequence_parallel),
-                    ("none", "selective", "full").index(cfg.recompute), cfg.vpp, stage,
+                    ("none", "selective", "full", "mlp").index(cfg.recompute), cfg.vpp, stage,
                     int(model.family == "llama"), held_forwards(cfg, stage),
                     ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb").index(cfg.schedule)])
     return np.array(X), np.array(y), np.array(raw, float)

@@ -14,7 +14,7 @@ softmax_d [b, heads, s], and with GQA dK and dV expanded to all heads before the
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from planner.config import V_SHAPES, ParallelConfig, current_scaling
 from planner.costs.pipeline import chunks_per_device, inflight_microbatches
@@ -142,6 +142,20 @@ def lse_bytes(model, training, cfg: ParallelConfig) -> float:
     return 4.0 * training.seq_length * cfg.micro_batch_size * model.num_attention_heads / cfg.tp
 
 
+def mlp_recompute_dropped_bytes(model, training, cfg: ParallelConfig) -> float:
+    """What Megatron-Core's `--recompute-modules mlp` does not store of one layer, one micro-batch (bytes), rebuilt in
+    its backward. transformer_layer.py (NVIDIA/Megatron-LM d98e8a64, _forward_mlp) runs
+    tensor_parallel.checkpoint(self.mlp, False, pre_mlp_layernorm_output): the checkpoint keeps the MLP's input only.
+    With Transformer Engine the pre-MLP norm is fused into fc1 (TELayerNormColumnParallelLinear; pre_mlp_layernorm is
+    an IdentityOp), so that input is the residual stream the norm reads, which is stored anyway; dropped are the norm's
+    output (fc1's input, h/sp wide), the activation's input(s) and fc2's input (GeLU: 4f/t; SwiGLU: 6f/t). The
+    hidden dropout after the MLP (GPT) is outside the module (mlp_bda): its mask stays."""
+    s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
+    f = model.ffn_hidden_size
+    sp = t if cfg.sequence_parallel else 1
+    return s * b * (2 * h / sp + (4 * f if model.family == "gpt" else 6 * f) / t)
+
+
 def _fused_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float, float]:
     """layer_activation_parts with a fused kernel. Selective recompute is Megatron-Core's default module,
     `--recompute-modules core_attn`: the checkpoint keeps the core's inputs Q, K, V, and its output stays saved
@@ -156,7 +170,10 @@ def _fused_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float
     mlp = (4 * f if model.family == "gpt" else 6 * f) / t
     sharded = _qkv_saved_fused(model, t) + 2 * h / t + mlp      # 2h/t: the kernel's output = the projection input
     core = 0.0 if cfg.recompute == "selective" else lse_bytes(model, training, cfg)
-    return s * b * (replicated + sharded), core
+    lin = s * b * (replicated + sharded)
+    if cfg.recompute == "mlp":
+        lin -= mlp_recompute_dropped_bytes(model, training, cfg)
+    return lin, core
 
 
 def op_sac_bytes(model, training, cfg: ParallelConfig) -> tuple[float, float]:
@@ -193,7 +210,10 @@ def layer_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float,
     mlp = (4 * f if model.family == "gpt" else 6 * f) / t   # GeLU in + fc2 in | fused SwiGLU's fc1 out + fc2 in
     sharded = _qkv_saved_per_token(model, t) + 2 * h / t + mlp
     core = 0.0 if cfg.recompute == "selective" else (5 if drop else 2) * a * s / t   # softmax (+mask, +dropout)
-    return s * b * (replicated + sharded), s * b * core
+    lin = s * b * (replicated + sharded)
+    if cfg.recompute == "mlp":
+        lin -= mlp_recompute_dropped_bytes(model, training, cfg)
+    return lin, s * b * core
 
 
 def layer_activation_bytes(model, training, cfg: ParallelConfig) -> float:
@@ -245,8 +265,12 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     f, kv = model.ffn_hidden_size, model.kv_channels
     if cfg.op_sac:       # the block is rebuilt (what was not saved) before its backward, as with full recompute
-        from dataclasses import replace
         return layer_transient_bytes(model, training, replace(cfg, recompute="full"))
+    if cfg.recompute == "mlp":
+        # as without recompute, plus what the checkpoint dropped: rebuilt before the MLP's backward, and by the
+        # attention phase the layer's stored MLP half (less those bytes) is what has been freed
+        return (layer_transient_bytes(model, training, replace(cfg, recompute="none"))
+                + mlp_recompute_dropped_bytes(model, training, cfg))
     P = layer_saved_pieces(model, training, cfg)
     rc = cfg.recompute
     if fused_attention(training):
@@ -483,12 +507,15 @@ def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
     - fc2 input (the activation's output; the activation keeps its own bf16 input): 2 -> 1 byte, f/t wide;
     - projection input: unfused attention, only the projection held it: 2 -> 1 byte; fused attention keeps its bf16
       output for its own backward anyway, so TE's fp8 copy is one more byte, h/t wide.
-    The norms' inputs (residual stream), Q, K, V and the activation's input stay bf16."""
+    The norms' inputs (residual stream), Q, K, V and the activation's input stay bf16. mlp recompute stores neither
+    fc1's nor fc2's input (mlp_recompute_dropped_bytes): only QKV's and the projection's terms remain."""
     if training.precision != "fp8" or cfg.recompute == "full" or cfg.op_sac:
         return 0.0
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     sp = t if cfg.sequence_parallel else 1
     proj = 1.0 if getattr(training, "attention", "unfused") == "fused" else -1.0
+    if cfg.recompute == "mlp":
+        return s * b * (-h / sp + proj * h / t)
     return s * b * (-2 * h / sp - model.ffn_hidden_size / t + proj * h / t)
 
 

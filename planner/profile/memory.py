@@ -443,6 +443,17 @@ class Stage:
         x = residual + out
         del out, residual
         residual = x
+        if self.cfg.recompute == "mlp":     # Megatron-Core's mlp module: checkpointed from its input (TE: the norm's)
+            y = torch.utils.checkpoint.checkpoint(self._mlp, x, p, use_reentrant=False, preserve_rng_state=False)
+        else:
+            y = self._mlp(x, p)
+        if self.p_drop:
+            y = _dropout(y, self.p_drop)
+        return residual + y
+
+    def _mlp(self, x, p):
+        """The pre-MLP norm, fc1, the activation and fc2 (+ biases): Megatron-Core's MLP module with Transformer
+        Engine's norm fused into fc1; the hidden dropout and the residual add are outside it (mlp_bda)."""
         y = self._norm(x, p, "n2w", "n2b")
         y = self._col(y, p + "fc1")
         if self.gpt:
@@ -452,9 +463,7 @@ class Stage:
         y = self._row(y, p + "fc2")
         if self.gpt:
             y = y + self.leaves[p + "fc2b"]
-        if self.p_drop:
-            y = _dropout(y, self.p_drop)
-        return residual + y
+        return y
 
     def _embed(self, ids):
         w = self.leaves["wemb"]
