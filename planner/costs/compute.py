@@ -20,7 +20,7 @@ Physically grounded, with a handful of fitted parameters (planner fit compute):
                    iteration_overhead_s once per iteration (loss/grad-norm syncs, timers, launch gaps)
   optimizer step = parameter bytes touched by mixed-precision Adam at hbm_GBps, once per iteration
 Backward = backward_ratio x forward FLOPs (input + weight gradients); full recompute adds one more
-forward, selective recompute adds the attention core.
+forward, selective recompute adds the attention core, mlp recompute the MLP module's forward (mlp_recompute_s).
 fp8 (Transformer Engine): the four GEMMs of each transformer layer run at the fp8 peak (fp8_gemm_time), plus TE's
 casts to fp8 (bytes at hbm_GBps, forward and backward) and the weights' cast once per iteration; attention, the
 output layer and every element-wise kernel stay bf16 (docs/notes/compute.md, "FP8").
