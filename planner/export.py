@@ -421,15 +421,17 @@ def nemo_precision(solution: dict, precision: str, recipe: str | None) -> str:
 
 
 def nemo_model(solution: dict, c: dict, file: str | None) -> str:
-    """Recompute (TransformerConfig recompute_granularity / method / num_layers: None where the plan recomputes
-    nothing, as recipes may set it), the distributed optimizer, and the context-parallel exchange and the attention
-    kernel where the plan names them (same enums as Megatron-LM's flags; an unfused plan: AttnBackend.unfused)."""
+    """Recompute (TransformerConfig recompute_granularity / method / num_layers / modules: None where the plan
+    recomputes nothing, as recipes may set it), the distributed optimizer, and the context-parallel exchange and the
+    attention kernel where the plan names them (same enums as Megatron-LM's flags; an unfused plan:
+    AttnBackend.unfused)."""
     rc = c.get("recompute", "none")
     model = {"recompute_granularity": None if rc == "none" else "selective" if rc == "mlp" else rc}
     if rc == "full":
         model.update(recompute_method="uniform", recompute_num_layers=1)
-    elif rc == "mlp":
-        model["recompute_modules"] = ["mlp"]
+    elif rc in ("selective", "mlp"):
+        # named, not left to TransformerConfig's default (core_attn): a recipe may set its own list
+        model["recompute_modules"] = ["mlp"] if rc == "mlp" else ["core_attn"]
     if int(c.get("cp", 1)) > 1:
         model["cp_comm_type"] = megatron_cp_comm(solution, file)
     out = _assign("recipe.model.config", model)

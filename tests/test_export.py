@@ -366,7 +366,12 @@ def test_nemo_lines_give_the_plans_layout_batch_and_precision(capsys):
                                                                         * c["dp"])
     assert _nemo_setting(lines, "recipe.model.config.seq_length") == str(sol["seq_length"])
     rc = c["recompute"]
-    assert _nemo_setting(lines, "recipe.model.config.recompute_granularity") == ("None" if rc == "none" else f'"{rc}"')
+    assert _nemo_setting(lines, "recipe.model.config.recompute_granularity") == ("None" if rc == "none" else
+                                                                                 '"selective"' if rc == "mlp" else
+                                                                                 f'"{rc}"')
+    if rc in ("selective", "mlp"):
+        assert _nemo_setting(lines, "recipe.model.config.recompute_modules") == (
+            '["mlp"]' if rc == "mlp" else '["core_attn"]')
     # V100: fp16, the fp16 plugin
     assert main(["export", "solutions/llama2-7b-v100-het-128.yaml", "--format", "megatron"]) == 0
     assert "# NeMo 2.0 recipe: recipe.trainer.plugins = fp16_mixed()" in capsys.readouterr().out
@@ -384,6 +389,7 @@ def test_nemo_lines_give_the_plans_layout_batch_and_precision(capsys):
                         ("account_for_loss_in_pipeline_split", "True"), ("num_layers_in_first_pipeline_stage", "None")):
         assert _nemo_setting(lines, s + name) == value
     assert _nemo_setting(lines, "recipe.model.config.recompute_granularity") == '"selective"'
+    assert _nemo_setting(lines, "recipe.model.config.recompute_modules") == '["core_attn"]'
     assert _nemo_setting(lines, "recipe.data.global_batch_size") == str(1 * 64 * 8)
 
 
