@@ -31,7 +31,7 @@ from planner.costs.memory import (
     stage_params,
     weight_bytes,
 )
-from planner.costs.pipeline import V_SHAPES, lock_step_p2p_s, p2p_hops, stage_compute_time
+from planner.costs.pipeline import V_SHAPES, lock_step_p2p_s, p2p_hops, stage_compute_time, zb_h1_p2p_s
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
 
@@ -535,12 +535,18 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     path (schedules.p2p_hops); interleaved with blocking p2p (p2p_blocking): each device holds about 2v - 1 one-way
     transfers per micro-batch (the last device sends v - 1 forward, the first v - 1 backward) plus a ramp of about
     2(pp - 1), i.e. v - 1/2 + (pp - 1)/m traversals and wraps: against the simulator within -14% .. +4% of the
-    exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py). Megatron-Core's 1F1B
-    (waited_lock_step) with lock_step = (stage times, one-way inter-node hop matrix, NVLink hop, node rows): its lock
-    step (lock_step_traversals); without them, one traversal."""
+    exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
+    times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
+    stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
+    1F1B (waited_lock_step: pipeline.lock_step_p2p_s) and ZB-H1 (pipeline.zb_h1_p2p_s); without them, one traversal
+    and two."""
     m = cfg.num_microbatches
     if lock_step is not None and waited_lock_step(spec, cfg):
-        return lock_step_traversals(spec, cfg, *lock_step), 0.0
+        return typical_hop_traversals(cfg, *lock_step, lambda st, c: lock_step_p2p_s(
+            [s.forward + s.backward for s in st], c, m)), 0.0
+    if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
+        return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
+            [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
     if p2p_blocking(spec, cfg):
         x = cfg.vpp - 0.5 + (cfg.pp - 1) / m
         return x, x
@@ -554,12 +560,14 @@ def waited_lock_step(spec, cfg: ParallelConfig) -> bool:
             and cfg.zero < 3)
 
 
-def lock_step_traversals(spec, cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int) -> float:
+def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int,
+                           exposed_s) -> float:
     """The traversals per micro-batch (charged m / pp times on the path, as p2p_exposed_hops') that make the path
-    cost pipeline.lock_step_p2p_s at the plan's typical hop: the median inter-node one-way time of the candidate
+    cost exposed_s(st, c) at the plan's typical one-way hop c: the median inter-node one-way time of the candidate
     links for the rows - 1 boundaries between nodes, NVLink's for the others. A constant of the plan (the mapping
-    scales it by its own hops), so exact on equal links; it was one traversal, 2 (pp - 1) / pp transfers per
-    micro-batch whatever the stages' slack (docs/notes/simulator.md)."""
+    scales it by its own hops), so exact on equal links. Used for the schedules whose exposed hops depend on the
+    stages' slack: Megatron-Core's 1F1B lock step (it was one traversal, 2 (pp - 1) / pp transfers per micro-batch
+    whatever the slack) and ZB-H1 (two traversals), docs/notes/simulator.md."""
     pp, m = cfg.pp, cfg.num_microbatches
     off = one_way[~np.eye(len(one_way), dtype=bool)]
     off = off[np.isfinite(off)]
@@ -567,8 +575,7 @@ def lock_step_traversals(spec, cfg: ParallelConfig, st, one_way: np.ndarray, int
     c = ((rows - 1) * inter + (pp - rows) * intra_s) / (pp - 1)
     if not c > 0:
         return 1.0
-    t = [s.forward + s.backward for s in st]
-    return lock_step_p2p_s(t, c, m) / (m / pp * (pp - 1) * 2 * c)
+    return exposed_s(st, c) / (m / pp * (pp - 1) * 2 * c)
 
 
 def first_chunk_params(model, cfg: ParallelConfig) -> float:
