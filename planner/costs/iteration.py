@@ -561,9 +561,9 @@ def waited_lock_step(spec, cfg: ParallelConfig) -> bool:
 
 
 def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int,
-                           exposed_s) -> float:
+                           added_s) -> float:
     """The traversals per micro-batch (charged m / pp times on the path, as p2p_exposed_hops') that make the path
-    cost exposed_s(st, c) at the plan's typical one-way hop c: the median inter-node one-way time of the candidate
+    cost added_s(st, c) at the plan's typical one-way hop c: the median inter-node one-way time of the candidate
     links for the rows - 1 boundaries between nodes, NVLink's for the others. A constant of the plan (the mapping
     scales it by its own hops), so exact on equal links. Used for the schedules whose exposed hops depend on the
     stages' slack: Megatron-Core's 1F1B lock step (it was one traversal, 2 (pp - 1) / pp transfers per micro-batch
@@ -575,7 +575,7 @@ def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s
     c = ((rows - 1) * inter + (pp - rows) * intra_s) / (pp - 1)
     if not c > 0:
         return 1.0
-    return exposed_s(st, c) / (m / pp * (pp - 1) * 2 * c)
+    return added_s(st, c) / (m / pp * (pp - 1) * 2 * c)
 
 
 def first_chunk_params(model, cfg: ParallelConfig) -> float:
@@ -649,11 +649,53 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
             e = v_first_device_dp_s(spec, cfg, costs, st, hb, hf, b, K, pair_GBps)
             out = e if out is None else np.maximum(out, e)
             continue
-        T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
         pieces = (v - 1) + dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True) if s == 0 else v
-        e = dp_exposed_s(spec, cfg, T, hb, hf, pieces)
+        if cfg.schedule == "interleaved" and cfg.pp > 1:
+            e = interleaved_dp_exposed_s(spec, cfg, costs, st, s, hb, hf, pieces - (v - 1), b, K, pair_GBps)
+        else:
+            T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
+            e = dp_exposed_s(spec, cfg, T, hb, hf, pieces)
         out = e if out is None else np.maximum(out, e)
     return out
+
+
+def interleaved_dp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, s: int, hb: float, hf: float, n0: int,
+                             b: int, K: int, pair_GBps=None):
+    """Exposed data-parallel time of a device of `stage` s in Megatron-Core's interleaved schedule under
+    --overlap-grad-reduce (scalar or array over links), the chunks' reductions queued on one stream in the order their
+    gradients are ready, as the replay (_overlapped_dp) runs them.
+
+    The last group of pp micro-batches runs its backwards chunk-major, chunk v-1 first (schedules.py,
+    get_model_chunk_id: backward chunk v - 1 - (k // pp) % v; simulator/orders.py _interleaved), so chunk c's last
+    backward is followed on the device by pp backwards of each chunk below c: its reduction is issued at least their
+    time before the device's end, each chunk's B taken at its layers times the least per-layer B of any stage (less
+    recompute: ops of their own). Chunk 0's reduction (n0 buckets
+    on pipeline rank 0, one elsewhere) is issued over its own last backward (hb / v), as dp_exposed_s does for the
+    whole device. The form before (every chunk's reduction in pieces over one micro-batch's backward of the whole
+    device) hid only that backward and was up to 10% of the iteration over the replay on plans whose sync is long
+    (the fuzz of valid plans, docs/notes/simulator.md). With the distributed optimizer the reduce-scatter halves
+    queue and the parameter all-gather follows (dp_exposed_s's rule). Never under the replay's lead: bubbles and
+    recompute ops in the cool-down only lengthen it."""
+    model, ov, v, pp = spec.model, overlap_of(spec), cfg.chunks, cfg.pp
+    rc = cfg.recompute != "none"
+    layers = (cfg.chunk_layers(model.num_layers) if cfg.uneven
+              else [[model.num_layers // pp // v] * v for _ in range(pp)])
+    # a chunk's B at least its layers at the least per-layer B of any stage (the replay's chunk times: _chunk_times)
+    unit = max(min((x.backward - (x.recompute if rc else 0.0)) / max(sum(n), 1) for x, n in zip(st, layers,
+                                                                                                 strict=True)), 0.0)
+    p0 = first_chunk_params(model, cfg) if s == 0 else layers[s][0] * model.layer_params() / cfg.tp
+    t0 = dp_allreduce_s(spec, cfg, costs, p0, b, K, pair_GBps)
+    rest = dp_allreduce_s(spec, cfg, costs, (stage_params(model, cfg, s) - p0) / (v - 1), b, K, pair_GBps)
+    half = 0.5 if cfg.zero >= 1 else 1.0
+    t = None
+    for c in range(v - 1, 0, -1):          # ready pp backwards of each chunk below c before the end, in that order
+        ready = -pp * unit * sum(layers[s][:c])
+        t = (ready if t is None else np.maximum(t, ready)) + half * rest
+    e = np.maximum(t + half * t0, exposed_s(half * t0, hb / v, n0))
+    if cfg.zero >= 1:
+        ag = (t0 + (v - 1) * rest) / 2 * param_gather_ratio(spec, cfg)
+        e = e + (exposed_s(ag, hf, n0 + v - 1) if ov.param_gather else ag)
+    return e
 
 
 def v_last_chunk_lead_s(st, cfg: ParallelConfig) -> float:
@@ -697,6 +739,27 @@ def v_first_device_dp_s(spec, cfg: ParallelConfig, costs: Costs, st, hb: float, 
     return e
 
 
+def block_span(spec, cfg: ParallelConfig) -> int:
+    """Nodes one tp x cp group spans (1 when it fits in a node): a block of the mapping is that many consecutive
+    nodes (layouts' span)."""
+    gpn = spec.cluster.gpus_per_node
+    return cfg.tp * cfg.cp // gpn if cfg.tp * cfg.cp > gpn else 1
+
+
+def block_bandwidth(bw: np.ndarray, span: int) -> np.ndarray:
+    """Links between blocks, each named by its first node: a block of `span` consecutive nodes reaches another over
+    its span node pairs side by side, the slowest one counting (bw itself for span 1). build_problem scores a
+    mapping's p2p hops, rings and tied-embedding pairs on it, and the simulator replays the mapped plan on it, so
+    that both see every node of a block, not only its first one's links."""
+    if span <= 1:
+        return bw
+    n = len(bw)
+    out = np.array(bw, dtype=float, copy=True)
+    for m in range(1, span):
+        out[:n - m, :n - m] = np.minimum(out[:n - m, :n - m], bw[m:, m:])
+    return out
+
+
 def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None = None,
                   bandwidth: np.ndarray | None = None, nodes: np.ndarray | None = None) -> MappingProblem:
     costs = costs or default_costs(spec.cluster)
@@ -709,7 +772,7 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
         have, k = {int(n) for n in nodes}, layout.span
         nodes = np.array([f for f in sorted({int(n) - int(n) % k for n in nodes})
                           if all(f + m in have for m in range(k))], dtype=int)
-        B = np.min([bw[np.ix_(nodes + m, nodes + m)] for m in range(k)], axis=0)
+        B = block_bandwidth(bw, k)[np.ix_(nodes, nodes)]
     else:
         B = bw[np.ix_(nodes, nodes)]
     N = len(nodes)

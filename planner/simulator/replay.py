@@ -23,6 +23,8 @@ from planner.costs import Costs, default_costs
 from planner.costs.context_parallel import shard_view
 from planner.costs.context_parallel import stage_memory as cp_stage_memory
 from planner.costs.iteration import (
+    block_bandwidth,
+    block_span,
     default_layout,
     dp_allreduce_s,
     dp_bucket_count,
@@ -470,7 +472,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     msg = p2p_message_bytes(spec, cfg)
     share = p2p_share(spec, cfg, b_rep)
     intra = p2p_intra_s(spec, msg, costs)
-    bw = cl.bandwidth
+    bw = block_bandwidth(cl.bandwidth, block_span(spec, cfg))     # build_problem's links between blocks
 
     def one_way(a, b):
         if a == b:
