@@ -48,3 +48,19 @@ def test_block_bandwidth():
     b2 = block_bandwidth(bw, 2)
     assert b2[0, 2] == min(bw[0, 2], bw[1, 3]) == 3
     assert b2[2, 0] == min(bw[2, 0], bw[3, 1]) == 3
+
+
+def test_interleaved_sync_launched_as_megatron_core_aligns_it():
+    """Megatron-Core (--overlap-grad-reduce with its default --align-grad-reduce) launches a chunk's sync
+    pipeline_parallel_rank backward steps after the chunk's last backward: the replay's first sync on rank d starts no
+    earlier than the end of the d-th backward step after the last chunk's (v - 1) last backward, and at it on rank 0."""
+    from planner.simulator.ops import B
+    spec = planner.load_spec("specs/gpt3-13b-a100-128.yaml")
+    cfg = ParallelConfig(1, 4, 32, 1, 16, "interleaved", 2, "none", 1)
+    sim = planner.simulate(spec, cfg)
+    for d in range(cfg.pp):
+        idx = np.flatnonzero((sim.op_dev == d) & (sim.op_kind == B))
+        k = int(np.flatnonzero(sim.op_chunk[idx] == cfg.vpp - 1)[-1]) + d
+        assert sim.dp_start[d] >= sim.op_end[idx[k]] - 1e-12
+        if d == 0:
+            assert sim.dp_start[d] == pytest.approx(sim.op_end[idx[k]], rel=1e-12)

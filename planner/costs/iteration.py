@@ -650,7 +650,7 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
             out = e if out is None else np.maximum(out, e)
             continue
         pieces = (v - 1) + dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True) if s == 0 else v
-        if cfg.schedule == "interleaved" and cfg.pp > 1:
+        if aligned_grad_sync(spec, cfg):
             e = interleaved_dp_exposed_s(spec, cfg, costs, st, s, hb, hf, pieces - (v - 1), b, K, pair_GBps)
         else:
             T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
@@ -659,23 +659,32 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
     return out
 
 
+def aligned_grad_sync(spec, cfg: ParallelConfig) -> bool:
+    """Megatron-Core's interleaved schedule with --overlap-grad-reduce and --align-grad-reduce (on by default,
+    NVIDIA/Megatron-LM@d98e8a64 megatron/training/config/common_config.py; training.py then sets grad_sync_func): each
+    chunk's whole gradient sync is launched pipeline_parallel_rank backward steps after its last backward, every
+    bucket at once (schedules.py backward_step_helper_postprocess). The replay's _aligned_ready and
+    interleaved_dp_exposed_s follow it. ZeRO-3 plans are torchtitan's (FSDP2's own overlap)."""
+    return (cfg.schedule == "interleaved" and cfg.pp > 1 and spec.training.pipeline_engine == "megatron"
+            and cfg.zero < 3 and overlap_of(spec).grad_reduce)
+
+
 def interleaved_dp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, s: int, hb: float, hf: float, n0: int,
                              b: int, K: int, pair_GBps=None):
     """Exposed data-parallel time of a device of `stage` s in Megatron-Core's interleaved schedule under
-    --overlap-grad-reduce (scalar or array over links), the chunks' reductions queued on one stream in the order their
-    gradients are ready, as the replay (_overlapped_dp) runs them.
-
-    The last group of pp micro-batches runs its backwards chunk-major, chunk v-1 first (schedules.py,
-    get_model_chunk_id: backward chunk v - 1 - (k // pp) % v; simulator/orders.py _interleaved), so chunk c's last
-    backward is followed on the device by pp backwards of each chunk below c: its reduction is issued at least their
-    time before the device's end, each chunk's B taken at its layers times the least per-layer B of any stage (less
-    recompute: ops of their own). Chunk 0's reduction (n0 buckets
-    on pipeline rank 0, one elsewhere) is issued over its own last backward (hb / v), as dp_exposed_s does for the
-    whole device. The form before (every chunk's reduction in pieces over one micro-batch's backward of the whole
-    device) hid only that backward and was up to 10% of the iteration over the replay on plans whose sync is long
-    (the fuzz of valid plans, docs/notes/simulator.md). With the distributed optimizer the reduce-scatter halves
-    queue and the parameter all-gather follows (dp_exposed_s's rule). Never under the replay's lead: bubbles and
-    recompute ops in the cool-down only lengthen it."""
+    --overlap-grad-reduce (scalar or array over links), the chunks' reductions queued on one stream in the order
+    their gradients are ready, as the replay (_overlapped_dp) runs them. The last group of pp micro-batches runs its
+    backwards chunk-major, chunk v-1 first (schedules.py, get_model_chunk_id: backward chunk v - 1 - (k // pp) % v;
+    simulator/orders.py _interleaved), so chunk c's last backward is followed on the device by pp backwards of each
+    chunk below c; Megatron-Core launches its sync s of those steps later on pipeline rank s (aligned_grad_sync): at
+    least pp - s backwards of chunk c - 1 and pp of each chunk below before the device's end, each chunk's B taken
+    at its layers times the least per-layer B of any stage (less recompute: ops of their own). Chunk 0's sync (its
+    n0 buckets included) is launched after the device's last backward, nothing left to hide it. The form before
+    (every chunk's reduction in pieces over one micro-batch's backward of the whole device) hid only that backward
+    and was up to 10% of the iteration over the replay on plans whose sync is long (the fuzz of valid plans,
+    docs/notes/simulator.md). With the distributed optimizer the reduce-scatter halves queue and the parameter
+    all-gather follows (dp_exposed_s's rule). Never under the replay's lead: bubbles and recompute ops in the
+    cool-down only lengthen it."""
     model, ov, v, pp = spec.model, overlap_of(spec), cfg.chunks, cfg.pp
     rc = cfg.recompute != "none"
     layers = (cfg.chunk_layers(model.num_layers) if cfg.uneven
@@ -688,10 +697,12 @@ def interleaved_dp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, s: int
     rest = dp_allreduce_s(spec, cfg, costs, (stage_params(model, cfg, s) - p0) / (v - 1), b, K, pair_GBps)
     half = 0.5 if cfg.zero >= 1 else 1.0
     t = None
-    for c in range(v - 1, 0, -1):          # ready pp backwards of each chunk below c before the end, in that order
-        ready = -pp * unit * sum(layers[s][:c])
+    for c in range(v - 1, 0, -1):
+        # ready pp backwards of each chunk below c before the end; launched s backward steps (of chunk c - 1) later
+        ready = -pp * unit * sum(layers[s][:c]) + s * unit * layers[s][c - 1]
         t = (ready if t is None else np.maximum(t, ready)) + half * rest
-    e = np.maximum(t + half * t0, exposed_s(half * t0, hb / v, n0))
+    # chunk 0 is launched after the device's last backward, all its buckets at once (aligned_grad_sync)
+    e = np.maximum(t, 0.0) + half * t0
     if cfg.zero >= 1:
         ag = (t0 + (v - 1) * rest) / 2 * param_gather_ratio(spec, cfg)
         e = e + (exposed_s(ag, hf, n0 + v - 1) if ov.param_gather else ag)
