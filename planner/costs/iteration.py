@@ -31,7 +31,7 @@ from planner.costs.memory import (
     stage_params,
     weight_bytes,
 )
-from planner.costs.pipeline import V_SHAPES, lock_step_p2p_s, p2p_hops, stage_compute_time
+from planner.costs.pipeline import V_SHAPES, lock_step_p2p_s, p2p_hops, stage_compute_time, zb_h1_p2p_s
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
 
@@ -535,12 +535,18 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     path (schedules.p2p_hops); interleaved with blocking p2p (p2p_blocking): each device holds about 2v - 1 one-way
     transfers per micro-batch (the last device sends v - 1 forward, the first v - 1 backward) plus a ramp of about
     2(pp - 1), i.e. v - 1/2 + (pp - 1)/m traversals and wraps: against the simulator within -14% .. +4% of the
-    exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py). Megatron-Core's 1F1B
-    (waited_lock_step) with lock_step = (stage times, one-way inter-node hop matrix, NVLink hop, node rows): its lock
-    step (lock_step_traversals); without them, one traversal."""
+    exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
+    times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
+    stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
+    1F1B (waited_lock_step: pipeline.lock_step_p2p_s) and ZB-H1 (pipeline.zb_h1_p2p_s); without them, one traversal
+    and two."""
     m = cfg.num_microbatches
     if lock_step is not None and waited_lock_step(spec, cfg):
-        return lock_step_traversals(spec, cfg, *lock_step), 0.0
+        return typical_hop_traversals(cfg, *lock_step, lambda st, c: lock_step_p2p_s(
+            [s.forward + s.backward for s in st], c, m)), 0.0
+    if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
+        return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
+            [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
     if p2p_blocking(spec, cfg):
         x = cfg.vpp - 0.5 + (cfg.pp - 1) / m
         return x, x
@@ -554,12 +560,14 @@ def waited_lock_step(spec, cfg: ParallelConfig) -> bool:
             and cfg.zero < 3)
 
 
-def lock_step_traversals(spec, cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int) -> float:
+def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int,
+                           added_s) -> float:
     """The traversals per micro-batch (charged m / pp times on the path, as p2p_exposed_hops') that make the path
-    cost pipeline.lock_step_p2p_s at the plan's typical hop: the median inter-node one-way time of the candidate
+    cost added_s(st, c) at the plan's typical one-way hop c: the median inter-node one-way time of the candidate
     links for the rows - 1 boundaries between nodes, NVLink's for the others. A constant of the plan (the mapping
-    scales it by its own hops), so exact on equal links; it was one traversal, 2 (pp - 1) / pp transfers per
-    micro-batch whatever the stages' slack (docs/notes/simulator.md)."""
+    scales it by its own hops), so exact on equal links. Used for the schedules whose exposed hops depend on the
+    stages' slack: Megatron-Core's 1F1B lock step (it was one traversal, 2 (pp - 1) / pp transfers per micro-batch
+    whatever the slack) and ZB-H1 (two traversals), docs/notes/simulator.md."""
     pp, m = cfg.pp, cfg.num_microbatches
     off = one_way[~np.eye(len(one_way), dtype=bool)]
     off = off[np.isfinite(off)]
@@ -567,8 +575,7 @@ def lock_step_traversals(spec, cfg: ParallelConfig, st, one_way: np.ndarray, int
     c = ((rows - 1) * inter + (pp - rows) * intra_s) / (pp - 1)
     if not c > 0:
         return 1.0
-    t = [s.forward + s.backward for s in st]
-    return lock_step_p2p_s(t, c, m) / (m / pp * (pp - 1) * 2 * c)
+    return added_s(st, c) / (m / pp * (pp - 1) * 2 * c)
 
 
 def first_chunk_params(model, cfg: ParallelConfig) -> float:
@@ -642,11 +649,64 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
             e = v_first_device_dp_s(spec, cfg, costs, st, hb, hf, b, K, pair_GBps)
             out = e if out is None else np.maximum(out, e)
             continue
-        T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
         pieces = (v - 1) + dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True) if s == 0 else v
-        e = dp_exposed_s(spec, cfg, T, hb, hf, pieces)
+        if aligned_grad_sync(spec, cfg):
+            e = interleaved_dp_exposed_s(spec, cfg, costs, st, s, hb, hf, pieces - (v - 1), b, K, pair_GBps)
+        else:
+            T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
+            e = dp_exposed_s(spec, cfg, T, hb, hf, pieces)
         out = e if out is None else np.maximum(out, e)
     return out
+
+
+def aligned_grad_sync(spec, cfg: ParallelConfig) -> bool:
+    """Megatron-Core's interleaved schedule with --overlap-grad-reduce and --align-grad-reduce (on by default,
+    NVIDIA/Megatron-LM@d98e8a64 megatron/training/config/common_config.py; training.py then sets grad_sync_func): each
+    chunk's whole gradient sync is launched pipeline_parallel_rank backward steps after its last backward, every
+    bucket at once (schedules.py backward_step_helper_postprocess). The replay's _aligned_ready and
+    interleaved_dp_exposed_s follow it. ZeRO-3 plans are torchtitan's (FSDP2's own overlap)."""
+    return (cfg.schedule == "interleaved" and cfg.pp > 1 and spec.training.pipeline_engine == "megatron"
+            and cfg.zero < 3 and overlap_of(spec).grad_reduce)
+
+
+def interleaved_dp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, s: int, hb: float, hf: float, n0: int,
+                             b: int, K: int, pair_GBps=None):
+    """Exposed data-parallel time of a device of `stage` s in Megatron-Core's interleaved schedule under
+    --overlap-grad-reduce (scalar or array over links), the chunks' reductions queued on one stream in the order
+    their gradients are ready, as the replay (_overlapped_dp) runs them. The last group of pp micro-batches runs its
+    backwards chunk-major, chunk v-1 first (schedules.py, get_model_chunk_id: backward chunk v - 1 - (k // pp) % v;
+    simulator/orders.py _interleaved), so chunk c's last backward is followed on the device by pp backwards of each
+    chunk below c; Megatron-Core launches its sync s of those steps later on pipeline rank s (aligned_grad_sync): at
+    least pp - s backwards of chunk c - 1 and pp of each chunk below before the device's end, each chunk's B taken
+    at its layers times the least per-layer B of any stage (less recompute: ops of their own). Chunk 0's sync (its
+    n0 buckets included) is launched after the device's last backward, nothing left to hide it. The form before
+    (every chunk's reduction in pieces over one micro-batch's backward of the whole device) hid only that backward
+    and was up to 10% of the iteration over the replay on plans whose sync is long (the fuzz of valid plans,
+    docs/notes/simulator.md). With the distributed optimizer the reduce-scatter halves queue and the parameter
+    all-gather follows (dp_exposed_s's rule). Never under the replay's lead: bubbles and recompute ops in the
+    cool-down only lengthen it."""
+    model, ov, v, pp = spec.model, overlap_of(spec), cfg.chunks, cfg.pp
+    rc = cfg.recompute != "none"
+    layers = (cfg.chunk_layers(model.num_layers) if cfg.uneven
+              else [[model.num_layers // pp // v] * v for _ in range(pp)])
+    # a chunk's B at least its layers at the least per-layer B of any stage (the replay's chunk times: _chunk_times)
+    unit = max(min((x.backward - (x.recompute if rc else 0.0)) / max(sum(n), 1) for x, n in zip(st, layers,
+                                                                                                 strict=True)), 0.0)
+    p0 = first_chunk_params(model, cfg) if s == 0 else layers[s][0] * model.layer_params() / cfg.tp
+    t0 = dp_allreduce_s(spec, cfg, costs, p0, b, K, pair_GBps)
+    rest = dp_allreduce_s(spec, cfg, costs, (stage_params(model, cfg, s) - p0) / (v - 1), b, K, pair_GBps)
+    half = 0.5 if cfg.zero >= 1 else 1.0
+    t = None
+    for c in range(v - 1, 0, -1):
+        # ready pp backwards of each chunk below c before the end; launched s backward steps (of chunk c - 1) later
+        ready = -pp * unit * sum(layers[s][:c]) + s * unit * layers[s][c - 1]
+        t = (ready if t is None else np.maximum(t, ready)) + half * rest
+    # chunk 0 is launched after the device's last backward, all its buckets at once (aligned_grad_sync)
+    e = np.maximum(t, 0.0) + half * t0
+    if cfg.zero >= 1:
+        ag = (t0 + (v - 1) * rest) / 2 * param_gather_ratio(spec, cfg)
+        e = e + (exposed_s(ag, hf, n0 + v - 1) if ov.param_gather else ag)
+    return e
 
 
 def v_last_chunk_lead_s(st, cfg: ParallelConfig) -> float:
@@ -690,6 +750,27 @@ def v_first_device_dp_s(spec, cfg: ParallelConfig, costs: Costs, st, hb: float, 
     return e
 
 
+def block_span(spec, cfg: ParallelConfig) -> int:
+    """Nodes one tp x cp group spans (1 when it fits in a node): a block of the mapping is that many consecutive
+    nodes (layouts' span)."""
+    gpn = spec.cluster.gpus_per_node
+    return cfg.tp * cfg.cp // gpn if cfg.tp * cfg.cp > gpn else 1
+
+
+def block_bandwidth(bw: np.ndarray, span: int) -> np.ndarray:
+    """Links between blocks, each named by its first node: a block of `span` consecutive nodes reaches another over
+    its span node pairs side by side, the slowest one counting (bw itself for span 1). build_problem scores a
+    mapping's p2p hops, rings and tied-embedding pairs on it, and the simulator replays the mapped plan on it, so
+    that both see every node of a block, not only its first one's links."""
+    if span <= 1:
+        return bw
+    n = len(bw)
+    out = np.array(bw, dtype=float, copy=True)
+    for m in range(1, span):
+        out[:n - m, :n - m] = np.minimum(out[:n - m, :n - m], bw[m:, m:])
+    return out
+
+
 def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None = None,
                   bandwidth: np.ndarray | None = None, nodes: np.ndarray | None = None) -> MappingProblem:
     costs = costs or default_costs(spec.cluster)
@@ -702,7 +783,7 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
         have, k = {int(n) for n in nodes}, layout.span
         nodes = np.array([f for f in sorted({int(n) - int(n) % k for n in nodes})
                           if all(f + m in have for m in range(k))], dtype=int)
-        B = np.min([bw[np.ix_(nodes + m, nodes + m)] for m in range(k)], axis=0)
+        B = block_bandwidth(bw, k)[np.ix_(nodes, nodes)]
     else:
         B = bw[np.ix_(nodes, nodes)]
     N = len(nodes)

@@ -28,9 +28,12 @@ def compute_time(schedule: str, pp: int, m: int, v: int, f: float, b: float, w: 
     if schedule == "interleaved":
         return m * (f + b) + (pp - 1) * (f + b) / v
     if schedule == "zb-h1":
-        # exact for the zero-bubble paper's order (stage i runs W(j) after B(j+i)); with fewer micro-batches than
-        # stages, pp - m of the W's that would fill the cool-down have no micro-batch: they run after it
-        return m * (f + b) + (pp - 1) * max(f + b - 2 * w, 0.0) + max(pp - m, 0) * w
+        # exact for the zero-bubble paper's order (stage i runs W(j) after B(j+i)): zb_h1_time; with fewer
+        # micro-batches than stages, pp - m of the W's that would fill the cool-down have no micro-batch: they run
+        # after it
+        if m >= pp:
+            return zb_h1_time([f] * pp, [b] * pp, [w] * pp, m)
+        return m * (f + b) + (pp - 1) * max(f + b - 2 * w, 0.0) + (pp - m) * w
     if schedule == "v-zb":
         return m * (f + b) + vzb_ramp([(f, b, w)] * (pp - 1), w)
     if schedule in ("v-half", "v-min"):
@@ -121,7 +124,8 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
     Against the simulator (zero communication; stage 0 and the last stage heavier than the rest;
     tests/test_sim_closed_forms.py, STAGE_TOL): gpipe exact; 1f1b exact when the last stage is the slowest,
     up to +12% when stage 0 is (its warm-up forwards hide part of the round trip); interleaved -5% .. +9%,
-    zb-h1 0 .. +12% (m < pp: 0 .. +15%), v-zb -0.1 .. +8%, v-half -10% .. +10%, v-min -14% .. +2%.
+    zb-h1 exact when the last stage is the slowest and m >= pp (zb_h1_time), else 0 .. +12% (m < pp: 0 .. +15%),
+    v-zb -0.1 .. +8%, v-half -10% .. +10%, v-min -14% .. +2%.
     Mapping-independent, so a valid constant of the objective.
     """
     f, b, w = (list(map(float, x)) for x in (f, b, w))
@@ -145,6 +149,8 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
     elif schedule == "interleaved":
         x = [ti / v for ti in t]
     elif schedule == "zb-h1":
+        if m >= pp and t[-1] >= t[k]:          # the usual case, the output layer and loss last: exact
+            return zb_h1_time(f, b, w, m)
         x = [max(ti - 2 * wi, 0.0) for ti, wi in zip(t, w, strict=True)]
         if m < pp:            # compute_time's tail at stage 0's W, which runs last (0 .. +15% on the test grid)
             return m * t[k] + sum(x) - x[k] + (pp - m) * w[0]
@@ -156,6 +162,50 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
     else:
         raise ValueError(f"unknown schedule {schedule!r}")
     return m * t[k] + sum(x) - x[k]
+
+
+def zb_h1_time(f, b, w, m: int, c: float = 0.0) -> float:
+    """ZB-H1's makespan with per-stage times f[i], b[i] (w included), w[i] when the last stage is the slowest
+    (f + b at least every other stage's) and m >= pp, sends overlapping compute and every hop c one way (the
+    zero-bubble code's own timing model: an op starts after its producer's end plus the hop,
+    sail-sg/zero-bubble-pipeline-parallelism@39f2c186 megatron/core/pipeline_parallel/zerobubble/scheduler/zb.py,
+    the asserts `t[f_id] >= t[F of stage i - 1] + comm + f_cost`, `t[b_id] >= t[B of stage i + 1] + comm + b_cost`).
+
+    The order (stage d runs W(j - d) after B(j), its last d W's at the end: simulator/orders.py _zb_h1): the last
+    stage k = pp - 1 starts after the forward fill and then runs its m micro-batches back to back, except that its
+    first pp - 1 (no W yet) wait for stage k - 1's round trip (B and F there, two hops) and, once W's run, each
+    later one waits for half of what that round trip has beyond its own F B W W (two micro-batches in flight). Its
+    last B ends pp W's before it ends; from there the last gradient runs down to stage d, which then has d + 1 W's
+    left. The iteration ends with the latest stage. Exact against the replay at c = 0 (tests/test_sim_closed_forms.py);
+    with hops the median error is 0 and the range -2 .. +7% at a hop of half a forward (docs/notes/simulator.md,
+    "ZB-H1's ramp")."""
+    p = len(f)
+    k = p - 1
+    t = [fi + bi for fi, bi in zip(f, b, strict=True)]
+    if p == 1:
+        return m * t[0]
+    ramp = max(0.0, 2 * c + t[k - 1] - w[k - 1] - (t[k] - w[k]))
+    steady = max(0.0, (t[k - 1] + 2 * c - t[k] - w[k]) / 2)
+    end_k = sum(f[:k]) + k * c + m * t[k] + k * ramp + (m - p) * steady
+    last_b = end_k - p * w[k]
+    drain, ends = 0.0, [end_k]
+    for d in range(k - 1, -1, -1):
+        drain += b[d] - w[d] + c
+        ends.append(last_b + drain + (d + 1) * w[d])
+    return max(ends)
+
+
+def zb_h1_p2p_s(f, b, w, m: int, c: float) -> float:
+    """Seconds ZB-H1's hops of c (one way) add to its compute: zb_h1_time's where it applies (the last stage the
+    slowest, m >= pp: the heavier last stage's slack hides part of the ramp's hops), else the uniform stages' two
+    round trips of the path, 4 (pp - 1) c (exact there at m = pp .. 2pp and hops under half a W)."""
+    p = len(f)
+    if p < 2 or c <= 0:
+        return 0.0
+    t = [fi + bi for fi, bi in zip(f, b, strict=True)]
+    if m >= p and t[-1] >= max(t):
+        return zb_h1_time(f, b, w, m, c) - zb_h1_time(f, b, w, m)
+    return 4 * (p - 1) * c
 
 
 def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) -> float:
@@ -204,7 +254,7 @@ def lock_step_p2p_s(t, c: float, m: int) -> float:
     backward's crossings, 2 (pp - 1) c, less what k's own exchanges leave of P - t[k] once (the pipeline's end).
     Exact against the replay on uniform stages and with a heavier last stage (tests/test_mcore_p2p.py); with a
     heavier first stage never under it, and no further over than stage_compute_time is there. The latency model
-    charges it through the path (iteration.lock_step_traversals). docs/notes/simulator.md"""
+    charges it through the path (iteration.typical_hop_traversals). docs/notes/simulator.md"""
     p = len(t)
     if p < 2 or c <= 0:
         return 0.0
@@ -224,8 +274,8 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     Without m: the hops each micro-batch makes (the latency model charges them m/pp times).
     With m: the hops whose time the schedule *exposes*, per micro-batch, as the simulator measures them:
     1F1B one traversal (Megatron-Core's, whose calls wait on their peers, is charged lock_step_p2p_s instead:
-    iteration.lock_step_traversals); with sends overlapping compute, GPipe, interleaved,
-    ZB-H1 and V-ZB hide
+    iteration.typical_hop_traversals); with sends overlapping compute, GPipe, interleaved,
+    ZB-H1 (two traversals on uniform stages; the latency model charges zb_h1_p2p_s, the same there) and V-ZB hide
     steady-state sends behind other work and expose only their ramp (a fixed number of traversals,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on

@@ -23,6 +23,9 @@ from planner.costs import Costs, default_costs
 from planner.costs.context_parallel import shard_view
 from planner.costs.context_parallel import stage_memory as cp_stage_memory
 from planner.costs.iteration import (
+    aligned_grad_sync,
+    block_bandwidth,
+    block_span,
     default_layout,
     dp_allreduce_s,
     dp_bucket_count,
@@ -149,9 +152,11 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     """dur: (p, v, 4) seconds per op kind; lat_f/lat_b: (pipelines, S) latency of the edge into stage s
     going forward / backward; dp_time: (p, v) all-reduce seconds per chunk; act/transient: (p, v) bytes;
     emb: (first device, last device, seconds) of the tied-embedding all-reduce after both DP syncs, or None;
-    dp_overlap: (pieces (p, v), zero >= 1, param_gather, gather_ratio) for --overlap-grad-reduce (_overlapped_dp),
-    or None; mcore_1f1b: time 1F1B by Megatron-Core's waited p2p calls (mcore.py, _mcore_lock_step) instead of sends
-    that overlap the sender's next op."""
+    dp_overlap: (pieces (p, v), zero >= 1, param_gather, gather_ratio, aligned) for --overlap-grad-reduce
+    (_overlapped_dp), or None; aligned: Megatron-Core's interleaved schedule with --align-grad-reduce (its default),
+    which launches a chunk's whole sync pipeline_parallel_rank backward steps after the chunk's last backward
+    (_aligned_ready); mcore_1f1b: time 1F1B by Megatron-Core's waited p2p calls (mcore.py, _mcore_lock_step) instead
+    of sends that overlap the sender's next op."""
     g = engine.build_graph(sched)
     p, v = sched.p, sched.v
     durs = dur[g.dev, g.chunk, g.kind]
@@ -161,6 +166,7 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     uniq = np.unique(np.round(lat_rows, 15), axis=0)
     best = None
     grad_last = np.full((p, v), -np.inf)
+    launch = None
     for row in uniq:
         lat = row[g.edge, g.stage]
         op_dur = durl
@@ -194,6 +200,9 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
         gl = np.full((p, v), -np.inf)
         np.maximum.at(gl, (g.dev[gk], g.chunk[gk]), end[gk])
         grad_last = np.maximum(grad_last, gl)      # all replicas must finish before the all-reduce
+        if dp_overlap is not None and dp_overlap[4]:
+            ready = _aligned_ready(g, p, v, end)
+            launch = ready if launch is None else np.maximum(launch, ready)
         if best is None or last > best[0]:
             best = (last, start, end)
     compute_s, start, end = best
@@ -201,8 +210,14 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     dp_start, dp_end = [], []
     gkind = W if sched.split else B
     for d in range(p):
-        if dp_overlap is not None:
-            s0, e0 = _overlapped_dp(grad_last[d], dur[d, :, gkind], dur[d, :, F].sum(), dp_time[d], *dp_overlap[1:],
+        if dp_overlap is not None and launch is not None:
+            # launched whole at `launch` (start_grad_sync: every bucket at once), not piece by piece over the backward
+            s0, e0 = _overlapped_dp(launch[d], np.zeros(v), dur[d, :, F].sum(), dp_time[d], *dp_overlap[1:4],
+                                    dp_overlap[0][d])
+            dp_start.append(s0)
+            dp_end.append(max(e0, float(grad_last[d].max())))
+        elif dp_overlap is not None:
+            s0, e0 = _overlapped_dp(grad_last[d], dur[d, :, gkind], dur[d, :, F].sum(), dp_time[d], *dp_overlap[1:4],
                                     dp_overlap[0][d])
             dp_start.append(s0)
             dp_end.append(e0)
@@ -242,6 +257,23 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
                      (act_peak / GiB).tolist(), inflight.tolist(), len(uniq),
                      g.dev, g.kind, g.mb, g.chunk, start, end, alloc, free, dp_start, dp_end,
                      step_s=step.tolist())
+
+
+def _aligned_ready(g, p: int, v: int, end) -> np.ndarray:
+    """(p, v) when Megatron-Core's interleaved schedule launches each chunk's gradient sync with --overlap-grad-reduce
+    and --align-grad-reduce (both on by default): in backward_step_helper_postprocess, `pipeline_parallel_rank`
+    backward steps after the chunk's last micro-batch's backward (virtual_microbatch_id - pipeline_parallel_rank), and
+    the chunks not launched by then after the device's last backward ("Launch any remaining grad reductions"),
+    NVIDIA/Megatron-LM@d98e8a64 megatron/core/pipeline_parallel/schedules.py; start_grad_sync launches all of a
+    chunk's buckets at once (training.py sets grad_sync_func only with align_grad_reduce)."""
+    out = np.zeros((p, v))
+    for d in range(p):
+        idx = np.flatnonzero((g.dev == d) & (g.kind == B))      # the device's backward steps, in order
+        chunks = g.chunk[idx]
+        for c in range(v):
+            k = int(np.flatnonzero(chunks == c)[-1]) + d
+            out[d, c] = end[idx[min(k, len(idx) - 1)]]
+    return out
 
 
 def _overlapped_dp(grad_last, b_last, f_first: float, allreduce, distributed: bool, param_gather: bool,
@@ -470,7 +502,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     msg = p2p_message_bytes(spec, cfg)
     share = p2p_share(spec, cfg, b_rep)
     intra = p2p_intra_s(spec, msg, costs)
-    bw = cl.bandwidth
+    bw = block_bandwidth(cl.bandwidth, block_span(spec, cfg))     # build_problem's links between blocks
 
     def one_way(a, b):
         if a == b:
@@ -519,7 +551,8 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         pieces = np.ones((p, v), np.int64)
         d0, c0 = np.argwhere(stage_of == 0)[0]
         pieces[d0, c0] = dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True)
-        dp_overlap = (pieces, cfg.zero >= 1, ov.param_gather, param_gather_ratio(spec, cfg))
+        dp_overlap = (pieces, cfg.zero >= 1, ov.param_gather, param_gather_ratio(spec, cfg),
+                      aligned_grad_sync(spec, cfg))
     elif cfg.zero in (1, 2):
         # no bucketed overlap: each chunk's whole sync, its reduce-scatter and the parameter all-gather (dp_sync_s)
         dp_time = dp_sync_s(spec, cfg, dp_time)
