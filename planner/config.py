@@ -5,8 +5,10 @@ from dataclasses import asdict, astuple, dataclass
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb")
 # Megatron-Core's --recompute-granularity selective with --recompute-modules core_attn ("selective", its default) or
-# mlp ("mlp": the dense MLP checkpointed from its input); "full" every layer (uniform, 1). Least memory saved first.
-RECOMPUTE = ("none", "selective", "mlp", "full")
+# mlp ("mlp": the dense MLP checkpointed from its input); "block": --recompute-granularity full --recompute-method
+# block --recompute-num-layers N, the first N layers of each model chunk checkpointed (ParallelConfig.recompute_layers),
+# the rest storing everything; "full" every layer (uniform, 1). Least memory saved first (block's N decides where).
+RECOMPUTE = ("none", "selective", "mlp", "block", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 # torchtitan's pipeline schedule (torch.distributed.pipelining) of each of ours that it runs (pytorch/torchtitan @
 # 238fa9953e4aec2a62582121564273d7cbb1e9f1, torchtitan/config/job_config.py pipeline_parallel_schedule): ZeRO-3 /
@@ -90,6 +92,10 @@ class ParallelConfig:
     """ZeRO-3 only: GPUs of the data-parallel group one parameter is sharded over. 0: all dp (FSDP); 1 < dp_shard < dp
     with dp % dp_shard == 0: HSDP, dp_shard-way sharded and dp / dp_shard-way replicated (torchtitan's
     data_parallel_shard_degree / data_parallel_replicate_degree)."""
+    recompute_layers: int | None = None
+    """recompute "block" only: N of Megatron-Core's --recompute-method block --recompute-num-layers N, the layers of
+    each model chunk (the first N; all of a smaller chunk) checkpointed from their input. None for the other modes; a
+    configuration the search enumerates has None until screening picks the fewest N that fits (search.screen)."""
 
     def _key(self) -> tuple:
         # None (even) sorts before any count, so configs of even splits keep their old order
@@ -117,6 +123,17 @@ class ParallelConfig:
         """ZeRO-3 plans are torchtitan's, and their selective recompute is torchtitan's per-op policy
         (selective_ac_option 'op'), not Megatron-Core's core-attention recompute (costs/memory.py op_sac_bytes)."""
         return self.zero == 3 and self.recompute == "selective"
+
+    def recomputed_chunk_layers(self, num_layers: int) -> tuple[tuple[int, ...], ...]:
+        """Layers of each model chunk of each pipeline rank rebuilt whole from their input in backward: all of them
+        with full recompute, min(N, chunk) with block (Megatron-Core recompute.py: per TransformerBlock, i.e. per
+        virtual stage, layers 0 .. N-1 checkpointed), none otherwise."""
+        chunks = self.chunk_layers(num_layers)
+        if self.recompute == "full":
+            return chunks
+        if self.recompute == "block" and self.recompute_layers:
+            return tuple(tuple(min(self.recompute_layers, n) for n in c) for c in chunks)
+        return tuple(tuple(0 for _ in c) for c in chunks)
 
     @property
     def shard_size(self) -> int:
@@ -179,7 +196,8 @@ class ParallelConfig:
                       _flag(d.get("sequence_parallel", False)),
                       _layers(d.get("first_stage_layers")), _layers(d.get("last_stage_layers")),
                       _flag(d.get("account_embedding", False)), _flag(d.get("account_loss", False)),
-                      _count(d.get("cp", 1), 1), dp_shard=_count(d.get("dp_shard", 0)))
+                      _count(d.get("cp", 1), 1), dp_shard=_count(d.get("dp_shard", 0)),
+                      recompute_layers=_layers(d.get("recompute_layers")))
         except KeyError as e:
             raise SpecError(file, f"{field}.{e.args[0]}", "is missing") from None
         except (TypeError, ValueError) as e:
@@ -190,6 +208,9 @@ class ParallelConfig:
             raise SpecError(file, f"{field}.schedule", f"must be one of {list(SCHEDULES)}")
         if cfg.recompute not in RECOMPUTE:
             raise SpecError(file, f"{field}.recompute", f"must be one of {list(RECOMPUTE)}")
+        why = recompute_layers_problem(cfg)
+        if why:
+            raise SpecError(file, f"{field}.recompute_layers", why)
         for k in ("first_stage_layers", "last_stage_layers"):
             n = getattr(cfg, k)
             if n is None:
@@ -225,6 +246,8 @@ class ParallelConfig:
             del d["cp"]
         if not d["dp_shard"]:
             del d["dp_shard"]
+        if d["recompute_layers"] is None:
+            del d["recompute_layers"]
         return d
 
     def label(self) -> str:
@@ -238,8 +261,24 @@ class ParallelConfig:
             split = f" L{'E' if self.account_embedding else '-'}/{'L' if self.account_loss else '-'}"
         cp = f" cp{self.cp}" if self.cp > 1 else ""       # only when set: labels without cp stay as they were
         hsdp = f" hsdp{self.dp_shard}" if self.dp_shard else ""
+        n = f"{self.recompute_layers}" if self.recompute_layers is not None else ""    # only when set: rc=block3
         return (f"tp{self.tp}{cp} pp{self.pp} dp{self.dp} mbs{self.micro_batch_size} m{self.num_microbatches} "
-                f"{self.schedule}{v} rc={self.recompute} z{self.zero}{sp}{split}{hsdp}")
+                f"{self.schedule}{v} rc={self.recompute}{n} z{self.zero}{sp}{split}{hsdp}")
+
+
+def recompute_layers_problem(cfg: ParallelConfig) -> str | None:
+    """Why cfg's recompute_layers does not go with its recompute mode, or None: block needs N >= 1 (Megatron-Core's
+    transformer_config.py asks recompute_num_layers of full granularity), the other modes take none."""
+    n = cfg.recompute_layers
+    if cfg.recompute == "block":
+        if n is None:
+            return "is required with recompute: block (Megatron-Core's --recompute-num-layers N)"
+        if n < 1:
+            return f"must be a positive layer count, got {n}"
+        return None
+    if n is not None:
+        return f"is block recompute's layer count; recompute: {cfg.recompute} takes none"
+    return None
 
 
 def _flag(v) -> bool:
@@ -273,9 +312,10 @@ def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
         return "account_embedding", "an accounted embedding / loss split is Megatron-Core's; torchtitan has none"
     if cfg.tp > 1 and not cfg.sequence_parallel:
         return "sequence_parallel", "torchtitan's tensor parallelism always shards the norms (sequence parallel)"
-    if cfg.recompute == "mlp":
+    if cfg.recompute in ("mlp", "block"):
         # torchtitan's activation_checkpoint modes: none, full (per block) and selective (per op, or every n-th block)
-        return "recompute", ("mlp recompute is Megatron-Core's --recompute-modules mlp; torchtitan checkpoints whole "
+        what = "--recompute-modules mlp" if cfg.recompute == "mlp" else "--recompute-method block"
+        return "recompute", (f"{cfg.recompute} recompute is Megatron-Core's {what}; torchtitan checkpoints whole "
                              "blocks (full) or ops (selective)")
     # PyTorch's schedule constructors (torch 2.13.0 torch/distributed/pipelining/schedules.py, which torchtitan builds
     # with n_microbatches = local_batch_size / pipeline_parallel_microbatch_size): Schedule1F1B raises 'Number of

@@ -195,6 +195,9 @@ def megatron_args(solution: dict, file: str | None = None, gpu_type: str | None 
     elif rc == "full":
         args += [f"{F['recompute_granularity']} full", f"{F['recompute_method']} uniform",
                  f"{F['recompute_num_layers']} 1"]
+    elif rc == "block":        # the first N layers of each model chunk (Megatron-Core recompute.py)
+        args += [f"{F['recompute_granularity']} full", f"{F['recompute_method']} block",
+                 f"{F['recompute_num_layers']} {int(c['recompute_layers'])}"]
     if int(c.get("zero", 0)) >= 1:
         args.append(F["zero"])
     recorded = solution.get("precision")
@@ -426,9 +429,12 @@ def nemo_model(solution: dict, c: dict, file: str | None) -> str:
     attention kernel where the plan names them (same enums as Megatron-LM's flags; an unfused plan:
     AttnBackend.unfused)."""
     rc = c.get("recompute", "none")
-    model = {"recompute_granularity": None if rc == "none" else "selective" if rc == "mlp" else rc}
+    model = {"recompute_granularity": None if rc == "none" else "selective" if rc == "mlp" else
+             "full" if rc == "block" else rc}
     if rc == "full":
         model.update(recompute_method="uniform", recompute_num_layers=1)
+    elif rc == "block":
+        model.update(recompute_method="block", recompute_num_layers=int(c["recompute_layers"]))
     elif rc in ("selective", "mlp"):
         # named, not left to TransformerConfig's default (core_attn): a recipe may set its own list
         model["recompute_modules"] = ["mlp"] if rc == "mlp" else ["core_attn"]
@@ -887,10 +893,13 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
 def deepspeed_recompute_note(solution: dict) -> str | None:
     """What the DeepSpeed config cannot say about the plan's recompute: its activation_checkpointing block only sets up
     deepspeed.checkpointing; the model code chooses what to checkpoint (a JSON file has no comments)."""
-    rc = (solution.get("config") or {}).get("recompute", "none")
+    c = solution.get("config") or {}
+    rc = c.get("recompute", "none")
     if rc == "none":
         return None
     what = ("every transformer layer (full)" if rc == "full" else
+            f"the first {c.get('recompute_layers')} transformer layers of each pipeline stage's model chunk (block), "
+            "storing everything of the others" if rc == "block" else
             "the MLP of every layer from its input (mlp): DeepSpeed has no such mode, the model code must wrap just "
             "that part" if rc == "mlp" else
             "the attention core only (selective): DeepSpeed has no such mode, the model code must wrap just that part")

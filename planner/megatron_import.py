@@ -347,7 +347,8 @@ def _precision(a: _Args, notes: list) -> dict:
     return out
 
 
-def _recompute(a: _Args) -> str:
+def _recompute(a: _Args) -> tuple[str, int | None]:
+    """(the plan's recompute mode, block's N or None) of the run's recompute flags."""
     gran = a.word(F["recompute_granularity"])
     if a.given(F["selective"]):
         if gran == "full":
@@ -358,7 +359,7 @@ def _recompute(a: _Args) -> str:
         if method is not None or n is not None:
             raise a.refuse(F["recompute_method"] if method else F["recompute_num_layers"],
                            "without --recompute-granularity full recomputes nothing")
-        return "none"
+        return "none", None
     if gran == "selective":
         mods = a.values(F["recompute_modules"])
         if mods and sorted(set(mods)) not in (["core_attn"], ["mlp"]):
@@ -366,17 +367,21 @@ def _recompute(a: _Args) -> str:
                            "core_attn (its `selective`, Megatron-Core's default) or mlp (its `mlp`)")
         if method is not None:
             raise a.refuse(F["recompute_method"], "with selective recompute (Megatron-LM asserts none)")
-        return "mlp" if mods and mods[0] == "mlp" else "selective"
+        return ("mlp" if mods and mods[0] == "mlp" else "selective"), None
     if gran != "full":
         raise a.refuse(F["recompute_granularity"], f"{gran}: expected full or selective")
-    if method != "uniform" or n != 1:
+    if method == "block":
+        if n is None or n < 1:
+            raise a.refuse(F["recompute_num_layers"], f"{n}: block recompute needs the layers per model chunk it "
+                           "checkpoints, N >= 1 (Megatron-Core transformer_config.py)")
+    elif method != "uniform" or n != 1:
         raise a.refuse(F["recompute_method"] if method != "uniform" else F["recompute_num_layers"],
-                       f"full recompute with --recompute-method {method} --recompute-num-layers {n}: the planner's "
-                       "full recompute checkpoints every layer (uniform, 1)")
+                       f"full recompute with --recompute-method {method} --recompute-num-layers {n}: the planner "
+                       "models uniform 1 (its `full`, every layer) and block N (its `block`)")
     if a.given("--distribute-saved-activations"):
         raise a.refuse("--distribute-saved-activations", "the planner keeps each checkpoint whole on every tensor "
                        "rank")
-    return "full"
+    return ("block", n) if method == "block" else ("full", None)
 
 
 def _overlap(a: _Args, zero: int) -> dict:
@@ -477,10 +482,15 @@ def read_run(line: LaunchLine, gpus: int, file: str | None = None, vocab_size: i
         notes.append("--sequence-parallel with tp 1: Megatron-LM turns it off")
         sp = False
     zero = 1 if a.given(F["zero"]) else 0
+    rc, rc_n = _recompute(a)
+    if rc == "block":
+        notes.append(f"--recompute-method block --recompute-num-layers {rc_n}: a pinned search (recompute: [block]) "
+                     "chooses its own N, the fewest that fits; `planner estimate ... --recompute-layers "
+                     f"{rc_n}` costs the run's")
     cfg_d = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "micro_batch_size": mbs, "num_microbatches": gbs // (mbs * dp),
              "schedule": "interleaved" if interleaved else "1f1b", "vpp": vpp if interleaved else 1,
-             "recompute": _recompute(a), "zero": zero, "sequence_parallel": sp, "first_stage_layers": first,
-             "last_stage_layers": last, "account_embedding": emb, "account_loss": loss}
+             "recompute": rc, "recompute_layers": rc_n, "zero": zero, "sequence_parallel": sp,
+             "first_stage_layers": first, "last_stage_layers": last, "account_embedding": emb, "account_loss": loss}
     cfg = ParallelConfig.from_dict(cfg_d, file, "the run")
     training = {"global_batch_size": gbs, "seq_length": seq, **_precision(a, notes)}
     opt = a.word("--optimizer", "adam")
@@ -559,6 +569,8 @@ def estimate_command(spec_path: str, cfg: ParallelConfig) -> str:
         words += ["--schedule", "interleaved", "--vpp", cfg.vpp]
     if cfg.recompute != "none":
         words += ["--recompute", cfg.recompute]
+    if cfg.recompute_layers is not None:
+        words += ["--recompute-layers", cfg.recompute_layers]
     if cfg.zero:
         words += ["--zero", cfg.zero]
     if cfg.sequence_parallel:
@@ -589,7 +601,7 @@ def check_spec(data: dict, out: str, run: ImportedRun, file: str | None, free: b
     """Load the spec as `planner solve` will, check the run's configuration against the planner's rules (refusals
     name the Megatron-LM flag) and, pinned, that the search enumerates it alone. Returns the Spec."""
     from planner.search.solve import check_config
-    from planner.search.space import enumerate_configs
+    from planner.search.space import enumerate_configs, space_key
     from planner.spec.plan import parse_spec
     try:
         spec = parse_spec(data, out)
@@ -602,7 +614,7 @@ def check_spec(data: dict, out: str, run: ImportedRun, file: str | None, free: b
     if not free:
         dropped: dict = {}
         got = list(enumerate_configs(spec, dropped=dropped))
-        if got != [run.config]:
+        if [space_key(c) for c in got] != [space_key(run.config)]:     # block: the search chooses N itself
             why = "; ".join(f"{k}: {v[1]}" for k, v in dropped.items()) or "the planner's search rules"
             raise SpecError(file, None, f"the planner does not search this run's configuration "
                             f"({run.config.label()}): {why}")

@@ -162,6 +162,25 @@ def test_uneven_split_is_pinned(tmp_path):
         ParallelConfig(1, 4, 2, 1, 8, first_stage_layers=6, last_stage_layers=6)]
 
 
+def test_block_recompute_is_read(tmp_path, capsys):
+    """--recompute-method block --recompute-num-layers N: the plan's `block` with its N (uniform 1 stays `full`);
+    the pinned search holds the configuration with N left to screening, and the estimate command carries the run's."""
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    line = _write(tmp_path, "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 "
+                            "--max-position-embeddings 2048 --padded-vocab-size 51200 --micro-batch-size 1 "
+                            "--global-batch-size 16 --bf16 --pipeline-model-parallel-size 2 "
+                            "--recompute-granularity full --recompute-method block --recompute-num-layers 5")
+    out = tmp_path / "b.yaml"
+    assert main(["import", "megatron", line, "-o", str(out), "--cluster", cl, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["config"]["recompute"] == "block" and d["config"]["recompute_layers"] == 5
+    assert d["estimate_command"].endswith("--recompute block --recompute-layers 5")
+    assert any("--recompute-num-layers 5" in n for n in d["assumed"])
+    spec = load_spec(str(out))
+    assert spec.search.recompute == ("block",)
+    assert list(enumerate_configs(spec)) == [ParallelConfig(1, 2, 4, 1, 4, recompute="block")]
+
+
 BASE = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "
         "--padded-vocab-size 51200 --micro-batch-size 1 --global-batch-size 16 --bf16 ")
 
@@ -176,7 +195,8 @@ BASE = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-lengt
     ("--swiglu", "--normalization"),                          # SwiGLU with LayerNorm: neither family
     ("--fp16", "--fp16"),                                     # with --bf16
     ("--overlap-param-gather", "--overlap-param-gather"),     # without --overlap-grad-reduce
-    ("--recompute-granularity full --recompute-method block --recompute-num-layers 2", "--recompute-method"),
+    ("--recompute-granularity full --recompute-method uniform --recompute-num-layers 2", "--recompute-num-layers"),
+    ("--recompute-granularity full --recompute-method block", "--recompute-num-layers"),
     ("--recompute-granularity selective --recompute-modules core_attn mlp", "--recompute-modules"),
     ("--recompute-granularity selective --recompute-modules layernorm", "--recompute-modules"),
     ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size"),    # the planner's rules, named by flag

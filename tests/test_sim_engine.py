@@ -52,6 +52,9 @@ def test_1f1b_memory_equals_estimator(spec):
 @pytest.mark.parametrize("cfg", [C(4, 8, 4, 1, 128, "1f1b", recompute="full"),
                                  C(2, 8, 8, 2, 32, "1f1b", recompute="selective"),
                                  C(4, 8, 4, 1, 128, "1f1b", recompute="mlp", sequence_parallel=True),
+                                 # block: 2 of each stage's 5 layers stored as full recompute's, 3 as none's
+                                 C(4, 8, 4, 1, 128, "1f1b", recompute="block", sequence_parallel=True,
+                                   recompute_layers=2),
                                  C(4, 8, 4, 1, 128, "1f1b", zero=3, sequence_parallel=True, recompute="full"),
                                  # torchtitan's interleaved schedule at m == pp: PyTorch's warm-up, not Megatron's
                                  # all-forwards-first

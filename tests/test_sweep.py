@@ -79,8 +79,8 @@ def test_size_refuses_llama_keys_for_gpt(capsys):
 
 def test_llama_case_ids_pinned_before_the_keys():
     """Ids written by the code before the Llama 3 keys (Nov 27) for this llama sweep: resumed CSVs still match. An id
-    encodes the search space, so the default search.recompute gaining mlp (Nov 27, fifteenth session) changed them:
-    results searched without it are not reused as if searched with it."""
+    encodes the search space, so the default search.recompute gaining mlp (Nov 27, fifteenth session) and then block
+    changed them: results searched without a mode are not reused as if searched with it."""
     import os
     import tempfile
     root = os.path.join(os.path.dirname(__file__), "..")
@@ -92,9 +92,9 @@ def test_llama_case_ids_pinned_before_the_keys():
                      "training: {global_batch_size: [256], seq_length: [4096], precision: bf16}\n"
                      "sizing: {budget_gpu_days: [100], family: llama, vocab_size: 32000}\n")
         sw = load_sweep(path)
-    assert [c.id for c in sw.cases] == ["llama-7.12b-dgx-h100-32-32g-b256-s4096-10696335",
-                                        "llama-13b-dgx-h100-32-32g-b256-s4096-61358d53"]
-    assert [t.id for t in sw.sizing] == ["size-dgx-h100-32-32g-100gpud-b256-s4096-7a8506a4"]
+    assert [c.id for c in sw.cases] == ["llama-7.12b-dgx-h100-32-32g-b256-s4096-e9b80496",
+                                        "llama-13b-dgx-h100-32-32g-b256-s4096-f0e5266e"]
+    assert [t.id for t in sw.sizing] == ["size-dgx-h100-32-32g-100gpud-b256-s4096-8dcd9ef7"]
 
 
 def test_expansion_ids_are_stable_and_ordered(tmp_path):
@@ -227,7 +227,7 @@ def test_sizing_takes_the_llama3_keys_and_gpt_refuses_them(tmp_path):
             "clusters": [cl], "training": {"global_batch_size": [256], "seq_length": [4096], "precision": "bf16"},
             "sizing": {"budget_gpu_days": [100], "family": "llama", "vocab_size": 32000}}
     plain = load_sweep(write_sweep(tmp_path, base)).sizing[0]
-    assert plain.id == "size-dgx-h100-32-32g-100gpud-b256-s4096-7a8506a4" and plain.rule == ShapeRule()
+    assert plain.id == "size-dgx-h100-32-32g-100gpud-b256-s4096-8dcd9ef7" and plain.rule == ShapeRule()
     l3 = {**base, "sizing": {**base["sizing"], "shape_rule": {"kv_heads": 8, "ffn_multiplier": 1.3,
                                                               "ffn_multiple": 1024}}}
     task = load_sweep(write_sweep(tmp_path, l3)).sizing[0]

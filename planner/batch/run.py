@@ -25,7 +25,8 @@ COLUMNS = ["case_id", "model", "family", "params", "num_layers", "hidden_size", 
            "tp", "pp", "dp", "cp", "micro_batch_size", "num_microbatches", "schedule", "vpp", "recompute", "zero",
            "sequence_parallel", "iteration_s", "tokens_per_s", "mfu", "peak_memory_GiB", "status", "gap",
            "bound_s", "solver_wall_s", "train_days", "gpu_hours", "price_per_gpu_hour_usd", "cost_usd", "error",
-           "precision"]     # appended last (tryout 4): readers of the older columns by position keep working
+           "precision",     # appended last (tryout 4): readers of the older columns by position keep working
+           "recompute_layers"]      # block recompute's N (empty for the other modes), appended last likewise
 SIZING_COLUMNS = ["task_id", "cluster", "gpus", "budget_gpu_days", "global_batch_size", "seq_length", "model",
                   "params", "num_layers", "hidden_size", "tokens", "tokens_per_s", "mfu", "gpu_days", "train_days",
                   "cost_usd", "config", "solves", "wall_s", "status", "error", "precision"]
@@ -76,7 +77,7 @@ def run_case(case, time_limit_s: float | None = None) -> dict:
     c, e, s = sol.config, sol.estimate, sol.solver
     row.update(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, micro_batch_size=c.micro_batch_size,
                num_microbatches=c.num_microbatches,
-               schedule=c.schedule, vpp=c.vpp, recompute=c.recompute, zero=c.zero,
+               schedule=c.schedule, vpp=c.vpp, recompute=c.recompute, recompute_layers=c.recompute_layers, zero=c.zero,
                sequence_parallel=c.sequence_parallel, iteration_s=e.iteration_s, tokens_per_s=e.tokens_per_s,
                mfu=e.mfu, peak_memory_GiB=e.peak_memory_GiB, status=s.status, gap=s.gap, bound_s=s.bound,
                solver_wall_s=s.wall_s, error="")

@@ -11,6 +11,7 @@ from planner.config import (
     ZERO_STAGES,
     ParallelConfig,
     dp_shard_problem,
+    recompute_layers_problem,
 )
 from planner.errors import SpecError
 
@@ -71,6 +72,9 @@ def add_config_args(p, required: bool = True) -> None:
     g.add_argument("--vpp", type=int, default=None,
                    help="virtual stages per device: > 1 means interleaved (default 2 there); V-shapes use 2")
     g.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation (default none)")
+    g.add_argument("--recompute-layers", type=int, default=None,
+                   help="--recompute block: layers of each model chunk recomputed (Megatron-Core "
+                        "--recompute-num-layers N with --recompute-method block)")
     g.add_argument("--zero", type=int, default=0, choices=ZERO_STAGES,
                    help="ZeRO stage; 3 = FSDP / ZeRO-3 as torchtitan's FSDP2 runs it")
     g.add_argument("--dp-shard", type=int, default=0,
@@ -119,7 +123,11 @@ def config_from_args(args, spec) -> ParallelConfig:
                          bool(args.sp), getattr(args, "first_stage_layers", None),
                          getattr(args, "last_stage_layers", None), bool(getattr(args, "account_embedding", False)),
                          bool(getattr(args, "account_loss", False)), getattr(args, "cp", 1),
-                         dp_shard=getattr(args, "dp_shard", 0) or 0)
+                         dp_shard=getattr(args, "dp_shard", 0) or 0,
+                         recompute_layers=getattr(args, "recompute_layers", None))
+    why = recompute_layers_problem(cfg)
+    if why:
+        raise SpecError(None, "--recompute-layers", why)
     why = dp_shard_problem(cfg)
     if why:
         raise SpecError(None, "--dp-shard", why)

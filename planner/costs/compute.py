@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from planner.config import ParallelConfig, current_scaling
 from planner.costs.comm import CommModel
-from planner.costs.memory import padded_vocab
+from planner.costs.memory import padded_vocab, stage_layer_count
 from planner.costs.pipeline import chunks_per_device
 
 # Bytes per activation value (element-wise kernels, TP collectives, pipeline messages). fp8 training keeps its
@@ -452,7 +452,9 @@ class ComputeModel:
         w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
         # selective: Megatron's checkpointed core attention, i.e. QK^T, scale/mask/softmax, dropout and AV
         # (megatron/model/transformer.py _checkpointed_attention_forward); fused: one kernel forward
-        rc = {"none": 0.0, "selective": attn + p.get("attn_scores", 0.0), "full": fwd}.get(cfg.recompute)
+        # full and block re-run a whole layer's forward, block for the first N layers of each chunk only
+        rc = {"none": 0.0, "selective": attn + p.get("attn_scores", 0.0), "full": fwd,
+              "block": fwd}.get(cfg.recompute)
         if cfg.recompute == "mlp":
             rc = mlp_recompute_s(model, cfg, p)
         if cfg.op_sac:
@@ -462,7 +464,9 @@ class ComputeModel:
         out = []
         for st in range(cfg.pp):
             L = stage_layer_count(model, cfg, st)      # uneven first / last stages (Megatron-Core) change it
-            f_, b_, w_, c_ = L * fwd, L * (bwd + rc), L * w, L * 2 * comm + L * recompute_tp_comm(p, cfg.recompute)
+            R = recomputed_layers(model, cfg, st)      # layers whose recompute runs (block: not all of them)
+            b_ = L * (bwd + rc) if R == L else L * bwd + R * rc
+            f_, w_, c_ = L * fwd, L * w, L * 2 * comm + R * recompute_tp_comm(p, cfg.recompute)
             if st == 0:
                 f_ += first
                 b_ += r * first + head_comm
@@ -472,7 +476,7 @@ class ComputeModel:
                 f_ += last
                 b_ += r * last + (head_comm if cfg.pp > 1 else 0.0)
                 w_ += 0.5 * r * last
-            out.append(StageTimes(f_, b_, w_, L * rc, c_, self.step_time(model, cluster, training, cfg, st)))
+            out.append(StageTimes(f_, b_, w_, R * rc, c_, self.step_time(model, cluster, training, cfg, st)))
         return out
 
     # --- profiles ----------------------------------------------------------------------------
@@ -501,7 +505,16 @@ def sustained(parts: dict, k: float, skip: tuple = ()) -> dict:
 # Share of a layer's forward tensor-parallel collectives its recompute re-runs: a whole forward's (full), the MLP's
 # input all-gather and fc2's reduce-scatter (mlp: two of the four, of equal size; one all-reduce of two without
 # sequence parallelism), none for the attention core. Overlap hides the same share of them (iteration.stage_times).
-RECOMPUTE_TP_SHARE = {"full": 1.0, "mlp": 0.5}
+RECOMPUTE_TP_SHARE = {"full": 1.0, "block": 1.0, "mlp": 0.5}
+
+
+def recomputed_layers(model, cfg: ParallelConfig, stage: int) -> int:
+    """Layers of a pipeline rank whose recompute runs in backward: all of them, except under block recompute, where
+    each chunk re-runs its first min(N, layers) (ParallelConfig.recomputed_chunk_layers). The one count stage_times,
+    the TP-overlap credit (iteration.stage_times) and the CP exchange's re-run (context_parallel) multiply by."""
+    if cfg.recompute != "block":
+        return stage_layer_count(model, cfg, stage)
+    return sum(cfg.recomputed_chunk_layers(model.num_layers)[stage])
 
 
 def recompute_tp_comm(parts: dict, recompute: str) -> float:

@@ -361,21 +361,29 @@ def _total(t: CPLayerTimes) -> float:
 
 def with_cp_times(spec, cfg: ParallelConfig, costs, st: list) -> list:
     """The shard view's StageTimes plus the context-parallel attention and exchange of every layer a stage holds.
-    Recompute (Megatron's selective: the attention core; full: the layer) re-runs the attention and its exchange.
+    Recompute (Megatron's selective: the attention core; full: the layer; block: the first N layers of each chunk)
+    re-runs the attention and its exchange.
     torchtitan's per-op selective policy (ZeRO-3, cfg.op_sac) saves SDPA's output (compute.op_sac_recompute_s: "SDPA
     is saved, not rerun"), and under CP the SDPA call is the whole exchange loop: nothing of it is re-run."""
     if cfg.cp == 1:
         return st
+    from planner.costs.compute import recomputed_layers
     from planner.costs.memory import stage_layer_count
     t = layer_times(spec, cfg, costs)
-    rerun = cfg.recompute == "full" or (cfg.recompute == "selective" and not cfg.op_sac)
+    rerun = cfg.recompute in ("full", "block") or (cfg.recompute == "selective" and not cfg.op_sac)
     rc = t.forward if rerun else 0.0
     out = []
     for i, s in enumerate(st):
         L = stage_layer_count(spec.model, cfg, i)
-        out.append(replace(s, forward=s.forward + L * t.forward, backward=s.backward + L * (t.backward + rc),
-                           recompute=s.recompute + L * rc, cp_forward=L * t.exposed_forward,
-                           cp_backward=L * (t.exposed_backward + (t.exposed_forward if rc else 0.0))))
+        if cfg.recompute != "block":
+            out.append(replace(s, forward=s.forward + L * t.forward, backward=s.backward + L * (t.backward + rc),
+                               recompute=s.recompute + L * rc, cp_forward=L * t.exposed_forward,
+                               cp_backward=L * (t.exposed_backward + (t.exposed_forward if rc else 0.0))))
+            continue
+        R = recomputed_layers(spec.model, cfg, i)      # block: the first N layers of each chunk re-run it
+        out.append(replace(s, forward=s.forward + L * t.forward, backward=s.backward + L * t.backward + R * rc,
+                           recompute=s.recompute + R * rc, cp_forward=L * t.exposed_forward,
+                           cp_backward=L * t.exposed_backward + R * t.exposed_forward))
     return out
 
 

@@ -19,7 +19,7 @@ from planner.config import SPLIT_SCHEDULES, ParallelConfig
 from planner.costs import Costs, default_costs
 from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
-from planner.costs.compute import BYTES, RECOMPUTE_TP_SHARE, activation_precision, tp_gather_bytes
+from planner.costs.compute import BYTES, RECOMPUTE_TP_SHARE, activation_precision, recomputed_layers, tp_gather_bytes
 from planner.costs.fsdp import fsdp_collectives, fsdp_copy_s
 from planner.costs.memory import (
     GiB,
@@ -320,7 +320,8 @@ def stage_times(spec, cfg: ParallelConfig, costs: Costs) -> list:
     out = []
     for i, s in enumerate(st):
         L = stage_layer_count(spec.model, cfg, i)              # per stage: uneven first / last stages
-        rf = L * sf * RECOMPUTE_TP_SHARE.get(cfg.recompute, 0.0)   # the recomputed forward's collectives, overlap too
+        R = recomputed_layers(spec.model, cfg, i) if cfg.recompute == "block" else L      # block: N per chunk
+        rf = R * sf * RECOMPUTE_TP_SHARE.get(cfg.recompute, 0.0)   # the recomputed forward's collectives, overlap too
         out.append(replace(s, forward=s.forward - L * sf, backward=s.backward - L * sb - rf,
                            recompute=s.recompute - rf, tp_comm=s.tp_comm - L * (sf + sb) - rf))
     return out

@@ -25,8 +25,9 @@ FEATURES = ("weights", "gradients", "optimizer", "activations", "logits", "trans
             "transient_full")
 RECOMPUTE = ("none", "selective", "full")
 # the transient feature each recompute mode's working set is read as: mlp recompute has no profiled samples of its
-# own; its working set is the no-recompute one plus the rebuilt MLP, like full recompute's plus a rebuilt layer
-TRANSIENT_FEATURE = {"none": "none", "selective": "selective", "mlp": "full", "full": "full"}
+# own; its working set is the no-recompute one plus the rebuilt MLP, like full recompute's plus a rebuilt layer.
+# block (no samples either) holds the larger of full's and none's, full's as a rule (a whole rebuilt layer on top)
+TRANSIENT_FEATURE = {"none": "none", "selective": "selective", "mlp": "full", "block": "full", "full": "full"}
 # fewest samples a fit or a validation takes: more than its coefficients, so that the fit is determined and leaves a
 # residual (with 2 samples a fit wrote a zero weights coefficient and reported a 0% error)
 MIN_SAMPLES = len(FEATURES) + 2
@@ -280,7 +281,7 @@ def design(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raw.append([model.hidden_size, model.num_attention_heads, model.num_kv_heads, model.ffn_hidden_size,
                     model.vocab_size, model.num_layers // cfg.pp, training.seq_length, cfg.micro_batch_size,
                     cfg.num_microbatches, cfg.tp, cfg.pp, cfg.dp, cfg.zero, int(cfg.sequence_parallel),
-                    ("none", "selective", "full", "mlp").index(cfg.recompute), cfg.vpp, stage,
+                    ("none", "selective", "full", "mlp", "block").index(cfg.recompute), cfg.vpp, stage,
                     int(model.family == "llama"), held_forwards(cfg, stage),
                     ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb").index(cfg.schedule)])
     return np.array(X), np.array(y), np.array(raw, float)

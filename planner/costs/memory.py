@@ -194,7 +194,10 @@ def op_sac_bytes(model, training, cfg: ParallelConfig) -> tuple[float, float]:
 
 
 def layer_activation_parts(model, training, cfg: ParallelConfig) -> tuple[float, float]:
-    """(linear-in-s part, attention-core part) of one layer's stored activations, one micro-batch, bytes."""
+    """(linear-in-s part, attention-core part) of one layer's stored activations, one micro-batch, bytes. Block
+    recompute stores two kinds of layer (chunk_stored_bytes); asked for one, this answers the recomputed kind's."""
+    if cfg.recompute == "block":
+        cfg = with_recompute(cfg, "full")
     if cfg.op_sac:
         return op_sac_bytes(model, training, cfg)
     if fused_attention(training):
@@ -266,6 +269,10 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     f, kv = model.ffn_hidden_size, model.kv_channels
     if cfg.op_sac:       # the block is rebuilt (what was not saved) before its backward, as with full recompute
         return layer_transient_bytes(model, training, replace(cfg, recompute="full"))
+    if cfg.recompute == "block":
+        # not knowing the stage: the larger of the two kinds' (block_transient_bytes is the stage's, at most this)
+        return max(layer_transient_bytes(model, training, with_recompute(cfg, "full")),
+                   layer_transient_bytes(model, training, with_recompute(cfg, "none")))
     if cfg.recompute == "mlp":
         # as without recompute, plus what the checkpoint dropped: rebuilt before the MLP's backward, and by the
         # attention phase the layer's stored MLP half (less those bytes) is what has been freed
@@ -338,6 +345,34 @@ def _fused_transient_bytes(model, training, cfg: ParallelConfig, P: dict) -> flo
     recomputed = P["attn_pre"] + P["attn_post"] + P["mlp"] + P["probs"] if rc == "full" else 0.0
     mlp = max(mlp_work, wgrad) + 2 * 2 * s * b * h + recomputed
     return max(attn, mlp)
+
+
+def block_transient_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
+    """Block recompute's backward working set on a pipeline rank (bytes above the stored activations): the largest
+    over its chunks. A chunk's backward runs its stored layers first (the last Lc - N), whose working set is no
+    recompute's, then its checkpointed first N, whose working set is full recompute's (the rebuilt layer on top) but
+    by then the Lc - N stored layers of that micro-batch have been freed; a chunk of only checkpointed layers holds
+    full's. The fake-tensor profiler checks it (tests/test_block_recompute.py)."""
+    full = layer_transient_bytes(model, training, with_recompute(cfg, "full"))
+    none = layer_transient_bytes(model, training, with_recompute(cfg, "none"))
+    layer = stored_layer_bytes(model, training, with_recompute(cfg, "none"))
+    out = 0.0
+    for n, r in zip(cfg.chunk_layers(model.num_layers)[stage], cfg.recomputed_chunk_layers(model.num_layers)[stage]):
+        if r == 0:
+            out = max(out, none)
+        elif r == n:
+            out = max(out, full)
+        else:
+            out = max(out, none, full - (n - r) * layer)
+    return out
+
+
+def stage_transient_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
+    """The layers' backward working set on a pipeline rank: one layer's (layer_transient_bytes), block recompute's
+    by its chunks (block_transient_bytes)."""
+    if cfg.recompute == "block":
+        return block_transient_bytes(model, training, cfg, stage)
+    return layer_transient_bytes(model, training, cfg)
 
 
 def stage_inflight(cfg: ParallelConfig, stage: int) -> float:
@@ -509,8 +544,8 @@ def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
       output for its own backward anyway, so TE's fp8 copy is one more byte, h/t wide.
     The norms' inputs (residual stream), Q, K, V and the activation's input stay bf16. mlp recompute stores neither
     fc1's nor fc2's input (mlp_recompute_dropped_bytes): only QKV's and the projection's terms remain."""
-    if training.precision != "fp8" or cfg.recompute == "full" or cfg.op_sac:
-        return 0.0
+    if training.precision != "fp8" or cfg.recompute in ("full", "block") or cfg.op_sac:
+        return 0.0              # block: its recomputed kind of layer's, as layer_activation_parts answers
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     sp = t if cfg.sequence_parallel else 1
     proj = 1.0 if getattr(training, "attention", "unfused") == "fused" else -1.0
@@ -521,8 +556,36 @@ def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
 
 def stored_layer_bytes(model, training, cfg: ParallelConfig) -> float:
     """What one layer stores for its backward, one micro-batch (bytes): the activations as counted for bf16, with
-    TE's fp8 GEMM inputs in place of their bf16 copies under fp8. The estimator's and the simulator's unit."""
+    TE's fp8 GEMM inputs in place of their bf16 copies under fp8. The estimator's and the simulator's unit. Block
+    recompute stores two kinds of layer (chunk_stored_bytes); asked for one, it answers the recomputed kind's."""
     return layer_activation_bytes(model, training, cfg) + fp8_saved_input_delta(model, training, cfg)
+
+
+def with_recompute(cfg: ParallelConfig, mode: str) -> ParallelConfig:
+    """cfg under another recompute mode (block's two kinds of layer: full and none)."""
+    return replace(cfg, recompute=mode, recompute_layers=None)
+
+
+def chunk_stored_bytes(model, training, cfg: ParallelConfig) -> tuple[tuple[float, ...], ...]:
+    """What each model chunk of each pipeline rank stores for one micro-batch's backward (bytes): its layers times
+    stored_layer_bytes; block recompute: its min(N, layers) checkpointed layers as full recompute's, the rest as no
+    recompute's (ParallelConfig.recomputed_chunk_layers). The simulator's per-chunk activations."""
+    chunks = cfg.chunk_layers(model.num_layers)
+    if cfg.recompute != "block":
+        one = stored_layer_bytes(model, training, cfg)
+        return tuple(tuple(n * one for n in c) for c in chunks)
+    full = stored_layer_bytes(model, training, with_recompute(cfg, "full"))
+    none = stored_layer_bytes(model, training, with_recompute(cfg, "none"))
+    rc = cfg.recomputed_chunk_layers(model.num_layers)
+    return tuple(tuple(r * full + (n - r) * none for n, r in zip(c, rr)) for c, rr in zip(chunks, rc))
+
+
+def stage_stored_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
+    """What a pipeline rank's layers (all its chunks) store for one micro-batch's backward (bytes): the estimator's
+    activations per in-flight micro-batch (chunk_stored_bytes summed; the same product for the uniform modes)."""
+    if cfg.recompute != "block":
+        return stage_layer_count(model, cfg, stage) * stored_layer_bytes(model, training, cfg)
+    return sum(chunk_stored_bytes(model, training, cfg)[stage])
 
 
 # --- ZeRO-3 / FSDP (torchtitan's FSDP2; docs/notes/fsdp.md) ---------------------------------------------------------
@@ -698,8 +761,7 @@ class AnalyticalMemory:
             weights = P * 4.0 / S
             grads = P * 4.0 / S                        # fp32 parameters, so fp32 gradients (reduce_dtype float32)
             optim = P * (o_bytes - (4 if half and self.master_weights else 0)) / S
-        L = stage_layer_count(model, cfg, stage)
-        acts = L * stored_layer_bytes(model, training, cfg) * stage_inflight(cfg, stage)
+        acts = stage_stored_bytes(model, training, cfg, stage) * stage_inflight(cfg, stage)
         acts += edge_activation_bytes(model, training, cfg, stage)
         logits = logits_bytes(model, training, cfg, stage)
         # the backward working set (one layer's, or the embedding's dense gradient) and the logits of the
@@ -707,7 +769,7 @@ class AnalyticalMemory:
         emb = embedding_grad_bytes(model, cfg, stage)
         if emb:      # with the gradient of the embedding's output, [s, b, h] (gathered over SP), live beside it
             emb += 2.0 * training.seq_length * cfg.micro_batch_size * model.hidden_size
-        work = max(layer_transient_bytes(model, training, cfg), emb)
+        work = max(stage_transient_bytes(model, training, cfg, stage), emb)
         freed = (6.0 * training.seq_length * cfg.micro_batch_size * padded_vocab(model, cfg.tp) / cfg.tp
                  if logits else 0.0)
         transient = max(0.0, work - freed, output_backward_bytes(model, training, cfg, stage))

@@ -487,9 +487,12 @@ class Stage:
         sh = self.shape
         if sh.embedding_chunk == c:
             x = self._embed(ids)
+        # full: every layer checkpointed; block: the first N of each chunk (Megatron-Core recompute.py, per
+        # TransformerBlock, i.e. per virtual stage)
+        rc_layers = {"full": sh.layers_per_chunk, "block": self.cfg.recompute_layers or 0}.get(self.cfg.recompute, 0)
         for i in range(sh.layers_per_chunk):
             p = f"c{c}l{i}."
-            if self.cfg.recompute == "full":
+            if i < rc_layers:
                 x = torch.utils.checkpoint.checkpoint(self._layer, x, p, use_reentrant=False,
                                                       preserve_rng_state=False)
             else:

@@ -32,7 +32,8 @@ def megatron_config(spec, costs, min_pp: int = 1) -> ParallelConfig | None:
     """Megatron-LM's rule of thumb, inside the spec's search space: tp as large as the space has (GPUs per node, or
     the largest that divides the heads and search.tensor_parallel allows), the space's smallest cp and micro-batch
     size, 1F1B if search.schedules lists it (else its first schedule, at the fewest virtual stages), selective then
-    full recompute where search.recompute lists them (else its modes in order), sequence parallelism where the space
+    full recompute where search.recompute lists them (else its modes in order; block at the fewest N that fits,
+    screen.block_layers), sequence parallelism where the space
     has it, even stages, at the lowest ZeRO stage of the spec's list that Megatron runs (megatron_zero), and the
     smallest pp >= min_pp whose configuration fits. Every configuration tried is one the search enumerates
     (space.enumerate_configs), so a proven bound covers the baseline (tryout 5, #7: the rule's fixed cp 1, mbs 1,
@@ -63,6 +64,11 @@ def megatron_config(spec, costs, min_pp: int = 1) -> ParallelConfig | None:
     limit = memory_limit_GiB(spec)
     for key in sorted(rule):
         cfg = rule[key][1]
+        if cfg.recompute == "block":          # enumerated with N unset: the fewest that fits, as screening picks it
+            from planner.search.screen import block_layers
+            cfg = block_layers(spec, cfg, costs, limit)
+            if cfg is None:
+                continue
         if max(x.total for x in stage_memory(spec, cfg, costs)) / GiB <= limit:
             return cfg
     return None
@@ -111,9 +117,9 @@ def megatron_heuristic(spec, costs):
     False) when neither fits. The estimate is on the cluster's matrix (see compare for the robust objective)."""
     cfg, inside = megatron_config(spec, costs), True
     if cfg is None:
-        from planner.search.space import enumerate_configs
+        from planner.search.space import enumerate_configs, space_key
         cfg = rule_of_thumb_config(spec, costs)
-        inside = cfg is not None and cfg in set(enumerate_configs(spec))
+        inside = cfg is not None and space_key(cfg) in set(enumerate_configs(spec))
     if cfg is None:
         return None, None, False
     lay = default_layout(cfg, spec.cluster.gpus_per_node)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -82,6 +82,12 @@ def feasible_configs(spec, costs: Costs, num_gpus: int | None = None, keep=None,
         if keep is not None and not keep(cfg):
             continue
         total += 1
+        if cfg.recompute == "block":
+            seen = [0]
+            cfg = block_layers(spec, cfg, costs, limit, seen)
+            stages += seen[0]
+            if cfg is None:
+                continue
         mem, hopeless = [], False
         for m in stage_memories(spec, cfg, costs):
             mem.append(m)
@@ -102,6 +108,42 @@ def feasible_configs(spec, costs: Costs, num_gpus: int | None = None, keep=None,
         for k, v in (("configs", total), ("stages", stages), ("fits", len(fits))):
             tally[k] = tally.get(k, 0) + v
     return fits, total, closest
+
+
+def block_layers(spec, cfg: ParallelConfig, costs: Costs, limit: float | None = None,
+                 seen: list | None = None) -> ParallelConfig | None:
+    """Block recompute's N for a configuration enumerated without it: the fewest layers per model chunk, 1 .. the
+    largest chunk's - 1, whose stages all fit in `limit` GiB (default the spec's). Memory falls and time grows with
+    N (compute.recomputed_layers), so it is a bisection, and the fewest is the fastest that fits. When even the
+    largest N does not fit, that N (the closest block comes; the caller finds it over the limit); None where no
+    recompute at all fits and search.recompute has `none` (block would only add time), or where a chunk size leaves
+    no N between none and full. `seen` (a one-item list) counts the stage memories computed (work accounting)."""
+    limit = memory_limit_GiB(spec) if limit is None else limit
+    top = max(map(max, cfg.chunk_layers(spec.model.num_layers))) - 1
+    if top < 1:
+        return None
+
+    def fits(n: int) -> bool:
+        c = replace(cfg, recompute_layers=n) if n else replace(cfg, recompute="none", recompute_layers=None)
+        for m in stage_memories(spec, c, costs):
+            if seen is not None:
+                seen[0] += 1
+            if m.total / GiB > limit:
+                return False
+        return True
+
+    if not fits(top):
+        return replace(cfg, recompute_layers=top)
+    if "none" in spec.search.recompute and fits(0):
+        return None
+    lo, hi = 1, top                  # hi always fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return replace(cfg, recompute_layers=hi)
 
 
 def fitting_configs(spec, costs: Costs, num_gpus: int | None = None, tally: dict | None = None):
@@ -141,6 +183,7 @@ DROPPED_FIX = {
     "search.zero": "add 0, 1 or 2 to search.zero (ZeRO-3 needs dp x cp > 1)",
     "search.dp_shard": "add 0 (FSDP over all dp) to search.dp_shard, or a shard size that divides dp",
     "search.sequence_parallel": "a tp that divides seq_length / cp, or false in search.sequence_parallel",
+    "search.recompute": "add full to search.recompute, or fewer pipeline stages / virtual stages",
     "training.precision": "a seq_length / micro-batch size whose tokens per GEMM are a multiple of 16, a model whose "
                           "widths are, or precision bf16",
 }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from planner.config import (
     V_SHAPES,
@@ -74,7 +75,9 @@ def enumerate_configs(spec, num_gpus: int | None = None, dropped: dict | None = 
     `uneven_splits`; dp*mbs divides the global batch; all GPUs are used and tile whole nodes. The frameworks' own
     rules drop more: ZeRO-3 needs dp x cp > 1 and an HSDP shard size of search.dp_shard that fits; fp8_param_gather
     needs the distributed optimizer (ZeRO 1 / 2); sequence parallelism needs tp | seq_length / cp; fp8 GEMMs need
-    Transformer Engine's / torchao's shapes (config.fp8_shape_problem). `dropped` (a dict), when given, collects
+    Transformer Engine's / torchao's shapes (config.fp8_shape_problem). Block recompute comes with its N unset
+    (screening picks the fewest that fits: search.screen.block_layers; space_key), and not where every chunk has
+    one layer (then it is full recompute). `dropped` (a dict), when given, collects
     {spec field: (configurations dropped, the first reason)} for those, so that an empty space can say why.
     """
     model, cl, s = spec.model, spec.cluster, spec.search
@@ -89,6 +92,12 @@ def enumerate_configs(spec, num_gpus: int | None = None, dropped: dict | None = 
                                  and cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, zero=3, cp=cp))):
                 continue
             yield from _configs(spec, G, tp, cp, dropped)
+
+
+def space_key(cfg: ParallelConfig) -> ParallelConfig:
+    """A configuration as enumerate_configs yields it: block recompute's N unset (screening chooses it,
+    search.screen.block_layers), so `space_key(cfg) in set(enumerate_configs(spec))` asks whether the space has it."""
+    return replace(cfg, recompute_layers=None) if cfg.recompute_layers is not None else cfg
 
 
 def zero_options(spec, dp: int, cp: int) -> tuple:
@@ -153,6 +162,10 @@ def _configs(spec, G: int, tp: int, cp: int, dropped=None) -> Iterator[ParallelC
                                                      dp_shard=shard)
                                 if z == 3 and torchtitan_problem(cfg):
                                     continue      # ZeRO-3 plans are torchtitan's: its schedules, splits and SP
+                                if rc == "block" and max(map(max, cfg.chunk_layers(model.num_layers))) < 2:
+                                    _drop(dropped, "search.recompute", f"{cfg.label()}: one layer per model "
+                                          "chunk, so block recompute of any N is full recompute")
+                                    continue
                                 why = sequence_parallel_problem(tr, cfg)
                                 if why:
                                     _drop(dropped, "search.sequence_parallel", f"{cfg.label()}: {why}")

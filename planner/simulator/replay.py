@@ -50,10 +50,11 @@ from planner.costs.iteration import (
 )
 from planner.costs.memory import (
     GiB,
+    chunk_stored_bytes,
     layer_activation_bytes,
     stage_inflight,
-    stage_layer_count,
     stage_params,
+    stage_stored_bytes,
     stored_layer_bytes,
 )
 from planner.costs.pipeline import chunks_per_device
@@ -398,12 +399,18 @@ def chunk_params(model, cfg: ParallelConfig, p: int, v: int, stage_of: np.ndarra
 
 
 def _chunk_times(st: list, p: int, v: int, stage_of: np.ndarray, split: bool, rc_ops: bool,
-                 layers: np.ndarray | None = None) -> np.ndarray:
+                 layers: np.ndarray | None = None, rc_layers: np.ndarray | None = None) -> np.ndarray:
     """(p, v, 4) op durations from per-device StageTimes. `layers` (p, v): transformer layers of each chunk when
     the stages are uneven (Megatron-Core's first / last stage counts); then the per-layer time (the least per-layer
     time of any device: a middle device's, which holds no embedding or output layer) runs on each chunk by its
-    layer count and each device's remainder (embedding, output layer and loss) goes where the even case puts it."""
+    layer count and each device's remainder (embedding, output layer and loss) goes where the even case puts it.
+    `rc_layers` (p, v): block recompute's re-run layers of each chunk; a device's recompute goes to its chunks by
+    those counts, not by their layers."""
     arr = np.array([[s.forward, s.backward, s.weight_grad, s.recompute] for s in st])    # (p, 4)
+    if rc_layers is not None:
+        rc_dev = arr[:, 3].copy()
+        arr[:, 1] -= rc_dev
+        arr[:, 3] = 0.0
     if layers is not None and p > 1:
         lay = np.asarray(layers, float)
         unit = (arr / lay.sum(axis=1)[:, None]).min(axis=0)                             # per layer, (4,)
@@ -422,6 +429,11 @@ def _chunk_times(st: list, p: int, v: int, stage_of: np.ndarray, split: bool, rc
         per[dl, cl] += extra[p - 1]                               # output layer + loss (last stage)
         for d in range(1, p - 1):                                 # anything else stays on its device
             per[d] += extra[d] / v
+    if rc_layers is not None:
+        rcl = np.asarray(rc_layers, float)
+        tot = rcl.sum(axis=1)
+        per[..., 3] = rcl * np.divide(rc_dev, tot, out=np.zeros(p), where=tot > 0)[:, None]
+        per[..., 1] += per[..., 3]
     f, b, w, rc = per[..., 0], per[..., 1], per[..., 2], per[..., 3]
     dur = np.zeros((p, v, 4))
     dur[..., F] = f
@@ -494,7 +506,9 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
                   times=_builder_times(st, p, v), pytorch=cfg.zero == 3,   # ZeRO-3: PyTorch pipelining's schedules
                   model=(model.hidden_size, model.num_attention_heads, tr.seq_length))
     stage_of = sched.stage_of()
-    dur = _chunk_times(st, p, v, stage_of, sched.split, rc_ops, chunk_layers)
+    block = cfg.recompute == "block"          # the first N layers of each chunk re-run, not a share of the device's
+    rc_layers = np.array(cfg.recomputed_chunk_layers(model.num_layers), float) if block else None
+    dur = _chunk_times(st, p, v, stage_of, sched.split, rc_ops, chunk_layers, rc_layers if rc_ops else None)
 
     # ---- p2p on the mapped links (the one-way times of planner.costs.iteration, as build_problem's)
     node, _gpu = _node_table(spec, cfg, mapping, layout, assign, nodes)
@@ -586,20 +600,19 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         # output-layer inputs, a learned estimator's correction and safety headroom) stays on the device
         work[d] = mb_.transient
         static[d] += max(0.0, mb_.total - mb_.weights - mb_.gradients - mb_.optimizer - mb_.overhead - mb_.logits
-                         - mb_.transient - stage_layer_count(model, cfg, d) * stored_layer_bytes(model, tr_s, cfg_s)
-                         * stage_inflight(cfg, d))
+                         - mb_.transient - stage_stored_bytes(model, tr_s, cfg_s, d) * stage_inflight(cfg, d))
     dl, _cl = np.argwhere(stage_of == S - 1)[0]
     static[dl] += logits_total
     L = model.num_layers // cfg.pp
     layer_act = stored_layer_bytes(model, tr_s, cfg_s)
     per_chunk = np.full((p, v), L / v) if chunk_layers is None else chunk_layers
-    act = per_chunk * layer_act
+    act = per_chunk * layer_act if not block else np.array(chunk_stored_bytes(model, tr_s, cfg_s))
     transient = np.repeat(work[:, None], v, axis=1)
     if rc_ops and recompute_in_bubbles:
         # Mario's early recompute rebuilds a chunk's layers in a bubble: the others besides the one in the working set
         # stay live until its backward
         full_layer = layer_activation_bytes(model, tr_s, _no_recompute(cfg_s))
-        transient += (full_layer - layer_act) * np.maximum(per_chunk - 1.0, 0.0)
+        transient += (full_layer - layer_act) * np.maximum((rc_layers if block else per_chunk) - 1.0, 0.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
     mc = _mcore_lock_step(pipeline_engine, cfg.schedule, p, blocking_p2p or rendezvous_p2p or async_p2p,
                           recompute_in_bubbles, cfg.zero)
@@ -612,4 +625,4 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
 
 def _no_recompute(cfg: ParallelConfig) -> ParallelConfig:
     from dataclasses import replace
-    return replace(cfg, recompute="none")
+    return replace(cfg, recompute="none", recompute_layers=None)

@@ -185,7 +185,7 @@ class SearchSpec:
 
     schedules: tuple = ("1f1b",)
     """Pipeline schedules to try (config.SCHEDULES); default 1F1B only: the others are searched only when listed."""
-    recompute: tuple = ("none", "selective", "mlp", "full")
+    recompute: tuple = ("none", "selective", "mlp", "block", "full")
     """Activation recomputation modes to try (config.RECOMPUTE)."""
     zero: tuple = (0, 1)
     """ZeRO stages to try (config.ZERO_STAGES); 3 = FSDP / ZeRO-3 as torchtitan's FSDP2 runs it (docs/notes/fsdp.md)."""
