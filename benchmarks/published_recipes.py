@@ -341,7 +341,7 @@ def solve_search(row: dict) -> dict:
     kn = knobs_of(row)
     vp = kn.get("vp", 1) or 1
     return {"schedules": ["1f1b", "interleaved"], "virtual_stages": sorted({2, vp} - {1}),
-            "recompute": ["none", "selective", "mlp", "full"], "zero": [0, 1], "sequence_parallel": [False, True],
+            "recompute": ["none", "selective", "mlp", "block", "full"], "zero": [0, 1], "sequence_parallel": [False, True],
             "context_parallel": sorted({1, kn.get("cp", 1) or 1})}
 
 
