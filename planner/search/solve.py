@@ -186,6 +186,12 @@ def check_config(spec, cfg: ParallelConfig, idle_ok: bool = False) -> None:
     if cfg.global_batch_size != spec.training.global_batch_size:
         raise SpecError(None, "--mbs", f"dp*mbs*microbatches={cfg.global_batch_size} != global batch "
                                        f"{spec.training.global_batch_size}")
+    if cfg.schedule in V_SHAPES and cfg.num_microbatches < cfg.pp:
+        # the rule the search keeps (search.space._schedules): the V-shapes' closed forms (costs.pipeline vzb_ramp,
+        # v_shape_time) hold from m = pp; below it V-ZB's replay runs 17-60% past its estimate (pp 2-8, m 1 .. pp - 1)
+        raise SpecError(None, "--mbs", f"{cfg.schedule} with {cfg.num_microbatches} micro-batches per replica (global "
+                        f"batch / (dp x mbs)) on pp={cfg.pp}: the planner models the V-shapes from m >= pp (the "
+                        "search builds no other); use a smaller micro-batch or dp, or 1f1b / zb-h1")
     if cfg.schedule == "interleaved" and cfg.num_microbatches % cfg.pp:
         # the planner's interleaved schedule takes micro-batches in groups of pp (Megatron-Core's default
         # microbatch_group_size_per_vp_stage): the search builds no other (search.space), the simulator runs no other
