@@ -302,6 +302,20 @@ def current_scaling(training, cfg: ParallelConfig) -> bool:
     return cfg.zero == 3 or getattr(training, "fp8_recipe", "delayed") == "tensorwise"
 
 
+def engine_recompute_problem(engine: str, recompute: str) -> str | None:
+    """Why a pipeline engine cannot run a recompute mode, or None. DeepSpeed's engine is Megatron-DeepSpeed's
+    GPTModelPipe (microsoft/Megatron-DeepSpeed @ f4157bea): its checkpointing is DeepSpeed's PipelineModule
+    activation_checkpoint_interval, set from --recompute-method uniform only, 0 (none) for block ('deepspeed's
+    pipeline doesn't support the block recompute method', megatron/model/gpt_model.py), and megatron/arguments.py has
+    no --recompute-modules (its selective is the core attention)."""
+    if engine == "deepspeed" and recompute in ("mlp", "block"):
+        what = "--recompute-modules mlp (it has no such flag)" if recompute == "mlp" else \
+            "--recompute-method block (GPTModelPipe then checkpoints nothing)"
+        return (f"{recompute} recompute is Megatron-Core's {what}; the deepspeed pipeline engine (Megatron-DeepSpeed's "
+                "GPTModelPipe) checkpoints every layer (full) or the core attention (selective)")
+    return None
+
+
 def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
     """Why torchtitan cannot run `cfg`'s split, as (config field, reason), or None. ZeRO-3 plans are costed as
     torchtitan's FSDP2 (docs/notes/fsdp.md), so the command line checks these for them and the torchtitan export for

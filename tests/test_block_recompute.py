@@ -253,3 +253,27 @@ def test_cli_flag(tmp_path, capsys):
     rc = main(["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1",
                "--sp", "--recompute", "block"])
     assert rc == 2 and "--recompute-layers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rc,n", [("mlp", None), ("block", 2)])
+def test_deepspeed_engine_has_neither_mode(spec, capsys, rc, n):
+    """pipeline_engine deepspeed is Megatron-DeepSpeed's GPTModelPipe: it turns --recompute-method block into no
+    checkpointing at all and has no --recompute-modules (microsoft/Megatron-DeepSpeed @ f4157bea
+    megatron/model/gpt_model.py: 'deepspeed's pipeline doesn't support the block recompute method', interval 0;
+    megatron/arguments.py). The search leaves both out of such a spec (saying why), and a given plan is refused."""
+    from plan_fixtures import with_training
+
+    from planner.cli.main import main
+    ds = with_training(spec, pipeline_engine="deepspeed")
+    ds = dataclasses.replace(ds, search=dataclasses.replace(ds.search, schedules=("1f1b",), zero=(0, 1)))
+    got = {c.recompute for c in enumerate_configs(ds)}
+    assert got and not got & {"mlp", "block"}
+    only = dataclasses.replace(ds, search=dataclasses.replace(ds.search, recompute=(rc,)))
+    dropped: dict = {}
+    assert not list(enumerate_configs(only, dropped=dropped))
+    assert "deepspeed" in dropped["search.recompute"][1]
+    with pytest.raises(SpecError, match="--recompute"):
+        check_config(ds, C(8, 4, 8, 1, 128, recompute=rc, sequence_parallel=True, recompute_layers=n))
+    flags = ["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1", "--sp",
+             "--recompute", rc, "--pipeline-engine", "deepspeed"] + (["--recompute-layers", str(n)] if n else [])
+    assert main(flags) == 2 and "--recompute" in capsys.readouterr().err
