@@ -178,6 +178,18 @@ def test_config_field():
         assert "recompute_layers" in str(e.value) or "bad value" in words
 
 
+@pytest.mark.parametrize("bad", [2.5, float("inf"), float("nan"), True])
+def test_layer_counts_from_a_file_are_whole_numbers(bad):
+    """A solution's recompute_layers (or first / last stage layers) of 2.5 was read as 2 and .inf raised
+    OverflowError (a traceback): both are bad input naming the field."""
+    d = C(2, 2, 2, 1, 8, recompute="block", recompute_layers=3).as_dict()
+    for key in ("recompute_layers", "first_stage_layers"):
+        with pytest.raises(SpecError) as e:
+            C.from_dict({**d, key: bad}, "s.yaml")
+        assert f"config.{key}" in str(e.value) and "s.yaml" in str(e.value)
+    assert C.from_dict({**d, "recompute_layers": 3.0}).recompute_layers == 3     # a whole float is the count
+
+
 def test_search_picks_the_fewest_n_that_fits(spec):
     """Screening resolves each enumerated block configuration (N unset) to the fewest N whose stages fit: N - 1
     does not (or, at N = 1, no recompute does not and `none` is in the space); configurations whose no-recompute
