@@ -289,3 +289,20 @@ def test_deepspeed_engine_has_neither_mode(spec, capsys, rc, n):
     flags = ["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1", "--sp",
              "--recompute", rc, "--pipeline-engine", "deepspeed"] + (["--recompute-layers", str(n)] if n else [])
     assert main(flags) == 2 and "--recompute" in capsys.readouterr().err
+
+
+def test_batch_table_names_block_n():
+    """The batch table's rc/z column says block's N as the label does (rc=block3), not a bare `block`."""
+    import contextlib
+    import io
+
+    from planner.cli.batch import results_table
+    from planner.report import console
+    row = {"model": "m", "params": 7e9, "cluster": "c", "gpus": 64, "precision": "bf16", "tp": 8, "pp": 4, "dp": 2,
+           "micro_batch_size": 1, "schedule": "1f1b", "recompute": "block", "recompute_layers": 3, "zero": 1,
+           "iteration_s": 1.0, "tokens_per_s": 1.0, "mfu": 0.4, "peak_memory_GiB": 60.0, "status": "OPTIMAL"}
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf):
+        console(width=250).print(results_table([row, {**row, "recompute": "full", "recompute_layers": None}], "x"))
+    text = buf.getvalue()
+    assert "block3/1" in text and "full/1" in text
