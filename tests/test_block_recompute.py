@@ -257,11 +257,23 @@ def test_export_and_refusals(spec):
     assert "recompute" in str(e.value)
 
 
-def test_cli_flag(tmp_path, capsys):
+def test_cli_flag(tmp_path, capsys, spec):
+    """--recompute-layers reaches the estimate: the configuration carries N and the iteration is the library's for
+    that N (a flag read but dropped would cost N unset, i.e. nothing recomputed)."""
+    import json
+
     from planner.cli.main import main
-    rc = main(["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1",
-               "--sp", "--recompute", "block", "--recompute-layers", "3", "--json"])
-    assert rc == 0 and "block" in capsys.readouterr().out
+    from planner.search.solve import estimate_plan
+    flags = ["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1", "--sp",
+             "--recompute", "block", "--json"]
+    got = {}
+    for n in (1, 3):
+        assert main(flags + ["--recompute-layers", str(n)]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["config"]["recompute"] == "block" and d["config"]["recompute_layers"] == n
+        got[n] = d["estimate"]["iteration_s"]
+        assert got[n] == pytest.approx(estimate_plan(spec, _cfg("block", n))[0].iteration_s, rel=1e-9)
+    assert got[1] < got[3]
     rc = main(["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1",
                "--sp", "--recompute", "block"])
     assert rc == 2 and "--recompute-layers" in capsys.readouterr().err
