@@ -189,19 +189,23 @@ class ParallelConfig:
         from planner.errors import SpecError
         if not isinstance(d, dict):
             raise SpecError(file, field, "must be a mapping")
-        try:
-            cfg = cls(int(d["tp"]), int(d["pp"]), int(d["dp"]), int(d["micro_batch_size"]),
-                      int(d["num_microbatches"]), str(d.get("schedule", "1f1b")), int(d.get("vpp", 1)),
-                      str(d.get("recompute", "none")), int(d.get("zero", 0)),
-                      _flag(d.get("sequence_parallel", False)),
-                      _layers(d.get("first_stage_layers")), _layers(d.get("last_stage_layers")),
-                      _flag(d.get("account_embedding", False)), _flag(d.get("account_loss", False)),
-                      _count(d.get("cp", 1), 1), dp_shard=_count(d.get("dp_shard", 0)),
-                      recompute_layers=_layers(d.get("recompute_layers")))
-        except KeyError as e:
-            raise SpecError(file, f"{field}.{e.args[0]}", "is missing") from None
-        except (TypeError, ValueError) as e:
-            raise SpecError(file, field, f"has a bad value ({e})") from None
+        def get(key, parse, *default):
+            # each key parsed on its own, so that a bad value names its field
+            try:
+                return parse(d[key] if not default else d.get(key, default[0]))
+            except KeyError:
+                raise SpecError(file, f"{field}.{key}", "is missing") from None
+            except (TypeError, ValueError, OverflowError) as e:
+                raise SpecError(file, f"{field}.{key}", f"has a bad value ({e})") from None
+
+        cfg = cls(get("tp", _whole), get("pp", _whole), get("dp", _whole), get("micro_batch_size", _whole),
+                  get("num_microbatches", _whole), get("schedule", str, "1f1b"), get("vpp", _whole, 1),
+                  get("recompute", str, "none"), get("zero", _whole, 0),
+                  get("sequence_parallel", _flag, False),
+                  get("first_stage_layers", _layers, None), get("last_stage_layers", _layers, None),
+                  get("account_embedding", _flag, False), get("account_loss", _flag, False),
+                  get("cp", lambda v: _count(v, 1), 1), dp_shard=get("dp_shard", _count, 0),
+                  recompute_layers=get("recompute_layers", _layers, None))
         if cfg.cp < 1:
             raise SpecError(file, f"{field}.cp", f"must be a positive context-parallel degree, got {cfg.cp}")
         if cfg.schedule not in SCHEDULES:
@@ -287,11 +291,16 @@ def _flag(v) -> bool:
 
 
 def _layers(v) -> int | None:
-    # None, absent or an empty CSV cell: the even split
+    # None, absent or an empty CSV cell: the even split (block recompute: no N)
     if v is None or v == "" or v == "None":
         return None
-    if isinstance(v, bool):
-        raise ValueError(f"a layer count, not {v!r}")
+    return _whole(v, "a layer count")
+
+
+def _whole(v, what: str = "a whole number") -> int:
+    # int() would read 2.5 as 2 and True as 1; .inf raises OverflowError (from_dict names the field either way)
+    if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+        raise ValueError(f"{what}, not {v!r}")
     return int(v)
 
 
@@ -300,6 +309,20 @@ def current_scaling(training, cfg: ParallelConfig) -> bool:
     or a ZeRO-3 plan (torchao's Float8, tensor-wise dynamic, whatever fp8_recipe says); costs.compute.fp8_cast_bytes
     and costs.memory.fp8_weight_copy_bytes read it."""
     return cfg.zero == 3 or getattr(training, "fp8_recipe", "delayed") == "tensorwise"
+
+
+def engine_recompute_problem(engine: str, recompute: str) -> str | None:
+    """Why a pipeline engine cannot run a recompute mode, or None. DeepSpeed's engine is Megatron-DeepSpeed's
+    GPTModelPipe (microsoft/Megatron-DeepSpeed @ f4157bea): its checkpointing is DeepSpeed's PipelineModule
+    activation_checkpoint_interval, set from --recompute-method uniform only, 0 (none) for block ('deepspeed's
+    pipeline doesn't support the block recompute method', megatron/model/gpt_model.py), and megatron/arguments.py has
+    no --recompute-modules (its selective is the core attention)."""
+    if engine == "deepspeed" and recompute in ("mlp", "block"):
+        what = "--recompute-modules mlp (it has no such flag)" if recompute == "mlp" else \
+            "--recompute-method block (GPTModelPipe then checkpoints nothing)"
+        return (f"{recompute} recompute is Megatron-Core's {what}; the deepspeed pipeline engine (Megatron-DeepSpeed's "
+                "GPTModelPipe) checkpoints every layer (full) or the core attention (selective)")
+    return None
 
 
 def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:

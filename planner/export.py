@@ -436,8 +436,11 @@ def nemo_model(solution: dict, c: dict, file: str | None) -> str:
     elif rc == "block":
         model.update(recompute_method="block", recompute_num_layers=int(c["recompute_layers"]))
     elif rc in ("selective", "mlp"):
-        # named, not left to TransformerConfig's default (core_attn): a recipe may set its own list
-        model["recompute_modules"] = ["mlp"] if rc == "mlp" else ["core_attn"]
+        # named, not left to TransformerConfig's default (core_attn): a recipe may set its own list; and a recipe's
+        # full-recompute method / layer count cleared (e.g. NeMo @ 8cfedd72 qwen3_32b.py sets uniform 1), which
+        # TransformerConfig refuses with selective ('recompute_num_layers must be None', Megatron-LM d98e8a64)
+        model.update(recompute_method=None, recompute_num_layers=None,
+                     recompute_modules=["mlp"] if rc == "mlp" else ["core_attn"])
     if int(c.get("cp", 1)) > 1:
         model["cp_comm_type"] = megatron_cp_comm(solution, file)
     out = _assign("recipe.model.config", model)

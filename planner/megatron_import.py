@@ -367,6 +367,9 @@ def _recompute(a: _Args) -> tuple[str, int | None]:
                            "core_attn (its `selective`, Megatron-Core's default) or mlp (its `mlp`)")
         if method is not None:
             raise a.refuse(F["recompute_method"], "with selective recompute (Megatron-LM asserts none)")
+        if n is not None:
+            raise a.refuse(F["recompute_num_layers"], "with selective recompute (Megatron-Core's TransformerConfig: "
+                           "'recompute_num_layers must be None')")
         return ("mlp" if mods and mods[0] == "mlp" else "selective"), None
     if gran != "full":
         raise a.refuse(F["recompute_granularity"], f"{gran}: expected full or selective")

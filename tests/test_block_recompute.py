@@ -178,6 +178,18 @@ def test_config_field():
         assert "recompute_layers" in str(e.value) or "bad value" in words
 
 
+@pytest.mark.parametrize("bad", [2.5, float("inf"), float("nan"), True])
+def test_layer_counts_from_a_file_are_whole_numbers(bad):
+    """A solution's recompute_layers (or first / last stage layers) of 2.5 was read as 2 and .inf raised
+    OverflowError (a traceback): both are bad input naming the field."""
+    d = C(2, 2, 2, 1, 8, recompute="block", recompute_layers=3).as_dict()
+    for key in ("recompute_layers", "first_stage_layers"):
+        with pytest.raises(SpecError) as e:
+            C.from_dict({**d, key: bad}, "s.yaml")
+        assert f"config.{key}" in str(e.value) and "s.yaml" in str(e.value)
+    assert C.from_dict({**d, "recompute_layers": 3.0}).recompute_layers == 3     # a whole float is the count
+
+
 def test_search_picks_the_fewest_n_that_fits(spec):
     """Screening resolves each enumerated block configuration (N unset) to the fewest N whose stages fit: N - 1
     does not (or, at N = 1, no recompute does not and `none` is in the space); configurations whose no-recompute
@@ -245,11 +257,64 @@ def test_export_and_refusals(spec):
     assert "recompute" in str(e.value)
 
 
-def test_cli_flag(tmp_path, capsys):
+def test_cli_flag(tmp_path, capsys, spec):
+    """--recompute-layers reaches the estimate: the configuration carries N and the iteration is the library's for
+    that N (a flag read but dropped would cost N unset, i.e. nothing recomputed)."""
+    import json
+
     from planner.cli.main import main
-    rc = main(["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1",
-               "--sp", "--recompute", "block", "--recompute-layers", "3", "--json"])
-    assert rc == 0 and "block" in capsys.readouterr().out
+    from planner.search.solve import estimate_plan
+    flags = ["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1", "--sp",
+             "--recompute", "block", "--json"]
+    got = {}
+    for n in (1, 3):
+        assert main(flags + ["--recompute-layers", str(n)]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["config"]["recompute"] == "block" and d["config"]["recompute_layers"] == n
+        got[n] = d["estimate"]["iteration_s"]
+        assert got[n] == pytest.approx(estimate_plan(spec, _cfg("block", n))[0].iteration_s, rel=1e-9)
+    assert got[1] < got[3]
     rc = main(["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1",
                "--sp", "--recompute", "block"])
     assert rc == 2 and "--recompute-layers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rc,n", [("mlp", None), ("block", 2)])
+def test_deepspeed_engine_has_neither_mode(spec, capsys, rc, n):
+    """pipeline_engine deepspeed is Megatron-DeepSpeed's GPTModelPipe: it turns --recompute-method block into no
+    checkpointing at all and has no --recompute-modules (microsoft/Megatron-DeepSpeed @ f4157bea
+    megatron/model/gpt_model.py: 'deepspeed's pipeline doesn't support the block recompute method', interval 0;
+    megatron/arguments.py). The search leaves both out of such a spec (saying why), and a given plan is refused."""
+    from plan_fixtures import with_training
+
+    from planner.cli.main import main
+    ds = with_training(spec, pipeline_engine="deepspeed")
+    ds = dataclasses.replace(ds, search=dataclasses.replace(ds.search, schedules=("1f1b",), zero=(0, 1)))
+    got = {c.recompute for c in enumerate_configs(ds)}
+    assert got and not got & {"mlp", "block"}
+    only = dataclasses.replace(ds, search=dataclasses.replace(ds.search, recompute=(rc,)))
+    dropped: dict = {}
+    assert not list(enumerate_configs(only, dropped=dropped))
+    assert "deepspeed" in dropped["search.recompute"][1]
+    with pytest.raises(SpecError, match="--recompute"):
+        check_config(ds, C(8, 4, 8, 1, 128, recompute=rc, sequence_parallel=True, recompute_layers=n))
+    flags = ["estimate", "specs/llama3-70b-h100-256.yaml", "--tp", "8", "--pp", "4", "--dp", "8", "--mbs", "1", "--sp",
+             "--recompute", rc, "--pipeline-engine", "deepspeed"] + (["--recompute-layers", str(n)] if n else [])
+    assert main(flags) == 2 and "--recompute" in capsys.readouterr().err
+
+
+def test_batch_table_names_block_n():
+    """The batch table's rc/z column says block's N as the label does (rc=block3), not a bare `block`."""
+    import contextlib
+    import io
+
+    from planner.cli.batch import results_table
+    from planner.report import console
+    row = {"model": "m", "params": 7e9, "cluster": "c", "gpus": 64, "precision": "bf16", "tp": 8, "pp": 4, "dp": 2,
+           "micro_batch_size": 1, "schedule": "1f1b", "recompute": "block", "recompute_layers": 3, "zero": 1,
+           "iteration_s": 1.0, "tokens_per_s": 1.0, "mfu": 0.4, "peak_memory_GiB": 60.0, "status": "OPTIMAL"}
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf):
+        console(width=250).print(results_table([row, {**row, "recompute": "full", "recompute_layers": None}], "x"))
+    text = buf.getvalue()
+    assert "block3/1" in text and "full/1" in text

@@ -199,6 +199,8 @@ BASE = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-lengt
     ("--recompute-granularity full --recompute-method block", "--recompute-num-layers"),
     ("--recompute-granularity selective --recompute-modules core_attn mlp", "--recompute-modules"),
     ("--recompute-granularity selective --recompute-modules layernorm", "--recompute-modules"),
+    # Megatron-Core's TransformerConfig: 'selective recompute_num_layers must be None' (it was read as selective)
+    ("--recompute-granularity selective --recompute-num-layers 2", "--recompute-num-layers"),
     ("--tensor-model-parallel-size 3", "--tensor-model-parallel-size"),    # the planner's rules, named by flag
     ("--context-parallel-size 2 --cp-comm-type a2a+p2p", "--cp-comm-type"),
     ("--optimizer muon", "--optimizer"),

@@ -90,8 +90,9 @@ def test_export_and_import(spec, tmp_path):
     flags, _ = split_megatron_args(args)
     run = mi.read_run(mi.parse_launch("torchrun pretrain_gpt.py " + " ".join(flags)), _cfg("mlp").num_gpus)
     assert run.config.recompute == "mlp"
-    assert ('recipe.model.config.recompute_granularity = "selective"; '
-            'recipe.model.config.recompute_modules = ["mlp"]') in nemo_model(sol, sol["config"], None)
+    nemo = nemo_model(sol, sol["config"], None)
+    assert 'recipe.model.config.recompute_granularity = "selective"' in nemo
+    assert 'recipe.model.config.recompute_modules = ["mlp"]' in nemo
 
 
 def test_zero3_refuses_it(spec):
@@ -99,3 +100,17 @@ def test_zero3_refuses_it(spec):
     cfg = C(8, 1, 32, 1, 32, "1f1b", recompute="mlp", zero=3, sequence_parallel=True)
     with pytest.raises(SpecError, match="--recompute"):
         check_config(spec, cfg)
+
+
+@pytest.mark.parametrize("rc,modules", [("mlp", '["mlp"]'), ("selective", '["core_attn"]')])
+def test_nemo_overrides_clear_a_recipes_full_recompute(rc, modules):
+    """A NeMo recipe may set full recompute's method and layer count (NVIDIA/NeMo @ 8cfedd72
+    nemo/collections/llm/recipes/qwen3_32b.py: recompute_method "uniform", recompute_num_layers 1); left in force
+    under the plan's selective granularity, TransformerConfig raises 'When using recompute_granularity: selective
+    recompute_num_layers must be None' (NVIDIA/Megatron-LM d98e8a64 transformer_config.py). The overrides set both
+    to None."""
+    sol = {"config": dataclasses.asdict(_cfg(rc)), "precision": "bf16"}
+    line = nemo_model(sol, sol["config"], None)
+    assert f"recipe.model.config.recompute_modules = {modules}" in line
+    assert "recipe.model.config.recompute_method = None" in line
+    assert "recipe.model.config.recompute_num_layers = None" in line

@@ -107,7 +107,7 @@ def test_sorting_mixes_even_and_uneven():
 @pytest.mark.parametrize("extra,field", [
     ({"first_stage_layers": 0}, "config.first_stage_layers"),
     ({"last_stage_layers": -2}, "config.last_stage_layers"),
-    ({"first_stage_layers": "x"}, "config"),
+    ({"first_stage_layers": "x"}, "config.first_stage_layers"),     # the field itself, since Nov 27
     ({"schedule": "interleaved", "vpp": 2, "first_stage_layers": 7}, "config.first_stage_layers"),
     ({"schedule": "v-zb", "vpp": 2, "last_stage_layers": 8}, "config.last_stage_layers"),
     ({"first_stage_layers": 8, "account_loss": True}, "config.first_stage_layers"),

@@ -87,6 +87,11 @@ def run(args) -> int:
     return 0 if ok or not res.rows else 1
 
 
+def _n(v) -> str:
+    # block recompute's N after the mode, as ParallelConfig.label writes it (rc=block3); empty for the other modes
+    return "" if v is None or v == "" else str(v)
+
+
 def _f(v, fmt: str) -> str:
     return "" if v is None or v == "" else format(v, fmt)
 
@@ -110,7 +115,8 @@ def results_table(rows, title):
         t.add_row(str(r["model"]), f"{r['params'] / 1e9:.2f}B", str(r["cluster"]), str(r["gpus"]),
                   str(r.get("precision") or ""),
                   f"{r['tp']}/{r['pp']}/{r['dp']}" if ok else "", str(r.get("micro_batch_size") or ""),
-                  str(r.get("schedule") or ""), f"{r['recompute']}/{r['zero']}" if ok else "",
+                  str(r.get("schedule") or ""),
+                  f"{r['recompute']}{_n(r.get('recompute_layers'))}/{r['zero']}" if ok else "",
                   _f(r.get("iteration_s"), ".3f"), _f(r.get("tokens_per_s"), ",.0f"), mfu,
                   _f(r.get("peak_memory_GiB"), ".1f"), str(r.get("status")), _f(r.get("gap"), ".1%"),
                   _f(r.get("train_days"), ".1f"), _f(r.get("gpu_hours"), ",.0f"), _f(r.get("cost_usd"), ",.0f"))

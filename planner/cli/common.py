@@ -11,6 +11,7 @@ from planner.config import (
     ZERO_STAGES,
     ParallelConfig,
     dp_shard_problem,
+    engine_recompute_problem,
     recompute_layers_problem,
 )
 from planner.errors import SpecError
@@ -102,6 +103,9 @@ def with_engine(args, spec, cfg: ParallelConfig | None = None):
         raise SpecError(None, "--schedule", f"{cfg.schedule}: the deepspeed pipeline engine runs only 1f1b")
     if cfg is not None and spec.training.pipeline_engine == "deepspeed" and cfg.cp > 1:
         raise SpecError(None, "--cp", "context parallelism is modelled for Megatron-Core, not the deepspeed engine")
+    why = engine_recompute_problem(spec.training.pipeline_engine, cfg.recompute) if cfg is not None else None
+    if why:
+        raise SpecError(None, "--recompute", why)
     if cfg is not None and spec.training.pipeline_engine == "deepspeed" and cfg.zero == 3:
         raise SpecError(None, "--zero", "3: DeepSpeed's ZeRO-3 is incompatible with its pipeline engine")
     return spec

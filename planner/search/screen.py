@@ -183,7 +183,8 @@ DROPPED_FIX = {
     "search.zero": "add 0, 1 or 2 to search.zero (ZeRO-3 needs dp x cp > 1)",
     "search.dp_shard": "add 0 (FSDP over all dp) to search.dp_shard, or a shard size that divides dp",
     "search.sequence_parallel": "a tp that divides seq_length / cp, or false in search.sequence_parallel",
-    "search.recompute": "add full to search.recompute, or fewer pipeline stages / virtual stages",
+    "search.recompute": "add full (or none / selective) to search.recompute; for block, fewer pipeline stages / "
+                        "virtual stages",
     "training.precision": "a seq_length / micro-batch size whose tokens per GEMM are a multiple of 16, a model whose "
                           "widths are, or precision bf16",
 }

@@ -18,6 +18,7 @@ from planner import interrupt
 from planner.config import (
     V_SHAPES,
     ParallelConfig,
+    engine_recompute_problem,
     fp8_shape_problem,
     interleaved_p2p_problem,
     sequence_parallel_problem,
@@ -199,6 +200,9 @@ def check_config(spec, cfg: ParallelConfig, idle_ok: bool = False) -> None:
         raise SpecError(None, "--mbs", f"interleaved needs the micro-batches per replica (global batch / (dp x mbs) = "
                         f"{cfg.num_microbatches}) divisible by pp={cfg.pp}: it takes them in groups of pp "
                         "(Megatron-Core's microbatch_group_size_per_vp_stage default)")
+    why = engine_recompute_problem(spec.training.pipeline_engine, cfg.recompute)
+    if why:
+        raise SpecError(None, "--recompute", why)
     bad = zero3_problem(cfg)      # before cp's rules: HSDP with cp is refused naming --dp-shard, as the flags were
     if bad:
         raise SpecError(None, *bad)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from planner.config import (
     V_SHAPES,
     ParallelConfig,
+    engine_recompute_problem,
     fp8_shape_problem,
     interleaved_p2p_problem,
     sequence_parallel_problem,
@@ -162,6 +163,10 @@ def _configs(spec, G: int, tp: int, cp: int, dropped=None) -> Iterator[ParallelC
                                                      dp_shard=shard)
                                 if z == 3 and torchtitan_problem(cfg):
                                     continue      # ZeRO-3 plans are torchtitan's: its schedules, splits and SP
+                                why = engine_recompute_problem(tr.pipeline_engine, rc)
+                                if why:
+                                    _drop(dropped, "search.recompute", f"{cfg.label()}: {why}")
+                                    continue
                                 if rc == "block" and max(map(max, cfg.chunk_layers(model.num_layers))) < 2:
                                     _drop(dropped, "search.recompute", f"{cfg.label()}: one layer per model "
                                           "chunk, so block recompute of any N is full recompute")
