@@ -580,6 +580,19 @@ def chunk_stored_bytes(model, training, cfg: ParallelConfig) -> tuple[tuple[floa
     return tuple(tuple(r * full + (n - r) * none for n, r in zip(c, rr)) for c, rr in zip(chunks, rc))
 
 
+def stage_activation_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
+    """The layers' activations a pipeline rank holds at its peak (bytes): each held chunk forward (chunk_order over
+    held_forwards: Megatron-Core's warm-up order) at its own chunk's bytes. Chunks of one rank differ with an accounted
+    embedding / loss (the first / last chunk builds one layer fewer) or block recompute at chunks of other sizes; the
+    interleaved warm-up holds the first chunk most, so the rank's mean chunk misjudged them (the 405B plan's last rank,
+    chunks of 2 and 1 layers holding 32 and 1 forwards: 8.7 GiB under the replay). Equal chunks: the product
+    stage_stored_bytes x stage_inflight, as before."""
+    chunks = chunk_stored_bytes(model, training, cfg)[stage]
+    if len(set(chunks)) <= 1:
+        return stage_stored_bytes(model, training, cfg, stage) * stage_inflight(cfg, stage)
+    return float(sum(chunks[c] for c in chunk_order(cfg, held_forwards(cfg, stage))))
+
+
 def stage_stored_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     """What a pipeline rank's layers (all its chunks) store for one micro-batch's backward (bytes): the estimator's
     activations per in-flight micro-batch (chunk_stored_bytes summed; the same product for the uniform modes)."""
@@ -761,7 +774,7 @@ class AnalyticalMemory:
             weights = P * 4.0 / S
             grads = P * 4.0 / S                        # fp32 parameters, so fp32 gradients (reduce_dtype float32)
             optim = P * (o_bytes - (4 if half and self.master_weights else 0)) / S
-        acts = stage_stored_bytes(model, training, cfg, stage) * stage_inflight(cfg, stage)
+        acts = stage_activation_bytes(model, training, cfg, stage)
         acts += edge_activation_bytes(model, training, cfg, stage)
         logits = logits_bytes(model, training, cfg, stage)
         # the backward working set (one layer's, or the embedding's dense gradient) and the logits of the

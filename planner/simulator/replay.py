@@ -52,9 +52,8 @@ from planner.costs.memory import (
     GiB,
     chunk_stored_bytes,
     layer_activation_bytes,
-    stage_inflight,
+    stage_activation_bytes,
     stage_params,
-    stage_stored_bytes,
     stored_layer_bytes,
 )
 from planner.costs.pipeline import chunks_per_device
@@ -600,7 +599,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         # output-layer inputs, a learned estimator's correction and safety headroom) stays on the device
         work[d] = mb_.transient
         static[d] += max(0.0, mb_.total - mb_.weights - mb_.gradients - mb_.optimizer - mb_.overhead - mb_.logits
-                         - mb_.transient - stage_stored_bytes(model, tr_s, cfg_s, d) * stage_inflight(cfg, d))
+                         - mb_.transient - stage_activation_bytes(model, tr_s, cfg_s, d))
     dl, _cl = np.argwhere(stage_of == S - 1)[0]
     static[dl] += logits_total
     L = model.num_layers // cfg.pp
