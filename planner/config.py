@@ -8,6 +8,8 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb")
 # mlp ("mlp": the dense MLP checkpointed from its input); "block": --recompute-granularity full --recompute-method
 # block --recompute-num-layers N, the first N layers of each model chunk checkpointed (ParallelConfig.recompute_layers),
 # the rest storing everything; "full" every layer (uniform, 1). Least memory saved first (block's N decides where).
+# On a ZeRO-3 plan (torchtitan's) "block" is torchtitan's per-layer selective checkpointing instead, selective_ac_option
+# = N: every N-th transformer block of the rank checkpointed whole (ParallelConfig.layer_sac).
 RECOMPUTE = ("none", "selective", "mlp", "block", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 # torchtitan's pipeline schedule (torch.distributed.pipelining) of each of ours that it runs (pytorch/torchtitan @
@@ -94,8 +96,10 @@ class ParallelConfig:
     data_parallel_shard_degree / data_parallel_replicate_degree)."""
     recompute_layers: int | None = None
     """recompute "block" only: N of Megatron-Core's --recompute-method block --recompute-num-layers N, the layers of
-    each model chunk (the first N; all of a smaller chunk) checkpointed from their input. None for the other modes; a
-    configuration the search enumerates has None until screening picks the fewest N that fits (search.screen)."""
+    each model chunk (the first N; all of a smaller chunk) checkpointed from their input; on a ZeRO-3 plan the
+    frequency n of torchtitan's per-layer selective checkpointing (selective_ac_option = "n": every n-th block of the
+    rank, layer_sac). None for the other modes; a configuration the search enumerates has None until screening picks
+    the fewest recomputed layers that fit (search.screen.block_layers)."""
 
     def _key(self) -> tuple:
         # None (even) sorts before any count, so configs of even splits keep their old order
@@ -124,15 +128,55 @@ class ParallelConfig:
         (selective_ac_option 'op'), not Megatron-Core's core-attention recompute (costs/memory.py op_sac_bytes)."""
         return self.zero == 3 and self.recompute == "selective"
 
+    @property
+    def layer_sac(self) -> bool:
+        """`recompute: block` on a ZeRO-3 plan: torchtitan's per-layer selective checkpointing (selective_ac_option
+        = str(recompute_layers)), not Megatron-Core's block method. One mode, two frameworks' forms of "checkpoint
+        some whole blocks, store the rest", so that the search's machinery for block (N unset in the enumeration,
+        screening's fewest recomputed layers that fit, export, the simulator's per-chunk layers) serves both; only
+        which blocks are checkpointed differs (checkpointed_chunk_layers)."""
+        return self.zero == 3 and self.recompute == "block"
+
+    def checkpointed_chunk_layers(self, num_layers: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """Positions (0-based, in build order) of the layers of each model chunk of each pipeline rank rebuilt whole
+        from their input in backward: all with full recompute; block: the first min(N, chunk) of each chunk
+        (Megatron-Core recompute.py: per TransformerBlock, i.e. per virtual stage, layers 0 .. N-1 checkpointed),
+        on a ZeRO-3 plan (layer_sac) every n-th block of the rank counted across its chunks in build order
+        (pytorch/torchtitan @ 238fa9953e4aec2a62582121564273d7cbb1e9f1 distributed/activation_checkpoint.py
+        _apply_layer_sac: a process-wide counter, incremented before the test, checkpoints a block when counter %
+        n == 0; pipeline_parallel.py builds and parallelizes a rank's stages in ascending order, rank + s * pp, or
+        (rank, 2pp - 1 - rank) for V-shapes: our chunk order); none otherwise."""
+        chunks = self.chunk_layers(num_layers)
+        if self.recompute == "full":
+            return tuple(tuple(tuple(range(n)) for n in c) for c in chunks)
+        if self.recompute == "block" and self.recompute_layers:
+            N = self.recompute_layers
+            if not self.layer_sac:
+                return tuple(tuple(tuple(range(min(N, n))) for n in c) for c in chunks)
+            out = []
+            for c in chunks:
+                o, rank = 0, []
+                for n in c:
+                    rank.append(tuple(j for j in range(n) if (o + j + 1) % N == 0))
+                    o += n
+                out.append(tuple(rank))
+            return tuple(out)
+        return tuple(tuple(() for _ in c) for c in chunks)
+
     def recomputed_chunk_layers(self, num_layers: int) -> tuple[tuple[int, ...], ...]:
-        """Layers of each model chunk of each pipeline rank rebuilt whole from their input in backward: all of them
-        with full recompute, min(N, chunk) with block (Megatron-Core recompute.py: per TransformerBlock, i.e. per
-        virtual stage, layers 0 .. N-1 checkpointed), none otherwise."""
+        """How many layers of each model chunk of each pipeline rank are rebuilt whole from their input in backward
+        (checkpointed_chunk_layers): all with full recompute, min(N, chunk) with block, every n-th of the rank with
+        torchtitan's layer SAC (a ZeRO-3 plan's block: the multiples of n among the chunk's counter values), none
+        otherwise. Counted without listing positions: the estimator calls it per stage."""
         chunks = self.chunk_layers(num_layers)
         if self.recompute == "full":
             return chunks
         if self.recompute == "block" and self.recompute_layers:
-            return tuple(tuple(min(self.recompute_layers, n) for n in c) for c in chunks)
+            N = self.recompute_layers
+            if not self.layer_sac:
+                return tuple(tuple(min(N, n) for n in c) for c in chunks)
+            ends = [[sum(c[:i + 1]) for i in range(len(c))] for c in chunks]
+            return tuple(tuple(e // N - (e - n) // N for n, e in zip(c, ee)) for c, ee in zip(chunks, ends))
         return tuple(tuple(0 for _ in c) for c in chunks)
 
     @property
@@ -272,7 +316,8 @@ class ParallelConfig:
 
 def recompute_layers_problem(cfg: ParallelConfig) -> str | None:
     """Why cfg's recompute_layers does not go with its recompute mode, or None: block needs N >= 1 (Megatron-Core's
-    transformer_config.py asks recompute_num_layers of full granularity), the other modes take none."""
+    transformer_config.py asks recompute_num_layers of full granularity; a ZeRO-3 plan's block is torchtitan's
+    selective_ac_option = "n", n >= 1: its 0 would mean every block, which is full), the other modes take none."""
     n = cfg.recompute_layers
     if cfg.recompute == "block":
         if n is None:
@@ -335,11 +380,13 @@ def torchtitan_problem(cfg: ParallelConfig) -> tuple[str, str] | None:
         return "account_embedding", "an accounted embedding / loss split is Megatron-Core's; torchtitan has none"
     if cfg.tp > 1 and not cfg.sequence_parallel:
         return "sequence_parallel", "torchtitan's tensor parallelism always shards the norms (sequence parallel)"
-    if cfg.recompute in ("mlp", "block"):
-        # torchtitan's activation_checkpoint modes: none, full (per block) and selective (per op, or every n-th block)
+    if cfg.recompute == "mlp" or (cfg.recompute == "block" and cfg.zero != 3):
+        # torchtitan's activation_checkpoint modes: none, full (per block) and selective (per op, or every n-th block).
+        # A ZeRO-3 plan's block IS the every-n-th-block form (ParallelConfig.layer_sac); Megatron-Core's first N of
+        # each chunk (a ZeRO 0-2 plan's block) has no torchtitan form
         what = "--recompute-modules mlp" if cfg.recompute == "mlp" else "--recompute-method block"
         return "recompute", (f"{cfg.recompute} recompute is Megatron-Core's {what}; torchtitan checkpoints whole "
-                             "blocks (full) or ops (selective)")
+                             "blocks (full), every n-th block or ops (selective)")
     # PyTorch's schedule constructors (torch 2.13.0 torch/distributed/pipelining/schedules.py, which torchtitan builds
     # with n_microbatches = local_batch_size / pipeline_parallel_microbatch_size): Schedule1F1B raises 'Number of
     # microbatches (m) must be greater than or equal to the number of stages (pp)', ScheduleInterleaved1F1B

@@ -837,10 +837,15 @@ def torchtitan_toml(solution: dict, file: str | None = None, model=None) -> str:
     eager = solution.get("kernels") == "eager"
     if tp_overlap and not eager:     # eager: the plan credits none (iteration.tp_overlap_saving), torchtitan refuses it
         par["enable_async_tensor_parallel"] = True
-    ac = {"mode": {"none": "none", "selective": "selective", "full": "full"}[cfg.recompute]}
+    # block reaches here on ZeRO-3 plans only (torchtitan_problem): torchtitan's per-layer selective checkpointing
+    ac = {"mode": {"none": "none", "selective": "selective", "full": "full", "block": "selective"}[cfg.recompute]}
     tables = [("training", training), ("parallelism", par), ("activation_checkpoint", ac)]
     if cfg.recompute == "selective" and cfg.zero == 3:
         ac["selective_ac_option"] = "op"            # the per-op policy the ZeRO-3 plan's memory and time assume
+    if cfg.layer_sac:
+        # every n-th transformer block of a rank, counted across its pipeline stages in build order (torchtitan
+        # distributed/activation_checkpoint.py _apply_layer_sac; ParallelConfig.checkpointed_chunk_layers)
+        ac["selective_ac_option"] = str(cfg.recompute_layers)
     if not eager:        # the plan's fused element-wise kernels: torch.compile of each block, and of the loss
         # unless the spec says torchtitan's loss runs eager (training.compile_loss false; the plan's memory counts the
         # compiled loss for tp 1 only, loss_parallel's DTensor kernels under tp > 1 are counted eager either way)
@@ -901,6 +906,9 @@ def deepspeed_recompute_note(solution: dict) -> str | None:
     if rc == "none":
         return None
     what = ("every transformer layer (full)" if rc == "full" else
+            f"every {c.get('recompute_layers')}-th transformer layer (block on a ZeRO-3 plan: torchtitan's layer "
+            "SAC, the counter's multiples), storing everything of the others" if rc == "block" and c.get("zero") == 3
+            else
             f"the first {c.get('recompute_layers')} transformer layers of each pipeline stage's model chunk (block), "
             "storing everything of the others" if rc == "block" else
             "the MLP of every layer from its input (mlp): DeepSpeed has no such mode, the model code must wrap just "

@@ -62,7 +62,9 @@ def plan_table(sol) -> Table:
     # HSDP (dp_shard): the shard group and the replicas, as the label's hsdpN says; plain FSDP shards over all of dp
     zero = f"{c.zero} (HSDP {c.shard_size} x {c.replicas}: shard groups of {c.shard_size}, {c.replicas} replicas)" \
         if c.zero == 3 and c.dp_shard else str(c.zero)
-    rc = c.recompute if c.recompute_layers is None else f"{c.recompute} (first {c.recompute_layers} layers per chunk)"
+    rc = c.recompute if c.recompute_layers is None else (
+        f"{c.recompute} (every {c.recompute_layers}-th block of a rank: torchtitan's layer SAC)" if c.layer_sac else
+        f"{c.recompute} (first {c.recompute_layers} layers per chunk)")
     t.add_row("recompute / ZeRO / SP", f"{rc} / {zero} / {'on' if c.sequence_parallel else 'off'}")
     per = "per node" if sol.layout.span == 1 else f"per {sol.layout.span} nodes (tp x cp spans them)"
     t.add_row("layout", f"{sol.layout.a} stage(s) x {sol.layout.b} replica(s) {per}, "

@@ -56,6 +56,12 @@ def test_1f1b_memory_equals_estimator(spec):
                                  C(4, 8, 4, 1, 128, "1f1b", recompute="block", sequence_parallel=True,
                                    recompute_layers=2),
                                  C(4, 8, 4, 1, 128, "1f1b", zero=3, sequence_parallel=True, recompute="full"),
+                                 # ZeRO-3 block: torchtitan's layer SAC, every 2nd of each stage's 5 blocks
+                                 C(4, 8, 4, 1, 128, "1f1b", zero=3, sequence_parallel=True, recompute="block",
+                                   recompute_layers=2),
+                                 # ... every 3rd of a rank's 10 blocks over its two chunks: 1 and 2 checkpointed
+                                 C(4, 4, 8, 1, 4, "interleaved", 2, zero=3, sequence_parallel=True,
+                                   recompute="block", recompute_layers=3),
                                  # torchtitan's interleaved schedule at m == pp: PyTorch's warm-up, not Megatron's
                                  # all-forwards-first
                                  C(4, 4, 8, 1, 4, "interleaved", 2, zero=3, sequence_parallel=True,

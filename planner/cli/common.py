@@ -75,7 +75,8 @@ def add_config_args(p, required: bool = True) -> None:
     g.add_argument("--recompute", default="none", choices=RECOMPUTE, help="activation recomputation (default none)")
     g.add_argument("--recompute-layers", type=int, default=None,
                    help="--recompute block: layers of each model chunk recomputed (Megatron-Core "
-                        "--recompute-num-layers N with --recompute-method block)")
+                        "--recompute-num-layers N with --recompute-method block); with --zero 3, torchtitan's "
+                        "selective_ac_option N: every N-th block of a rank")
     g.add_argument("--zero", type=int, default=0, choices=ZERO_STAGES,
                    help="ZeRO stage; 3 = FSDP / ZeRO-3 as torchtitan's FSDP2 runs it")
     g.add_argument("--dp-shard", type=int, default=0,

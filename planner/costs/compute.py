@@ -452,7 +452,7 @@ class ComputeModel:
         w = 0.5 * r * p["gemm"]                        # weight-grad GEMMs, about half the backward matmuls
         # selective: Megatron's checkpointed core attention, i.e. QK^T, scale/mask/softmax, dropout and AV
         # (megatron/model/transformer.py _checkpointed_attention_forward); fused: one kernel forward
-        # full and block re-run a whole layer's forward, block for the first N layers of each chunk only
+        # full and block re-run a whole layer's forward, block for its checkpointed layers only (recomputed_layers)
         rc = {"none": 0.0, "selective": attn + p.get("attn_scores", 0.0), "full": fwd,
               "block": fwd}.get(cfg.recompute)
         if cfg.recompute == "mlp":
@@ -510,7 +510,8 @@ RECOMPUTE_TP_SHARE = {"full": 1.0, "block": 1.0, "mlp": 0.5}
 
 def recomputed_layers(model, cfg: ParallelConfig, stage: int) -> int:
     """Layers of a pipeline rank whose recompute runs in backward: all of them, except under block recompute, where
-    each chunk re-runs its first min(N, layers) (ParallelConfig.recomputed_chunk_layers). The one count stage_times,
+    each chunk re-runs its first min(N, layers), or on a ZeRO-3 plan (torchtitan's layer SAC) the rank re-runs every
+    n-th of its blocks (ParallelConfig.recomputed_chunk_layers). The one count stage_times,
     the TP-overlap credit (iteration.stage_times) and the CP exchange's re-run (context_parallel) multiply by."""
     if cfg.recompute != "block":
         return stage_layer_count(model, cfg, stage)

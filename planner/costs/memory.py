@@ -349,21 +349,25 @@ def _fused_transient_bytes(model, training, cfg: ParallelConfig, P: dict) -> flo
 
 def block_transient_bytes(model, training, cfg: ParallelConfig, stage: int) -> float:
     """Block recompute's backward working set on a pipeline rank (bytes above the stored activations): the largest
-    over its chunks. A chunk's backward runs its stored layers first (the last Lc - N), whose working set is no
-    recompute's, then its checkpointed first N, whose working set is full recompute's (the rebuilt layer on top) but
-    by then the Lc - N stored layers of that micro-batch have been freed; a chunk of only checkpointed layers holds
-    full's. The fake-tensor profiler checks it (tests/test_block_recompute.py)."""
+    over its chunks. A chunk's backward runs its layers last to first, each freeing what it stored: a stored layer's
+    working set is no recompute's, a checkpointed one's full recompute's (the rebuilt layer on top) less the stored
+    layers after it in the chunk, already freed. The largest of the checkpointed ones is the last checkpointed
+    layer's: Megatron-Core's block (the first N) at layer N - 1, with the Lc - N stored layers behind it; torchtitan's
+    layer SAC (a ZeRO-3 plan's block, every n-th block) at the chunk's last checkpointed block, with the stored
+    blocks after it (none when the chunk's last block is checkpointed: full's). A chunk of only checkpointed layers
+    holds full's. The fake-tensor profiler checks Megatron-Core's form (tests/test_block_recompute.py)."""
     full = layer_transient_bytes(model, training, with_recompute(cfg, "full"))
     none = layer_transient_bytes(model, training, with_recompute(cfg, "none"))
     layer = stored_layer_bytes(model, training, with_recompute(cfg, "none"))
     out = 0.0
-    for n, r in zip(cfg.chunk_layers(model.num_layers)[stage], cfg.recomputed_chunk_layers(model.num_layers)[stage]):
-        if r == 0:
+    for n, pos in zip(cfg.chunk_layers(model.num_layers)[stage],
+                      cfg.checkpointed_chunk_layers(model.num_layers)[stage]):
+        if not pos:
             out = max(out, none)
-        elif r == n:
+        elif len(pos) == n:
             out = max(out, full)
         else:
-            out = max(out, none, full - (n - r) * layer)
+            out = max(out, none, full - (n - 1 - pos[-1]) * layer)
     return out
 
 
@@ -568,8 +572,9 @@ def with_recompute(cfg: ParallelConfig, mode: str) -> ParallelConfig:
 
 def chunk_stored_bytes(model, training, cfg: ParallelConfig) -> tuple[tuple[float, ...], ...]:
     """What each model chunk of each pipeline rank stores for one micro-batch's backward (bytes): its layers times
-    stored_layer_bytes; block recompute: its min(N, layers) checkpointed layers as full recompute's, the rest as no
-    recompute's (ParallelConfig.recomputed_chunk_layers). The simulator's per-chunk activations."""
+    stored_layer_bytes; block recompute: its checkpointed layers (Megatron-Core's first min(N, layers), or on a
+    ZeRO-3 plan torchtitan's every n-th block of the rank) as full recompute's, the rest as no recompute's
+    (ParallelConfig.recomputed_chunk_layers). The simulator's per-chunk activations."""
     chunks = cfg.chunk_layers(model.num_layers)
     if cfg.recompute != "block":
         one = stored_layer_bytes(model, training, cfg)

@@ -106,6 +106,50 @@ def saved_bytes(hidden: int, heads: int, kv_heads: int, ffn: int, seq: int, batc
     return float(kept)
 
 
+def layer_sac_saved_bytes(hidden: int, heads: int, kv_heads: int, ffn: int, seq: int, chunks: tuple[int, ...],
+                          every: int, batch: int = 1) -> list[float]:
+    """Bytes each model chunk of one pipeline rank keeps from its forward to its backward under torchtitan's
+    per-layer selective checkpointing, selective_ac_option = str(every) (a ZeRO-3 plan's `recompute: block`):
+    `chunks` holds the rank's chunks' block counts in build order, and one counter runs over all their blocks, as
+    pytorch/torchtitan @ 238fa9953e4aec2a62582121564273d7cbb1e9f1 distributed/activation_checkpoint.py
+    _apply_layer_sac does (incremented, then a block is wrapped whole in checkpoint_wrapper when counter % every ==
+    0, else left alone). The check of ParallelConfig.checkpointed_chunk_layers / costs.memory.chunk_stored_bytes:
+    a chunk keeps its checkpointed blocks' inputs (costs.memory's full-recompute layer, 2sbh) and its other blocks'
+    saved tensors. The blocks run eagerly here (no torch.compile, no per-op policy), so a stored block's bytes are
+    this eager block's, not the estimator's none count (which is the compiled block's): the test compares against
+    the profiler's own single-block counts for that kind."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.checkpoint import checkpoint
+    dt = torch.bfloat16
+    d = hidden // heads
+    out = []
+    with FakeTensorMode():
+        params = [[_block_params(hidden, heads, kv_heads, ffn) for _ in range(n)] for n in chunks]
+        ang = torch.empty(seq, 1, d // 2)
+        cos, sin = ang.cos(), ang.sin()
+        x = torch.empty(batch, seq, hidden, dtype=dt, requires_grad=True)
+        tracker = LiveBytes()
+        for t in (*[w for c in params for p in c for w in p.values()], cos, sin, x):
+            tracker._add(t)
+        counter = 0
+        held = []
+        with tracker:
+            for chunk in params:
+                gc.collect()
+                before = tracker.live
+                for p in chunk:
+                    counter += 1
+                    if counter % every == 0:
+                        x = checkpoint(_block, x, p, heads, kv_heads, cos, sin, use_reentrant=False)
+                    else:
+                        x = _block(x, p, heads, kv_heads, cos, sin)
+                    held.append(x)
+                gc.collect()
+                out.append(float(tracker.live - before))
+        del held, x
+    return out
+
+
 # GEMMs and attention are timed by the compute model's GEMM curve and fused-attention efficiency, not as bytes
 _NOT_ELEMENTWISE = {"mm", "addmm", "bmm", "_scaled_dot_product_flash_attention",
                     "_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_flash_attention_for_cpu",

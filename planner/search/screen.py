@@ -26,7 +26,7 @@ from planner.mapping.anneal import anneal
 from planner.mapping.problem import layouts
 from planner.mapping.result import MappingResult
 from planner.mapping.startpoint import initial as initial_placement
-from planner.search.space import enumerate_configs
+from planner.search.space import block_top, enumerate_configs
 
 # annealing iterations per candidate while screening: the work of the 1,500 the numpy annealer ran here before the
 # incremental one (work.ANNEAL_ITERS_PER_S 31,000 -> 171,000: 1,500 x 5.5); 1,500 swap-only iterations left the
@@ -117,9 +117,11 @@ def block_layers(spec, cfg: ParallelConfig, costs: Costs, limit: float | None = 
     N (compute.recomputed_layers), so it is a bisection, and the fewest is the fastest that fits. When even the
     largest N does not fit, that N (the closest block comes; the caller finds it over the limit); None where no
     recompute at all fits and search.recompute has `none` (block would only add time), or where a chunk size leaves
-    no N between none and full. `seen` (a one-item list) counts the stage memories computed (work accounting)."""
+    no N between none and full. `seen` (a one-item list) counts the stage memories computed (work accounting).
+    A ZeRO-3 plan's block (torchtitan's every n-th block, ParallelConfig.layer_sac): the largest n that fits
+    (layer_sac_frequency)."""
     limit = memory_limit_GiB(spec) if limit is None else limit
-    top = max(map(max, cfg.chunk_layers(spec.model.num_layers))) - 1
+    top = block_top(cfg, spec.model.num_layers)
     if top < 1:
         return None
 
@@ -132,6 +134,8 @@ def block_layers(spec, cfg: ParallelConfig, costs: Costs, limit: float | None = 
                 return False
         return True
 
+    if cfg.layer_sac:
+        return layer_sac_frequency(spec, cfg, top, fits)
     if not fits(top):
         return replace(cfg, recompute_layers=top)
     if "none" in spec.search.recompute and fits(0):
@@ -144,6 +148,25 @@ def block_layers(spec, cfg: ParallelConfig, costs: Costs, limit: float | None = 
         else:
             lo = mid + 1
     return replace(cfg, recompute_layers=hi)
+
+
+def layer_sac_frequency(spec, cfg: ParallelConfig, top: int, fits) -> ParallelConfig | None:
+    """torchtitan's layer SAC frequency n (a ZeRO-3 plan's block) for block_layers: the largest n in 2 .. `top` (the
+    largest rank's layers; n = 1 is full recompute) whose stages all fit (`fits`). A rank recomputes
+    floor(layers / n) blocks, so time falls as n grows and the largest n that fits is the fastest; memory is not
+    monotone in n (with several chunks per rank the counter's multiples move between chunks of different held
+    forwards, and the backward working set depends on where the last checkpointed block of a chunk sits), so n is
+    scanned from `top` down, not bisected: one step per n (the n of one set of per-chunk counts differ only in the
+    working set). As block_layers: n = 2 (the most recompute short of full) when nothing fits, None when the plan
+    fits without recompute and search.recompute has `none`."""
+    if not fits(2):
+        return replace(cfg, recompute_layers=2)
+    if "none" in spec.search.recompute and fits(0):
+        return None
+    for n in range(top, 2, -1):
+        if fits(n):
+            return replace(cfg, recompute_layers=n)
+    return replace(cfg, recompute_layers=2)
 
 
 def fitting_configs(spec, costs: Costs, num_gpus: int | None = None, tally: dict | None = None):

@@ -78,7 +78,8 @@ def enumerate_configs(spec, num_gpus: int | None = None, dropped: dict | None = 
     needs the distributed optimizer (ZeRO 1 / 2); sequence parallelism needs tp | seq_length / cp; fp8 GEMMs need
     Transformer Engine's / torchao's shapes (config.fp8_shape_problem). Block recompute comes with its N unset
     (screening picks the fewest that fits: search.screen.block_layers; space_key), and not where every chunk has
-    one layer (then it is full recompute). `dropped` (a dict), when given, collects
+    one layer (then it is full recompute; on a ZeRO-3 plan, torchtitan's every n-th block: every rank, block_top).
+    `dropped` (a dict), when given, collects
     {spec field: (configurations dropped, the first reason)} for those, so that an empty space can say why.
     """
     model, cl, s = spec.model, spec.cluster, spec.search
@@ -93,6 +94,17 @@ def enumerate_configs(spec, num_gpus: int | None = None, dropped: dict | None = 
                                  and cp_refusal(spec, ParallelConfig(tp, 1, 1, 1, 1, zero=3, cp=cp))):
                 continue
             yield from _configs(spec, G, tp, cp, dropped)
+
+
+def block_top(cfg: ParallelConfig, num_layers: int) -> int:
+    """The largest N of block recompute that is neither full nor none: Megatron-Core's first N of each chunk, the
+    largest chunk's layers - 1 (N >= every chunk is full); torchtitan's every n-th block (a ZeRO-3 plan's block,
+    ParallelConfig.layer_sac), the largest rank's layers (n = 1 is full, a larger n checkpoints nothing). Below 1:
+    block has no form between none and full here."""
+    if cfg.layer_sac:
+        top = max(cfg.stage_layers(num_layers))
+        return top if top >= 2 else 0
+    return max(map(max, cfg.chunk_layers(num_layers))) - 1
 
 
 def space_key(cfg: ParallelConfig) -> ParallelConfig:
@@ -167,9 +179,10 @@ def _configs(spec, G: int, tp: int, cp: int, dropped=None) -> Iterator[ParallelC
                                 if why:
                                     _drop(dropped, "search.recompute", f"{cfg.label()}: {why}")
                                     continue
-                                if rc == "block" and max(map(max, cfg.chunk_layers(model.num_layers))) < 2:
+                                if rc == "block" and block_top(cfg, model.num_layers) < 1:
                                     _drop(dropped, "search.recompute", f"{cfg.label()}: one layer per model "
-                                          "chunk, so block recompute of any N is full recompute")
+                                          "chunk (ZeRO-3, torchtitan's every n-th block: per rank), so block "
+                                          "recompute of any N is full recompute")
                                     continue
                                 why = sequence_parallel_problem(tr, cfg)
                                 if why:
