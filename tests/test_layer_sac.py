@@ -169,3 +169,22 @@ def test_fake_tensor_blocks_keep_what_the_count_says(pp, sched, v, layers, n):
         counts = cfg.recomputed_chunk_layers(layers)[rank]
         got = layer_sac_saved_bytes(h, a, kv, f, s, chunks, n)
         assert got == [r * one_full + (c - r) * one_none for c, r in zip(chunks, counts)]
+
+
+def test_screening_scans_where_memory_is_not_monotone_in_n(spec):
+    """Interleaved v4 (chunks of 4 blocks): n = 6 ends chunk 2 with a checkpointed block (full's working set whole),
+    n = 7 does not, so n = 7 peaks lower than n = 6. At a limit between the two the answer is still the largest n
+    that fits, which a bisection on n would not promise."""
+    costs = default_costs(spec.cluster)
+    base = C(1, 2, 64, 1, 4, "interleaved", 4, "block", 3, False)
+
+    def peak(n):
+        cfg = dataclasses.replace(base, recompute_layers=n) if n else dataclasses.replace(base, recompute="none")
+        return max(x.total for x in stage_memory(spec, cfg, costs)) / GiB
+
+    assert peak(7) < peak(6)
+    limit = (peak(6) + peak(7)) / 2
+    assert peak(0) > limit and peak(2) <= limit
+    got = block_layers(spec, base, costs, limit)
+    assert got.recompute_layers == max(n for n in range(2, 17) if peak(n) <= limit)
+    assert got.recompute_layers >= 7
