@@ -199,6 +199,11 @@ def _stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
     from planner.interrupt import deferred_sigint
     with deferred_sigint():
         procs = list((getattr(pool, "_processes", None) or {}).values())   # no public handle before 3.14
+        # shutdown(wait=False) drops the executor's handle on its manager thread without joining it, so the
+        # shutdown(wait=True) below no longer waits for it; left running, it closed its wakeup pipe while the
+        # interpreter's exit hook (concurrent.futures.process._python_exit) wrote to it: "Exception ignored ...
+        # OSError: [Errno 9] Bad file descriptor" after "planner: interrupted" (CPython 3.11, test_batch_interrupt)
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
         for p in procs:
             p.terminate()
@@ -207,7 +212,9 @@ def _stop_pool(pool: ProcessPoolExecutor, grace_s: float = 5.0) -> None:
             if p.is_alive():
                 p.kill()
                 p.join()
-        pool.shutdown(wait=True)          # the manager thread sees the workers gone and ends
+        pool.shutdown(wait=True)
+        if manager is not None:
+            manager.join(grace_s)         # it sees the workers gone and ends, before the interpreter's exit hook
 
 
 def _ray(fn, items, workers: int | None, address: str | None, time_limit_s, on_done, on_error=None):
