@@ -70,7 +70,8 @@ class ParallelConfig:
     """Model chunks per device (interleaved: v; V-shapes: 2; otherwise 1)."""
     recompute: str = "none"
     """Activation recomputation, one of RECOMPUTE: none; selective (Megatron-Core's core_attn module); mlp (its mlp
-    module: the dense MLP rebuilt from its input in backward); full (every layer from its input)."""
+    module: the dense MLP rebuilt from its input in backward); block (some whole layers, recompute_layers); full
+    (every layer from its input)."""
     zero: int = 0
     """ZeRO stage (ZERO_STAGES): 1 shards optimizer state, 2 also gradients, over dp; 3 also the parameters (FSDP /
     ZeRO-3: torchtitan's FSDP2, gathered per transformer block; costs/fsdp.py)."""

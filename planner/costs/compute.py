@@ -465,6 +465,7 @@ class ComputeModel:
         for st in range(cfg.pp):
             L = stage_layer_count(model, cfg, st)      # uneven first / last stages (Megatron-Core) change it
             R = recomputed_layers(model, cfg, st)      # layers whose recompute runs (block: not all of them)
+            # R == L: the product as before block existed, so the other modes' times stay bit for bit
             b_ = L * (bwd + rc) if R == L else L * bwd + R * rc
             f_, w_, c_ = L * fwd, L * w, L * 2 * comm + R * recompute_tp_comm(p, cfg.recompute)
             if st == 0:

@@ -268,7 +268,7 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     s, b, h, t = training.seq_length, cfg.micro_batch_size, model.hidden_size, cfg.tp
     f, kv = model.ffn_hidden_size, model.kv_channels
     if cfg.op_sac:       # the block is rebuilt (what was not saved) before its backward, as with full recompute
-        return layer_transient_bytes(model, training, replace(cfg, recompute="full"))
+        return layer_transient_bytes(model, training, with_recompute(cfg, "full"))
     if cfg.recompute == "block":
         # not knowing the stage: the larger of the two kinds' (block_transient_bytes is the stage's, at most this)
         return max(layer_transient_bytes(model, training, with_recompute(cfg, "full")),
@@ -276,7 +276,7 @@ def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     if cfg.recompute == "mlp":
         # as without recompute, plus what the checkpoint dropped: rebuilt before the MLP's backward, and by the
         # attention phase the layer's stored MLP half (less those bytes) is what has been freed
-        return (layer_transient_bytes(model, training, replace(cfg, recompute="none"))
+        return (layer_transient_bytes(model, training, with_recompute(cfg, "none"))
                 + mlp_recompute_dropped_bytes(model, training, cfg))
     P = layer_saved_pieces(model, training, cfg)
     rc = cfg.recompute

@@ -605,7 +605,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
     L = model.num_layers // cfg.pp
     layer_act = stored_layer_bytes(model, tr_s, cfg_s)
     per_chunk = np.full((p, v), L / v) if chunk_layers is None else chunk_layers
-    act = per_chunk * layer_act if not block else np.array(chunk_stored_bytes(model, tr_s, cfg_s))
+    act = np.array(chunk_stored_bytes(model, tr_s, cfg_s))       # each chunk's own bytes (block: its two kinds)
     transient = np.repeat(work[:, None], v, axis=1)
     if rc_ops and recompute_in_bubbles:
         # Mario's early recompute rebuilds a chunk's layers in a bubble: the others besides the one in the working set
