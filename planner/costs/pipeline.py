@@ -111,6 +111,19 @@ def _v_chunks(f: list, b: list, w: list) -> tuple[list, list, list]:
     return out[0], out[1], out[2]
 
 
+def _v_devices(f: list, b: list, w: list) -> tuple[list, list, list]:
+    """Per-device times of a V from per-rank ones: stage times come per pipeline rank (output layer on rank pp-1); in
+    a V the last stage is on device 0, which holds both ends: rank pp-1's extra over the lightest rank moves there."""
+    out = []
+    for x in (f, b, w):
+        x = list(x)
+        extra = x[-1] - min(x)
+        x[0] += extra
+        x[-1] -= extra
+        out.append(x)
+    return out[0], out[1], out[2]
+
+
 def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float:
     """Iteration compute time with per-stage (per-device) times f[i], b[i], w[i], bubbles included.
 
@@ -136,12 +149,7 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
     if schedule in ("v-half", "v-min"):
         chunks = _v_chunks(f, b, w)
     if schedule in V_SHAPES:
-        # stage times come per pipeline rank (output layer on rank pp-1); in a V the last stage is on
-        # device 0, which holds both ends: move rank pp-1's extra over the lightest rank there
-        for x in (f, b, w):
-            extra = x[-1] - min(x)
-            x[0] += extra
-            x[-1] -= extra
+        f, b, w = _v_devices(f, b, w)
     t = [fi + bi for fi, bi in zip(f, b, strict=True)]
     k = max(range(pp), key=lambda i: t[i])
     if schedule in ("gpipe", "1f1b"):
@@ -162,6 +170,27 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
     else:
         raise ValueError(f"unknown schedule {schedule!r}")
     return m * t[k] + sum(x) - x[k]
+
+
+def v_half_p2p_s(f, b, w, m: int, c: float) -> float:
+    """Seconds V-Half's hops of c (one way) add to its compute (stage_compute_time), per-rank times f, b (w
+    included), w as stage_compute_time takes them. The seed's order (vblocks.py) is fixed, so a hop the order's slack
+    cannot hide lengthens its cycles: micro-batch j's round trip (down the V and back: 4(p - 1) hops, four chunk ops a
+    device, each at about the larger of F and B, plus two W's) gates micro-batch j + p, so the period is at least
+    P_lat = 4 max(F, B) + (2W + 4(p - 1)c) / p, and the ramp carries (p - 2) of those hops' share,
+    4(p - 1)(p - 2)c / p. With small hops the order hides them but 1.5 traversals a micro-batch (3(p - 1)c m / p, the
+    old fit). Against the replay on uniform stages (F : B : W 1 : 1.3-3 : 0.13-1, p 4-16, hop 0.1-4 chunk F's):
+    m >= 2p median +0.1%, p5 .. p95 -2.1 .. +4.8% (the old constant 1.5 traversals: -26.5 .. +4.4%, down to -50% at
+    a hop of 4 F's); m = p -11 .. 0% (docs/notes/simulator.md, "V-Half's hops")."""
+    p = len(f)
+    if p < 2 or c <= 0:
+        return 0.0
+    f, b, w = (list(map(float, x)) for x in (f, b, w))
+    F, B, W = _v_chunks(f, b, w)
+    fd, bd, _wd = _v_devices(f, b, w)
+    P0 = v_period("v-half", p, F, B, W, max(x + y for x, y in zip(fd, bd, strict=True)))
+    P_lat = 4 * max(max(F), max(B)) + (2 * max(W) + 4 * (p - 1) * c) / p
+    return max(3 * (p - 1) * m / p * c, m * max(P_lat - P0, 0.0) + 4 * (p - 1) * (p - 2) * c / p)
 
 
 def zb_h1_time(f, b, w, m: int, c: float = 0.0) -> float:
@@ -280,7 +309,8 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on
     uniform stages; 2.1-3.0 from m = 4p; a hop near a chunk's forward with W small is no longer hidden and grows
-    with m, not covered); V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals, fitted
+    with m, not covered); V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (V-Half's latency
+    model charges v_half_p2p_s, which grows past 1.5 once the hops outgrow the order's slack), fitted
     to the simulator replaying seed 001's order (vblocks.py; 2.8-3.1 and 1.4-1.5 at pp 4-8 on uniform stages).
     engine="deepspeed" (its 1F1B only, simulate.deepspeed): every transfer is a rendezvous that holds
     sender and receiver, so a stage with two neighbours spends 4 one-way transfers per micro-batch (an end

@@ -13,20 +13,16 @@ ends (embedding, output layer) sit on device 0.
 GPipe, 1F1B, interleaved (Megatron-LM's orders) and ZB-H1 (the zero-bubble paper's: 1F1B's F/B order,
 stage i running W(j) after B(j+i)) have closed-form orders. V-Min and V-Half are the seed's own orders (its
 runtime builds them at unit times and runs them at the real ones), see vblocks.py; so is V-ZB (built at the
-profiled per-chunk times), see zbv.py. torchtitan's V-ZB (ZeRO-3 plans, PyTorch's ZBVZeroBubble) keeps a greedy
-list scheduler here: B first (it is on the critical path), then F while the device holds fewer than 2p chunk
-activations (1F1B's peak), W fills the rest; it is not PyTorch's own order.
+profiled per-chunk times), see zbv.py. torchtitan's V-ZB (ZeRO-3 plans) is PyTorch's ScheduleZBVZeroBubble order
+(_pytorch_zbv), the paper's hand-made ZB-V whatever the times.
 """
 from __future__ import annotations
-
-import heapq
-from collections import deque
 
 import numpy as np
 
 from planner.config import SCHEDULES, SPLIT_SCHEDULES, V_SHAPES
 from planner.costs.pipeline import chunks_per_device
-from planner.simulator.ops import B, F, R, Schedule, W, stage_table
+from planner.simulator.ops import B, F, R, Schedule, W
 from planner.simulator.vblocks import v_block_order
 from planner.simulator.zbv import DEFAULT_MODEL, zbv_order
 
@@ -126,140 +122,56 @@ def _interleaved(p: int, m: int, v: int) -> list:
     return out
 
 
-# ---------------------------------------------------------------- greedy builder (ZB-H1, V-shapes)
+# ---------------------------------------------------------------- PyTorch's ZB-V (torchtitan's v-zb)
 
-def zb_caps(name: str, p: int) -> tuple[int, list]:
-    """(micro-batches in flight, per-device cap on live chunk activations) for the greedy builder.
+def _pytorch_zbv(p: int, m: int) -> list:
+    """PyTorch pipelining's ScheduleZBVZeroBubble order, which torchtitan runs for v-zb (ZeRO-3 plans): the paper's
+    hand-made ZB-V (F = B = W), fixed whatever the real times (pytorch/pytorch@1fd7abc2
+    torch/distributed/pipelining/schedules.py, _calculate_single_rank_operations). Rank r: 2(p - r) - 1 forwards of
+    chunk 0, r pairs (F chunk 1, F chunk 0), p - r triples (F, B, W of chunk 1); then F0 B0 W0 F1 B1 W1 per
+    micro-batch; the cool-down r pairs (B0, B1), p - r pairs (B0, W0), the chunk-1 W's left, the chunk-0 W's left.
+    Built for max(2p - 1, m) micro-batches, the ops of those beyond m dropped (as PyTorch replaces them by None).
+    Every W right after its B in the steady state, so a device holds at most 2p chunk activations."""
+    return [_pytorch_zbv_rank(p, r, m) for r in range(p)]
 
-    V-ZB: 2p chunk activations per device = p micro-batches of the device's layers, again 1F1B's peak.
-    """
-    return 2 * p, [max(2 * p, 2)] * p
 
+def _pytorch_zbv_rank(p: int, r: int, m: int) -> tuple:
+    n = max(2 * p - 1, m)
+    ops = []
+    cnt = {"f0": 0, "f1": 0, "b0": 0, "b1": 0}
 
-def _greedy(name: str, p: int, m: int, v: int, f: float, b: float, w: float) -> list:
-    """List-schedule with unit (per-chunk) times f, b, w; returns per-device op arrays.
+    def put(kind, c, key):
+        ops.append((kind, cnt[key], c))
+        cnt[key] += 1
 
-    Per stage, F and B run micro-batches in order. A device that is free picks: a ready B (oldest
-    micro-batch, latest stage), else a ready F (latest stage first, so micro-batches finish and free
-    memory; a new micro-batch is injected at stage 0 only under the in-flight cap), else a W. F is
-    held back for a W only when the device is at its activation cap, so the builder never deadlocks.
-    """
-    stage_of = stage_table(name, p, v)
-    S = p * v
-    dev_of = [0] * S
-    for d in range(p):
-        for c in range(v):
-            dev_of[int(stage_of[d, c])] = d
-    inflight_cap, dev_caps = zb_caps(name, p)
-    INF = float("inf")
-    fend = [[INF] * m for _ in range(S)]       # end time of F(s, j)
-    bend = [[INF] * m for _ in range(S)]
-    nf = [0] * S
-    nb = [0] * S
-    pend_w = [deque() for _ in range(p)]            # (stage, j) whose W is pending, oldest first
-    live = [0] * p                             # chunk activations held (freed by W)
-    injected = 0
-    retired = 0                                # micro-batches whose stage-0 W is done
-    stages_of_dev = [sorted(stage_of[d].tolist(), reverse=True) for d in range(p)]
-    out = [([], [], []) for _ in range(p)]
-    chunk_of = {}
-    for d in range(p):
-        for c in range(v):
-            chunk_of[int(stage_of[d, c])] = c
-    left = [3 * v * m] * p
-    ver = [0] * p                              # heap entries of a device older than ver[d] are stale
-    heap = [(0.0, d, d, 0) for d in range(p)]
-    heapq.heapify(heap)
-    counter = p
-    sleeping = []                              # blocked devices: re-examined whenever an op is placed
-    is_sleeping = [False] * p
-    while heap:
-        t, _, d, vv = heapq.heappop(heap)
-        if vv != ver[d]:
-            continue
-        best = None          # (kind, stage, j)
-        future = INF
-        for s in stages_of_dev[d]:            # B: oldest micro-batch first
-            j = nb[s]
-            if j < m:
-                r = fend[s][j] if s == S - 1 else bend[s + 1][j]
-                r = max(r, fend[s][j])
-                if r <= t:
-                    if best is None or j < best[2]:
-                        best = (B, s, j)
-                elif r < future:
-                    future = r
-        if best is None:
-            full = live[d] >= dev_caps[d]
-            for s in stages_of_dev[d]:        # F: latest stage first
-                j = nf[s]
-                if j >= m or (s == 0 and injected - retired >= inflight_cap):
-                    continue
-                if full and j != retired:      # at the cap only the oldest micro-batch may advance
-                    continue
-                r = 0.0 if s == 0 else fend[s - 1][j]
-                if r <= t:
-                    best = (F, s, j)
-                    break
-                if r < future:
-                    future = r
-        if best is None and pend_w[d]:
-            s, j = pend_w[d].popleft()
-            best = (W, s, j)
-        if best is None:        # wait: for a known ready time, and for every op placed meanwhile
-            if future < INF:
-                counter += 1
-                heapq.heappush(heap, (future, counter, d, ver[d]))
-            if not is_sleeping[d]:
-                is_sleeping[d] = True
-                sleeping.append(d)
-            continue
-        kind, s, j = best
-        if is_sleeping[d]:
-            is_sleeping[d] = False
-            sleeping.remove(d)
-        if kind == F:
-            end = t + f
-            fend[s][j] = end
-            nf[s] += 1
-            live[d] += 1
-            if s == 0:
-                injected += 1
-        elif kind == B:
-            end = t + b
-            bend[s][j] = end
-            nb[s] += 1
-            pend_w[d].append((s, j))
-        else:
-            end = t + w
-            live[d] -= 1
-            if s == 0:
-                retired += 1
-        out[d][0].append(kind)
-        out[d][1].append(j)
-        out[d][2].append(chunk_of[s])
-        left[d] -= 1
-        # wake the sleepers this op can unblock, when it ends: the next stage's device for an F, the
-        # previous stage's for a B; a retiring micro-batch changes the oldest one, which may run anywhere
-        if kind == W and s == 0:
-            wake = sleeping
-        elif kind == F and s + 1 < S:
-            wake = (dev_of[s + 1],)
-        elif kind == B and s > 0:
-            wake = (dev_of[s - 1],)
-        else:
-            wake = ()
-        for e in wake:
-            if is_sleeping[e]:
-                counter += 1
-                heapq.heappush(heap, (end, counter, e, ver[e]))
-        if left[d]:
-            ver[d] += 1
-            counter += 1
-            heapq.heappush(heap, (end, counter, d, ver[d]))
-    if any(left):
-        raise RuntimeError(f"{name} builder deadlocked with {sum(left)} ops unplaced")
-    return [(np.array(k, np.int64), np.array(j, np.int64), np.array(c, np.int64)) for k, j, c in out]
+    for _ in range(2 * (p - r) - 1):
+        put(F, 0, "f0")
+    for _ in range(r):
+        put(F, 1, "f1")
+        put(F, 0, "f0")
+    for _ in range(p - r):
+        put(F, 1, "f1")
+        ops.append((B, cnt["b1"], 1))
+        put(W, 1, "b1")
+    while cnt["f1"] < cnt["f0"] or cnt["f0"] < n:
+        if cnt["f0"] < n:
+            put(F, 0, "f0")
+        ops.append((B, cnt["b0"], 0))
+        put(W, 0, "b0")
+        put(F, 1, "f1")
+        ops.append((B, cnt["b1"], 1))
+        put(W, 1, "b1")
+    w0, w1 = cnt["b0"], cnt["b1"]
+    for _ in range(r):
+        put(B, 0, "b0")
+        put(B, 1, "b1")
+    for _ in range(p - r):
+        put(B, 0, "b0")
+        ops.append((W, w0, 0))
+        w0 += 1
+    ops += [(W, j, 1) for j in range(w1, cnt["b1"])] + [(W, j, 0) for j in range(w0, cnt["b0"])]
+    a = np.array([o for o in ops if o[1] < m], np.int64)
+    return a[:, 0], a[:, 1], a[:, 2]
 
 
 # ---------------------------------------------------------------- recompute ops
@@ -312,9 +224,8 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
         lists = _interleaved(p, m, v)
     elif name == "zb-h1":
         lists = _zb_h1(p, m)
-    elif name == "v-zb" and pytorch:
-        f, b, w = times
-        lists = _greedy(name, p, m, v, f, max(b - w, 1e-9), max(w, 1e-9))
+    elif name == "v-zb" and pytorch:     # torchtitan's: PyTorch's fixed ZB-V order, not built at the times
+        lists = _pytorch_zbv(p, m)
     elif name == "v-zb":          # the seed's runtime order at the profiled times (zbv.py)
         f, b, w = times
         lists = zbv_order(p, m, f, max(b - w, 0.0), max(w, 0.0), model=model)

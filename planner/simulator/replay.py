@@ -306,14 +306,15 @@ def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 
                      w: float = 0.0, recompute: float = 0.0, comm: float = 0.0,
                      recompute_in_bubbles: bool = False, blocking_p2p: bool = False,
                      rendezvous_p2p: bool = False, pipeline_engine: str = "megatron",
-                     async_p2p: bool = False) -> SimResult:
+                     async_p2p: bool = False, pytorch: bool = False) -> SimResult:
     """Uniform stages: per *device* times f, b (w and recompute included in b), split evenly over chunks;
     every p2p hop between devices takes `comm`. Activation memory: 1 byte per device-layer-set and
-    micro-batch (so `inflight` and activation peaks read in 1F1B's units)."""
+    micro-batch (so `inflight` and activation peaks read in 1F1B's units). pytorch: PyTorch pipelining's order where
+    it differs (V-ZB, torchtitan's: orders.build)."""
     v = chunks_per_device(schedule, vpp)
     _check_engine(pipeline_engine, schedule, blocking_p2p or rendezvous_p2p or async_p2p)
     sched = build(schedule, p, m, vpp, recompute=recompute > 0, early_recompute=recompute_in_bubbles,
-                  times=(f / v, b / v, w / v))
+                  times=(f / v, b / v, w / v), pytorch=pytorch)
     dur = np.zeros((p, v, 4))
     bb = b - recompute
     if sched.split:
