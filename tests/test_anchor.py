@@ -97,3 +97,17 @@ def test_the_portfolio_runs_it_on_its_reserved_work():
         assert portfolio.work_budget(5, [p])[0] > iters_with     # the reservation came off the annealer's share
     finally:
         portfolio.ANCHOR_SHARE = saved
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_plan_it_returns_is_a_placement(seed):
+    """Random starts on instances with several degraded nodes (some sharing a rack): whatever the moves (a peer from
+    another row, or from the target row itself), the result holds every node once and is never worse."""
+    rng = np.random.default_rng(seed)
+    bad = sorted(rng.choice(32, size=4, replace=False).tolist())
+    p = _pods(4, 8, bad=bad, seed=seed)
+    for a in (startpoint.initial([p]), rng.permutation(32).reshape(4, 8)):
+        b, moved = anchor.improve([p], a)
+        p.check(b)
+        assert sorted(b.ravel().tolist()) == sorted(a.ravel().tolist())
+        assert p.objective(b) <= p.objective(a) and moved == (p.objective(b) < p.objective(a))

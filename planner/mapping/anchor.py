@@ -210,8 +210,11 @@ def improve(problems, assign: np.ndarray, robust: str = "worst",
                     if spent + per_cand > budget_s:
                         break
                     b = a.copy()
-                    b[i2, jx] = o
-                    b[ic, jc], b[i2, j] = a[i2, jx], c
+                    if ic == i2:
+                        b[i2, jc], b[i2, j] = o, c
+                    else:
+                        b[i2, jx] = o
+                        b[ic, jc], b[i2, j] = a[i2, jx], c
                     pins = anchored | {(i, j), (i2, j)}
                     if not all(ring(b, r, [jj for (ii, jj) in pins if ii == r]) for r in sorted({i, i2, ic})):
                         continue
