@@ -12,15 +12,16 @@ until every weak node on a slow column is done: the annealer, the LNS and the tw
 
 improve() visits the weak nodes (weak_nodes: the WEAK_RANK-th cheapest hop dearer than WEAK_FACTOR x the median
 node's), slowest first. For weak node v at (row i, column j), an adjacent row i2, one of v's PEERS cheapest peers c
-(not there already) and each node x of row i2: c goes to (i2, j), x to c's old place, the node at (i2, j) to x's;
-every row touched is re-ringed in its least-bottleneck cyclic order found (a bisection over its link costs, a
-depth-first search for a cycle under each with the anchored columns pinned, DFS_NODES nodes per try), never at a
-ring level that could not beat the plan (cap). The best candidate is kept if it lowers (paths from the slowest, then
-the slowest ring): a weak node's column falls even where another column still holds the maximum. v and c are then
-pinned. The pass returns the plan with the least whole (robust) objective after any of its moves, if strictly lower
-than its start's: never worse. Deterministic
-(fixed orders, first best); its work is charged per try, search node and scored candidate (work.py) and stops within
-the budget the caller gives.
+(not there already) and each node x of row i2: c goes to (i2, j), x to c's old place, the node at (i2, j) to x's (c
+already in row i2: moved within it). Every row touched gets a cyclic order with the anchored columns pinned (a
+depth-first search, DFS_NODES nodes per try): under the plan's slowest ring if one is found there, else at the least
+level above it that the bisection finds, never at a level that could not beat the plan (cap). The best candidate is
+kept if it lowers (paths from the slowest, then the slowest ring): a weak node's column counts as progress even
+where another column still holds the maximum; v and c are then pinned. The pass returns the plan with the least
+whole (robust) objective after any of its moves, if strictly lower than its start's: never worse. Deterministic
+(fixed orders, first best); its work is charged per try, search node and scored candidate (work.py) and stops
+before a candidate that might not fit the budget the caller gives. Tuned on the pod family's seeds 0-2 and 10 only
+(docs/notes/solver.md, "Weak nodes anchored").
 """
 from __future__ import annotations
 
