@@ -12,7 +12,9 @@ runs, on that one budget:
      hands the rest of its work to a reheated anneal from its plan (a second chain started from the first one's best);
      (between 2 and 3: the two-row re-solve, tworows.py, where it applies; then, where rings confine rows to groups
      of nodes (problem.rows_confined: racks behind a spine), the best order of whole rows (roworder.py), on work
-     reserved from the annealer's share; on near-uniform links it does not run and nothing else moves);
+     reserved from the annealer's share; on near-uniform links it does not run and nothing else moves; then, where
+     rows are confined and some node has few fast peers (a degraded NIC), the weak nodes' pass (anchor.py: each
+     given its fast peers as ring and column neighbours), on ANCHOR_SHARE of the work reserved the same way);
   3. up to EXACT_NODES candidate nodes, cpsat.solve_exact (pre-solve bounds, the column decomposition, the
      assignment model) with the annealer's incumbent as hint, on the rest of the work (EXACT_SHARE of it up to
      SMALL_NODES nodes, EXACT_SHARE_LARGE above, only EXACT_PROBE_SHARE where the two-row re-solve runs and gets
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner import interrupt
-from planner.mapping import lns, roworder, startpoint, tworows, work
+from planner.mapping import anchor, lns, roworder, startpoint, tworows, work
 from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import robust_lower_bound, robust_objective
@@ -98,6 +100,9 @@ ANNEAL_PER_PLACEMENT = 50
 # stops early, rather than leave the annealer one iteration and the solve above its budget (8 x 16 racks at 1 s: 0.41
 # work s charged of 0.35). At the benchmarks' 10 s neither binds.
 PASS_MAX_FRACTION = 0.5
+# of the work, where rows are confined and some node has few fast peers (anchor.applies): the weak nodes' pass
+# (anchor.py) after the row order, reserved from the annealer's share (elsewhere nothing moves)
+ANCHOR_SHARE = 0.05
 
 
 @dataclass
@@ -116,7 +121,8 @@ def work_budget(time_limit_s: float, problems) -> tuple[int, float]:
     total = work.WORK_PER_S * time_limit_s
     exact = _exact_share(probs)
     anneal_w = _anneal_work(time_limit_s, probs)
-    iters = work.iterations_for(anneal_w - _row_order_work(probs, anneal_w), p0.layout.rows, len(probs))
+    iters = work.iterations_for(anneal_w - _row_order_work(probs, anneal_w) - _anchor_work(time_limit_s, probs),
+                                p0.layout.rows, len(probs))
     space = placements(p0)
     if space <= SMALL_SPACE:
         iters = min(iters, ANNEAL_PER_PLACEMENT * space)
@@ -138,6 +144,13 @@ def _row_order_work(probs, anneal_w: float = float("inf")) -> float:
     """The work the row-order pass may charge (roworder.work_bound), reserved from the annealer's share `anneal_w`
     where it runs (_row_order_on); 0 elsewhere, so nothing else moves there."""
     return roworder.work_bound(probs) if _row_order_on(probs, anneal_w) else 0.0
+
+
+def _anchor_work(time_limit_s: float, probs) -> float:
+    """The work the weak nodes' pass may charge: ANCHOR_SHARE of the work where anchor.applies and that pays for at
+    least one of its candidates; 0 elsewhere (nothing reserved, nothing moves)."""
+    w = ANCHOR_SHARE * work.WORK_PER_S * time_limit_s
+    return w if anchor.applies(probs) and w >= anchor.candidate_work(probs[0].layout.cols) else 0.0
 
 
 def _row_order_on(probs, anneal_w: float = float("inf")) -> bool:
@@ -248,7 +261,7 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
         # PASS_MAX_FRACTION of the annealer's work left after the row order; what it charged comes off the annealer's
         # iterations (0 elsewhere: nothing moves there), or off the exact phase's budget where no anneal runs
         anneal_w = _anneal_work(T, probs)
-        room = PASS_MAX_FRACTION * (anneal_w - _row_order_work(probs, anneal_w))
+        room = PASS_MAX_FRACTION * (anneal_w - _row_order_work(probs, anneal_w) - _anchor_work(T, probs))
         with work.metered() as m:
             init = startpoint.initial(probs, robust, budget_s=room)
         start_w = m.used_s
@@ -276,6 +289,7 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
         if _row_order_on(probs, _anneal_work(T, probs)) and wall_left() > WALL_NEAR and not interrupt.requested():
             init, moved = roworder.improve(probs, init, robust)
             info = dict(info, row_order_moves=int(moved))
+        init, info = _anchor(probs, T, init, robust, wall_left, info)
         if exact_w <= 0:                            # above EXACT_NODES: the annealer and the LNS
             stop = "wall" if wall_left() <= 0 else "work"
             return _result(init, probs, robust, r.bound, "HEURISTIC", method, stop, info)
@@ -287,6 +301,15 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
     else:
         exact_budget = work.WORK_PER_S * T - start_w    # only "is there better than the cutoff?": all of it
     return _exact(probs, exact_budget, seed, init, robust, cutoff, wall_left, "portfolio", info)
+
+
+def _anchor(probs, T, init, robust, wall_left, info):
+    """The weak nodes' pass (anchor.py) on its reserved work, where it applies."""
+    anchor_w = _anchor_work(T, probs)
+    if anchor_w <= 0 or wall_left() <= WALL_NEAR or interrupt.requested():
+        return init, info
+    init, moved = anchor.improve(probs, init, robust, budget_s=anchor_w)
+    return init, dict(info, anchor_moves=int(moved))
 
 
 def _lns(probs, T, seed, init, wall_left, info):

@@ -64,6 +64,12 @@ ROW_ORDER_TERM_WORK_S = 2e-8
 # one node of startpoint.py's depth-first search for a ring under a threshold (bitmask steps; 3.4-9.6 us measured on
 # the three-tier family's 4 x 8 .. 16 x 16 rows, load ~1), charged ~2-4x for the slowest machine with two solves
 RING_DFS_NODE_WORK_S = 1.5e-5
+# anchor.py's moves: one threshold tried on a row (its adjacency built, the candidate's bookkeeping), one node of its
+# pinned depth-first search, one candidate scored (paths and rings). Measured ~29 us, ~1.3 us and ~30 us on the
+# three-tier family's 4 x 8 and 8 x 8 (load ~1); charged ~3x for the slowest machine with two solves at once
+ANCHOR_TRY_WORK_S = 1e-4
+ANCHOR_NODE_WORK_S = 4e-6
+ANCHOR_EVAL_WORK_S = 1e-4
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
 # the configuration search's own work outside the mapping solvers (search/solve.py, search/screen.py), measured on
 # this machine's class (docs/notes/solver.md, "The search's own work, charged" and "Short limits"): the memory screen
