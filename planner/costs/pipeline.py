@@ -14,7 +14,10 @@ warm-up + cool-down (v_ramp). V-ZB: seed 001's order has no repeating bubble (pe
 """
 from __future__ import annotations
 
+import functools
 import math
+
+import numpy as np
 
 from planner.config import V_SHAPES, chunks_per_device  # noqa: F401  (chunks_per_device: re-exported)
 
@@ -193,6 +196,80 @@ def v_half_p2p_s(f, b, w, m: int, c: float) -> float:
     return max(3 * (p - 1) * m / p * c, m * max(P_lat - P0, 0.0) + 4 * (p - 1) * (p - 2) * c / p)
 
 
+def stable_pattern(name: str, p: int) -> list:
+    """Slots of micro-batch 0's [F chunk 0, F chunk 1, B chunk 1, B chunk 0] per device in seed 001's V-Min / V-Half
+    steady state, micro-batch j at + 6j (zbv_greedy.py stable_pattern_v_min / stable_pattern_v_half @39f2c186); the
+    order's builder (simulator/vblocks.py) and V-Min's hop period (v_min_period) read it."""
+    if name == "v-min":
+        gap = 2 if p % 3 == 0 else 0
+        return [[i, 2 * p - i - 1, 2 * p + gap + i, 4 * p + gap - i - 1] for i in range(p)]
+    gap = 3 if p % 2 == 0 else 0
+    return [[2 * i, 3 * p - i - 2, 3 * p + gap + 2 * i - 1, 6 * p + gap - i - 2] for i in range(p)]
+
+
+@functools.lru_cache(maxsize=64)
+def _v_min_slot_graph(p: int) -> tuple:
+    """V-Min's steady state as a graph of its 6p slots (device d, slot s mod 6): (kind of each slot, 0 F / 1 B / 2 W;
+    for each slot its device predecessor and its data predecessor, -1 where none). In the stable pattern every pass
+    of a micro-batch sits one slot after the pass it waits for on the neighbour device (F chunk 0 at slot d, F chunk 1
+    at 2p - 1 - d, B chunk 1 at 2p + gap + d, B chunk 0 at 4p + gap - 1 - d), and the two free slots of a period hold
+    the W's (put_w), so every edge of the graph, on a device or across a hop, advances one slot."""
+    kind = np.full((p, 6), 2)
+    data = np.full((p, 6), -1)
+    for d, slots in enumerate(stable_pattern("v-min", p)):
+        for k, t in enumerate(slots):       # F0 and B1 run down the V (from d - 1), F1 and B0 up (from d + 1)
+            kind[d, t % 6] = 0 if k < 2 else 1
+            src = d - 1 if k in (0, 2) else d + 1
+            if 0 <= src < p:
+                data[d, t % 6] = src * 6 + (t - 1) % 6
+    node = np.arange(6 * p).reshape(p, 6)
+    return kind.ravel(), np.roll(node, 1, axis=1).ravel(), data.ravel()
+
+
+@functools.lru_cache(maxsize=256)
+def v_min_period(p: int, F: float, B: float, W: float, c: float) -> float:
+    """V-Min's steady-state period per micro-batch on uniform per-chunk times F, B (input gradient), W with every hop c
+    one way (sends overlapping compute): the order is fixed (seed 001 builds it at unit times), so a period is 6 times
+    the maximum cycle mean of its slot graph (_v_min_slot_graph: a slot's op starts after its device's previous slot
+    and, c later, its data's slot on the neighbour), Karp's algorithm over the 6p slots. Exact against the replay on
+    uniform stages (p 2-24; docs/notes/simulator.md, "V-Min's hops"). At c = 0 it is v_period's max(work, 6F, 6B).
+    The critical cycles with hops zigzag between two devices down one pass and up another: up to 6(p-1)/p hops a
+    micro-batch where p % 3 == 0, fewer elsewhere (6L/(L + 1), L = p - 1 - p % 3, for the F and B zigzags)."""
+    kind, dev_prev, data = _v_min_slot_graph(p)
+    n = len(kind)
+    dur = np.array([F, B, W])[kind]
+    has = data >= 0
+    src = np.where(has, data, 0)
+    D = np.zeros((n + 1, n))
+    for i in range(1, n + 1):
+        x = D[i - 1]
+        D[i] = np.maximum(x[dev_prev] + dur[dev_prev], np.where(has, x[src] + dur[src] + c, -np.inf))
+    gap = (D[n] - D[:n]) / (n - np.arange(n))[:, None]
+    return 6 * float(np.max(np.min(gap, axis=0)))
+
+
+def v_min_p2p_s(f, b, w, m: int, c: float) -> float:
+    """Seconds V-Min's hops of c (one way) add to its compute (stage_compute_time), per-rank times f, b (w included),
+    w as stage_compute_time takes them. V-Min runs its fixed order in lock step, so the hops stretch every period:
+    m (v_min_period(c) - v_min_period(0)) at the chunks' largest times, less what the busiest device's own work leaves
+    of it, plus the ramp's hops, 4(p - 1) - 8 where p % 3 == 0 and 4(p - 1) - 6 elsewhere (2 at p <= 3): the first
+    micro-batch's round trip less what the steady cycles already count, measured on uniform stages p 2-24 (exact at
+    p % 3 == 0 from p = 6 and at p <= 5, within 2 hops elsewhere; fewer hops where W's slack hides them).
+    Replaces the constant 3 traversals a micro-batch (6(p - 1) m c / p, fitted at hops of 0.05-0.3 of a chunk
+    forward), which missed the ramp: against the replay on uniform stages (F : B : W 1 : 1.3-3 : 0.13-1, p 4-16,
+    hop 0.1-4 chunk F's) docs/notes/simulator.md, "V-Min's hops"."""
+    p = len(f)
+    if p < 2 or c <= 0:
+        return 0.0
+    f, b, w = (list(map(float, x)) for x in (f, b, w))
+    F, B, W = (max(x) for x in _v_chunks(f, b, w))
+    fd, bd, _wd = _v_devices(f, b, w)
+    work = max(x + y for x, y in zip(fd, bd, strict=True))
+    stretch = max(work, v_min_period(p, F, B, W, c)) - max(work, v_min_period(p, F, B, W, 0.0))
+    ramp = 2 if p <= 3 else 4 * (p - 1) - (8 if p % 3 == 0 else 6)
+    return m * stretch + ramp * c
+
+
 def zb_h1_time(f, b, w, m: int, c: float = 0.0) -> float:
     """ZB-H1's makespan with per-stage times f[i], b[i] (w included), w[i] when the last stage is the slowest
     (f + b at least every other stage's) and m >= pp, sends overlapping compute and every hop c one way (the
@@ -309,8 +386,9 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on
     uniform stages; 2.1-3.0 from m = 4p; a hop near a chunk's forward with W small is no longer hidden and grows
-    with m, not covered); V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (V-Half's latency
-    model charges v_half_p2p_s, which grows past 1.5 once the hops outgrow the order's slack), fitted
+    with m, not covered); V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (the latency model
+    charges v_min_p2p_s, V-Min's lock step stretched by its hops plus the ramp's, and v_half_p2p_s, which grows past 1.5
+    once the hops outgrow the order's slack), fitted
     to the simulator replaying seed 001's order (vblocks.py; 2.8-3.1 and 1.4-1.5 at pp 4-8 on uniform stages).
     engine="deepspeed" (its 1F1B only, simulate.deepspeed): every transfer is a rendezvous that holds
     sender and receiver, so a stage with two neighbours spends 4 one-way transfers per micro-batch (an end
