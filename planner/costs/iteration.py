@@ -429,8 +429,9 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
     every MappingProblem of the config it is a valid lower bound for any of its mappings.
     Steady state at the slowest stage, fill and drain at each stage's own time (stage_compute_time)."""
     st = st or stage_times(spec, cfg, costs)
+    # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB below 2 pp micro-batches differs)
     comp = stage_compute_time(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st],
-                              [s.backward for s in st], [s.weight_grad for s in st])
+                              [s.backward for s in st], [s.weight_grad for s in st], pytorch=cfg.zero == 3)
     # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
     return comp + max(getattr(s, "step", 0.0) for s in st)
 

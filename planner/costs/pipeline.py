@@ -127,7 +127,7 @@ def _v_devices(f: list, b: list, w: list) -> tuple[list, list, list]:
     return out[0], out[1], out[2]
 
 
-def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float:
+def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch: bool = False) -> float:
     """Iteration compute time with per-stage (per-device) times f[i], b[i], w[i], bubbles included.
 
     The slowest device k runs m micro-batches back to back (m * (f_k + b_k)); every other device adds
@@ -143,6 +143,8 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
     zb-h1 exact when the last stage is the slowest and m >= pp (zb_h1_time), else 0 .. +12% (m < pp: 0 .. +15%),
     v-zb -0.1 .. +8%, v-half -10% .. +10%, v-min -14% .. +2%.
     Mapping-independent, so a valid constant of the objective.
+    pytorch: PyTorch pipelining's order where it differs (ZeRO-3 plans are torchtitan's): its V-ZB below 2 pp
+    micro-batches, whose makespan pytorch_zbv_time runs (from 2 pp the closed form follows it, 0 .. -1.4%).
     """
     f, b, w = (list(map(float, x)) for x in (f, b, w))
     if len(f) != pp:
@@ -151,6 +153,7 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
         return m * (f[0] + b[0])
     if schedule in ("v-half", "v-min"):
         chunks = _v_chunks(f, b, w)
+    f0, b0, w0 = f, b, w            # per rank, before _v_devices moves the output layer's share to device 0
     if schedule in V_SHAPES:
         f, b, w = _v_devices(f, b, w)
     t = [fi + bi for fi, bi in zip(f, b, strict=True)]
@@ -165,6 +168,8 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w) -> float
         x = [max(ti - 2 * wi, 0.0) for ti, wi in zip(t, w, strict=True)]
         if m < pp:            # compute_time's tail at stage 0's W, which runs last (0 .. +15% on the test grid)
             return m * t[k] + sum(x) - x[k] + (pp - m) * w[0]
+    elif schedule == "v-zb" and pytorch and m < 2 * pp:
+        return pytorch_zbv_time(f0, b0, w0, m)
     elif schedule == "v-zb":
         return m * t[k] + vzb_ramp([(f[i], b[i], w[i]) for i in range(pp) if i != k], w[k])
     elif schedule in ("v-half", "v-min"):
@@ -194,6 +199,113 @@ def v_half_p2p_s(f, b, w, m: int, c: float) -> float:
     P0 = v_period("v-half", p, F, B, W, max(x + y for x, y in zip(fd, bd, strict=True)))
     P_lat = 4 * max(max(F), max(B)) + (2 * max(W) + 4 * (p - 1) * c) / p
     return max(3 * (p - 1) * m / p * c, m * max(P_lat - P0, 0.0) + 4 * (p - 1) * (p - 2) * c / p)
+
+
+def pytorch_zbv_order(p: int, m: int) -> list:
+    """PyTorch pipelining's ScheduleZBVZeroBubble order, which torchtitan runs for v-zb (ZeRO-3 plans): per rank a list
+    of (kind 0 F / 1 B / 2 W, micro-batch, chunk), the paper's hand-made ZB-V (F = B = W), fixed whatever the real times
+    (pytorch/pytorch@1fd7abc2 torch/distributed/pipelining/schedules.py, _calculate_single_rank_operations). Rank r:
+    2(p - r) - 1 forwards of chunk 0, r pairs (F chunk 1, F chunk 0), p - r triples (F, B, W of chunk 1); then F0 B0
+    W0 F1 B1 W1 per micro-batch; the cool-down r pairs (B0, B1), p - r pairs (B0, W0), the chunk-1 W's left, the
+    chunk-0 W's left. Built for max(2p - 1, m) micro-batches, the ops of those beyond m dropped (as PyTorch replaces
+    them by None): below 2p - 1 micro-batches the order keeps the holes. The replay (simulator/orders.py) and the
+    estimate (pytorch_zbv_time) both run it."""
+    return [_pytorch_zbv_rank(p, r, m) for r in range(p)]
+
+
+def _pytorch_zbv_rank(p: int, r: int, m: int) -> list:
+    n = max(2 * p - 1, m)
+    ops = []
+    cnt = {"f0": 0, "f1": 0, "b0": 0, "b1": 0}
+
+    def put(kind, c, key):
+        ops.append((kind, cnt[key], c))
+        cnt[key] += 1
+
+    for _ in range(2 * (p - r) - 1):
+        put(0, 0, "f0")
+    for _ in range(r):
+        put(0, 1, "f1")
+        put(0, 0, "f0")
+    for _ in range(p - r):
+        put(0, 1, "f1")
+        ops.append((1, cnt["b1"], 1))
+        put(2, 1, "b1")
+    while cnt["f1"] < cnt["f0"] or cnt["f0"] < n:
+        if cnt["f0"] < n:
+            put(0, 0, "f0")
+        ops.append((1, cnt["b0"], 0))
+        put(2, 0, "b0")
+        put(0, 1, "f1")
+        ops.append((1, cnt["b1"], 1))
+        put(2, 1, "b1")
+    w0, w1 = cnt["b0"], cnt["b1"]
+    for _ in range(r):
+        put(1, 0, "b0")
+        put(1, 1, "b1")
+    for _ in range(p - r):
+        put(1, 0, "b0")
+        ops.append((2, w0, 0))
+        w0 += 1
+    ops += [(2, j, 1) for j in range(w1, cnt["b1"])] + [(2, j, 0) for j in range(w0, cnt["b0"])]
+    return [o for o in ops if o[1] < m]
+
+
+def v_chunk_times(x) -> list:
+    """Per-chunk times [(chunk 0, chunk 1) per device] of a V from per-rank times x (one of f, b, w), as the replay
+    places them on even stages (simulator.replay._chunk_times): each chunk half of the lightest rank's time, the rest
+    of a middle rank on its own chunks, rank 0's (embedding) on device 0's chunk 0, rank p - 1's (output layer and
+    loss) on device 0's chunk 1, the last stage of the V."""
+    x = list(map(float, x))
+    p, base = len(x), min(x)
+    out = [[base / 2, base / 2] for _ in range(p)]
+    out[0][0] += x[0] - base
+    out[0][1] += x[-1] - base
+    for d in range(1, p - 1):
+        out[d] = [t + (x[d] - base) / 2 for t in out[d]]
+    return out
+
+
+def pytorch_zbv_time(f, b, w, m: int) -> float:
+    """Makespan of PyTorch's V-ZB order (pytorch_zbv_order) with per-rank times f, b (w included), w, no communication:
+    each op starts when its device's previous op and its data are done (F of chunk 0 from the device before, F of
+    chunk 1 from the device after or, at the turn, chunk 0 on the last device; B of chunk 1 from the device before or
+    the forward at the loss on device 0, B of chunk 0 from the device after or the turn; W after its B, earlier in the
+    same list). Exact against the replay at zero communication (the same order and times); O(p m), each op once
+    (a device blocked on its data resumes when that op is done). Used where no closed form follows the order: fewer
+    than 2p micro-batches, whose holes the closed form missed (-2 .. -14% on uniform stages; docs/notes/simulator.md,
+    "torchtitan's V-ZB below 2p")"""
+    p = len(f)
+    ch = [v_chunk_times(f), v_chunk_times([bi - wi for bi, wi in zip(b, w, strict=True)]), v_chunk_times(w)]
+    lists = pytorch_zbv_order(p, m)
+    end: dict = {}
+    waiting: dict = {}              # an op not yet done -> the device blocked on it
+    ptr, free = [0] * p, [0.0] * p
+    ready = list(range(p - 1, -1, -1))
+    while ready:
+        d = ready.pop()
+        ops = lists[d]
+        while ptr[d] < len(ops):
+            k, j, c = ops[ptr[d]]
+            if k == 0:
+                dep = (d - 1, 0, j, 0) if c == 0 and d > 0 else (d + 1, 0, j, 1) if c == 1 and d < p - 1 else \
+                    (d, 0, j, 0) if c == 1 else None
+            elif k == 1:
+                dep = (d - 1, 1, j, 1) if c == 1 and d > 0 else (d, 0, j, 1) if c == 1 else \
+                    (d + 1, 1, j, 0) if d < p - 1 else (d, 1, j, 1)
+            else:
+                dep = None          # its B: earlier on the same device
+            if dep is not None and dep not in end:
+                waiting[dep] = d
+                break
+            key = (d, k, j, c)
+            end[key] = free[d] = max(free[d], end[dep] if dep is not None else 0.0) + ch[k][d][c]
+            ptr[d] += 1
+            if key in waiting:
+                ready.append(waiting.pop(key))
+    if any(ptr[d] < len(lists[d]) for d in range(p)):
+        raise ValueError(f"PyTorch's V-ZB order deadlocks at p={p}, m={m}")
+    return max(free)
 
 
 def stable_pattern(name: str, p: int) -> list:
