@@ -31,7 +31,15 @@ from planner.costs.memory import (
     stage_params,
     weight_bytes,
 )
-from planner.costs.pipeline import V_SHAPES, lock_step_p2p_s, p2p_hops, stage_compute_time, v_half_p2p_s, zb_h1_p2p_s
+from planner.costs.pipeline import (
+    V_SHAPES,
+    lock_step_p2p_s,
+    p2p_hops,
+    stage_compute_time,
+    v_half_p2p_s,
+    v_min_p2p_s,
+    zb_h1_p2p_s,
+)
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
 
@@ -421,8 +429,9 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
     every MappingProblem of the config it is a valid lower bound for any of its mappings.
     Steady state at the slowest stage, fill and drain at each stage's own time (stage_compute_time)."""
     st = st or stage_times(spec, cfg, costs)
+    # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB below 2 pp micro-batches differs)
     comp = stage_compute_time(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st],
-                              [s.backward for s in st], [s.weight_grad for s in st])
+                              [s.backward for s in st], [s.weight_grad for s in st], pytorch=cfg.zero == 3)
     # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
     return comp + max(getattr(s, "step", 0.0) for s in st)
 
@@ -539,9 +548,9 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
-    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s) and V-Half, whose fixed order
-    stretches its cycles once the hops outgrow its slack (pipeline.v_half_p2p_s); without them, one traversal, two and
-    1.5."""
+    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s), V-Half, whose fixed order
+    stretches its cycles once the hops outgrow its slack (pipeline.v_half_p2p_s), and V-Min, whose lock step stretches
+    every period by its hops (pipeline.v_min_p2p_s); without them, one traversal, two, 1.5 and 3."""
     m = cfg.num_microbatches
     if lock_step is not None and waited_lock_step(spec, cfg):
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: lock_step_p2p_s(
@@ -549,8 +558,9 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
-    if lock_step is not None and cfg.schedule == "v-half" and cfg.pp > 1:
-        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_half_p2p_s(
+    if lock_step is not None and cfg.schedule in ("v-half", "v-min") and cfg.pp > 1:
+        v_p2p_s = v_half_p2p_s if cfg.schedule == "v-half" else v_min_p2p_s
+        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
     if p2p_blocking(spec, cfg):
         x = cfg.vpp - 0.5 + (cfg.pp - 1) / m

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.config import SCHEDULES, SPLIT_SCHEDULES, V_SHAPES
-from planner.costs.pipeline import chunks_per_device
+from planner.costs.pipeline import chunks_per_device, pytorch_zbv_order
 from planner.simulator.ops import B, F, R, Schedule, W
 from planner.simulator.vblocks import v_block_order
 from planner.simulator.zbv import DEFAULT_MODEL, zbv_order
@@ -125,53 +125,14 @@ def _interleaved(p: int, m: int, v: int) -> list:
 # ---------------------------------------------------------------- PyTorch's ZB-V (torchtitan's v-zb)
 
 def _pytorch_zbv(p: int, m: int) -> list:
-    """PyTorch pipelining's ScheduleZBVZeroBubble order, which torchtitan runs for v-zb (ZeRO-3 plans): the paper's
-    hand-made ZB-V (F = B = W), fixed whatever the real times (pytorch/pytorch@1fd7abc2
-    torch/distributed/pipelining/schedules.py, _calculate_single_rank_operations). Rank r: 2(p - r) - 1 forwards of
-    chunk 0, r pairs (F chunk 1, F chunk 0), p - r triples (F, B, W of chunk 1); then F0 B0 W0 F1 B1 W1 per
-    micro-batch; the cool-down r pairs (B0, B1), p - r pairs (B0, W0), the chunk-1 W's left, the chunk-0 W's left.
-    Built for max(2p - 1, m) micro-batches, the ops of those beyond m dropped (as PyTorch replaces them by None).
-    Every W right after its B in the steady state, so a device holds at most 2p chunk activations."""
-    return [_pytorch_zbv_rank(p, r, m) for r in range(p)]
-
-
-def _pytorch_zbv_rank(p: int, r: int, m: int) -> tuple:
-    n = max(2 * p - 1, m)
-    ops = []
-    cnt = {"f0": 0, "f1": 0, "b0": 0, "b1": 0}
-
-    def put(kind, c, key):
-        ops.append((kind, cnt[key], c))
-        cnt[key] += 1
-
-    for _ in range(2 * (p - r) - 1):
-        put(F, 0, "f0")
-    for _ in range(r):
-        put(F, 1, "f1")
-        put(F, 0, "f0")
-    for _ in range(p - r):
-        put(F, 1, "f1")
-        ops.append((B, cnt["b1"], 1))
-        put(W, 1, "b1")
-    while cnt["f1"] < cnt["f0"] or cnt["f0"] < n:
-        if cnt["f0"] < n:
-            put(F, 0, "f0")
-        ops.append((B, cnt["b0"], 0))
-        put(W, 0, "b0")
-        put(F, 1, "f1")
-        ops.append((B, cnt["b1"], 1))
-        put(W, 1, "b1")
-    w0, w1 = cnt["b0"], cnt["b1"]
-    for _ in range(r):
-        put(B, 0, "b0")
-        put(B, 1, "b1")
-    for _ in range(p - r):
-        put(B, 0, "b0")
-        ops.append((W, w0, 0))
-        w0 += 1
-    ops += [(W, j, 1) for j in range(w1, cnt["b1"])] + [(W, j, 0) for j in range(w0, cnt["b0"])]
-    a = np.array([o for o in ops if o[1] < m], np.int64)
-    return a[:, 0], a[:, 1], a[:, 2]
+    """PyTorch pipelining's ScheduleZBVZeroBubble order, which torchtitan runs for v-zb (ZeRO-3 plans):
+    costs.pipeline.pytorch_zbv_order (one home with the estimate's pytorch_zbv_time), as op arrays."""
+    assert (F, B, W) == (0, 1, 2)       # pytorch_zbv_order's kinds
+    out = []
+    for ops in pytorch_zbv_order(p, m):
+        a = np.array(ops, np.int64)
+        out.append((a[:, 0], a[:, 1], a[:, 2]))
+    return out
 
 
 # ---------------------------------------------------------------- recompute ops

@@ -22,19 +22,10 @@ import functools
 
 import numpy as np
 
+from planner.costs.pipeline import stable_pattern
 from planner.simulator.ops import B, F, W
 
 PERIOD = 6          # slots per micro-batch and device: F, B, W of two chunks
-
-
-def stable_pattern(name: str, p: int) -> list:
-    """Slots of micro-batch 0's [F chunk 0, F chunk 1, B chunk 1, B chunk 0] per device (zbv_greedy.py
-    stable_pattern_v_min / stable_pattern_v_half)."""
-    if name == "v-min":
-        gap = 2 if p % 3 == 0 else 0
-        return [[i, 2 * p - i - 1, 2 * p + gap + i, 4 * p + gap - i - 1] for i in range(p)]
-    gap = 3 if p % 2 == 0 else 0
-    return [[2 * i, 3 * p - i - 2, 3 * p + gap + 2 * i - 1, 6 * p + gap - i - 2] for i in range(p)]
 
 
 def _put_w(sched: list, split: bool) -> list:

@@ -1,0 +1,47 @@
+"""V-Min's exposed hops on uniform stages: the estimate (compute_time plus the hop charge) against the replay.
+
+    python benchmarks/vmin_hops.py
+
+Grid: p 4, 5, 6, 8, 9, 12, 16; per-device f : b : w 1 : 1.3 : 0.13, 1 : 2 : 0.66, 1 : 2.6 : 0.5, 1 : 3 : 0.3,
+1 : 1.6 : 0.5, 1 : 2 : 1, 1 : 3 : 1 (b holds w); a hop of 0.1 .. 4 chunk forwards; m = p, 2p, 4p, 8p. "old" charges the
+constant 3 traversals a micro-batch (6 (p - 1) m c / p, pipeline.p2p_hops before branch vmin), "new" v_min_p2p_s.
+Prints p5 / median / p95 and the extremes of estimate / replay - 1 for m >= 2p and m = p (docs/notes/simulator.md,
+"V-Min's hops").
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from planner.costs.pipeline import compute_time, v_min_p2p_s
+from planner.simulator import simulate_uniform
+
+RATIOS = [(1, 1.3, 0.13), (1, 2, 0.66), (1, 2.6, 0.5), (1, 3, 0.3), (1, 1.6, 0.5), (1, 2, 1), (1, 3, 1)]
+
+
+def main() -> int:
+    gaps = {(k, r): [] for k in ("old", "new") for r in ("m >= 2p", "m = p")}
+    for p in (4, 5, 6, 8, 9, 12, 16):
+        for f, b, w in RATIOS:
+            for hop in (0.1, 0.25, 0.5, 1, 2, 4):
+                c = hop * f / 2
+                for m in (p, 2 * p, 4 * p, 8 * p):
+                    sim = simulate_uniform("v-min", p, m, 2, f=f, b=b, w=w, comm=c).compute_s
+                    ct = compute_time("v-min", p, m, 2, f, b, w)
+                    r = "m = p" if m == p else "m >= 2p"
+                    gaps["old", r].append((ct + 6 * (p - 1) * m / p * c) / sim - 1)
+                    gaps["new", r].append((ct + v_min_p2p_s([f] * p, [b] * p, [w] * p, m, c)) / sim - 1)
+    for (k, r), g in gaps.items():
+        a = 100 * np.array(g)
+        q = np.percentile(a, [5, 50, 95])
+        print(f"{k} {r:8s} n={a.size}: p5 {q[0]:+.1f}% median {q[1]:+.1f}% p95 {q[2]:+.1f}% "
+              f"min {a.min():+.1f}% max {a.max():+.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
