@@ -16,7 +16,7 @@ The named checks, each counted over the cases it applies to:
   estimate      an accepted plan's iteration time and every stage's memory are finite and positive
   sim_time      the simulator runs it on the estimate's placement and agrees within the tolerance the project's
                 tests use (tests/test_sim_engine.py test_agreement_with_closed_form: 5% for gpipe / 1F1B /
-                interleaved / ZB-H1, 20% for the V-shapes; the distribution is printed for all)
+                interleaved / ZB-H1, 10% for the V-shapes; the distribution is printed for all)
   sim_memory    1F1B: the simulated per-GPU peak equals the estimate's per-stage total (rel 1e-6), the claim of
                 tests/test_sim_engine.py (test_1f1b_memory_equals_estimator, test_recompute_and_fp8_memory_equal_the_
                 estimator) and tests/test_uneven_stages.py; other schedules: the gap of the maxima is printed only
@@ -65,7 +65,7 @@ from planner.io import load_yaml  # noqa: E402
 SPECS = sorted(glob.glob(os.path.join(ROOT, "specs", "*.yaml")))
 SCHEDULES = ("1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb", "gpipe")
 SCHED_W = (0.33, 0.30, 0.09, 0.07, 0.07, 0.09, 0.05)
-TIME_TOL = {s: (0.20 if s in V_SHAPES else 0.05) for s in SCHEDULES}
+TIME_TOL = {s: (0.10 if s in V_SHAPES else 0.05) for s in SCHEDULES}   # V-shapes 20% until Nov 27
 MEM_REL = 1e-6
 OVERLAP_FLAGS = ("grad_reduce", "param_gather", "p2p", "tp_backward")
 CHECKS = ("refusal", "estimate", "sim_time", "sim_memory", "overlap", "recompute", "zero", "fp8_gemm", "sp_memory",

@@ -30,8 +30,11 @@ def _estimate(spec, cfg, layout=None, assign=None):
     (C(8, 4, 4, 1, 128, "zb-h1"), 0.05),
     (C(4, 8, 4, 1, 128, "1f1b", recompute="full"), 0.05),
     (C(2, 8, 8, 2, 32, "1f1b", recompute="selective"), 0.05),
-    (C(8, 4, 4, 1, 128, "v-half", 2), 0.20),
-    (C(8, 4, 4, 1, 128, "v-zb", 2), 0.20),
+    # V-shapes: their closed forms and hop charges follow the fixed orders since Nov 27 (docs/notes/simulator.md);
+    # 20% before, when V-Half's and V-Min's hops were constants fitted at small hops
+    (C(8, 4, 4, 1, 128, "v-half", 2), 0.10),
+    (C(8, 4, 4, 1, 128, "v-zb", 2), 0.10),
+    (C(8, 4, 4, 1, 128, "v-min", 2), 0.10),
 ])
 def test_agreement_with_closed_form(spec, cfg, tol):
     sim = simulate(spec, cfg)
