@@ -172,6 +172,24 @@ def test_zb_h1_with_fewer_micro_batches_than_stages(p, f, b, w):
             assert -1e-9 <= err <= 0.15, (m, e0, eL, err)
 
 
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+@pytest.mark.parametrize("f,b,w", RATIOS)
+def test_zb_h1_hops_with_fewer_micro_batches_than_stages(p, f, b, w):
+    """Below pp micro-batches ZB-H1 has no steady state: the replay exposes the first forward's and the last
+    backward's crossings, 2 (pp - 1) hops, and at most two more per micro-batch after the second. zb_h1_p2p_s
+    charges that most, never under the replay; at m <= 2 exactly. The two round trips it charged (4 (pp - 1)) were
+    twice the replay at m = 1 (the fuzz of valid plans: ZB-H1 pp 4, m 1, +8.7%)."""
+    from planner.costs.pipeline import zb_h1_p2p_s
+    for m in range(1, p):
+        for c in (0.05, 0.3, 1.5):
+            z = simulate_uniform("zb-h1", p, m, f=f, b=b, w=w).iteration_s
+            exposed = simulate_uniform("zb-h1", p, m, f=f, b=b, w=w, comm=c).iteration_s - z
+            got = zb_h1_p2p_s([f] * p, [b] * p, [w] * p, m, c)
+            assert exposed - 1e-9 <= got <= exposed + 2 * max(0, m - 2) * c + 1e-9, (m, c)
+            if m <= 2:
+                assert got == pytest.approx(exposed, rel=1e-9), (m, c)
+
+
 @pytest.mark.parametrize("sched", EXACT + V)
 def test_stage_compute_time_matches_simulation(sched):
     from planner.costs.pipeline import stage_compute_time

@@ -416,13 +416,19 @@ def zb_h1_time(f, b, w, m: int, c: float = 0.0) -> float:
 def zb_h1_p2p_s(f, b, w, m: int, c: float) -> float:
     """Seconds ZB-H1's hops of c (one way) add to its compute: zb_h1_time's where it applies (the last stage the
     slowest, m >= pp: the heavier last stage's slack hides part of the ramp's hops), else the uniform stages' two
-    round trips of the path, 4 (pp - 1) c (exact there at m = pp .. 2pp and hops under half a W)."""
+    round trips of the path, 4 (pp - 1) c (exact there at m = pp .. 2pp and hops under half a W). Below pp
+    micro-batches there is no steady state: the first forward down and the last backward up, 2 (pp - 1) hops, plus
+    two for each micro-batch after the second, 2 (m - 2) (the replay on uniform stages, p 2-8, m < p, f : b : w
+    1 : 2 : 0.66 / 1 : 2 : 1, hops 0.05-2 forwards; where W is heavy, 1 : 3 : 1.5, it hides down to 2 (pp - 1)).
+    The round trips' count was up to twice the replay's there (m 1: the fuzz of valid plans, notes/simulator.md)."""
     p = len(f)
     if p < 2 or c <= 0:
         return 0.0
     t = [fi + bi for fi, bi in zip(f, b, strict=True)]
     if m >= p and t[-1] >= max(t):
         return zb_h1_time(f, b, w, m, c) - zb_h1_time(f, b, w, m)
+    if m < p:
+        return (2 * (p - 1) + 2 * max(0, m - 2)) * c
     return 4 * (p - 1) * c
 
 
@@ -462,9 +468,10 @@ def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) ->
     raise ValueError(f"unknown schedule {schedule!r}")
 
 
-def lock_step_p2p_s(t, c: float, m: int) -> float:
+def lock_step_p2p_s(t, c, m: int) -> float:
     """Seconds Megatron-Core's 1F1B adds to its compute (stage_compute_time) by waiting on every p2p call
-    (the simulator's mcore.py): t[i] = stage i's forward + backward of one micro-batch, c a one-way hop.
+    (the simulator's mcore.py): t[i] = stage i's forward + backward of one micro-batch, c a one-way hop, or one per
+    boundary (c[j] between stages j and j + 1: NVLink inside a node, the network between nodes).
 
     Each call is a meeting with one neighbour, so a steady-state micro-batch holds stage i for t[i] + e[i] c (e: its
     neighbours, 1 at the ends and at pp 2, else 2) and the pace is P = max_i (t[i] + e[i] c); the slowest stage k's
@@ -474,14 +481,16 @@ def lock_step_p2p_s(t, c: float, m: int) -> float:
     heavier first stage never under it, and no further over than stage_compute_time is there. The latency model
     charges it through the path (iteration.typical_hop_traversals). docs/notes/simulator.md"""
     p = len(t)
-    if p < 2 or c <= 0:
+    cs = [float(c)] * (p - 1) if np.ndim(c) == 0 else [float(x) for x in c]
+    if p < 2 or max(cs) <= 0:
         return 0.0
-    e = [1.0 if (i == 0 or i == p - 1 or p == 2) else 2.0 for i in range(p)]
+    # stage i's exchanges: its boundaries' hops (one at the ends); with one hop, e[i] c
+    ex = [(cs[i - 1] if i > 0 else 0.0) + (cs[i] if i < p - 1 else 0.0) for i in range(p)]
     k = max(range(p), key=lambda i: t[i])
-    gap = max(t[i] + e[i] * c for i in range(p)) - t[k]
-    x = (m - 1) * gap + 2 * (p - 1) * c
+    gap = max(t[i] + ex[i] for i in range(p)) - t[k]
+    x = (m - 1) * gap + 2 * sum(cs)
     if m >= 2:
-        x -= gap - e[k] * c
+        x -= gap - ex[k]
     return x
 
 
