@@ -19,10 +19,9 @@ level above it that the bisection finds, never at a level that could not beat th
 kept if it lowers (paths from the slowest, then the slowest ring): a weak node's column counts as progress even
 where another column still holds the maximum; v and c are then pinned. The pass returns the plan with the least
 whole (robust) objective after any of its moves, if strictly lower than its start's: never worse. Deterministic
-(fixed orders, first best); its work is charged per try, search node (by the row's width above 8 columns), scored candidate and its
-entry (work.py) and stops
-before a candidate that might not fit the budget the caller gives. Tuned on the pod family's seeds 0-2 and 10 only
-(docs/notes/solver.md, "Weak nodes anchored").
+(fixed orders, first best); its work is charged per try, search node (by the row's width above 8 columns), scored
+candidate and its entry (work.py), and it stops before a candidate that might not fit the budget the caller gives.
+Tuned on the pod family's seeds 0-2 and 10 only (docs/notes/solver.md, "Weak nodes anchored").
 """
 from __future__ import annotations
 
