@@ -345,3 +345,25 @@ def test_fuzz_v_shapes_agree(path, cfg):
     est = estimate_plan(spec, cfg)[0].iteration_s
     sim = simulate(spec, cfg).iteration_s
     assert -0.03 <= est / sim - 1 <= 0.03, (est, sim)
+
+
+@pytest.mark.parametrize("p", [2, 3, 5])
+def test_pytorch_zbv_time_is_the_replay_on_uneven_ranks(p):
+    """pytorch_zbv_time against the replay (simulate_stage_times) with every rank's f, b, w its own, m p .. 2p - 1:
+    the same per-chunk split (the replay splits b and w each from its own lightest rank, B = b - w per chunk), so the
+    same makespan. At p = 2 both ranks are ends, and the lightest b and w need not be the same rank's."""
+    import random
+
+    from planner.costs.compute import StageTimes
+    from planner.costs.pipeline import stage_compute_time
+    from planner.simulator.replay import simulate_stage_times
+    rng = random.Random(p)
+    for _ in range(30):
+        w = [rng.uniform(0.05, 1.5) for _ in range(p)]
+        b = [x + rng.uniform(0.3, 4.0) for x in w]
+        f = [rng.uniform(0.5, 2.0) for _ in range(p)]
+        st = [StageTimes(fi, bi, wi, 0.0, 0.0) for fi, bi, wi in zip(f, b, w, strict=True)]
+        for m in range(p, 2 * p):
+            sim = simulate_stage_times("v-zb", p, m, 2, st, pytorch=True).compute_s
+            assert stage_compute_time("v-zb", p, m, 2, f, b, w, pytorch=True) == pytest.approx(sim, rel=1e-9), \
+                (f, b, w, m)

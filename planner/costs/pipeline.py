@@ -276,7 +276,11 @@ def pytorch_zbv_time(f, b, w, m: int) -> float:
     than 2p micro-batches, whose holes the closed form missed (-2 .. -14% on uniform stages; docs/notes/simulator.md,
     "torchtitan's V-ZB below 2p")"""
     p = len(f)
-    ch = [v_chunk_times(f), v_chunk_times([bi - wi for bi, wi in zip(b, w, strict=True)]), v_chunk_times(w)]
+    # B per chunk = b's chunk less w's chunk, each split from its own lightest rank (the replay's _chunk_times):
+    # splitting b - w instead differs wherever the lightest b and the lightest w are different ranks' (p = 2)
+    cb, cw = v_chunk_times(b), v_chunk_times(w)
+    ci = [[max(x - y, 0.0) for x, y in zip(bx, wx, strict=True)] for bx, wx in zip(cb, cw, strict=True)]
+    ch = [v_chunk_times(f), ci, cw]
     lists = pytorch_zbv_order(p, m)
     end: dict = {}
     waiting: dict = {}              # an op not yet done -> the device blocked on it

@@ -19,9 +19,9 @@ level above it that the bisection finds, never at a level that could not beat th
 kept if it lowers (paths from the slowest, then the slowest ring): a weak node's column counts as progress even
 where another column still holds the maximum; v and c are then pinned. The pass returns the plan with the least
 whole (robust) objective after any of its moves, if strictly lower than its start's: never worse. Deterministic
-(fixed orders, first best); its work is charged per try, search node and scored candidate (work.py) and stops
-before a candidate that might not fit the budget the caller gives. Tuned on the pod family's seeds 0-2 and 10 only
-(docs/notes/solver.md, "Weak nodes anchored").
+(fixed orders, first best); its work is charged per try, search node (by the row's width above 8 columns), scored
+candidate and its entry (work.py), and it stops before a candidate that might not fit the budget the caller gives.
+Tuned on the pod family's seeds 0-2 and 10 only (docs/notes/solver.md, "Weak nodes anchored").
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _pinned_cycle(adj: list[int], K: int, pins: dict[int, int], cap: int) -> tup
         while m:
             w = (m & -m).bit_length() - 1
             m &= m - 1
-            if bin(adj[w] & (rest | ends)).count("1") < 2:
+            if (adj[w] & (rest | ends)).bit_count() < 2:
                 return False
         return True
 
@@ -100,7 +100,7 @@ def _pinned_cycle(adj: list[int], K: int, pins: dict[int, int], cap: int) -> tup
         while m:
             w = (m & -m).bit_length() - 1
             m &= m - 1
-            cands.append((bin(adj[w] & rest).count("1"), w))     # Warnsdorff: fewest onward links first
+            cands.append(((adj[w] & rest).bit_count(), w))     # Warnsdorff: fewest onward links first
         for _, w in sorted(cands):
             order.append(w)
             if dfs(t + 1, w, used | (1 << w)):
@@ -118,11 +118,21 @@ def _pinned_cycle(adj: list[int], K: int, pins: dict[int, int], cap: int) -> tup
     return out, count
 
 
+def node_work(K: int) -> float:
+    """Work seconds of one node of the pinned search on a row of K columns (its checks scan the row's free nodes)."""
+    return work.ANCHOR_NODE_WORK_S * max(1.0, K / work.ANCHOR_NODE_COLS)
+
+
+def entry_work(n: int) -> float:
+    """Work seconds of the pass's entry on n nodes (weak_nodes sorts every node's hops; the start scored)."""
+    return work.ANCHOR_PAIR_WORK_S * n * n
+
+
 def candidate_work(K: int) -> float:
     """The most work seconds one candidate can charge: three rows re-ringed, each its check, its try at the slowest
     ring and a full bisection of capped tries."""
     tries = math.ceil(math.log2(K * (K - 1) // 2 + 1)) + 2
-    return 3 * tries * (work.ANCHOR_TRY_WORK_S + (DFS_NODES + 1) * work.ANCHOR_NODE_WORK_S) + work.ANCHOR_EVAL_WORK_S
+    return 3 * tries * (work.ANCHOR_TRY_WORK_S + (DFS_NODES + 1) * node_work(K)) + work.ANCHOR_EVAL_WORK_S
 
 
 def improve(problems, assign: np.ndarray, robust: str = "worst",
@@ -133,14 +143,16 @@ def improve(problems, assign: np.ndarray, robust: str = "worst",
     probs = problems if isinstance(problems, list) else [problems]
     p = probs[0]
     a0 = np.asarray(assign)
+    R, K = a0.shape
+    per_cand = candidate_work(K)
+    spent = entry_work(p.n)
+    if spent + per_cand > budget_s:             # not one candidate affordable: nothing done, nothing charged
+        return a0, False
     a = a0.copy()
-    R, K = a.shape
     hs = np.minimum(p.hop, p.hop.T)
     obj0 = robust_objective(probs, a0, robust)
     # a ring at or above this cannot beat `assign` whatever the paths (the first scenario's path bound)
     cap = obj0 - p._separate[1] - p.const
-    per_cand = candidate_work(K)
-    spent = 0.0
     anchored: set[tuple[int, int]] = set()
 
     def key(b):
@@ -166,7 +178,7 @@ def improve(problems, assign: np.ndarray, robust: str = "worst",
             below = (c <= level) & off
             adj = [int(x) for x in (below.astype(np.uint64) << np.arange(K, dtype=np.uint64)).sum(axis=1)]
             order, used = _pinned_cycle(adj, K, pin, DFS_NODES)
-            spent += work.ANCHOR_TRY_WORK_S + used * work.ANCHOR_NODE_WORK_S
+            spent += work.ANCHOR_TRY_WORK_S + used * node_w
             return order
 
         k = int(np.searchsorted(vals, D - p.dp_base[i], side="right"))   # vals[:k]: as fast as the slowest ring
@@ -185,20 +197,24 @@ def improve(problems, assign: np.ndarray, robust: str = "worst",
         b[i] = row[found]
         return True
 
+    node_w = node_work(K)
     keep, keep_v = a0, obj0
     cur = key(a)
     D = float(p.dp_costs(a).max())             # the slowest ring now
     placed = set(a.ravel().tolist())
     for v in weak_nodes(p):
+        if spent + per_cand > budget_s:         # no candidate affordable any more (spent only grows)
+            break
         if v not in placed:
             continue
         i, j = (int(x) for x in np.argwhere(a == v)[0])
         best, best_key, best_pin = None, cur, None
+        peers = [int(x) for x in np.argsort(hs[v], kind="stable")[:PEERS + 1] if x != v][:PEERS]
         for i2 in (i - 1, i + 1):
             if not 0 <= i2 < R or (i2, j) in anchored:
                 continue
             o = int(a[i2, j])
-            for c in [int(x) for x in np.argsort(hs[v], kind="stable") if x != v][:PEERS]:
+            for c in peers:
                 if hs[v, c] >= hs[v, o] or c not in placed:
                     continue
                 ic, jc = (int(x) for x in np.argwhere(a == c)[0])

@@ -150,7 +150,8 @@ def _anchor_work(time_limit_s: float, probs) -> float:
     """The work the weak nodes' pass may charge: ANCHOR_SHARE of the work where anchor.applies and that pays for at
     least one of its candidates; 0 elsewhere (nothing reserved, nothing moves)."""
     w = ANCHOR_SHARE * work.WORK_PER_S * time_limit_s
-    return w if anchor.applies(probs) and w >= anchor.candidate_work(probs[0].layout.cols) else 0.0
+    p0 = probs[0]
+    return w if anchor.applies(probs) and w >= anchor.entry_work(p0.n) + anchor.candidate_work(p0.layout.cols) else 0.0
 
 
 def _row_order_on(probs, anneal_w: float = float("inf")) -> bool:

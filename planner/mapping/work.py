@@ -70,6 +70,11 @@ RING_DFS_NODE_WORK_S = 1.5e-5
 ANCHOR_TRY_WORK_S = 1e-4
 ANCHOR_NODE_WORK_S = 4e-6
 ANCHOR_EVAL_WORK_S = 1e-4
+# a search node's checks run over the row's free nodes: ANCHOR_NODE_WORK_S per node up to 8 columns, in proportion
+# above (measured 3.0 / 4.8 / 9 us at 8 / 16 / 32 columns, load ~2.7); and the pass's entry (the weak nodes' sort of
+# every node's hops, the start's scores), per node pair: measured 20-27 ns from 128 to 1024 nodes (29 ms at 1024)
+ANCHOR_NODE_COLS = 8
+ANCHOR_PAIR_WORK_S = 1e-7
 ROWS_PART_WORK_S = 1e-3          # setting up one partition's arrangement search, 4 rows (~0.8 ms at load 3.5)
 # the configuration search's own work outside the mapping solvers (search/solve.py, search/screen.py), measured on
 # this machine's class (docs/notes/solver.md, "The search's own work, charged" and "Short limits"): the memory screen

@@ -366,13 +366,13 @@ def _builder_times(st: list, p: int, v: int) -> tuple[float, float, float]:
     return tuple(np.sort(np.array([[s.forward, s.backward, s.weight_grad] for s in st]), axis=0)[p // 2] / v)
 
 
-def simulate_stage_times(schedule: str, p: int, m: int, vpp: int, st: list) -> SimResult:
+def simulate_stage_times(schedule: str, p: int, m: int, vpp: int, st: list, pytorch: bool = False) -> SimResult:
     """Per-rank StageTimes (as ComputeModel.stage_times returns them: embedding extra on rank 0, output
     layer on rank p-1), placed on chunks as `simulate` places them; zero communication, no all-reduce.
-    The judge of schedules.stage_compute_time (non-uniform stages)."""
+    The judge of schedules.stage_compute_time (non-uniform stages); pytorch as stage_compute_time's."""
     v = chunks_per_device(schedule, vpp)
     rc_ops = any(s.recompute > 0 for s in st)
-    sched = build(schedule, p, m, vpp, recompute=rc_ops, times=_builder_times(st, p, v))
+    sched = build(schedule, p, m, vpp, recompute=rc_ops, times=_builder_times(st, p, v), pytorch=pytorch)
     dur = _chunk_times(st, p, v, sched.stage_of(), sched.split, rc_ops)
     z = np.zeros((1, p * v))
     zp = np.zeros((p, v))
