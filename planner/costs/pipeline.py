@@ -277,7 +277,8 @@ def pytorch_zbv_time(f, b, w, m: int, c: float = 0.0) -> float:
     same list). Exact against the replay at zero communication (the same order and times); O(p m), each op once
     (a device blocked on its data resumes when that op is done). Used where no closed form follows the order: fewer
     than 2p micro-batches, whose holes the closed form missed (-2 .. -14% on uniform stages; docs/notes/simulator.md,
-    "torchtitan's V-ZB below 2p")"""
+    "torchtitan's V-ZB below 2p"), and with and without hops for their charge (pytorch_zbv_p2p_s): equal to the
+    replay with hops too (docs/notes/simulator.md, "torchtitan's V-ZB hops")."""
     p, hop = len(f), float(c)
     # B per chunk = b's chunk less w's chunk, each split from its own lightest rank (the replay's _chunk_times):
     # splitting b - w instead differs wherever the lightest b and the lightest w are different ranks' (p = 2)
