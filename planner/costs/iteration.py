@@ -35,6 +35,7 @@ from planner.costs.pipeline import (
     V_SHAPES,
     lock_step_p2p_s,
     p2p_hops,
+    pytorch_zbv_p2p_s,
     stage_compute_time,
     v_half_p2p_s,
     v_min_p2p_s,
@@ -549,8 +550,10 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
     1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s), V-Half, whose fixed order
-    stretches its cycles once the hops outgrow its slack (pipeline.v_half_p2p_s), and V-Min, whose lock step stretches
-    every period by its hops (pipeline.v_min_p2p_s); without them, one traversal, two, 1.5 and 3."""
+    stretches its cycles once the hops outgrow its slack (pipeline.v_half_p2p_s), V-Min, whose lock step stretches
+    every period by its hops (pipeline.v_min_p2p_s), and torchtitan's V-ZB (ZeRO-3: PyTorch's fixed order, whose ramp
+    and, with large hops, periods they stretch: pipeline.pytorch_zbv_p2p_s); without them, one traversal, two, 1.5, 3
+    and 2.5."""
     m = cfg.num_microbatches
     if lock_step is not None and waited_lock_step(spec, cfg):
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: lock_step_p2p_s(
@@ -558,14 +561,21 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
-    if lock_step is not None and cfg.schedule in ("v-half", "v-min") and cfg.pp > 1:
-        v_p2p_s = v_half_p2p_s if cfg.schedule == "v-half" else v_min_p2p_s
+    if lock_step is not None and cfg.pp > 1 and (cfg.schedule in ("v-half", "v-min") or pytorch_zbv(cfg)):
+        v_p2p_s = v_half_p2p_s if cfg.schedule == "v-half" else v_min_p2p_s if cfg.schedule == "v-min" else \
+            pytorch_zbv_p2p_s
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
     if p2p_blocking(spec, cfg):
         x = cfg.vpp - 0.5 + (cfg.pp - 1) / m
         return x, x
     return p2p_hops(cfg.schedule, cfg.pp, cfg.vpp, m, spec.training.pipeline_engine)
+
+
+def pytorch_zbv(cfg: ParallelConfig) -> bool:
+    """torchtitan's V-ZB: ZeRO-3 plans run PyTorch pipelining's ScheduleZBVZeroBubble (pipeline.pytorch_zbv_order),
+    the simulator's rule (replay: build(..., pytorch=cfg.zero == 3)); the seed's V-ZB (ZeRO 0-2) builds its own."""
+    return cfg.schedule == "v-zb" and cfg.zero == 3
 
 
 def waited_lock_step(spec, cfg: ParallelConfig) -> bool:

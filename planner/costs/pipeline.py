@@ -11,6 +11,8 @@ layer and the loss): steady state at the slowest stage, warm-up and cool-down at
 for gpipe and 1f1b exact whenever the last stage is the slowest (the usual case), see its docstring.
 V-Min / V-Half: the steady-state period of seed 001's order (v_period, exact on uniform stages) and a fitted
 warm-up + cool-down (v_ramp). V-ZB: seed 001's order has no repeating bubble (period = the work), its ramp vzb_ramp.
+PyTorch's V-ZB (torchtitan's, ZeRO-3 plans): its fixed order's makespan pytorch_zbv_time, period pytorch_zbv_period,
+hops pytorch_zbv_p2p_s.
 """
 from __future__ import annotations
 
@@ -266,16 +268,18 @@ def v_chunk_times(x) -> list:
     return out
 
 
-def pytorch_zbv_time(f, b, w, m: int) -> float:
-    """Makespan of PyTorch's V-ZB order (pytorch_zbv_order) with per-rank times f, b (w included), w, no communication:
-    each op starts when its device's previous op and its data are done (F of chunk 0 from the device before, F of
+def pytorch_zbv_time(f, b, w, m: int, c: float = 0.0) -> float:
+    """Makespan of PyTorch's V-ZB order (pytorch_zbv_order) with per-rank times f, b (w included), w and every hop c
+    one way (sends overlapping compute, the replay's model): each op starts when its device's previous op and its data
+    are done, c later where the data comes from another device (F of chunk 0 from the device before, F of
     chunk 1 from the device after or, at the turn, chunk 0 on the last device; B of chunk 1 from the device before or
     the forward at the loss on device 0, B of chunk 0 from the device after or the turn; W after its B, earlier in the
     same list). Exact against the replay at zero communication (the same order and times); O(p m), each op once
     (a device blocked on its data resumes when that op is done). Used where no closed form follows the order: fewer
     than 2p micro-batches, whose holes the closed form missed (-2 .. -14% on uniform stages; docs/notes/simulator.md,
-    "torchtitan's V-ZB below 2p")"""
-    p = len(f)
+    "torchtitan's V-ZB below 2p"), and with and without hops for their charge (pytorch_zbv_p2p_s): equal to the
+    replay with hops too (docs/notes/simulator.md, "torchtitan's V-ZB hops")."""
+    p, hop = len(f), float(c)
     # B per chunk = b's chunk less w's chunk, each split from its own lightest rank (the replay's _chunk_times):
     # splitting b - w instead differs wherever the lightest b and the lightest w are different ranks' (p = 2)
     cb, cw = v_chunk_times(b), v_chunk_times(w)
@@ -303,13 +307,56 @@ def pytorch_zbv_time(f, b, w, m: int) -> float:
                 waiting[dep] = d
                 break
             key = (d, k, j, c)
-            end[key] = free[d] = max(free[d], end[dep] if dep is not None else 0.0) + ch[k][d][c]
+            ready_at = 0.0 if dep is None else end[dep] + (hop if dep[0] != d else 0.0)
+            end[key] = free[d] = max(free[d], ready_at) + ch[k][d][c]
             ptr[d] += 1
             if key in waiting:
                 ready.append(waiting.pop(key))
     if any(ptr[d] < len(lists[d]) for d in range(p)):
         raise ValueError(f"PyTorch's V-ZB order deadlocks at p={p}, m={m}")
     return max(free)
+
+
+def pytorch_zbv_period(p: int, F: float, B: float, W: float, c: float) -> float:
+    """Steady-state period per micro-batch of PyTorch's V-ZB order (pytorch_zbv_order) on per-chunk times F, B (input
+    gradient), W with every hop c one way. Its steady loop is fixed (rank r: F chunk 0 of micro-batch k + 2p - r - 1,
+    B chunk 0 of k, W, F chunk 1 of k + p, B chunk 1 of k + p - r, W), so one pass's trip through the V gates the
+    same pass p micro-batches later: a cycle of 2(p - 1) hops over p micro-batches holding 2p of that pass's chunk
+    ops and two each of the other two, max(work, 2B + (2F + 2W + 2(p - 1)c) / p, 2F + (2B + 2W + 2(p - 1)c) / p).
+    Equal to the replay's growth per micro-batch on uniform stages (p 2-11, f : b : w 1 : 0.5-5 with w 2-80% of b,
+    hops 0-4 chunk F's; docs/notes/simulator.md, "torchtitan's V-ZB hops"); at c = 0 the work, 2(F + B + W)."""
+    hops = 2 * (p - 1) * c
+    return max(2 * (F + B + W), 2 * B + (2 * F + 2 * W + hops) / p, 2 * F + (2 * B + 2 * W + hops) / p)
+
+
+def pytorch_zbv_p2p_s(f, b, w, m: int, c: float) -> float:
+    """Seconds hops of c (one way) add to the compute of PyTorch's V-ZB (torchtitan's, ZeRO-3 plans), per-rank times
+    f, b (w included), w as stage_compute_time takes them. The order is fixed whatever the times (pytorch_zbv_order),
+    so hops its slack cannot hide lengthen it, in the ramp and, once they outgrow the steady state's slack, every
+    period (pytorch_zbv_period). The makespan with hops (pytorch_zbv_time) less the one without, run at m0
+    micro-batches: m itself below 3p, else 2p + (m mod p), from where the order repeats with period p in m (the
+    replay's difference to m0 is (m - m0) periods, exactly, on uniform stages); the m - m0 further micro-batches add
+    the period's stretch at the chunks' largest times beyond the busiest device's work (as v_min_p2p_s). O(p^2) at
+    most (p 8: 2 ms, p 16: 10 ms, p 32: 50 ms), cached. Replaces the seed's constant 2.5 traversals a micro-batch,
+    which missed both (-26% at a hop of four chunk forwards; docs/notes/simulator.md, "torchtitan's V-ZB hops")."""
+    p = len(f)
+    if p < 2 or c <= 0:
+        return 0.0
+    f, b, w = (tuple(map(float, x)) for x in (f, b, w))
+    m0 = m if m < 3 * p else 2 * p + (m - 2 * p) % p
+    out = _pytorch_zbv_time(f, b, w, m0, float(c)) - _pytorch_zbv_time(f, b, w, m0, 0.0)
+    if m > m0:
+        F, B, W = (max(x) for x in _v_chunks(list(f), list(b), list(w)))
+        fd, bd, _wd = _v_devices(f, b, w)
+        work = max(x + y for x, y in zip(fd, bd, strict=True))
+        stretch = max(work, pytorch_zbv_period(p, F, B, W, c)) - max(work, pytorch_zbv_period(p, F, B, W, 0.0))
+        out += (m - m0) * stretch
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _pytorch_zbv_time(f: tuple, b: tuple, w: tuple, m: int, c: float) -> float:
+    return pytorch_zbv_time(f, b, w, m, c)
 
 
 def stable_pattern(name: str, p: int) -> list:
@@ -511,7 +558,8 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on
     uniform stages; 2.1-3.0 from m = 4p; a hop near a chunk's forward with W small is no longer hidden and grows
-    with m, not covered); V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (the latency model
+    with m, not covered; torchtitan's V-ZB, ZeRO-3 plans, is charged pytorch_zbv_p2p_s instead, its fixed order's);
+    V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (the latency model
     charges v_min_p2p_s, V-Min's lock step stretched by its hops plus the ramp's, and v_half_p2p_s, which grows past 1.5
     once the hops outgrow the order's slack), fitted
     to the simulator replaying seed 001's order (vblocks.py; 2.8-3.1 and 1.4-1.5 at pp 4-8 on uniform stages).
