@@ -561,10 +561,10 @@ def p2p_blocking(spec, cfg: ParallelConfig) -> bool:
 
 def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) -> tuple[float, float]:
     """(traversals, wrap-around hops) per micro-batch whose time the schedule exposes, charged (m/pp) times on the
-    path (schedules.p2p_hops); interleaved with blocking p2p (p2p_blocking): each device holds about 2v - 1 one-way
-    transfers per micro-batch (the last device sends v - 1 forward, the first v - 1 backward) plus a ramp of about
-    2(pp - 1), i.e. v - 1/2 + (pp - 1)/m traversals and wraps: against the simulator within -14% .. +4% of the
-    exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
+    path (schedules.p2p_hops); without lock_step, interleaved with blocking p2p (p2p_blocking): each device holds
+    about 2v - 1 one-way transfers per micro-batch (the last device sends v - 1 forward, the first v - 1 backward)
+    plus a ramp of about 2(pp - 1), i.e. v - 1/2 + (pp - 1)/m traversals and wraps (-14% .. +4% of the exposed p2p
+    time on uniform stages; docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
     1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s), V-Half, whose fixed order
