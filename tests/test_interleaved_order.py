@@ -55,19 +55,51 @@ def test_hops_past_a_chunk_forward_stretch_the_steady_state():
     assert interleaved_time(fc, bc, m, 1.5) - base > 1.5 * 2 * (v * p - 1) * 1.5
 
 
-def test_extrapolation_beyond_the_direct_budget(monkeypatch):
+@pytest.mark.parametrize("seed", range(4))
+def test_steady_state_extrapolation_equals_the_whole_order(seed):
+    """interleaved_time runs a few groups of p micro-batches and, once two cuts of the order hold states a constant
+    apart (_interleaved_steady), extrapolates: equal to the whole order's makespan (rounding) on random chunks
+    (long transients) and plan-like ones (heavier first and last chunk), with hops, blocking or not; and taken."""
     import planner.costs.pipeline as pl
-    rng = np.random.default_rng(3)
-    p, v, m = 4, 2, 96
-    fc = rng.uniform(0.5, 1.5, (p, v))
-    bc = 2.2 * fc
-    for c, blocking in ((0.0, False), (0.3, False), (0.8, True)):
-        direct = interleaved_time(fc, bc, m, c, blocking)
-        pl._interleaved_time.cache_clear()
-        monkeypatch.setattr(pl, "INTERLEAVED_DIRECT_OPS", 0)
-        assert interleaved_time(fc, bc, m, c, blocking) == pytest.approx(direct, rel=1e-9)
-        monkeypatch.undo()
-        pl._interleaved_time.cache_clear()
+    rng = np.random.default_rng(100 + seed)
+    taken = 0
+    for _ in range(25):
+        p, v = int(rng.choice([2, 3, 4, 6, 8])), int(rng.choice([2, 3, 4, 5]))
+        n = int(rng.integers(8, 40))
+        if rng.random() < 0.5:
+            fc = rng.uniform(0.5, 1.5, (p, v))
+            bc = fc * rng.uniform(1.0, 3.5, (p, v))
+        else:
+            fc = np.ones((p, v))
+            fc[0, 0] += rng.uniform(0, 2)
+            fc[-1, -1] += rng.uniform(0, 3)
+            bc = fc * rng.uniform(1.5, 3.0)
+        c = tuple(rng.uniform(0.0, 3.0, p) * rng.choice([0.0, 0.2, 1.0]))
+        blocking = bool(rng.random() < 0.4)
+        fct, bct = tuple(map(tuple, fc)), tuple(map(tuple, bc))
+        whole = pl._interleaved_makespan(fct, bct, n * p, c, blocking)
+        assert pl._interleaved_time.__wrapped__(fct, bct, n * p, c, blocking)[0] == pytest.approx(whole, rel=1e-11)
+        n1 = pl.INTERLEAVED_STEADY_CUTS + 1
+        taken += pl._interleaved_steady(fct, bct, min(n1 + 2, n - 1), n, c, blocking)[0] is not None
+    assert taken >= 10
+
+
+def test_sorted_dag_is_the_walks():
+    """The numpy DAG (ops sorted by position) times the order as the engine's walk does."""
+    import planner.costs.pipeline as pl
+    rng = np.random.default_rng(7)
+    for p, v, n in ((1, 2, 3), (2, 3, 1), (3, 2, 5), (4, 4, 2), (8, 3, 3)):
+        assert pl._interleaved_dag_sorted(p, n * p, v) is not None
+        walk = pl._interleaved_dag_walk(p, n * p, v)
+        fc, bc = rng.uniform(0.5, 1.5, (p, v)), rng.uniform(1.0, 3.0, (p, v))
+        c = rng.uniform(0.0, 2.0, p)
+        for blocking in (False, True):
+            t = np.concatenate([fc.ravel(), bc.ravel()])[walk[3]] + (np.append(c, 0.0)[walk[4]] if blocking else 0)
+            w = np.append(c, 0.0)[walk[2]] * (not blocking)
+            e = [0.0]
+            for a, b, x, y in zip(walk[0], walk[1], w, t):
+                e.append(max(e[a], e[b] + x) + y)
+            assert interleaved_time(fc, bc, n * p, c, blocking) == pytest.approx(max(e), rel=1e-12)
 
 
 def _case(seed, i, uniform):
