@@ -472,9 +472,9 @@ def interleaved_time(fc, bc, m: int, c=0.0, blocking: bool = False) -> float:
     same chunk times and hops (tests/test_interleaved_order.py). m a multiple of p (the schedule's rule). Runs of a
     few groups of p micro-batches, extrapolated once one reaches a periodic state (_interleaved_steady, exact), else
     the whole order (O(p v m)); cached, each call charged its ops' work (work.ORDER_OP_WORK_S). The one home of
-    interleaved's compute (stage_compute_time, iteration.compute_const) and its hops' charge (iteration.p2p_exposed_hops), which
-    the closed forms missed where stages differ (-5 .. +9%) and where a hop outgrows the slack of a chunk's forward
-    (the ramp-only charge: -14% on the iteration)."""
+    interleaved's compute (stage_compute_time, iteration.compute_const) and its hops' charge
+    (iteration.p2p_exposed_hops), which the closed forms missed where stages differ (-5 .. +9%) and where a hop
+    outgrows the slack of a chunk's forward (the ramp-only charge: -14% on the iteration)."""
     p = len(fc)
     fc = tuple(tuple(map(float, x)) for x in fc)
     bc = tuple(tuple(map(float, x)) for x in bc)
