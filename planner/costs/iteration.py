@@ -445,7 +445,7 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
     every MappingProblem of the config it is a valid lower bound for any of its mappings.
     Steady state at the slowest stage, fill and drain at each stage's own time (stage_compute_time)."""
     st = st or stage_times(spec, cfg, costs)
-    if cfg.schedule == "interleaved" and cfg.pp > 1:     # Megatron-Core's order on the replay's chunk times
+    if cfg.schedule == "interleaved" and cfg.pp > 1 and cfg.num_microbatches % cfg.pp == 0:   # Megatron-Core's order
         comp = interleaved_time(*interleaved_chunk_times(spec, cfg, st), cfg.num_microbatches)
         return comp + max(getattr(s, "step", 0.0) for s in st)
     # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB below 2 pp micro-batches differs)
@@ -588,7 +588,7 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
             pytorch_zbv_p2p_s
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
-    if lock_step is not None and cfg.schedule == "interleaved" and cfg.pp > 1:
+    if lock_step is not None and cfg.schedule == "interleaved" and cfg.pp > 1 and m % cfg.pp == 0:
         fc, bc = interleaved_chunk_times(spec, cfg, lock_step[0])
         blocking = p2p_blocking(spec, cfg)
         x = typical_hop_traversals(cfg, *lock_step, lambda st, c: interleaved_time(fc, bc, m, c, blocking)

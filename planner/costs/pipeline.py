@@ -163,9 +163,11 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
     k = max(range(pp), key=lambda i: t[i])
     if schedule in ("gpipe", "1f1b"):
         x = t
-    elif schedule == "interleaved":      # Megatron-Core's order run on the chunks as the replay places them
-        per = place_chunk_times(np.array([f, b]).T, v, (pp - 1, v - 1))
+    elif schedule == "interleaved" and m % pp == 0:    # Megatron-Core's order run on the chunks as the replay
+        per = place_chunk_times(np.array([f, b]).T, v, (pp - 1, v - 1))     # places them
         return interleaved_time(per[..., 0], per[..., 1], m)
+    elif schedule == "interleaved":      # m not a multiple of pp (Megatron-Core refuses it): the closed form
+        x = [ti / v for ti in t]
     elif schedule == "zb-h1":
         if m >= pp and t[-1] >= t[k]:          # the usual case, the output layer and loss last: exact
             return zb_h1_time(f, b, w, m)
