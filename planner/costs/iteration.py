@@ -820,7 +820,7 @@ def dp_row_slack_s(spec, st, cfg: ParallelConfig, first_stage: int) -> float:
     that much earlier); none where the row's term is already taken from the V's timeline (v_timeline_dp_s)."""
     if v_timeline_of(spec, st, cfg) is not None:
         return 0.0
-    return first_stage * min(s.backward for s in st) / cfg.chunks
+    return first_stage * (min(s.backward for s in st) / cfg.chunks)       # (the bits of the form before)
 
 
 def v_first_device_dp_s(spec, cfg: ParallelConfig, costs: Costs, st, hb: float, hf: float, b: int, K: int,
