@@ -658,7 +658,8 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
     each stage's exposed part (dp_exposed_s), behind that stage's own backward / forward of one micro-batch (dp_hide_s),
     with its gradient buckets: the device's chunks count as equal pieces over the whole backward (v chunks; rank 0's
     first chunk in its buckets), which the simulator, replaying each chunk's own last backward, can only beat; device 0
-    of a V-shape, whose last stage's gradients are ready long before its end, by v_first_device_dp_s.
+    of a V-shape, whose last stage's gradients are ready long before its end, by v_first_device_dp_s. V-shapes whose
+    order the estimate times (v_timeline_of): every device from its chunks' own ready times (v_timeline_dp_s).
     The worst stage of the row counts. Monotone in the link time, so the mapping models keep their structure."""
     model = spec.model
     if cfg.zero == 3:

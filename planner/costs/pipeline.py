@@ -11,6 +11,9 @@ layer and the loss): steady state at the slowest stage, warm-up and cool-down at
 for gpipe and 1f1b exact whenever the last stage is the slowest (the usual case), see its docstring.
 V-Min / V-Half: the steady-state period of seed 001's order (v_period, exact on uniform stages) and a fitted
 warm-up + cool-down (v_ramp). V-ZB: seed 001's order has no repeating bubble (period = the work), its ramp vzb_ramp.
+Where those forms cannot follow the fixed order (pp 2, m near pp, heavier end ranks) the estimate times the order
+itself on the plan's chunk times (v_timeline: the replay's makespan, its exposed hops and each chunk's gradient
+ready time), up to V_WALK_OPS ops (extended beyond) and, for the seed's V-ZB built at the plan's times, VZB_WALK_OPS.
 """
 from __future__ import annotations
 
