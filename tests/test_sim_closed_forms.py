@@ -191,13 +191,8 @@ def test_zb_h1_hops_with_fewer_micro_batches_than_stages(p, f, b, w):
 
 
 @pytest.mark.parametrize("sched", EXACT + V)
-def test_stage_compute_time_matches_simulation(sched, monkeypatch):
-    from planner.costs import pipeline
+def test_stage_compute_time_matches_simulation(sched):
     from planner.costs.pipeline import stage_compute_time
-    # the V-shapes' closed forms, which the estimate uses beyond the orders it times (pipeline.v_timeline; that
-    # one is the replay: tests/test_vshape_agreement.py)
-    monkeypatch.setattr(pipeline, "V_WALK_OPS", 0)
-    monkeypatch.setattr(pipeline, "VZB_WALK_OPS", 0)
     from planner.simulator.replay import simulate_stage_times
     lo, hi = STAGE_TOL[sched]
     w = 0.66 if sched in ("zb-h1", *V) else 0.0

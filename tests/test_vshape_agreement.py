@@ -11,15 +11,6 @@ from planner.simulator import simulate, simulate_uniform
 from planner.simulator.vblocks import v_block_order
 
 
-@pytest.fixture
-def closed_forms(monkeypatch):
-    """The V-shapes' closed forms (v_period, v_ramp, vzb_ramp), which the estimate uses where it does not time the
-    order itself (pipeline.v_timeline: orders beyond V_WALK_OPS / VZB_WALK_OPS ops)."""
-    from planner.costs import pipeline
-    monkeypatch.setattr(pipeline, "V_WALK_OPS", 0)
-    monkeypatch.setattr(pipeline, "VZB_WALK_OPS", 0)
-
-
 def _makespan(name, p, m, F, B, W):
     # per device: f = 2F, b = 2(B + W) (input gradient and weight gradient), w = 2W
     return simulate_uniform(name, p, m, 2, f=2 * F, b=2 * (B + W), w=2 * W).compute_s
@@ -60,7 +51,7 @@ def test_order_independent_of_times_and_extends():
 @pytest.mark.parametrize("F,B,W", [(1, 1, 1), (1, 1.2, 0.67), (1, 0.93, 0.47), (1, 2, 1), (2, 1, 1), (1, 1, 2),
                                    (0.44, 1.72, 1.55)])
 @pytest.mark.parametrize("p", [2, 3, 4, 6, 7])
-def test_steady_period_exact(name, F, B, W, p, closed_forms):
+def test_steady_period_exact(name, F, B, W, p):
     """The closed form's m-term is the order's period: the makespan grows by it per micro-batch."""
     f, b, w = 2 * F, 2 * (B + W), 2 * W
     sim = (_makespan(name, p, 8 * p, F, B, W) - _makespan(name, p, 4 * p, F, B, W)) / (4 * p)
@@ -69,7 +60,7 @@ def test_steady_period_exact(name, F, B, W, p, closed_forms):
 
 
 @pytest.mark.parametrize("p", [4, 7, 8])
-def test_seed_bubble_ordering(p, closed_forms):
+def test_seed_bubble_ordering(p):
     """Seed 001 (and the repository's README table): at F = B = W, V-Half's bubble about half of 1F1B's, V-Min's about
     two thirds, so V-Min is slower than V-Half by design, in the simulator and in the closed form alike."""
     m = 8 * p
@@ -156,7 +147,7 @@ def test_v_device0_dp_term_follows_the_replay():
     assert est.dp_comm_s < 0.7 * float(dp_exposed_s(spec, cfg, T, hb, hf, n))
 
 
-def test_v_estimate_never_below_the_busiest_devices_work(closed_forms):
+def test_v_estimate_never_below_the_busiest_devices_work():
     """Review (Nov 26, tenth session): with w above about half of f + b at pp = 2 the fitted ramp went negative and
     put V-Half at 18.5 and V-Min at 19.0 for m (f + b) = 20 of work on one device."""
     from planner.costs.pipeline import compute_time
@@ -385,7 +376,8 @@ def test_pytorch_zbv_time_is_the_replay_on_uneven_ranks(p):
                 (f, b, w, m)
 
 
-# ---- the estimate times the V-shapes' orders (pipeline.v_timeline), docs/notes/simulator.md "V-shapes timed op by op"
+# ---- the estimate times the V-shapes' orders (simulator/vtimeline.py), docs/notes/simulator.md "V-shapes timed op
+# by op where small"
 
 def _uneven(rng, p, rc):
     from planner.costs.compute import StageTimes
@@ -400,13 +392,13 @@ def _uneven(rng, p, rc):
 
 @pytest.mark.parametrize("name,ps", [("v-half", (2, 3, 5, 8)), ("v-min", (2, 3, 5, 8)), ("v-zb", (2, 4))])
 def test_compute_is_the_replay_where_the_order_is_timed(name, ps):
-    """stage_compute_time on per-rank times (heavier end ranks, recompute or not) equals the replay at zero
-    communication wherever the estimate times the order: the closed forms were -15 .. +18% off at pp 2 and m near pp
-    (fuzz seed 1 case 299: +8.2%)."""
+    """The estimate's compute (compute_const) on per-rank times (heavier end ranks, recompute or not) equals the replay
+    at zero communication wherever it times the order: the closed forms (stage_compute_time) were -15 .. +18% off
+    at pp 2 and m near pp (fuzz seed 1 case 299: +8.2%)."""
     import random
 
-    from planner.costs.pipeline import stage_compute_time, v_walked
     from planner.simulator.replay import simulate_stage_times
+    from planner.simulator.vtimeline import v_timeline, v_walked
     rng = random.Random(7)
     for p in ps:
         for m in (p, p + 1, 2 * p, 4 * p):
@@ -415,7 +407,7 @@ def test_compute_is_the_replay_where_the_order_is_timed(name, ps):
             st = _uneven(rng, p, rng.choice([0.0, 1.0]))
             fbw = ([s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st])
             sim = simulate_stage_times(name, p, m, 2, st).compute_s
-            assert stage_compute_time(name, p, m, 2, *fbw) == pytest.approx(sim, rel=1e-9), (p, m)
+            assert v_timeline(name, *fbw, m).makespan == pytest.approx(sim, rel=1e-9), (p, m)
 
 
 @pytest.mark.parametrize("name", ["v-half", "v-min", "v-zb"])
@@ -424,7 +416,7 @@ def test_compute_is_the_replay_where_the_order_is_timed(name, ps):
 def test_hops_are_the_replay_where_the_order_is_timed(name, p, m, f, b, w):
     """v_timeline_p2p_s (the exposed hops the estimate charges at the plan's typical hop) is the replay's on uniform
     links, hops up to four chunk forwards."""
-    from planner.costs.pipeline import compute_time, v_timeline_p2p_s
+    from planner.simulator.vtimeline import v_timeline, v_timeline_p2p_s
     for hop in (0.1, 1.0, 4.0):
         c = hop * f / 2
         got = v_timeline_p2p_s(name, [f] * p, [b] * p, [w] * p, m, c)
@@ -432,7 +424,7 @@ def test_hops_are_the_replay_where_the_order_is_timed(name, p, m, f, b, w):
             assert name == "v-zb"
             continue
         sim = simulate_uniform(name, p, m, 2, f=f, b=b, w=w, comm=c).compute_s
-        assert compute_time(name, p, m, 2, f, b, w) + got == pytest.approx(sim, rel=1e-9), hop
+        assert v_timeline(name, [f] * p, [b] * p, [w] * p, m).makespan + got == pytest.approx(sim, rel=1e-9), hop
 
 
 @pytest.mark.parametrize("name", ["v-half", "v-min"])
@@ -442,7 +434,7 @@ def test_long_runs_extend_the_timed_order(name, monkeypatch):
     alike), where the closed forms were up to 5% under (fuzz seed 0 case 63, V-Half pp 4, m 512: -5.3%)."""
     import random
 
-    from planner.costs import pipeline
+    from planner.simulator import vtimeline as pipeline
     rng = random.Random(11)
     for p in (2, 4, 8, 16):
         st = _uneven(rng, p, 0.0)

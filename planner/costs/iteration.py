@@ -38,9 +38,6 @@ from planner.costs.pipeline import (
     stage_compute_time,
     v_half_p2p_s,
     v_min_p2p_s,
-    v_timeline,
-    v_timeline_p2p_s,
-    v_walked,
     zb_h1_p2p_s,
 )
 from planner.mapping.problem import Layout, MappingProblem, layouts
@@ -433,9 +430,10 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
     Steady state at the slowest stage, fill and drain at each stage's own time (stage_compute_time)."""
     st = st or stage_times(spec, cfg, costs)
     # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB below 2 pp micro-batches differs)
-    comp = stage_compute_time(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st],
-                              [s.backward for s in st], [s.weight_grad for s in st], pytorch=cfg.zero == 3,
-                              model=v_builder_model(spec))
+    tl = v_timeline_of(spec, st, cfg)      # a V-shape's order timed op by op where small (simulator/vtimeline.py)
+    comp = tl.makespan if tl is not None else stage_compute_time(
+        cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st], [s.backward for s in st],
+        [s.weight_grad for s in st], pytorch=cfg.zero == 3)
     # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
     return comp + max(getattr(s, "step", 0.0) for s in st)
 
@@ -562,6 +560,7 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
+    from planner.simulator.vtimeline import v_timeline_p2p_s, v_walked  # here: the simulator imports this module
     if lock_step is not None and cfg.zero < 3 and v_walked(cfg.schedule, cfg.pp, m):
         # a V's order timed with the typical hop and without (its exposed hops, whatever the schedule's slack)
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_timeline_p2p_s(
@@ -771,11 +770,12 @@ def v_builder_model(spec) -> tuple[int, int, int]:
 
 
 def v_timeline_of(spec, st, cfg: ParallelConfig):
-    """A V-shape's order timed op by op (pipeline.v_timeline) on the plan's stage times, where the estimate times it
-    (V-Min / V-Half up to V_WALK_OPS ops, the seed's V-ZB up to VZB_WALK_OPS; ZeRO 0-2: ZeRO-3's V-ZB is PyTorch's
-    order); else None."""
-    if cfg.zero == 3 or cfg.pp < 2:
+    """A V-shape's order timed op by op (simulator/vtimeline.py v_timeline) on the plan's stage times, where the
+    estimate times it (V-Min / V-Half up to V_WALK_OPS ops and extended beyond, the seed's V-ZB up to VZB_WALK_OPS;
+    ZeRO 0-2: ZeRO-3's V-ZB is PyTorch's order, pipeline.pytorch_zbv_time); else None (the closed forms)."""
+    if cfg.zero == 3 or cfg.pp < 2 or cfg.schedule not in V_SHAPES:
         return None
+    from planner.simulator.vtimeline import v_timeline  # here: the simulator imports this module at load time
     return v_timeline(cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st],
                       cfg.num_microbatches, v_builder_model(spec))
 
