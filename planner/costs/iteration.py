@@ -449,8 +449,10 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
         comp = interleaved_time(*interleaved_chunk_times(spec, cfg, st), cfg.num_microbatches)
         return comp + max(getattr(s, "step", 0.0) for s in st)
     # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB below 2 pp micro-batches differs)
-    comp = stage_compute_time(cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st],
-                              [s.backward for s in st], [s.weight_grad for s in st], pytorch=cfg.zero == 3)
+    tl = v_timeline_of(spec, st, cfg)      # a V-shape's order timed op by op where small (simulator/vtimeline.py)
+    comp = tl.makespan if tl is not None else stage_compute_time(
+        cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st], [s.backward for s in st],
+        [s.weight_grad for s in st], pytorch=cfg.zero == 3)
     # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
     return comp + max(getattr(s, "step", 0.0) for s in st)
 
@@ -583,6 +585,12 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
+    from planner.simulator.vtimeline import v_timeline_p2p_s, v_walked  # here: the simulator imports this module
+    if lock_step is not None and cfg.zero < 3 and v_walked(cfg.schedule, cfg.pp, m):
+        # a V's order timed with the typical hop and without (its exposed hops, whatever the schedule's slack)
+        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_timeline_p2p_s(
+            cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c,
+            v_builder_model(spec))), 0.0
     if lock_step is not None and cfg.pp > 1 and (cfg.schedule in ("v-half", "v-min") or pytorch_zbv(cfg)):
         v_p2p_s = v_half_p2p_s if cfg.schedule == "v-half" else v_min_p2p_s if cfg.schedule == "v-min" else \
             pytorch_zbv_p2p_s
@@ -691,13 +699,21 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
     each stage's exposed part (dp_exposed_s), behind that stage's own backward / forward of one micro-batch (dp_hide_s),
     with its gradient buckets: the device's chunks count as equal pieces over the whole backward (v chunks; rank 0's
     first chunk in its buckets), which the simulator, replaying each chunk's own last backward, can only beat; device 0
-    of a V-shape, whose last stage's gradients are ready long before its end, by v_first_device_dp_s.
+    of a V-shape, whose last stage's gradients are ready long before its end, by v_first_device_dp_s. V-shapes whose
+    order the estimate times (v_timeline_of): every device from its chunks' own ready times (v_timeline_dp_s).
     The worst stage of the row counts. Monotone in the link time, so the mapping models keep their structure."""
     model = spec.model
     if cfg.zero == 3:
         out = None
         for s in stages:
             e = fsdp_exposed_s(spec, cfg, costs, st, s, b, K, pair_GBps)
+            out = e if out is None else np.maximum(out, e)
+        return out
+    tl = v_timeline_of(spec, st, cfg)
+    if tl is not None:
+        out = None
+        for s in stages:
+            e = v_timeline_dp_s(spec, cfg, costs, tl, s, b, K, pair_GBps)
             out = e if out is None else np.maximum(out, e)
         return out
     if not overlap_of(spec).grad_reduce:
@@ -787,6 +803,67 @@ def v_last_chunk_lead_s(st, cfg: ParallelConfig) -> float:
     bc = min(s.backward - s.weight_grad - (s.recompute if rc else 0.0) for s in st) / cfg.chunks
     n = cfg.pp - 1 if cfg.schedule == "v-zb" and cfg.num_microbatches <= cfg.pp else 2 * cfg.pp - 3
     return max(n, 0) * max(bc, 0.0)
+
+
+def v_builder_model(spec) -> tuple[int, int, int]:
+    """(hidden size, attention heads, sequence length): the seed's V-ZB builder's memory model, as the replay passes it
+    (simulator/zbv.py)."""
+    return spec.model.hidden_size, spec.model.num_attention_heads, spec.training.seq_length
+
+
+def v_timeline_of(spec, st, cfg: ParallelConfig):
+    """A V-shape's order timed op by op (simulator/vtimeline.py v_timeline) on the plan's stage times, where the
+    estimate times it (V-Min / V-Half up to V_WALK_OPS ops and extended beyond, the seed's V-ZB up to VZB_WALK_OPS;
+    ZeRO 0-2: ZeRO-3's V-ZB is PyTorch's order, pipeline.pytorch_zbv_time); else None (the closed forms)."""
+    if cfg.zero == 3 or cfg.pp < 2 or cfg.schedule not in V_SHAPES:
+        return None
+    from planner.simulator.vtimeline import v_timeline  # here: the simulator imports this module at load time
+    return v_timeline(cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st],
+                      cfg.num_microbatches, v_builder_model(spec))
+
+
+def v_timeline_dp_s(spec, cfg: ParallelConfig, costs: Costs, tl, s: int, b: int, K: int, pair_GBps=None):
+    """Data-parallel time of device s of a V past the pipeline's end (tl.makespan: negative where the device's sync
+    ends before it), scalar or array over links, from the order's own timeline tl (v_timeline_of): each chunk's
+    gradients are ready at its last W's end, which in a V comes far before the device's end for the chunk of the
+    down-stroke (device 0's last stage most: the last micro-batch's backward still runs down the other 2p - 2 stages)
+    and, at small m, a device other than 0 can end last. As the replay (_overlapped_dp) runs it: with
+    --overlap-grad-reduce the chunks' reductions (the reduce-scatter halves under ZeRO >= 1) queue on one stream in
+    the order their gradients are ready, each in its buckets issued over its last W (device 0's first chunk
+    dp_bucket_count buckets, every other chunk one), then the all-gather (dp_exposed_s's rule); without, the whole
+    sync (dp_sync_s) after the device's last W. Each chunk's all-reduce on its own parameters (replay.chunk_params).
+    The fixed leads this replaces (v_last_chunk_lead_s; the row slack of build_problem, s chunk B's) were
+    under the order's by up to 4 s on a pp 2 plan (docs/notes/simulator.md). Monotone in the link time."""
+    model = spec.model
+    if s == 0:
+        p0 = first_chunk_params(model, cfg)
+        params = (p0, stage_params(model, cfg, 0) - p0)
+        n = (dp_bucket_count(spec, cfg, p0, True), 1)
+    else:
+        params = (stage_params(model, cfg, s) / 2,) * 2
+        n = (1, 1)
+    red = [dp_allreduce_s(spec, cfg, costs, x, b, K, pair_GBps) for x in params]
+    T, ready = tl.makespan, tl.grad_ready[s]
+    if not overlap_of(spec).grad_reduce:
+        return dp_sync_s(spec, cfg, red[0] + red[1]) - (T - max(ready))
+    half = 0.5 if cfg.zero >= 1 else 1.0
+    first, second = sorted((0, 1), key=lambda c: ready[c])       # the replay's argsort (stable: chunk 0 on a tie)
+    t = ready[first] - T + exposed_s(half * red[first], tl.w_chunk[s][first], n[first]) + half * red[second]
+    e = np.maximum(np.maximum(t, ready[second] - T + exposed_s(half * red[second], tl.w_chunk[s][second],
+                                                                  n[second])), max(ready) - T)
+    if cfg.zero >= 1:
+        ag = (red[0] + red[1]) / 2 * param_gather_ratio(spec, cfg)
+        e = e + (exposed_s(ag, tl.f_device[s], n[0] + n[1]) if overlap_of(spec).param_gather else ag)
+    return e
+
+
+def dp_row_slack_s(spec, st, cfg: ParallelConfig, first_stage: int) -> float:
+    """Seconds by which a row's devices (from `first_stage` on) end their pipeline before its end, the data-parallel
+    term's credit (build_problem): first_stage of the smallest chunk backward (each later stage ends its last backward
+    that much earlier); none where the row's term is already taken from the V's timeline (v_timeline_dp_s)."""
+    if v_timeline_of(spec, st, cfg) is not None:
+        return 0.0
+    return first_stage * (min(s.backward for s in st) / cfg.chunks)       # (the bits of the form before)
 
 
 def v_first_device_dp_s(spec, cfg: ParallelConfig, costs: Costs, st, hb: float, hf: float, b: int, K: int,
@@ -884,10 +961,9 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     pair_bw = np.minimum(B, B.T)            # a ring's link runs at its slower direction
     pair_bw = np.where(pair_bw > 0, pair_bw, np.inf)    # no link (the diagonal): zeroed after use
     if cfg.dp * cfg.cp > 1:        # the gradient reduce runs over dp * cp (dp_allreduce_s)
-        slack_unit = min(s.backward for s in st) / cfg.chunks
         for i in range(R):
             stages = range(i * layout.a, (i + 1) * layout.a)
-            slack = i * layout.a * slack_unit
+            slack = dp_row_slack_s(spec, st, cfg, i * layout.a)
             with np.errstate(divide="ignore"):
                 ring = dp_row_s(spec, cfg, costs, st, stages, b, K, pair_bw if K > 1 else None)
             if K > 1:
