@@ -33,8 +33,10 @@ from planner.costs.memory import (
 )
 from planner.costs.pipeline import (
     V_SHAPES,
+    interleaved_time,
     lock_step_p2p_s,
     p2p_hops,
+    place_chunk_times,
     pytorch_zbv_p2p_s,
     stage_compute_time,
     v_half_p2p_s,
@@ -425,11 +427,27 @@ def dp_hide_s(st, cfg: ParallelConfig, split: bool) -> tuple[float, float]:
     return max(b, 0.0), st.forward
 
 
+def interleaved_chunk_times(spec, cfg: ParallelConfig, st) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) (p, v) of each model chunk of an interleaved plan, as the replay places the StageTimes
+    (pipeline.place_chunk_times: uneven first / last stages by their layers, block recompute by its re-run layers of
+    each chunk, N per chunk as Megatron-Core's --recompute-method block); backward with recompute."""
+    L = spec.model.num_layers
+    layers = np.array(cfg.chunk_layers(L), float) if cfg.uneven else None
+    rc_layers = (np.array(cfg.recomputed_chunk_layers(L), float)
+                 if cfg.recompute == "block" and any(s.recompute > 0 for s in st) else None)
+    arr = [[s.forward, s.backward, s.weight_grad, s.recompute] for s in st]
+    per = place_chunk_times(arr, cfg.vpp, (cfg.pp - 1, cfg.vpp - 1), layers, rc_layers)
+    return per[..., 0], per[..., 1]
+
+
 def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
     """Compute part of the iteration (bubbles included): mapping-independent, so with the same value in
     every MappingProblem of the config it is a valid lower bound for any of its mappings.
     Steady state at the slowest stage, fill and drain at each stage's own time (stage_compute_time)."""
     st = st or stage_times(spec, cfg, costs)
+    if cfg.schedule == "interleaved" and cfg.pp > 1 and cfg.num_microbatches % cfg.pp == 0:   # Megatron-Core's order
+        comp = interleaved_time(*interleaved_chunk_times(spec, cfg, st), cfg.num_microbatches)
+        return comp + max(getattr(s, "step", 0.0) for s in st)
     # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB below 2 pp micro-batches differs)
     tl = v_timeline_of(spec, st, cfg)      # a V-shape's order timed op by op where small (simulator/vtimeline.py)
     comp = tl.makespan if tl is not None else stage_compute_time(
@@ -545,17 +563,21 @@ def p2p_blocking(spec, cfg: ParallelConfig) -> bool:
 
 def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) -> tuple[float, float]:
     """(traversals, wrap-around hops) per micro-batch whose time the schedule exposes, charged (m/pp) times on the
-    path (schedules.p2p_hops); interleaved with blocking p2p (p2p_blocking): each device holds about 2v - 1 one-way
-    transfers per micro-batch (the last device sends v - 1 forward, the first v - 1 backward) plus a ramp of about
-    2(pp - 1), i.e. v - 1/2 + (pp - 1)/m traversals and wraps: against the simulator within -14% .. +4% of the
-    exposed p2p time on uniform stages (docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
+    path (schedules.p2p_hops); without lock_step, interleaved with blocking p2p (p2p_blocking): each device holds
+    about 2v - 1 one-way transfers per micro-batch (the last device sends v - 1 forward, the first v - 1 backward)
+    plus a ramp of about 2(pp - 1), i.e. v - 1/2 + (pp - 1)/m traversals and wraps (-14% .. +4% of the exposed p2p
+    time on uniform stages; docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
     1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s), V-Half, whose fixed order
     stretches its cycles once the hops outgrow its slack (pipeline.v_half_p2p_s), V-Min, whose lock step stretches
     every period by its hops (pipeline.v_min_p2p_s), and torchtitan's V-ZB (ZeRO-3: PyTorch's fixed order, whose ramp
     and, with large hops, periods they stretch: pipeline.pytorch_zbv_p2p_s); without them, one traversal, two, 1.5, 3
-    and 2.5."""
+    and 2.5. Interleaved (Megatron-Core's order, with or without overlap_p2p_comm): its order run with and without
+    hops on the plan's chunk times (pipeline.interleaved_time), the wrap hop included, the same traversals charged
+    on the path and the wrap; the ramp-only count (v and v - 1 traversals p/m per micro-batch, sends overlapping)
+    missed a hop longer than a chunk's forward, which the steady state no longer hides (-14% on the iteration, the
+    fuzz of valid plans' case 678 of seed 2), and the blocking count v - 1/2 + (pp - 1)/m was -14 .. +4%."""
     m = cfg.num_microbatches
     if lock_step is not None and waited_lock_step(spec, cfg):
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: lock_step_p2p_s(
@@ -574,6 +596,12 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
             pytorch_zbv_p2p_s
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
+    if lock_step is not None and cfg.schedule == "interleaved" and cfg.pp > 1 and m % cfg.pp == 0:
+        fc, bc = interleaved_chunk_times(spec, cfg, lock_step[0])
+        blocking = p2p_blocking(spec, cfg)
+        x = typical_hop_traversals(cfg, *lock_step, lambda st, c: interleaved_time(fc, bc, m, c, blocking)
+                                   - interleaved_time(fc, bc, m, 0.0, blocking), per_boundary=True, wrap=True)
+        return x, x
     if p2p_blocking(spec, cfg):
         x = cfg.vpp - 0.5 + (cfg.pp - 1) / m
         return x, x
@@ -594,7 +622,7 @@ def waited_lock_step(spec, cfg: ParallelConfig) -> bool:
 
 
 def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int,
-                           added_s, per_boundary: bool = False) -> float:
+                           added_s, per_boundary: bool = False, wrap: bool = False) -> float:
     """The traversals per micro-batch (charged m / pp times on the path, as p2p_exposed_hops') that make the path
     cost added_s(st, c) at the plan's typical one-way hop c: the median inter-node one-way time of the candidate
     links for the rows - 1 boundaries between nodes, NVLink's for the others. A constant of the plan (the mapping
@@ -604,17 +632,21 @@ def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s
     the list of each boundary's typical hop, the network's where stage j + 1 starts a row of the layout (pp / rows
     stages a row), NVLink's elsewhere; their mean stood for both and, with several stages a node, charged every
     stage the mean of one NVLink and one network hop twice where the lock step's interior stages each have one of
-    each (pp 32 on 16 nodes: +3 .. +5% over the replay, the fuzz of valid plans)."""
+    each (pp 32 on 16 nodes: +3 .. +5% over the replay, the fuzz of valid plans). wrap (interleaved): the wrap-around
+    hop, last device to device 0, is one more boundary (the network's between rows, else NVLink's), charged the same
+    traversals on the wrap."""
     pp, m = cfg.pp, cfg.num_microbatches
     off = one_way[~np.eye(len(one_way), dtype=bool)]
     off = off[np.isfinite(off)]
     inter = float(np.median(off)) if off.size else intra_s
     a = pp // rows
     cs = [inter if (j + 1) % a == 0 else intra_s for j in range(pp - 1)]
-    c = sum(cs) / (pp - 1)
+    if wrap:        # the wrap-around hop, last stage to stage 0: between rows (nodes) when there are several
+        cs.append(inter if rows > 1 else intra_s)
+    c = sum(cs) / len(cs)
     if not c > 0:
         return 1.0
-    return added_s(st, cs if per_boundary else c) / (m / pp * (pp - 1) * 2 * c)
+    return added_s(st, cs if per_boundary else c) / (m / pp * len(cs) * 2 * c)
 
 
 def first_chunk_params(model, cfg: ParallelConfig) -> float:

@@ -141,7 +141,8 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
 
     Against the simulator (zero communication; stage 0 and the last stage heavier than the rest;
     tests/test_sim_closed_forms.py, STAGE_TOL): gpipe exact; 1f1b exact when the last stage is the slowest,
-    up to +12% when stage 0 is (its warm-up forwards hide part of the round trip); interleaved -5% .. +9%,
+    up to +12% when stage 0 is (its warm-up forwards hide part of the round trip); interleaved exact (its order
+    run: interleaved_time; the closed form with (f_i + b_i) / v fill slots was -5% .. +9%),
     zb-h1 exact when the last stage is the slowest and m >= pp (zb_h1_time), else 0 .. +12% (m < pp: 0 .. +15%),
     v-zb -0.1 .. +8%, v-half -10% .. +10%, v-min -14% .. +2%.
     Mapping-independent, so a valid constant of the objective.
@@ -162,7 +163,10 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
     k = max(range(pp), key=lambda i: t[i])
     if schedule in ("gpipe", "1f1b"):
         x = t
-    elif schedule == "interleaved":
+    elif schedule == "interleaved" and m % pp == 0:    # Megatron-Core's order run on the chunks as the replay
+        per = place_chunk_times(np.array([f, b]).T, v, (pp - 1, v - 1))     # places them
+        return interleaved_time(per[..., 0], per[..., 1], m)
+    elif schedule == "interleaved":      # m not a multiple of pp (Megatron-Core refuses it): the closed form
         x = [ti / v for ti in t]
     elif schedule == "zb-h1":
         if m >= pp and t[-1] >= t[k]:          # the usual case, the output layer and loss last: exact
@@ -180,6 +184,311 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
     else:
         raise ValueError(f"unknown schedule {schedule!r}")
     return m * t[k] + sum(x) - x[k]
+
+
+def place_chunk_times(arr, v: int, last: tuple[int, int], layers=None, rc_layers=None) -> np.ndarray:
+    """(p, v, k) per-chunk times from per-device ones, arr (p, k) with columns (forward, backward, weight gradient,
+    recompute), backward including recompute: how the replay places a device's StageTimes on its chunks
+    (simulator.replay._chunk_times) and the estimate's interleaved order (interleaved_time) takes them. Each chunk
+    gets 1/v of the lightest device's time; the rest of device 0 (the embedding) goes to its chunk 0, the rest of the
+    last device (output layer, loss) to the last stage's chunk `last` = (device, chunk), a middle device's rest
+    evenly over its chunks. `layers` (p, v): transformer layers of each chunk when the stages are uneven
+    (Megatron-Core's first / last stage counts): then the least per-layer time of any device runs on each chunk by
+    its layer count and each device's remainder goes as above. `rc_layers` (p, v): block recompute's re-run layers of
+    each chunk (Megatron-Core checkpoints the first N layers of every model chunk, ParallelConfig.recomputed_chunk_
+    layers): a device's recompute goes to its chunks by those counts, not by their layers."""
+    arr = np.array(arr, float)
+    p = len(arr)
+    if rc_layers is not None:
+        rc_dev = arr[:, 3].copy()
+        arr[:, 1] -= rc_dev
+        arr[:, 3] = 0.0
+    if layers is not None and p > 1:
+        lay = np.asarray(layers, float)
+        unit = (arr / lay.sum(axis=1)[:, None]).min(axis=0)                             # per layer, (k,)
+        extra = arr - lay.sum(axis=1)[:, None] * unit
+        per = lay[:, :, None] * unit[None, None, :]                                      # (p, v, k)
+    else:
+        base = arr.min(axis=0) if p > 1 else arr[0] * 0.0
+        extra = arr - base
+        per = np.repeat((base / v)[None, None, :], p, axis=0).repeat(v, axis=1)       # (p, v, k)
+    if p == 1:
+        per[0, :, :] = arr[0] / v
+    else:
+        per[0, 0] += extra[0]                                     # embedding side (stage 0)
+        per[last[0], last[1]] += extra[p - 1]                     # output layer + loss (last stage)
+        for d in range(1, p - 1):                                 # anything else stays on its device
+            per[d] += extra[d] / v
+    if rc_layers is not None:
+        rcl = np.asarray(rc_layers, float)
+        tot = rcl.sum(axis=1)
+        per[..., 3] = rcl * np.divide(rc_dev, tot, out=np.zeros(p), where=tot > 0)[:, None]
+        per[..., 1] += per[..., 3]
+    return per
+
+
+def interleaved_order(p: int, m: int, v: int) -> list:
+    """Megatron-Core's interleaved 1F1B as per-device (kind 0 = F / 1 = B, micro-batch, chunk) int arrays: micro-batches
+    in groups of p, chunk-major within a group, the warm-up of inflight_microbatches (no all-forwards-first case at
+    m == p since Megatron-LM 4295be1a); torch.distributed.pipelining's ScheduleInterleaved1F1B (torchtitan) runs the
+    same order and count. The one home of the order: the simulator's (orders.build) and interleaved_time's."""
+    total = m * v
+    k = np.arange(total)
+    mb = (k // (p * v)) * p + k % p
+    fchunk = (k // p) % v
+    bchunk = v - 1 - fchunk
+    out = []
+    for d in range(p):
+        w = min((p - d - 1) * 2 + (v - 1) * p, total)
+        steady = total - w
+        kinds = np.empty(2 * total, np.int64)
+        mbs = np.empty(2 * total, np.int64)
+        chs = np.empty(2 * total, np.int64)
+        kinds[:w], mbs[:w], chs[:w] = 0, mb[:w], fchunk[:w]
+        s = slice(w, w + 2 * steady, 2)
+        kinds[s], mbs[s], chs[s] = 0, mb[w:], fchunk[w:]
+        s = slice(w + 1, w + 2 * steady, 2)
+        kinds[s], mbs[s], chs[s] = 1, mb[:steady], bchunk[:steady]
+        kinds[w + 2 * steady:], mbs[w + 2 * steady:], chs[w + 2 * steady:] = 1, mb[steady:], bchunk[steady:]
+        out.append((kinds, mbs, chs))
+    return out
+
+
+def _interleaved_dag_sorted(p: int, m: int, v: int):
+    """_interleaved_dag's arrays without its walk, or None: ops sorted by position, ties by device (ascending; in a
+    cool-down, descending), which is a topological order when the data of an op comes from no later position and, at
+    the same position, from the device before (a warm-up forward) or, in a cool-down, the device after; checked."""
+    S, total = p * v, m * v
+    order = interleaved_order(p, m, v)
+    n = 2 * total
+    kind = np.concatenate([o[0] for o in order])
+    mb = np.concatenate([o[1] for o in order])
+    stage = np.concatenate([o[2] * p + d for d, o in enumerate(order)])
+    dev = np.repeat(np.arange(p), n)
+    pos = np.tile(np.arange(n), p)
+    warm = np.array([min((p - d - 1) * 2 + (v - 1) * p, total) for d in range(p)])
+    cool = pos >= 2 * total - warm[dev]
+    rank = pos * (2 * p) + np.where(cool, 2 * p - 1 - dev, dev)
+    srt = np.argsort(rank, kind="stable")
+    num = np.empty(p * n, np.int64)
+    num[srt] = np.arange(1, p * n + 1)                        # op numbers, 1-based
+    table = np.zeros((2, S, m), np.int64)
+    table[kind, stage, mb] = num
+    fwd = kind == 0
+    dk = np.where(fwd, 0, np.where(stage < S - 1, 1, 0))
+    ds = np.where(fwd, stage - 1, np.where(stage < S - 1, stage + 1, stage))
+    has = ~(fwd & (stage == 0))
+    dep = np.where(has, table[dk, np.clip(ds, 0, S - 1), mb], 0)
+    prev = np.where(pos > 0, np.roll(num, 1), 0)
+    if not (dep < num).all() or not (prev < num).all():
+        return None
+    hop_f = np.where(stage % p > 0, stage % p - 1, p - 1)       # the boundary into stage s, forward / backward
+    hop_b = np.where(stage % p < p - 1, stage % p, p - 1)
+    lat = np.where(has, np.where(fwd, hop_f, np.where(stage < S - 1, hop_b, p)), p)
+    nxt = np.clip(stage + 1, 0, S - 1)
+    prv = np.clip(stage - 1, 0, S - 1)
+    out = np.where(fwd, np.where(stage < S - 1, np.where(nxt % p > 0, nxt % p - 1, p - 1), p),
+                   np.where(stage > 0, np.where(prv % p < p - 1, prv % p, p - 1), p))
+    dur = kind * S + dev * v + stage // p
+    at = num.reshape(p, n)
+    inv = np.empty(p * n, np.int64)
+    inv[num - 1] = np.arange(p * n)
+    return (prev[inv].tolist(), dep[inv].tolist(), lat[inv], dur[inv], out[inv], at, dev[inv], pos[inv])
+
+
+def _interleaved_dag_walk(p: int, m: int, v: int) -> tuple:
+    """_interleaved_dag's arrays (and each op's device and position) by the engine's walk."""
+    S = p * v
+    lists = [(k.tolist(), j.tolist(), ch.tolist()) for k, j, ch in interleaved_order(p, m, v)]
+    # the boundary a hop into stage s crosses, forward (from s - 1) and backward (from s + 1); p - 1 is the wrap
+    hop_in_f = [(s % p) - 1 if s % p else p - 1 for s in range(S)]
+    hop_in_b = [s % p if s % p < p - 1 else p - 1 for s in range(S)]
+    idx = [[[0] * m for _ in range(S)], [[0] * m for _ in range(S)]]      # [kind][stage][micro-batch] -> op number
+    prev, dep, lat, dur, out, where = [], [], [], [], [], [(-1, 0)]
+    waiting: dict = {}
+    ptr, last = [0] * p, [0] * p
+    ready = list(range(p - 1, -1, -1))
+    while ready:
+        d = ready.pop()
+        kinds, mbs, chs = lists[d]
+        n, i = len(kinds), ptr[d]
+        while i < n:
+            kind, j, k = kinds[i], mbs[i], chs[i]
+            s = k * p + d
+            if kind == 0:
+                dk, ds, h = (0, s - 1, hop_in_f[s]) if s > 0 else (-1, 0, p)
+            else:
+                dk, ds, h = (1, s + 1, hop_in_b[s]) if s < S - 1 else (0, s, p)
+            a = 0
+            if dk >= 0:
+                a = idx[dk][ds][j]
+                if not a:
+                    waiting[(dk, ds, j)] = d
+                    break
+            prev.append(last[d])
+            dep.append(a)
+            lat.append(h)
+            dur.append(kind * S + d * v + k)
+            # with blocking the sender holds the hop of its output's edge: F into s + 1, B into s - 1
+            out.append((hop_in_f[s + 1] if s < S - 1 else p) if kind == 0 else (hop_in_b[s - 1] if s > 0 else p))
+            last[d] = idx[kind][s][j] = len(prev)
+            where.append((d, i))
+            wkr = waiting.pop((kind, s, j), None)
+            if wkr is not None:
+                ready.append(wkr)
+            i += 1
+        ptr[d] = i
+    if any(ptr[d] < len(lists[d][0]) for d in range(p)):
+        raise ValueError(f"the interleaved order deadlocks at p={p}, m={m}, v={v}")
+    wh = np.array(where)
+    at = np.zeros((p, 2 * m * v), np.int64)
+    at[wh[1:, 0], wh[1:, 1]] = np.arange(1, len(wh))
+    return prev, dep, np.array(lat), np.array(dur), np.array(out), at, wh[1:, 0], wh[1:, 1]
+
+
+@functools.lru_cache(maxsize=512)
+def _interleaved_dag(p: int, m: int, v: int) -> tuple:
+    """interleaved_order's ops as a DAG in one topological order, for _interleaved_makespan to time without a walk:
+    per op (1-based; 0 stands for "none", time 0) its device's previous op, the op whose data it waits for, the hop
+    slot that data crosses and the op's own chunk-time slot and output hop slot (hop slots: c[0 .. p-1], p for none).
+    Built once per (p, m, v): sorted by position (_interleaved_dag_sorted, numpy, its order checked), else by the
+    replay engine's walk (an op runs once its device's previous op has ended and its data has arrived), which also
+    finds a deadlock; the search times many plans of a few shapes, and the walk's bookkeeping was ~5x the
+    arithmetic (1.5 us an op). Also `at` (p, 2 m v):
+    the op number at each position of each device's order, and `flat_cut`: whether every op outside the cool-down
+    waits on nothing later in its neighbour's order and, from position w_0 + 2 on (device 0's warm-up w_0 and two),
+    on nothing more than two positions back (the steady state's data comes from position x - 2 of the neighbour),
+    and the cool-downs on nothing before the latest cut less two (device 0's cool-down, 2 m v - w_0): then a cut at
+    one position of every device leaves a past that the future reads through the last two ops of each device only
+    (_interleaved_steady)."""
+    r = _interleaved_dag_sorted(p, m, v) or _interleaved_dag_walk(p, m, v)
+    prev, dep, lat, dur, out, at, dev, pos = r
+    total = m * v
+    depa = np.array(dep)
+    has = depa > 0
+    gap = pos[has] - pos[depa[has] - 1]
+    warm = np.array([min((p - d - 1) * 2 + (v - 1) * p, total) for d in range(p)])
+    cpos, cdev = pos[has], dev[has]
+    cool = cpos >= 2 * total - warm[cdev]
+    # the latest cut is 2 total - w_0 (device 0's cool-down): cool-down ops wait on nothing before it less two
+    flat_cut = bool((gap[~cool] >= 0).all() and (gap[~cool & (cpos >= warm[0] + 2)] <= 2).all()
+                    and (cpos - gap)[cool].min(initial=2 * total) >= 2 * total - warm[0] - 2)
+    return prev, dep, lat, dur, out, at, flat_cut
+
+
+def _interleaved_ends(fc: tuple, bc: tuple, m: int, c: tuple, blocking: bool) -> list:
+    """End times of interleaved_order's ops (numbered as _interleaved_dag's, [0] = 0) with per-chunk forward fc[d][k]
+    and backward bc[d][k] (recompute included), hop c[d] one way between devices d and d + 1 (c[p - 1]: the wrap,
+    device p - 1 to device 0), as the replay times them (simulator.engine.run): an op starts when its device's previous
+    op has ended and its data has arrived, the hop after the producer's end; blocking (Megatron without
+    overlap_p2p_comm, the replay's blocking_p2p): the producer is held for its send, and the data is there when it
+    ends. Each op once, in the DAG's order, O(p v m)."""
+    p, v = len(fc), len(fc[0])
+    prev, dep, lat, dur, out, _, _ = _interleaved_dag(p, m, v)
+    hops = np.array(c + (0.0,))
+    times = np.concatenate([np.ravel(fc), np.ravel(bc)])[dur]
+    if blocking:
+        times = times + hops[out]
+        waits = [0.0] * len(prev)
+    else:
+        waits = hops[lat].tolist()
+    e = [0.0]
+    put = e.append
+    for a, b, w, t in zip(prev, dep, waits, times.tolist()):
+        x, y = e[a], e[b] + w
+        put((x if x > y else y) + t)
+    return e
+
+
+def _interleaved_makespan(fc: tuple, bc: tuple, m: int, c: tuple, blocking: bool) -> float:
+    """Makespan of the whole order (_interleaved_ends)."""
+    return max(_interleaved_ends(fc, bc, m, c, blocking))
+
+
+STEADY_TOL = 1e-9     # relative: two states of the order equal up to a shift (rounding of sums along its paths)
+
+
+def _interleaved_steady(fc: tuple, bc: tuple, n1: int, n: int, c: tuple, blocking: bool) -> tuple:
+    """(the makespan of n groups of p micro-batches from the run of n1 (< n) groups, when that run reaches a periodic
+    state, else None; the ops it timed). Max-plus argument: past the warm-ups (position w_0 + 2) the order is invariant
+    under a shift of one group (2 p v positions a device, micro-batches + p), and a cut at one position P of every
+    device leaves a past, equal in every run at least as long as far as the first cool-down, that the rest reads
+    only through each device's last two ops before P (_interleaved_dag's flat_cut, checked on the DAG). So if that
+    state X at P_t = P_0 + 2 p v t equals X at P_(t-q) plus one constant D in every entry, the run of m micro-batches
+    ends D later than the run of m - q p (its rest after P_t is the other's after P_(t-q), shifted), for every m
+    whose run holds P_t before its cool-down: T(n) = T(n1) + (n - n1) / q D. Entries equal to STEADY_TOL (relative):
+    max-plus maps do not expand differences, so an error d in X moves each step's D by at most d."""
+    p, v = len(fc), len(fc[0])
+    total = n1 * p * v
+    w0 = min(2 * (p - 1) + (v - 1) * p, total)
+    period = 2 * p * v
+    P0 = w0 + 2
+    steps = (2 * total - w0 - P0) // period        # the last cut P_t at or before device 0's cool-down
+    if steps < 1:
+        return None, 0
+    _, _, _, _, _, at, flat_cut = _interleaved_dag(p, n1 * p, v)
+    if not flat_cut:
+        return None, 0
+    e = np.array(_interleaved_ends(fc, bc, n1 * p, c, blocking))
+    pos = P0 - 2 + period * np.arange(steps + 1)[:, None] + np.array([0, 1])
+    X = e[at[:, pos]].transpose(1, 0, 2).reshape(steps + 1, -1)      # (cuts, 2 p)
+    for t in range(1, steps + 1):
+        for q in (1, 2, 3):
+            if q > t:
+                break
+            D = X[t] - X[t - q]
+            if D.max() - D.min() <= STEADY_TOL * max(1.0, float(np.abs(X[t]).max())):
+                r = (n - n1) % q
+                base = e.max() if r == 0 else _interleaved_makespan(fc, bc, (n1 + r) * p, c, blocking)
+                return float(base + (n - n1 - r) // q * D.mean()), (n1 + n1 + r) * 2 * p * v * p
+    return None, n1 * 2 * p * v * p
+
+
+INTERLEAVED_STEADY_CUTS = 3      # the first run of the steady-state test holds this many cuts (_interleaved_steady)
+
+
+@functools.lru_cache(maxsize=4096)
+def _interleaved_time(fc: tuple, bc: tuple, m: int, c: tuple, blocking: bool) -> tuple:
+    """(interleaved_time's makespan, the ops its runs timed)."""
+    # runs of the fewest groups that hold INTERLEAVED_STEADY_CUTS cuts past device 0's warm-up, then twice as many
+    # ..., until one reaches a periodic state, while at most 3/4 of the order; else the whole order
+    p, v = len(fc), len(fc[0])
+    n = m // p
+    w0 = 2 * (p - 1) + (v - 1) * p
+    n1 = INTERLEAVED_STEADY_CUTS + -(-(2 * w0 + 2) // (2 * p * v))
+    ops = 0
+    while 4 * n1 <= 3 * n:
+        t, k = _interleaved_steady(fc, bc, n1, n, c, blocking)
+        ops += k
+        if t is not None:
+            return t, ops
+        n1 *= 2
+    return _interleaved_makespan(fc, bc, m, c, blocking), ops + 2 * m * v * p
+
+
+def interleaved_time(fc, bc, m: int, c=0.0, blocking: bool = False) -> float:
+    """Makespan of Megatron-Core's interleaved order (interleaved_order) on per-chunk forward and backward times fc,
+    bc (p, v) (place_chunk_times; backward with recompute and weight gradient) and hops c one way, one per boundary
+    (c[d] between devices d and d + 1, c[p - 1] the wrap from device p - 1 to 0) or one for all; blocking: without
+    overlap_p2p_comm (p2p_blocking), each sender held for its transfer. Equal to the replay's pipeline makespan on the
+    same chunk times and hops (tests/test_interleaved_order.py). m a multiple of p (the schedule's rule). Runs of a
+    few groups of p micro-batches, extrapolated once one reaches a periodic state (_interleaved_steady, exact), else
+    the whole order (O(p v m)); cached, each call charged its ops' work (work.ORDER_OP_WORK_S). The one home of
+    interleaved's compute (stage_compute_time, iteration.compute_const) and its hops' charge
+    (iteration.p2p_exposed_hops), which the closed forms missed where stages differ (-5 .. +9%) and where a hop
+    outgrows the slack of a chunk's forward (the ramp-only charge: -14% on the iteration)."""
+    p = len(fc)
+    fc = tuple(tuple(map(float, x)) for x in fc)
+    bc = tuple(tuple(map(float, x)) for x in bc)
+    cs = tuple(map(float, c)) if np.ndim(c) else (float(c),) * p
+    if len(cs) != p:
+        raise ValueError(f"{len(cs)} hops for pp={p} (one per boundary and the wrap)")
+    from planner.mapping import work  # here: planner.mapping imports this module
+
+    # without hops a sender holds nothing: one key for compute_const's run and the hop charge's zero-hop one
+    t, ops = _interleaved_time(fc, bc, int(m), cs, bool(blocking) and any(cs))
+    work.charge(ops * work.ORDER_OP_WORK_S)  # every call, cached or not: the charge depends on the plan only
+    return t
 
 
 def v_half_p2p_s(f, b, w, m: int, c: float) -> float:

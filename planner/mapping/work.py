@@ -93,6 +93,11 @@ SCREEN_NODE2_WORK_S = 2.5e-6
 # (docs/notes/solver.md "Cheaper two-row calls", load ~4): 4x4 3-8 ms, 4x8 pairs of rows apart 9-20 ms (600-2,800
 # items), adjacent 60-73 ms (4,400), 2x16 adjacent 660-716 ms (65,500): at most 1.4 CPU s per work s charged, below
 # the 2-2.7 wall s per work s of the CP-SAT calls themselves
+# one op of Megatron-Core's interleaved order timed by costs.pipeline.interleaved_time (the compute bound of every
+# fitting interleaved configuration and the hop charge of each one screened), charged per call whether its result was
+# cached or not, so the charge depends on the plan alone: 65-97 ns of wall measured per op charged, cold caches, on
+# the shipped llama3-70b and gpt3-13b specs' interleaved configurations (load ~2.8, Dec); charged ~2-3x
+ORDER_OP_WORK_S = 2e-7
 ROWS2_BUILD_WORK_S = 0.004
 ROWS2_ITEM_WORK_S = 1.2e-5
 

@@ -55,13 +55,14 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     budget = work.WORK_PER_S * limit
 
     tally: dict = {}
-    fits, total = fitting_configs(spec, costs, num_gpus, tally=tally)
+    with work.metered() as order_work:     # what the screen's bounds charge themselves (interleaved orders' runs)
+        fits, total = fitting_configs(spec, costs, num_gpus, tally=tally)
     vetoed: set = set()
     bounds: dict = {}     # each bounded config's layout bounds: a re-search starts from them (screen)
     # one meter and one budget over every pass: a re-search after a simulation veto gets what the earlier passes
     # left (screening still maps one candidate), and work_s is the whole solve's (review, Nov 26, finding 5)
     with work.metered(deadline=deadline) as spent:
-        enum_work = work.enumeration_work(**tally)
+        enum_work = work.enumeration_work(**tally) + order_work.used_s
         work.charge(enum_work)          # the memory screen, once: a re-search reuses its configurations
         while True:
             kept = [f for f in fits if f[1] not in vetoed]

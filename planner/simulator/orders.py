@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.config import SCHEDULES, SPLIT_SCHEDULES, V_SHAPES
-from planner.costs.pipeline import chunks_per_device, pytorch_zbv_order
+from planner.costs.pipeline import chunks_per_device, interleaved_order, pytorch_zbv_order
 from planner.simulator.ops import B, F, R, Schedule, W
 from planner.simulator.vblocks import v_block_order
 from planner.simulator.zbv import DEFAULT_MODEL, zbv_order
@@ -97,29 +97,10 @@ def _zb_h1(p: int, m: int) -> list:
 
 
 def _interleaved(p: int, m: int, v: int) -> list:
-    """Megatron-Core's interleaved 1F1B: micro-batches in groups of p, chunk-major within a group, the warm-up of
-    costs.pipeline.inflight_microbatches (no all-forwards-first case at m == p since Megatron-LM 4295be1a);
-    torch.distributed.pipelining's ScheduleInterleaved1F1B (torchtitan) runs the same order and count."""
-    total = m * v
-    k = np.arange(total)
-    mb = (k // (p * v)) * p + k % p
-    fchunk = (k // p) % v
-    bchunk = v - 1 - fchunk
-    out = []
-    for d in range(p):
-        w = min((p - d - 1) * 2 + (v - 1) * p, total)
-        steady = total - w
-        kinds = np.empty(2 * total, np.int64)
-        mbs = np.empty(2 * total, np.int64)
-        chs = np.empty(2 * total, np.int64)
-        kinds[:w], mbs[:w], chs[:w] = F, mb[:w], fchunk[:w]
-        s = slice(w, w + 2 * steady, 2)
-        kinds[s], mbs[s], chs[s] = F, mb[w:], fchunk[w:]
-        s = slice(w + 1, w + 2 * steady, 2)
-        kinds[s], mbs[s], chs[s] = B, mb[:steady], bchunk[:steady]
-        kinds[w + 2 * steady:], mbs[w + 2 * steady:], chs[w + 2 * steady:] = B, mb[steady:], bchunk[steady:]
-        out.append((kinds, mbs, chs))
-    return out
+    """Megatron-Core's interleaved 1F1B (costs.pipeline.interleaved_order, one home with the estimate's
+    interleaved_time), as op arrays."""
+    assert (F, B) == (0, 1)       # interleaved_order's kinds
+    return interleaved_order(p, m, v)
 
 
 # ---------------------------------------------------------------- PyTorch's ZB-V (torchtitan's v-zb)

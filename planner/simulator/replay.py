@@ -56,7 +56,7 @@ from planner.costs.memory import (
     stage_params,
     stored_layer_bytes,
 )
-from planner.costs.pipeline import chunks_per_device
+from planner.costs.pipeline import chunks_per_device, place_chunk_times
 from planner.mapping.problem import worker_table
 from planner.simulator import deepspeed, engine, mcore
 from planner.simulator.engine import DeadlockError
@@ -407,33 +407,8 @@ def _chunk_times(st: list, p: int, v: int, stage_of: np.ndarray, split: bool, rc
     `rc_layers` (p, v): block recompute's re-run layers of each chunk; a device's recompute goes to its chunks by
     those counts, not by their layers."""
     arr = np.array([[s.forward, s.backward, s.weight_grad, s.recompute] for s in st])    # (p, 4)
-    if rc_layers is not None:
-        rc_dev = arr[:, 3].copy()
-        arr[:, 1] -= rc_dev
-        arr[:, 3] = 0.0
-    if layers is not None and p > 1:
-        lay = np.asarray(layers, float)
-        unit = (arr / lay.sum(axis=1)[:, None]).min(axis=0)                             # per layer, (4,)
-        extra = arr - lay.sum(axis=1)[:, None] * unit
-        per = lay[:, :, None] * unit[None, None, :]                                      # (p, v, 4)
-    else:
-        base = arr.min(axis=0) if p > 1 else arr[0] * 0.0
-        extra = arr - base
-        per = np.repeat((base / v)[None, None, :], p, axis=0).repeat(v, axis=1)       # (p, v, 4)
-    if p == 1:
-        per[0, :, :] = arr[0] / v
-    else:
-        S = p * v
-        per[0, 0] += extra[0]                                     # embedding side (stage 0)
-        dl, cl = np.argwhere(stage_of == S - 1)[0]
-        per[dl, cl] += extra[p - 1]                               # output layer + loss (last stage)
-        for d in range(1, p - 1):                                 # anything else stays on its device
-            per[d] += extra[d] / v
-    if rc_layers is not None:
-        rcl = np.asarray(rc_layers, float)
-        tot = rcl.sum(axis=1)
-        per[..., 3] = rcl * np.divide(rc_dev, tot, out=np.zeros(p), where=tot > 0)[:, None]
-        per[..., 1] += per[..., 3]
+    dl, cl = np.argwhere(stage_of == p * v - 1)[0]
+    per = place_chunk_times(arr, v, (int(dl), int(cl)), layers, rc_layers)
     f, b, w, rc = per[..., 0], per[..., 1], per[..., 2], per[..., 3]
     dur = np.zeros((p, v, 4))
     dur[..., F] = f
