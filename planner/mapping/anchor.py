@@ -31,6 +31,7 @@ import numpy as np
 
 from planner.mapping import work
 from planner.mapping.problem import robust_objective
+from planner.mapping.startpoint import degrees_ok
 
 WEAK_RANK = 4               # a node inside the grid has two ring and two column neighbours
 WEAK_FACTOR = 2.0           # weak: its WEAK_RANK-th cheapest hop over this many times the median node's
@@ -72,15 +73,6 @@ def _pinned_cycle(adj: list[int], K: int, pins: dict[int, int], cap: int) -> tup
     order = [first]
     count = 0
 
-    def ok(rest: int, ends: int) -> bool:
-        m = rest
-        while m:
-            w = (m & -m).bit_length() - 1
-            m &= m - 1
-            if (adj[w] & (rest | ends)).bit_count() < 2:
-                return False
-        return True
-
     def dfs(t: int, u: int, used: int) -> bool:
         nonlocal count
         count += 1
@@ -89,7 +81,7 @@ def _pinned_cycle(adj: list[int], K: int, pins: dict[int, int], cap: int) -> tup
         if t == K:
             return bool(adj[u] & (1 << first))
         rest = full & ~used
-        if not ok(rest, (1 << u) | (1 << first)):
+        if not degrees_ok(adj, rest, (1 << u) | (1 << first)):
             return False
         col = cols[t]
         m = adj[u] & rest & ((1 << pins[col]) if col in pins else ~pinned)

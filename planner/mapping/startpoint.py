@@ -36,21 +36,24 @@ def applies(problems) -> bool:
     return MIN_COLS <= p.layout.cols <= MAX_COLS and p.rows_confined()
 
 
+def degrees_ok(adj: list[int], rest: int, ends: int) -> bool:
+    """Every node left (`rest`, a bitmask) still has two neighbours among the nodes left and the path's two ends
+    (`ends`): else no Hamiltonian cycle completes (the pruning of _cycle and anchor._pinned_cycle)."""
+    m = rest
+    while m:
+        w = (m & -m).bit_length() - 1
+        m &= m - 1
+        if (adj[w] & (rest | ends)).bit_count() < 2:
+            return False
+    return True
+
+
 def _cycle(adj: list[int], K: int, cap: int) -> tuple[list[int] | None, int]:
     """(a Hamiltonian cycle of the K-node graph given as neighbour bitmasks, or None; search nodes used)."""
     full = (1 << K) - 1
     first = 0
     order, used = [first], 1 << first
     count = 0
-
-    def ok(rest: int, ends: int) -> bool:
-        m = rest
-        while m:
-            w = (m & -m).bit_length() - 1
-            m &= m - 1
-            if bin(adj[w] & (rest | ends)).count("1") < 2:
-                return False
-        return True
 
     def dfs(u: int, used: int) -> bool:
         nonlocal count
@@ -60,7 +63,7 @@ def _cycle(adj: list[int], K: int, cap: int) -> tuple[list[int] | None, int]:
         if used == full:
             return bool(adj[u] & (1 << first))
         rest = full & ~used
-        if not ok(rest, (1 << u) | (1 << first)):
+        if not degrees_ok(adj, rest, (1 << u) | (1 << first)):
             return False
         # the cycle closes at `first`: with one neighbour of it left, that node must come last
         closers = adj[first] & rest
