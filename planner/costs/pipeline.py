@@ -147,7 +147,9 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
     v-zb -0.1 .. +8%, v-half -10% .. +10%, v-min -14% .. +2%.
     Mapping-independent, so a valid constant of the objective.
     pytorch: PyTorch pipelining's order where it differs (ZeRO-3 plans are torchtitan's): its V-ZB below 2 pp
-    micro-batches, whose makespan pytorch_zbv_time runs (from 2 pp the closed form follows it, 0 .. -1.4%).
+    micro-batches, whose makespan pytorch_zbv_time runs. From 2 pp the closed form follows it on uniform stages
+    (0 .. -1.4%), not with heavier end ranks: +0.4 .. +9.6% over pytorch_zbv_time (p 2-8, m 2p-16p, first rank x1-1.3,
+    last x1-1.5; review Nov 27), +5.8% at p 4, m 8 on llama3-8b-h100-fsdp-128's stage times (+3.0% at m 16).
     """
     f, b, w = (list(map(float, x)) for x in (f, b, w))
     if len(f) != pp:
