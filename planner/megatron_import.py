@@ -486,15 +486,22 @@ def read_run(line: LaunchLine, gpus: int, file: str | None = None, vocab_size: i
         sp = False
     zero = 1 if a.given(F["zero"]) else 0
     rc, rc_n = _recompute(a)
-    if rc == "block":
-        notes.append(f"--recompute-method block --recompute-num-layers {rc_n}: a pinned search (recompute: [block]) "
-                     "chooses its own N, the fewest that fits; `planner estimate ... --recompute-layers "
-                     f"{rc_n}` costs the run's")
     cfg_d = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "micro_batch_size": mbs, "num_microbatches": gbs // (mbs * dp),
              "schedule": "interleaved" if interleaved else "1f1b", "vpp": vpp if interleaved else 1,
              "recompute": rc, "recompute_layers": rc_n, "zero": zero, "sequence_parallel": sp,
              "first_stage_layers": first, "last_stage_layers": last, "account_embedding": emb, "account_loss": loss}
     cfg = ParallelConfig.from_dict(cfg_d, file, "the run")
+    if rc == "block":
+        from planner.search.space import block_as_full
+        full = block_as_full(cfg, model["num_layers"])
+        if full is not cfg:
+            notes.append(f"--recompute-method block --recompute-num-layers {rc_n}: every layer of each model chunk "
+                         "is checkpointed, i.e. full recompute (the planner's `full`): planned as such")
+            cfg = full
+        else:
+            notes.append(f"--recompute-method block --recompute-num-layers {rc_n}: a pinned search (recompute: "
+                         "[block]) chooses its own N, the fewest that fits; `planner estimate ... --recompute-layers "
+                         f"{rc_n}` costs the run's")
     training = {"global_batch_size": gbs, "seq_length": seq, **_precision(a, notes)}
     opt = a.word("--optimizer", "adam")
     if opt not in ("adam", "sgd"):

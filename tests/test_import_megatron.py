@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -179,6 +180,33 @@ def test_block_recompute_is_read(tmp_path, capsys):
     spec = load_spec(str(out))
     assert spec.search.recompute == ("block",)
     assert list(enumerate_configs(spec)) == [ParallelConfig(1, 2, 4, 1, 4, recompute="block")]
+
+
+@pytest.mark.parametrize("n", [12, 20])
+def test_block_recompute_over_every_layer_is_full(tmp_path, capsys, n):
+    """Block N covering each chunk's 12 layers checkpoints every layer: imported as `full`, whose pinned search holds
+    it (the search has no block form there), not refused as a configuration the planner does not search."""
+    cl = _write(tmp_path, H100_1, "h100-1.yaml")
+    line = _write(tmp_path, "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 "
+                            "--max-position-embeddings 2048 --padded-vocab-size 51200 --micro-batch-size 1 "
+                            "--global-batch-size 16 --bf16 --pipeline-model-parallel-size 2 "
+                            f"--recompute-granularity full --recompute-method block --recompute-num-layers {n}")
+    out = tmp_path / "b.yaml"
+    assert main(["import", "megatron", line, "-o", str(out), "--cluster", cl, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["config"]["recompute"] == "full" and d["config"].get("recompute_layers") is None
+    assert any(f"--recompute-num-layers {n}" in a and "full recompute" in a for a in d["assumed"])
+    assert list(enumerate_configs(load_spec(str(out)))) == [ParallelConfig(1, 2, 4, 1, 4, recompute="full")]
+
+
+def test_block_as_full_keeps_block_below_the_chunk():
+    from planner.search.space import block_as_full
+    cfg = ParallelConfig(1, 2, 4, 1, 4, recompute="block", recompute_layers=11)
+    assert block_as_full(cfg, 24) is cfg
+    assert block_as_full(replace(cfg, recompute_layers=12), 24) == replace(cfg, recompute="full",
+                                                                             recompute_layers=None)
+    z3 = ParallelConfig(1, 2, 4, 1, 4, recompute="block", recompute_layers=12, zero=3)    # torchtitan's every n-th
+    assert block_as_full(z3, 24) is z3
 
 
 BASE = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 "

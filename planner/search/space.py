@@ -107,6 +107,16 @@ def block_top(cfg: ParallelConfig, num_layers: int) -> int:
     return max(map(max, cfg.chunk_layers(num_layers))) - 1
 
 
+def block_as_full(cfg: ParallelConfig, num_layers: int) -> ParallelConfig:
+    """Megatron-Core's block recompute whose N covers every chunk's layers (it checkpoints the first N layers of each
+    chunk, one by one) is full recompute, the form the search has for it (block_top); other plans unchanged.
+    torchtitan's every n-th block (a ZeRO-3 plan's block) is left: its n counts a rank's layers, not a chunk's."""
+    if (cfg.recompute == "block" and not cfg.layer_sac and cfg.recompute_layers is not None
+            and cfg.recompute_layers > block_top(cfg, num_layers)):
+        return replace(cfg, recompute="full", recompute_layers=None)
+    return cfg
+
+
 def space_key(cfg: ParallelConfig) -> ParallelConfig:
     """A configuration as enumerate_configs yields it: block recompute's N unset (screening chooses it,
     search.screen.block_layers), so `space_key(cfg) in set(enumerate_configs(spec))` asks whether the space has it."""
