@@ -95,6 +95,23 @@ def test_a_short_limit_gives_a_plan_near_the_bound_on_a_slow_network(make_spec, 
     assert rec.stopped_by != "wall" and rec.objective <= 1.10 * floor
 
 
+def test_the_screens_own_charges_count_once_in_a_callers_meter(make_spec, monkeypatch):
+    """What the memory screen's bounds charge themselves (interleaved orders' runs) counts once in a meter around
+    solve() and once in the solve's own work_s (it was charged to the outer meter twice)."""
+    monkeypatch.setattr(solve_module, "WALL_SAFETY", 20.0)
+    real = solve_module.fitting_configs
+
+    def charging(*a, **k):
+        work.charge(0.125)                        # stands for the orders' runs screen.feasible_configs charges
+        return real(*a, **k)
+
+    monkeypatch.setattr(solve_module, "fitting_configs", charging)
+    spec = _slow_network(make_spec)
+    with work.metered() as outer:
+        rec = solve(spec, time_limit_s=1, seed=0, simulate=False).solver
+    assert abs(outer.used_s - rec.work_s) < 1e-9 and rec.work_s >= 0.125
+
+
 def test_a_re_search_after_a_simulation_veto_shares_the_one_budget(make_spec, monkeypatch):
     """Review finding 5: after a veto the re-search got a fresh budget and work_s recorded only the last pass. Now one
     meter covers both: work_s includes the first pass, and the whole solve stays near one budget."""

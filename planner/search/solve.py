@@ -63,7 +63,10 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     # left (screening still maps one candidate), and work_s is the whole solve's (review, Nov 26, finding 5)
     with work.metered(deadline=deadline) as spent:
         enum_work = work.enumeration_work(**tally) + order_work.used_s
-        work.charge(enum_work)          # the memory screen, once: a re-search reuses its configurations
+        # the memory screen, once: a re-search reuses its configurations. The orders' runs were charged already to
+        # any meter open around solve(); only this one missed them
+        work.charge(enum_work - order_work.used_s)
+        spent.used_s += order_work.used_s
         while True:
             kept = [f for f in fits if f[1] not in vetoed]
             screening = screen(spec, kept, mats, costs, seed=seed, robust=rob, budget=budget, spent=spent,
