@@ -41,6 +41,7 @@ from planner.costs.pipeline import (
     stage_compute_time,
     v_half_p2p_s,
     v_min_p2p_s,
+    zb_h1_drain,
     zb_h1_p2p_s,
 )
 from planner.mapping.problem import Layout, MappingProblem, layouts
@@ -857,12 +858,21 @@ def v_timeline_dp_s(spec, cfg: ParallelConfig, costs: Costs, tl, s: int, b: int,
     return e
 
 
-def dp_row_slack_s(spec, st, cfg: ParallelConfig, first_stage: int) -> float:
-    """Seconds by which a row's devices (from `first_stage` on) end their pipeline before its end, the data-parallel
-    term's credit (build_problem): first_stage of the smallest chunk backward (each later stage ends its last backward
-    that much earlier); none where the row's term is already taken from the V's timeline (v_timeline_dp_s)."""
+def dp_row_slack_s(spec, st, cfg: ParallelConfig, first_stage: int, last_stage: int | None = None) -> float:
+    """Seconds by which a row's devices (stages first_stage .. last_stage) end their pipeline before its end, the
+    data-parallel term's credit (build_problem): first_stage of the smallest chunk backward (each later stage ends its
+    last backward that much earlier); none where the row's term is already taken from the V's timeline
+    (v_timeline_dp_s). ZB-H1 holds its later stages' W's back to the end (they end d (B - W)
+    apart, not d B's: pipeline.zb_h1_drain): the gap to the latest stage end (the 1F1B credit gave a later stage its
+    whole last backward, and the DP ring ran past the replay's end: -5.8%, fuzz seed 4 case 8)."""
     if v_timeline_of(spec, st, cfg) is not None:
         return 0.0
+    if cfg.schedule == "zb-h1" and cfg.pp > 1:
+        if first_stage == 0:
+            return 0.0
+        ends = zb_h1_drain([s.backward for s in st], [s.weight_grad for s in st], cfg.num_microbatches)
+        last = first_stage if last_stage is None else last_stage
+        return max(0.0, max(ends) - max(ends[first_stage:last + 1]))
     return first_stage * (min(s.backward for s in st) / cfg.chunks)       # (the bits of the form before)
 
 
@@ -963,7 +973,7 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     if cfg.dp * cfg.cp > 1:        # the gradient reduce runs over dp * cp (dp_allreduce_s)
         for i in range(R):
             stages = range(i * layout.a, (i + 1) * layout.a)
-            slack = dp_row_slack_s(spec, st, cfg, i * layout.a)
+            slack = dp_row_slack_s(spec, st, cfg, i * layout.a, (i + 1) * layout.a - 1)
             with np.errstate(divide="ignore"):
                 ring = dp_row_s(spec, cfg, costs, st, stages, b, K, pair_bw if K > 1 else None)
             if K > 1:

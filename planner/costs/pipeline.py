@@ -759,20 +759,38 @@ def zb_h1_time(f, b, w, m: int, c: float = 0.0) -> float:
     left. The iteration ends with the latest stage. Exact against the replay at c = 0 (tests/test_sim_closed_forms.py);
     with hops the median error is 0 and the range -2 .. +7% at a hop of half a forward (docs/notes/simulator.md,
     "ZB-H1's ramp")."""
+    return max(zb_h1_ends(f, b, w, m, c))
+
+
+def zb_h1_ends(f, b, w, m: int, c: float = 0.0) -> list:
+    """When each stage ends its last op in ZB-H1, [stage 0, .., stage pp - 1] (zb_h1_time's form, exact where it is:
+    the last stage the slowest, m >= pp). Past the last stage's last B the gradient runs down (zb_h1_drain)."""
     p = len(f)
     k = p - 1
     t = [fi + bi for fi, bi in zip(f, b, strict=True)]
     if p == 1:
-        return m * t[0]
+        return [m * t[0]]
     ramp = max(0.0, 2 * c + t[k - 1] - w[k - 1] - (t[k] - w[k]))
     steady = max(0.0, (t[k - 1] + 2 * c - t[k] - w[k]) / 2)
     end_k = sum(f[:k]) + k * c + m * t[k] + k * ramp + (m - p) * steady
-    last_b = end_k - p * w[k]
-    drain, ends = 0.0, [end_k]
+    rel = zb_h1_drain(b, w, m, c)
+    return [end_k - rel[k] + r for r in rel]
+
+
+def zb_h1_drain(b, w, m: int, c: float = 0.0) -> list:
+    """Each stage's end after the last stage's last B ends, [stage 0, .., pp - 1]: the last gradient runs down,
+    stage d's last B (b[d] - w[d], recompute in) one hop after stage d + 1's, and then stage d's min(d + 1, m) W's
+    still held back (the order runs W(j - d) after B(j); the rest close its list: simulator/orders.py _zb_h1). So the
+    stages end close together (d (B - W) apart on uniform stages), not d B's apart as in 1F1B: a later stage's
+    data-parallel slack (iteration.dp_row_slack_s) is the gap. Exact against the replay where each stage is free when
+    its last gradient comes: zb_h1_time's case, and below pp micro-batches (one gradient chain per micro-batch)."""
+    p = len(b)
+    k = p - 1
+    drain, out = 0.0, [min(p, m) * w[k]]
     for d in range(k - 1, -1, -1):
         drain += b[d] - w[d] + c
-        ends.append(last_b + drain + (d + 1) * w[d])
-    return max(ends)
+        out.append(drain + min(d + 1, m) * w[d])
+    return out[::-1]
 
 
 def zb_h1_p2p_s(f, b, w, m: int, c: float) -> float:
