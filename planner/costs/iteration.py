@@ -37,12 +37,10 @@ from planner.costs.pipeline import (
     lock_step_p2p_s,
     p2p_hops,
     place_chunk_times,
-    pytorch_zbv_p2p_s,
     stage_compute_time,
-    v_half_p2p_s,
-    v_min_p2p_s,
     zb_h1_p2p_s,
 )
+from planner.costs.vwalk import v_walk, v_walk_p2p_s
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
 
@@ -448,11 +446,10 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
     if cfg.schedule == "interleaved" and cfg.pp > 1 and cfg.num_microbatches % cfg.pp == 0:   # Megatron-Core's order
         comp = interleaved_time(*interleaved_chunk_times(spec, cfg, st), cfg.num_microbatches)
         return comp + max(getattr(s, "step", 0.0) for s in st)
-    # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB below 2 pp micro-batches differs)
-    tl = v_timeline_of(spec, st, cfg)      # a V-shape's order timed op by op where small (simulator/vtimeline.py)
-    comp = tl.makespan if tl is not None else stage_compute_time(
+    # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB differs: pytorch); the V-shapes walked
+    comp = stage_compute_time(
         cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st], [s.backward for s in st],
-        [s.weight_grad for s in st], pytorch=cfg.zero == 3)
+        [s.weight_grad for s in st], pytorch=cfg.zero == 3, model=v_builder_model(spec))
     # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
     return comp + max(getattr(s, "step", 0.0) for s in st)
 
@@ -585,17 +582,11 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
-    from planner.simulator.vtimeline import v_timeline_p2p_s, v_walked  # here: the simulator imports this module
-    if lock_step is not None and cfg.zero < 3 and v_walked(cfg.schedule, cfg.pp, m):
-        # a V's order timed with the typical hop and without (its exposed hops, whatever the schedule's slack)
-        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_timeline_p2p_s(
+    if lock_step is not None and cfg.schedule in V_SHAPES and v_walk_of(spec, lock_step[0], cfg) is not None:
+        # a V's order walked with the typical hop and without (its exposed hops, whatever the schedule's slack)
+        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_walk_p2p_s(
             cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c,
-            v_builder_model(spec))), 0.0
-    if lock_step is not None and cfg.pp > 1 and (cfg.schedule in ("v-half", "v-min") or pytorch_zbv(cfg)):
-        v_p2p_s = v_half_p2p_s if cfg.schedule == "v-half" else v_min_p2p_s if cfg.schedule == "v-min" else \
-            pytorch_zbv_p2p_s
-        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_p2p_s(
-            [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
+            pytorch_zbv(cfg), v_builder_model(spec))), 0.0
     if lock_step is not None and cfg.schedule == "interleaved" and cfg.pp > 1 and m % cfg.pp == 0:
         fc, bc = interleaved_chunk_times(spec, cfg, lock_step[0])
         blocking = p2p_blocking(spec, cfg)
@@ -811,15 +802,19 @@ def v_builder_model(spec) -> tuple[int, int, int]:
     return spec.model.hidden_size, spec.model.num_attention_heads, spec.training.seq_length
 
 
-def v_timeline_of(spec, st, cfg: ParallelConfig):
-    """A V-shape's order timed op by op (simulator/vtimeline.py v_timeline) on the plan's stage times, where the
-    estimate times it (V-Min / V-Half up to V_WALK_OPS ops and extended beyond, the seed's V-ZB up to VZB_WALK_OPS;
-    ZeRO 0-2: ZeRO-3's V-ZB is PyTorch's order, pipeline.pytorch_zbv_time); else None (the closed forms)."""
-    if cfg.zero == 3 or cfg.pp < 2 or cfg.schedule not in V_SHAPES:
+def v_walk_of(spec, st, cfg: ParallelConfig):
+    """A V-shape's order walked (costs/vwalk.py v_walk) on the plan's stage times at zero communication: V-Min, V-Half,
+    the seed's V-ZB (ZeRO 0-2) where vwalk.vzb_walked, PyTorch's V-ZB (ZeRO-3: torchtitan's); else None."""
+    if cfg.pp < 2 or cfg.schedule not in V_SHAPES:
         return None
-    from planner.simulator.vtimeline import v_timeline  # here: the simulator imports this module at load time
-    return v_timeline(cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st],
-                      cfg.num_microbatches, v_builder_model(spec))
+    return v_walk(cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st],
+                  cfg.num_microbatches, 0.0, pytorch_zbv(cfg), v_builder_model(spec))
+
+
+def v_timeline_of(spec, st, cfg: ParallelConfig):
+    """The walk (v_walk_of) whose timeline the data-parallel term reads (v_timeline_dp_s): ZeRO 0-2 (ZeRO-3's sync is
+    FSDP's, fsdp_exposed_s); else None (the fixed leads)."""
+    return None if cfg.zero == 3 else v_walk_of(spec, st, cfg)
 
 
 def v_timeline_dp_s(spec, cfg: ParallelConfig, costs: Costs, tl, s: int, b: int, K: int, pair_GBps=None):
