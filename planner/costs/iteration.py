@@ -40,7 +40,7 @@ from planner.costs.pipeline import (
     stage_compute_time,
     zb_h1_p2p_s,
 )
-from planner.costs.vwalk import v_walk, v_walk_p2p_s
+from planner.costs.vwalk import v_walk, v_walk_p2p_s, vzb_walked
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
 
@@ -582,7 +582,7 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
-    if lock_step is not None and cfg.schedule in V_SHAPES and v_walk_of(spec, lock_step[0], cfg) is not None:
+    if lock_step is not None and v_walked(cfg):
         # a V's order walked with the typical hop and without (its exposed hops, whatever the schedule's slack)
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_walk_p2p_s(
             cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c,
@@ -800,6 +800,13 @@ def v_builder_model(spec) -> tuple[int, int, int]:
     """(hidden size, attention heads, sequence length): the seed's V-ZB builder's memory model, as the replay passes it
     (simulator/zbv.py)."""
     return spec.model.hidden_size, spec.model.num_attention_heads, spec.training.seq_length
+
+
+def v_walked(cfg: ParallelConfig) -> bool:
+    """Whether the estimate walks the plan's V-shape order (v_walk_of): every V-Min, V-Half and PyTorch's V-ZB, the
+    seed's V-ZB where vwalk.vzb_walked."""
+    return cfg.pp > 1 and cfg.schedule in V_SHAPES and (cfg.schedule != "v-zb" or pytorch_zbv(cfg)
+                                                        or vzb_walked(cfg.pp, cfg.num_microbatches))
 
 
 def v_walk_of(spec, st, cfg: ParallelConfig):

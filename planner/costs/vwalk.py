@@ -277,8 +277,8 @@ def _ends(g: _Dag, dur: np.ndarray, c: float) -> tuple[list, int]:
 
 
 def _durations(f: tuple, b: tuple, w: tuple) -> np.ndarray:
-    """Per (kind, device, chunk) op times, flat: F from f, B = b's chunk less w's (each from its own lightest rank, as the
-    replay's _chunk_times: splitting b - w instead differs where those are different ranks'), W from w."""
+    """Per (kind, device, chunk) op times, flat: F from f, B = b's chunk less w's (each from its own lightest rank, as
+    the replay's _chunk_times: splitting b - w instead differs where those are different ranks'), W from w."""
     cf, cb, cw = (np.array(v_chunk_times(x)) for x in (f, b, w))
     return np.stack([cf, np.maximum(cb - cw, 0.0), cw]).ravel()
 
