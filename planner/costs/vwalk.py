@@ -38,8 +38,8 @@ STEADY_MAX_Q = 8      # the most cuts a repeating state may span (V-Min's critic
 STEADY_EVERY_FROM = 32    # the state tested at every cut up to this one, then at every fourth
 V_PERIOD = 6          # ops a device runs per micro-batch in every V-shape: F, B, W of its two chunks
 # The seed's V-ZB order is built at the plan's own times (simulator/zbv.py, ~10 us an op, not shared between plans):
-# walked where its closed form (pipeline.vzb_ramp, fitted from m = pp) is loose, fewer than 2p micro-batches (+17% at
-# m = pp with a heavy device 0), up to this many ops (p <= 16), and on small orders (p 2 with m <= 8)
+# walked where its closed form (pipeline.vzb_ramp, fitted from m = pp) is loose, fewer than 4p micro-batches (+17% at
+# m = pp and +9.6% at m = 2pp with a heavy device 0), up to this many ops (p <= 11), and on small orders (p 2, m <= 8)
 VZB_WALK_OPS = 3072
 VZB_SMALL_OPS = 96
 
@@ -70,10 +70,10 @@ def steady_shift(X, t: int, qs) -> tuple[int, float] | None:
 
 
 def vzb_walked(p: int, m: int) -> bool:
-    """Whether the seed's V-ZB (ZeRO 0-2) is walked: below 2p micro-batches up to VZB_WALK_OPS ops, or a small order;
+    """Whether the seed's V-ZB (ZeRO 0-2) is walked: below 4p micro-batches up to VZB_WALK_OPS ops, or a small order;
     beyond, its closed form (pipeline.stage_compute_time)."""
     ops = 6 * p * m
-    return p >= 2 and (ops <= VZB_SMALL_OPS or (m < 2 * p and ops <= VZB_WALK_OPS))
+    return p >= 2 and (ops <= VZB_SMALL_OPS or (m < 4 * p and ops <= VZB_WALK_OPS))
 
 
 def v_order(schedule: str, p: int, m: int, pytorch: bool = False, builder: tuple | None = None) -> list:
