@@ -566,12 +566,12 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     time on uniform stages; docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
-    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s), V-Half, whose fixed order
-    stretches its cycles once the hops outgrow its slack (pipeline.v_half_p2p_s), V-Min, whose lock step stretches
-    every period by its hops (pipeline.v_min_p2p_s), and torchtitan's V-ZB (ZeRO-3: PyTorch's fixed order, whose ramp
-    and, with large hops, periods they stretch: pipeline.pytorch_zbv_p2p_s); without them, one traversal, two, 1.5, 3
-    and 2.5. Interleaved (Megatron-Core's order, with or without overlap_p2p_comm): its order run with and without
-    hops on the plan's chunk times (pipeline.interleaved_time), the wrap hop included, the same traversals charged
+    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s) and the V-shapes whose order the
+    estimate walks (v_walked: V-Min, V-Half, torchtitan's V-ZB, the seed's below 4pp micro-batches), their order walked
+    with the typical hop and without (vwalk.v_walk_p2p_s, exact on uniform links); without them, one traversal, two,
+    1.5, 3 and 2.5 (the seed's V-ZB beyond its walk). Interleaved (Megatron-Core's order, with or without
+    overlap_p2p_comm): its order run with and without hops on the plan's chunk times (pipeline.interleaved_time), the
+    wrap hop included, the same traversals charged
     on the path and the wrap; the ramp-only count (v and v - 1 traversals p/m per micro-batch, sends overlapping)
     missed a hop longer than a chunk's forward, which the steady state no longer hides (-14% on the iteration, the
     fuzz of valid plans' case 678 of seed 2), and the blocking count v - 1/2 + (pp - 1)/m was -14 .. +4%."""

@@ -11,8 +11,8 @@ layer and the loss): steady state at the slowest stage, warm-up and cool-down at
 for gpipe and 1f1b exact whenever the last stage is the slowest (the usual case), see its docstring.
 V-Min / V-Half: the steady-state period of seed 001's order (v_period, exact on uniform stages) and a fitted
 warm-up + cool-down (v_ramp). V-ZB: seed 001's order has no repeating bubble (period = the work), its ramp vzb_ramp.
-PyTorch's V-ZB (torchtitan's, ZeRO-3 plans): its fixed order's makespan pytorch_zbv_time, period pytorch_zbv_period,
-hops pytorch_zbv_p2p_s.
+These closed forms are compute_time's (uniform stages); the estimate walks the V-shapes' orders themselves
+(vwalk.v_walk: V-Min, V-Half, PyTorch's V-ZB, the seed's V-ZB below 4pp micro-batches), exact at every m.
 """
 from __future__ import annotations
 
@@ -601,10 +601,9 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on
     uniform stages; 2.1-3.0 from m = 4p; a hop near a chunk's forward with W small is no longer hidden and grows
-    with m, not covered; torchtitan's V-ZB, ZeRO-3 plans, is charged pytorch_zbv_p2p_s instead, its fixed order's);
-    V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (the latency model
-    charges v_min_p2p_s, V-Min's lock step stretched by its hops plus the ramp's, and v_half_p2p_s, which grows past 1.5
-    once the hops outgrow the order's slack), fitted
+    with m, not covered; the latency model charges it only beyond the seed's V-ZB walk);
+    V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (the latency model charges
+    every walked V-shape its order walked with and without hops instead: vwalk.v_walk_p2p_s), fitted
     to the simulator replaying seed 001's order (vblocks.py; 2.8-3.1 and 1.4-1.5 at pp 4-8 on uniform stages).
     engine="deepspeed" (its 1F1B only, simulate.deepspeed): every transfer is a rendezvous that holds
     sender and receiver, so a stage with two neighbours spends 4 one-way transfers per micro-batch (an end
