@@ -6,7 +6,7 @@
 Grid: p 2, 3, 4, 5, 6, 8, 10; per-device f : b : w 1 : 2 : 0.66, 1 : 2.6 : 0.5, 1 : 3 : 0.3, 1 : 1.3 : 0.13,
 1 : 1 : 0.5, 1 : 1.5 : 1, 1 : 4 : 1.5 and five drawn (b 1-5, w 3-80% of b; b holds w); m = p, p + 1, 2p - 1, 2p, 3p,
 4p, 5p + 1, 8p; a hop of 0.1, 0.3, 1, 2, 4 chunk forwards. "old" charges the seed's V-ZB constant, 2.5 traversals of
-the path (5 (p - 1) c in all, pipeline.p2p_hops), "new" pytorch_zbv_p2p_s; "hops alone" puts the charge on the order's
+the path (5 (p - 1) c in all, pipeline.p2p_hops), "new" the walk with and without hops (vwalk.v_walk_p2p_s; pytorch_zbv_p2p_s before branch vwalk); "hops alone" puts the charge on the order's
 own makespan without hops (pytorch_zbv_time), which leaves out the compute form's residual from 2p micro-batches.
 Prints p5 / median / p95 and the extremes of estimate / replay - 1 (docs/notes/simulator.md, "torchtitan's V-ZB
 hops").
@@ -21,7 +21,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from planner.costs.pipeline import pytorch_zbv_p2p_s, pytorch_zbv_time, stage_compute_time
+from planner.costs.pipeline import pytorch_zbv_time, stage_compute_time
+from planner.costs.vwalk import v_walk_p2p_s
 from planner.simulator import simulate_uniform
 
 RATIOS = [(1, 2, 0.66), (1, 2.6, 0.5), (1, 3, 0.3), (1, 1.3, 0.13), (1, 1, 0.5), (1, 1.5, 1), (1, 4, 1.5)]
@@ -40,7 +41,7 @@ def main() -> int:
                 for hop in (0.1, 0.3, 1, 2, 4):
                     c = hop * f / 2
                     sim = simulate_uniform("v-zb", p, m, 2, f=f, b=b, w=w, comm=c, pytorch=True).compute_s
-                    h = pytorch_zbv_p2p_s(fs, bs, ws, m, c)
+                    h = v_walk_p2p_s("v-zb", fs, bs, ws, m, c, pytorch=True)
                     old, new = (comp + 5 * (p - 1) * c) / sim - 1, (comp + h) / sim - 1
                     gaps["old"].append(old)
                     gaps["new"].append(new)

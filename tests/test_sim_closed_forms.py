@@ -150,7 +150,8 @@ FIRST_SLOWEST = [(1.0, 0.2), (0.6, 0.0)]                             # a small v
 # tolerances (new closed form - simulation) / simulation, measured on this grid; the old form (slowest
 # stage in every slot) was +0 .. +30% for gpipe / 1f1b and +0 .. +21% for zb-h1
 STAGE_TOL = {"gpipe": (0.0, 0.0), "1f1b": (0.0, 0.12), "interleaved": (0.0, 0.0), "zb-h1": (0.0, 0.12),
-             "v-zb": (-0.01, 0.09), "v-half": (-0.10, 0.10), "v-min": (-0.14, 0.02)}
+             # the V-shapes' orders walked (costs/vwalk.py): exact; the seed's V-ZB from 4pp its closed form (vzb_ramp)
+             "v-zb": (-0.01, 0.09), "v-half": (0.0, 0.0), "v-min": (0.0, 0.0)}
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
@@ -208,8 +209,10 @@ def test_stage_compute_time_matches_simulation(sched):
             old = max(compute_time(sched, p, m, 2, s.forward, s.backward, s.weight_grad) for s in st)
             v = 2 if sched in ("interleaved", *V) else 1
             assert cf <= old + 1e-9 or sched in V, (p, m, e0, eL)           # never the pessimistic count
-            if e0 == eL == 0.0:
+            if e0 == eL == 0.0 and sched not in V:     # the V-shapes: their walk, not compute_time's closed forms
                 assert cf == pytest.approx(compute_time(sched, p, m, v, 1.0, 2.0, w), rel=1e-12)
+            if sched in V and (sched != "v-zb" or m < 4 * p):
+                assert cf == pytest.approx(sim, rel=1e-9), (p, m, e0, eL)
             if sched in ("gpipe", "1f1b") and (e0, eL) in [(0.0, 0.0)] + LAST_SLOWEST:
                 assert cf == pytest.approx(sim, rel=1e-9), (p, m, e0, eL)    # exact: the usual case
             err = (cf - sim) / sim

@@ -261,7 +261,8 @@ def test_pytorch_zbv_follows_the_closed_form(F, B, W, p):
 def test_pytorch_zbv_below_2p_is_the_replay(F, B, W, p):
     """torchtitan's V-ZB below 2p micro-batches: PyTorch builds its order for 2p - 1 and drops the rest, leaving holes
     the closed form missed (up to 14% under at m = p); the estimate's compute (stage_compute_time, pytorch=True) runs
-    that order's makespan and equals the replay at zero communication. The seed's V-ZB keeps its closed form."""
+    that order's makespan and equals the replay at zero communication. So does the seed's V-ZB (its own order, walked
+    below 2p: costs/vwalk.py)."""
     from planner.costs.pipeline import stage_compute_time
     f, b, w = 2 * F, 2 * (B + W), 2 * W
     for m in range(p, 2 * p):
@@ -269,7 +270,7 @@ def test_pytorch_zbv_below_2p_is_the_replay(F, B, W, p):
         assert stage_compute_time("v-zb", p, m, 2, [f] * p, [b] * p, [w] * p, pytorch=True) == \
             pytest.approx(sim, rel=1e-9), m
         assert stage_compute_time("v-zb", p, m, 2, [f] * p, [b] * p, [w] * p) == \
-            pytest.approx(compute_time("v-zb", p, m, 2, f, b, w), rel=1e-12)
+            pytest.approx(simulate_uniform("v-zb", p, m, 2, f=f, b=b, w=w).compute_s, rel=1e-9)
 
 
 @pytest.mark.parametrize("tp,pp,mbs,cp", [(4, 8, 32, 4), (2, 8, 32, 8), (8, 4, 64, 4), (4, 4, 64, 8)])
@@ -290,42 +291,30 @@ def test_pytorch_zbv_plans_below_2p_agree(tp, pp, mbs, cp):
 @pytest.mark.parametrize("p", [4, 8, 16])
 @pytest.mark.parametrize("hop", [0.5, 1.0, 4.0])
 def test_v_half_hops_follow_the_replay(f, b, w, p, hop):
-    """A hop of `hop` chunk forwards on uniform stages, m = 4p: compute_time plus v_half_p2p_s within 5% of the replay
-    (the constant 1.5 traversals were down to -45% at 4 chunk forwards, p 16)."""
-    from planner.costs.pipeline import v_half_p2p_s
+    """A hop of `hop` chunk forwards on uniform stages, m = 4p: the walk (vwalk.v_walk) plus its hops' charge
+    (v_walk_p2p_s) is the replay's (the constant 1.5 traversals were down to -45% at 4 chunk forwards, p 16; the
+    closed form v_half_p2p_s before branch vwalk -2 .. +5%)."""
+    from planner.costs.vwalk import v_walk, v_walk_p2p_s
     m, c = 4 * p, hop * f / 2
     sim = simulate_uniform("v-half", p, m, 2, f=f, b=b, w=w, comm=c).compute_s
-    est = compute_time("v-half", p, m, 2, f, b, w) + v_half_p2p_s([f] * p, [b] * p, [w] * p, m, c)
-    assert -0.05 <= est / sim - 1 <= 0.05, (est, sim)
-
-
-@pytest.mark.parametrize("f,b,w", [(1, 2, 0.66), (1, 2.6, 0.5), (1, 1.3, 0.13), (1, 2, 1)])
-@pytest.mark.parametrize("p", [2, 4, 5, 6, 8, 16])
-def test_v_min_period_is_the_orders_cycle(f, b, w, p):
-    """v_min_period (the maximum cycle mean of V-Min's slot graph) is the replay's growth per micro-batch with hops of
-    0 .. 4 chunk forwards on uniform stages (its cycles span up to p / 3 micro-batches: measured over 12p of them)."""
-    from planner.costs.pipeline import v_min_period, v_period
-    F, B, W = f / 2, (b - w) / 2, w / 2
-    for hop in (0.0, 0.5, 4.0):
-        c = hop * F
-        sim = (simulate_uniform("v-min", p, 16 * p, 2, f=f, b=b, w=w, comm=c).compute_s
-               - simulate_uniform("v-min", p, 4 * p, 2, f=f, b=b, w=w, comm=c).compute_s) / (12 * p)
-        assert v_min_period(p, F, B, W, c) == pytest.approx(sim, rel=2e-3), hop
-    assert v_min_period(p, F, B, W, 0.0) == pytest.approx(v_period("v-min", p, [F], [B], [W], f + b))
+    est = v_walk("v-half", [f] * p, [b] * p, [w] * p, m).makespan + v_walk_p2p_s("v-half", [f] * p, [b] * p, [w] * p,
+                                                                                   m, c)
+    assert est == pytest.approx(sim, rel=1e-9)
 
 
 @pytest.mark.parametrize("f,b,w", [(1, 2, 0.66), (1, 2.6, 0.5), (1, 3, 0.3), (1, 1.6, 0.5), (1, 2, 1)])
 @pytest.mark.parametrize("p", [4, 6, 8, 16])
 @pytest.mark.parametrize("hop", [0.5, 1.0, 4.0])
 def test_v_min_hops_follow_the_replay(f, b, w, p, hop):
-    """A hop of `hop` chunk forwards on uniform stages, m = 2p and 4p: compute_time plus v_min_p2p_s within 5% of the
-    replay (the constant 3 traversals, which left out the ramp's hops, were down to -15% at m = 2p)."""
-    from planner.costs.pipeline import v_min_p2p_s
+    """A hop of `hop` chunk forwards on uniform stages, m = 2p and 4p: the walk plus v_walk_p2p_s is the replay's (the
+    constant 3 traversals, which left out the ramp's hops, were down to -15% at m = 2p)."""
+    from planner.costs.vwalk import v_walk, v_walk_p2p_s
     c = hop * f / 2
     for m in (2 * p, 4 * p):
         sim = simulate_uniform("v-min", p, m, 2, f=f, b=b, w=w, comm=c).compute_s
-        est = compute_time("v-min", p, m, 2, f, b, w) + v_min_p2p_s([f] * p, [b] * p, [w] * p, m, c)
-        assert -0.05 <= est / sim - 1 <= 0.05, (m, est, sim)
+        est = v_walk("v-min", [f] * p, [b] * p, [w] * p, m).makespan + v_walk_p2p_s("v-min", [f] * p, [b] * p,
+                                                                                     [w] * p, m, c)
+        assert est == pytest.approx(sim, rel=1e-9), m
 
 
 @pytest.mark.parametrize("path,cfg", [
@@ -376,32 +365,20 @@ def test_pytorch_zbv_time_is_the_replay_on_uneven_ranks(p):
                 (f, b, w, m)
 
 
-@pytest.mark.parametrize("f,b,w", [(1, 2, 0.66), (1, 3, 0.3), (1, 1, 0.5), (1, 1.5, 1)])
-@pytest.mark.parametrize("p", [2, 3, 5, 8])
-def test_pytorch_zbv_period_is_the_orders_cycle(f, b, w, p):
-    """pytorch_zbv_period is the replay's growth per micro-batch of PyTorch's V-ZB with hops of 0 .. 4 chunk forwards
-    on uniform stages (B-heavy and F-heavy ratios: each pass's trip through the V can be the critical cycle)."""
-    from planner.costs.pipeline import pytorch_zbv_period
-    F, B, W = f / 2, (b - w) / 2, w / 2
-    for hop in (0.0, 0.5, 2.0, 4.0):
-        c = hop * F
-        sim = (simulate_uniform("v-zb", p, 6 * p, 2, f=f, b=b, w=w, comm=c, pytorch=True).compute_s
-               - simulate_uniform("v-zb", p, 4 * p, 2, f=f, b=b, w=w, comm=c, pytorch=True).compute_s) / (2 * p)
-        assert pytorch_zbv_period(p, F, B, W, c) == pytest.approx(sim, rel=1e-9), hop
-
-
 @pytest.mark.parametrize("f,b,w", [(1, 2, 0.66), (1, 2.6, 0.5), (1, 3, 0.3), (1, 1, 0.5)])
 @pytest.mark.parametrize("p", [2, 3, 4, 6])
 def test_pytorch_zbv_hops_are_the_replay(f, b, w, p):
     """Torchtitan's V-ZB (PyTorch's fixed order) with a hop of 0.1 .. 4 chunk forwards on uniform stages: its makespan
-    without hops plus pytorch_zbv_p2p_s is the replay's, below 2p (the order's holes) and from 3p (m0 plus whole
-    periods). The seed's constant 2.5 traversals were -26% under at 4 chunk forwards, m = 4p."""
-    from planner.costs.pipeline import pytorch_zbv_p2p_s, pytorch_zbv_time
+    without hops plus its hops' charge (vwalk.v_walk_p2p_s) is the replay's at every m. The seed's constant 2.5
+    traversals were -26% under at 4 chunk forwards, m = 4p."""
+    from planner.costs.pipeline import pytorch_zbv_time
+    from planner.costs.vwalk import v_walk_p2p_s
     for m in (p, 2 * p - 1, 2 * p, 3 * p + 1, 4 * p, 7 * p + 2):
         for hop in (0.1, 1.0, 4.0):
             c = hop * f / 2
             sim = simulate_uniform("v-zb", p, m, 2, f=f, b=b, w=w, comm=c, pytorch=True).compute_s
-            est = pytorch_zbv_time([f] * p, [b] * p, [w] * p, m) + pytorch_zbv_p2p_s([f] * p, [b] * p, [w] * p, m, c)
+            est = pytorch_zbv_time([f] * p, [b] * p, [w] * p, m) + v_walk_p2p_s("v-zb", [f] * p, [b] * p, [w] * p, m,
+                                                                                c, pytorch=True)
             assert est == pytest.approx(sim, rel=1e-9), (m, hop)
 
 
@@ -422,8 +399,8 @@ def test_pytorch_zbv_plan_with_slow_links_agrees():
 
 
 def test_seed_vzb_keeps_its_traversals():
-    """Only torchtitan's V-ZB (ZeRO-3: PyTorch's order) is charged pytorch_zbv_p2p_s; the seed's (ZeRO 0-2, its order
-    built at the times) keeps p2p_hops' 2.5 traversals of the path a micro-batch's share of the ramp."""
+    """The seed's V-ZB (ZeRO 0-2, its order built at the times) beyond its walk (vwalk.vzb_walked: m >= 2p here) keeps
+    p2p_hops' 2.5 traversals of the path a micro-batch's share of the ramp."""
     import numpy as np
 
     from planner.costs.iteration import p2p_exposed_hops
@@ -434,8 +411,8 @@ def test_seed_vzb_keeps_its_traversals():
     lock = (None, np.full((8, 8), 1e-3), 1e-4, 8)
     assert p2p_exposed_hops(spec, cfg, lock) == p2p_hops("v-zb", 8, 2, 128) == (2.5 * 8 / 128, 0.0)
 
-# ---- the estimate times the V-shapes' orders (simulator/vtimeline.py), docs/notes/simulator.md "V-shapes timed op
-# by op where small"
+# ---- the estimate walks the V-shapes' orders (costs/vwalk.py), docs/notes/simulator.md "V-shapes timed op by op where
+# small" and "V-shapes: one walk"
 
 def _uneven(rng, p, rc):
     from planner.costs.compute import StageTimes
@@ -455,57 +432,36 @@ def test_compute_is_the_replay_where_the_order_is_timed(name, ps):
     at pp 2 and m near pp (fuzz seed 1 case 299: +8.2%)."""
     import random
 
+    from planner.costs.vwalk import v_walk
     from planner.simulator.replay import simulate_stage_times
-    from planner.simulator.vtimeline import v_timeline, v_walked
     rng = random.Random(7)
     for p in ps:
         for m in (p, p + 1, 2 * p, 4 * p):
-            if not v_walked(name, p, m):
-                continue
             st = _uneven(rng, p, rng.choice([0.0, 1.0]))
             fbw = ([s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st])
             sim = simulate_stage_times(name, p, m, 2, st).compute_s
-            assert v_timeline(name, *fbw, m).makespan == pytest.approx(sim, rel=1e-9), (p, m)
+            tl = v_walk(name, *fbw, m)
+            if tl is None:         # the seed's V-ZB beyond its walk (vzb_walked)
+                assert name == "v-zb" and m >= 4 * p
+                continue
+            assert tl.makespan == pytest.approx(sim, rel=1e-9), (p, m)
 
 
 @pytest.mark.parametrize("name", ["v-half", "v-min", "v-zb"])
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 4), (4, 12)])
 @pytest.mark.parametrize("f,b,w", [(1, 2, 0.66), (1, 3, 0.3)])
 def test_hops_are_the_replay_where_the_order_is_timed(name, p, m, f, b, w):
-    """v_timeline_p2p_s (the exposed hops the estimate charges at the plan's typical hop) is the replay's on uniform
+    """v_walk_p2p_s (the exposed hops the estimate charges at the plan's typical hop) is the replay's on uniform
     links, hops up to four chunk forwards."""
-    from planner.simulator.vtimeline import v_timeline, v_timeline_p2p_s
+    from planner.costs.vwalk import v_walk, v_walk_p2p_s
     for hop in (0.1, 1.0, 4.0):
         c = hop * f / 2
-        got = v_timeline_p2p_s(name, [f] * p, [b] * p, [w] * p, m, c)
-        if got is None:          # the seed's V-ZB at p 4, m 12: beyond VZB_WALK_OPS, p2p_hops' count
+        got = v_walk_p2p_s(name, [f] * p, [b] * p, [w] * p, m, c)
+        if got is None:          # the seed's V-ZB at p 4, m 12: beyond its walk (vzb_walked), p2p_hops' count
             assert name == "v-zb"
             continue
         sim = simulate_uniform(name, p, m, 2, f=f, b=b, w=w, comm=c).compute_s
-        assert v_timeline(name, [f] * p, [b] * p, [w] * p, m).makespan + got == pytest.approx(sim, rel=1e-9), hop
-
-
-@pytest.mark.parametrize("name", ["v-half", "v-min"])
-def test_long_runs_extend_the_timed_order(name, monkeypatch):
-    """Beyond V_WALK_OPS ops the timeline is the order timed at V_SETTLED pp + 12 micro-batches, extended by its
-    growth per micro-batch: within 0.3% of timing the whole order (and the data-parallel offsets from the end
-    alike), where the closed forms were up to 5% under (fuzz seed 0 case 63, V-Half pp 4, m 512: -5.3%)."""
-    import random
-
-    from planner.simulator import vtimeline as pipeline
-    rng = random.Random(11)
-    for p in (2, 4, 8, 16):
-        st = _uneven(rng, p, 0.0)
-        fbw = ([s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st])
-        m = 10 * p + 7
-        monkeypatch.setattr(pipeline, "V_WALK_OPS", 3 * p * (pipeline.V_SETTLED * p + 12))     # the extension's cap
-        assert not pipeline.v_walked(name, p, m)
-        ext = pipeline.v_timeline(name, *fbw, m)
-        monkeypatch.setattr(pipeline, "V_WALK_OPS", 10 ** 9)
-        full = pipeline.v_timeline(name, *fbw, m)
-        assert ext.makespan == pytest.approx(full.makespan, rel=3e-3), p
-        lead = [full.makespan - x for row in full.grad_ready for x in row]
-        assert [ext.makespan - x for row in ext.grad_ready for x in row] == pytest.approx(lead, abs=3e-3 * m), p
+        assert v_walk(name, [f] * p, [b] * p, [w] * p, m).makespan + got == pytest.approx(sim, rel=1e-9), hop
 
 
 def test_v_dp_term_follows_the_order():

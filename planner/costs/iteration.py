@@ -37,13 +37,11 @@ from planner.costs.pipeline import (
     lock_step_p2p_s,
     p2p_hops,
     place_chunk_times,
-    pytorch_zbv_p2p_s,
     stage_compute_time,
-    v_half_p2p_s,
-    v_min_p2p_s,
     zb_h1_drain,
     zb_h1_p2p_s,
 )
+from planner.costs.vwalk import v_walk, v_walk_p2p_s, vzb_walked
 from planner.mapping.problem import Layout, MappingProblem, layouts
 
 
@@ -449,11 +447,10 @@ def compute_const(spec, cfg: ParallelConfig, costs: Costs, st=None) -> float:
     if cfg.schedule == "interleaved" and cfg.pp > 1 and cfg.num_microbatches % cfg.pp == 0:   # Megatron-Core's order
         comp = interleaved_time(*interleaved_chunk_times(spec, cfg, st), cfg.num_microbatches)
         return comp + max(getattr(s, "step", 0.0) for s in st)
-    # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB below 2 pp micro-batches differs)
-    tl = v_timeline_of(spec, st, cfg)      # a V-shape's order timed op by op where small (simulator/vtimeline.py)
-    comp = tl.makespan if tl is not None else stage_compute_time(
+    # ZeRO-3 plans are torchtitan's: PyTorch pipelining's orders (its V-ZB differs: pytorch); the V-shapes walked
+    comp = stage_compute_time(
         cfg.schedule, cfg.pp, cfg.num_microbatches, cfg.vpp, [s.forward for s in st], [s.backward for s in st],
-        [s.weight_grad for s in st], pytorch=cfg.zero == 3)
+        [s.weight_grad for s in st], pytorch=cfg.zero == 3, model=v_builder_model(spec))
     # once per iteration: optimizer step and fixed overheads (the slowest stage's); mapping-independent
     return comp + max(getattr(s, "step", 0.0) for s in st)
 
@@ -570,12 +567,12 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     time on uniform stages; docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
-    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s), V-Half, whose fixed order
-    stretches its cycles once the hops outgrow its slack (pipeline.v_half_p2p_s), V-Min, whose lock step stretches
-    every period by its hops (pipeline.v_min_p2p_s), and torchtitan's V-ZB (ZeRO-3: PyTorch's fixed order, whose ramp
-    and, with large hops, periods they stretch: pipeline.pytorch_zbv_p2p_s); without them, one traversal, two, 1.5, 3
-    and 2.5. Interleaved (Megatron-Core's order, with or without overlap_p2p_comm): its order run with and without
-    hops on the plan's chunk times (pipeline.interleaved_time), the wrap hop included, the same traversals charged
+    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s) and the V-shapes whose order the
+    estimate walks (v_walked: V-Min, V-Half, torchtitan's V-ZB, the seed's below 4pp micro-batches), their order walked
+    with the typical hop and without (vwalk.v_walk_p2p_s, exact on uniform links); without them, one traversal, two,
+    1.5, 3 and 2.5 (the seed's V-ZB beyond its walk). Interleaved (Megatron-Core's order, with or without
+    overlap_p2p_comm): its order run with and without hops on the plan's chunk times (pipeline.interleaved_time), the
+    wrap hop included, the same traversals charged
     on the path and the wrap; the ramp-only count (v and v - 1 traversals p/m per micro-batch, sends overlapping)
     missed a hop longer than a chunk's forward, which the steady state no longer hides (-14% on the iteration, the
     fuzz of valid plans' case 678 of seed 2), and the blocking count v - 1/2 + (pp - 1)/m was -14 .. +4%."""
@@ -586,17 +583,11 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
             [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
-    from planner.simulator.vtimeline import v_timeline_p2p_s, v_walked  # here: the simulator imports this module
-    if lock_step is not None and cfg.zero < 3 and v_walked(cfg.schedule, cfg.pp, m):
-        # a V's order timed with the typical hop and without (its exposed hops, whatever the schedule's slack)
-        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_timeline_p2p_s(
+    if lock_step is not None and v_walked(cfg):
+        # a V's order walked with the typical hop and without (its exposed hops, whatever the schedule's slack)
+        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_walk_p2p_s(
             cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c,
-            v_builder_model(spec))), 0.0
-    if lock_step is not None and cfg.pp > 1 and (cfg.schedule in ("v-half", "v-min") or pytorch_zbv(cfg)):
-        v_p2p_s = v_half_p2p_s if cfg.schedule == "v-half" else v_min_p2p_s if cfg.schedule == "v-min" else \
-            pytorch_zbv_p2p_s
-        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_p2p_s(
-            [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
+            pytorch_zbv(cfg), v_builder_model(spec))), 0.0
     if lock_step is not None and cfg.schedule == "interleaved" and cfg.pp > 1 and m % cfg.pp == 0:
         fc, bc = interleaved_chunk_times(spec, cfg, lock_step[0])
         blocking = p2p_blocking(spec, cfg)
@@ -812,15 +803,26 @@ def v_builder_model(spec) -> tuple[int, int, int]:
     return spec.model.hidden_size, spec.model.num_attention_heads, spec.training.seq_length
 
 
-def v_timeline_of(spec, st, cfg: ParallelConfig):
-    """A V-shape's order timed op by op (simulator/vtimeline.py v_timeline) on the plan's stage times, where the
-    estimate times it (V-Min / V-Half up to V_WALK_OPS ops and extended beyond, the seed's V-ZB up to VZB_WALK_OPS;
-    ZeRO 0-2: ZeRO-3's V-ZB is PyTorch's order, pipeline.pytorch_zbv_time); else None (the closed forms)."""
-    if cfg.zero == 3 or cfg.pp < 2 or cfg.schedule not in V_SHAPES:
+def v_walked(cfg: ParallelConfig) -> bool:
+    """Whether the estimate walks the plan's V-shape order (v_walk_of): every V-Min, V-Half and PyTorch's V-ZB, the
+    seed's V-ZB where vwalk.vzb_walked."""
+    return cfg.pp > 1 and cfg.schedule in V_SHAPES and (cfg.schedule != "v-zb" or pytorch_zbv(cfg)
+                                                        or vzb_walked(cfg.pp, cfg.num_microbatches))
+
+
+def v_walk_of(spec, st, cfg: ParallelConfig):
+    """A V-shape's order walked (costs/vwalk.py v_walk) on the plan's stage times at zero communication: V-Min, V-Half,
+    the seed's V-ZB (ZeRO 0-2) where vwalk.vzb_walked, PyTorch's V-ZB (ZeRO-3: torchtitan's); else None."""
+    if cfg.pp < 2 or cfg.schedule not in V_SHAPES:
         return None
-    from planner.simulator.vtimeline import v_timeline  # here: the simulator imports this module at load time
-    return v_timeline(cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st],
-                      cfg.num_microbatches, v_builder_model(spec))
+    return v_walk(cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st],
+                  cfg.num_microbatches, 0.0, pytorch_zbv(cfg), v_builder_model(spec))
+
+
+def v_timeline_of(spec, st, cfg: ParallelConfig):
+    """The walk (v_walk_of) whose timeline the data-parallel term reads (v_timeline_dp_s): ZeRO 0-2 (ZeRO-3's sync is
+    FSDP's, fsdp_exposed_s); else None (the fixed leads)."""
+    return None if cfg.zero == 3 else v_walk_of(spec, st, cfg)
 
 
 def v_timeline_dp_s(spec, cfg: ParallelConfig, costs: Costs, tl, s: int, b: int, K: int, pair_GBps=None):

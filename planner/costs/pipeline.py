@@ -11,8 +11,8 @@ layer and the loss): steady state at the slowest stage, warm-up and cool-down at
 for gpipe and 1f1b exact whenever the last stage is the slowest (the usual case), see its docstring.
 V-Min / V-Half: the steady-state period of seed 001's order (v_period, exact on uniform stages) and a fitted
 warm-up + cool-down (v_ramp). V-ZB: seed 001's order has no repeating bubble (period = the work), its ramp vzb_ramp.
-PyTorch's V-ZB (torchtitan's, ZeRO-3 plans): its fixed order's makespan pytorch_zbv_time, period pytorch_zbv_period,
-hops pytorch_zbv_p2p_s.
+These closed forms are compute_time's (uniform stages); the estimate walks the V-shapes' orders themselves
+(vwalk.v_walk: V-Min, V-Half, PyTorch's V-ZB, the seed's V-ZB below 4pp micro-batches), exact at every m.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from planner.config import V_SHAPES, chunks_per_device  # noqa: F401  (chunks_per_device: re-exported)
+from planner.costs.vwalk import STEADY_TOL, steady_shift, v_walk  # noqa: F401  (STEADY_TOL: re-exported)
 
 
 def compute_time(schedule: str, pp: int, m: int, v: int, f: float, b: float, w: float) -> float:
@@ -101,21 +102,6 @@ def vzb_ramp(others, w: float) -> float:
     return max(a, c, 0.0)
 
 
-def _v_chunks(f: list, b: list, w: list) -> tuple[list, list, list]:
-    """Per-chunk (F, B input gradient, W) of a V-shape's devices 1 .. pp-1 from per-rank times, as the simulator places
-    them (simulator.replay._chunk_times): each middle rank's time split over its two chunks, rank pp-1 the lightest
-    rank's (its extra, the output layer and loss, moved to device 0). Device 0's two end chunks (embedding; output
-    layer and loss) are left out of the lock step: one heavier op per period is absorbed by its slack (the
-    simulator: device 0's chunk 1 30% heavier leaves V-Min's period unchanged), and device 0's whole work still
-    bounds the period."""
-    p = len(f)
-    bi = [max(x - y, 0.0) for x, y in zip(b, w, strict=True)]
-    out = []
-    for x in (f, bi, w):
-        out.append([x[d] / 2 for d in range(1, p - 1)] + [min(x) / 2])
-    return out[0], out[1], out[2]
-
-
 def _v_devices(f: list, b: list, w: list) -> tuple[list, list, list]:
     """Per-device times of a V from per-rank ones: stage times come per pipeline rank (output layer on rank pp-1); in
     a V the last stage is on device 0, which holds both ends: rank pp-1's extra over the lightest rank moves there."""
@@ -129,7 +115,8 @@ def _v_devices(f: list, b: list, w: list) -> tuple[list, list, list]:
     return out[0], out[1], out[2]
 
 
-def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch: bool = False) -> float:
+def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch: bool = False,
+                       model: tuple | None = None) -> float:
     """Iteration compute time with per-stage (per-device) times f[i], b[i], w[i], bubbles included.
 
     The slowest device k runs m micro-batches back to back (m * (f_k + b_k)); every other device adds
@@ -144,22 +131,22 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
     up to +12% when stage 0 is (its warm-up forwards hide part of the round trip); interleaved exact (its order
     run: interleaved_time; the closed form with (f_i + b_i) / v fill slots was -5% .. +9%),
     zb-h1 exact when the last stage is the slowest and m >= pp (zb_h1_time), else 0 .. +12% (m < pp: 0 .. +15%),
-    v-zb -0.1 .. +8%, v-half -10% .. +10%, v-min -14% .. +2%.
+    V-shapes: their orders walked (vwalk.v_walk: V-Min, V-Half, the seed's V-ZB below 2pp micro-batches, model its
+    builder's (hidden, heads, sequence); pytorch: PyTorch pipelining's V-ZB, ZeRO-3 plans being torchtitan's), equal to
+    the replay at every m; the seed's V-ZB beyond its walk by its closed form (vzb_ramp: under 3% from m = 2pp on
+    uniform stages). The closed forms they replace were v-half -10 .. +10%, v-min -14 .. +2%, and PyTorch's V-ZB from
+    2pp +0.4 .. +9.6% with heavier end ranks (docs/notes/simulator.md, "V-shapes: one walk").
     Mapping-independent, so a valid constant of the objective.
-    pytorch: PyTorch pipelining's order where it differs (ZeRO-3 plans are torchtitan's): its V-ZB below 2 pp
-    micro-batches, whose makespan pytorch_zbv_time runs. From 2 pp the closed form follows it on uniform stages
-    (0 .. -1.4%), not with heavier end ranks: +0.4 .. +9.6% over pytorch_zbv_time (p 2-8, m 2p-16p, first rank x1-1.3,
-    last x1-1.5; review Nov 27), +5.8% at p 4, m 8 on llama3-8b-h100-fsdp-128's stage times (+3.0% at m 16).
     """
     f, b, w = (list(map(float, x)) for x in (f, b, w))
     if len(f) != pp:
         raise ValueError(f"{len(f)} stage times for pp={pp}")
     if pp == 1:
         return m * (f[0] + b[0])
-    if schedule in ("v-half", "v-min"):
-        chunks = _v_chunks(f, b, w)
-    f0, b0, w0 = f, b, w            # per rank, before _v_devices moves the output layer's share to device 0
     if schedule in V_SHAPES:
+        tl = v_walk(schedule, f, b, w, m, pytorch=pytorch, model=model)
+        if tl is not None:
+            return tl.makespan
         f, b, w = _v_devices(f, b, w)
     t = [fi + bi for fi, bi in zip(f, b, strict=True)]
     k = max(range(pp), key=lambda i: t[i])
@@ -176,13 +163,8 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
         x = [max(ti - 2 * wi, 0.0) for ti, wi in zip(t, w, strict=True)]
         if m < pp:            # compute_time's tail at stage 0's W, which runs last (0 .. +15% on the test grid)
             return m * t[k] + sum(x) - x[k] + (pp - m) * w[0]
-    elif schedule == "v-zb" and pytorch and m < 2 * pp:
-        return pytorch_zbv_time(f0, b0, w0, m)
-    elif schedule == "v-zb":
+    elif schedule == "v-zb":         # the seed's, beyond its walk
         return m * t[k] + vzb_ramp([(f[i], b[i], w[i]) for i in range(pp) if i != k], w[k])
-    elif schedule in ("v-half", "v-min"):
-        return m * v_period(schedule, pp, *chunks, t[k]) + v_ramp(schedule, pp, f[k], b[k], w[k],
-                                                               [(f[i], b[i], w[i]) for i in range(pp) if i != k])
     else:
         raise ValueError(f"unknown schedule {schedule!r}")
     return m * t[k] + sum(x) - x[k]
@@ -407,9 +389,6 @@ def _interleaved_makespan(fc: tuple, bc: tuple, m: int, c: tuple, blocking: bool
     return max(_interleaved_ends(fc, bc, m, c, blocking))
 
 
-STEADY_TOL = 1e-9     # relative: two states of the order equal up to a shift (rounding of sums along its paths)
-
-
 def _interleaved_steady(fc: tuple, bc: tuple, n1: int, n: int, c: tuple, blocking: bool) -> tuple:
     """(the makespan of n groups of p micro-batches from the run of n1 (< n) groups, when that run reaches a periodic
     state, else None; the ops it timed). Max-plus argument: past the warm-ups (position w_0 + 2) the order is invariant
@@ -435,14 +414,12 @@ def _interleaved_steady(fc: tuple, bc: tuple, n1: int, n: int, c: tuple, blockin
     pos = P0 - 2 + period * np.arange(steps + 1)[:, None] + np.array([0, 1])
     X = e[at[:, pos]].transpose(1, 0, 2).reshape(steps + 1, -1)      # (cuts, 2 p)
     for t in range(1, steps + 1):
-        for q in (1, 2, 3):
-            if q > t:
-                break
-            D = X[t] - X[t - q]
-            if D.max() - D.min() <= STEADY_TOL * max(1.0, float(np.abs(X[t]).max())):
-                r = (n - n1) % q
-                base = e.max() if r == 0 else _interleaved_makespan(fc, bc, (n1 + r) * p, c, blocking)
-                return float(base + (n - n1 - r) // q * D.mean()), (n1 + n1 + r) * 2 * p * v * p
+        hit = steady_shift(X, t, (1, 2, 3))
+        if hit is not None:
+            q, D = hit
+            r = (n - n1) % q
+            base = e.max() if r == 0 else _interleaved_makespan(fc, bc, (n1 + r) * p, c, blocking)
+            return float(base + (n - n1 - r) // q * D), (n1 + n1 + r) * 2 * p * v * p
     return None, n1 * 2 * p * v * p
 
 
@@ -493,255 +470,10 @@ def interleaved_time(fc, bc, m: int, c=0.0, blocking: bool = False) -> float:
     return t
 
 
-def v_half_p2p_s(f, b, w, m: int, c: float) -> float:
-    """Seconds V-Half's hops of c (one way) add to its compute (stage_compute_time), per-rank times f, b (w
-    included), w as stage_compute_time takes them. The seed's order (vblocks.py) is fixed, so a hop the order's slack
-    cannot hide lengthens its cycles: micro-batch j's round trip (down the V and back: 4(p - 1) hops, four chunk ops a
-    device, each at about the larger of F and B, plus two W's) gates micro-batch j + p, so the period is at least
-    P_lat = 4 max(F, B) + (2W + 4(p - 1)c) / p, and the ramp carries (p - 2) of those hops' share,
-    4(p - 1)(p - 2)c / p. With small hops the order hides them but 1.5 traversals a micro-batch (3(p - 1)c m / p, the
-    old fit). Against the replay on uniform stages (F : B : W 1 : 1.3-3 : 0.13-1, p 4-16, hop 0.1-4 chunk F's):
-    m >= 2p median +0.1%, p5 .. p95 -2.1 .. +4.8% (the old constant 1.5 traversals: -26.5 .. +4.4%, down to -50% at
-    a hop of 4 F's); m = p -11 .. 0% (docs/notes/simulator.md, "V-Half's hops")."""
-    p = len(f)
-    if p < 2 or c <= 0:
-        return 0.0
-    f, b, w = (list(map(float, x)) for x in (f, b, w))
-    F, B, W = _v_chunks(f, b, w)
-    fd, bd, _wd = _v_devices(f, b, w)
-    P0 = v_period("v-half", p, F, B, W, max(x + y for x, y in zip(fd, bd, strict=True)))
-    P_lat = 4 * max(max(F), max(B)) + (2 * max(W) + 4 * (p - 1) * c) / p
-    return max(3 * (p - 1) * m / p * c, m * max(P_lat - P0, 0.0) + 4 * (p - 1) * (p - 2) * c / p)
-
-
-def pytorch_zbv_order(p: int, m: int) -> list:
-    """PyTorch pipelining's ScheduleZBVZeroBubble order, which torchtitan runs for v-zb (ZeRO-3 plans): per rank a list
-    of (kind 0 F / 1 B / 2 W, micro-batch, chunk), the paper's hand-made ZB-V (F = B = W), fixed whatever the real times
-    (pytorch/pytorch@1fd7abc2 torch/distributed/pipelining/schedules.py, _calculate_single_rank_operations). Rank r:
-    2(p - r) - 1 forwards of chunk 0, r pairs (F chunk 1, F chunk 0), p - r triples (F, B, W of chunk 1); then F0 B0
-    W0 F1 B1 W1 per micro-batch; the cool-down r pairs (B0, B1), p - r pairs (B0, W0), the chunk-1 W's left, the
-    chunk-0 W's left. Built for max(2p - 1, m) micro-batches, the ops of those beyond m dropped (as PyTorch replaces
-    them by None): below 2p - 1 micro-batches the order keeps the holes. The replay (simulator/orders.py) and the
-    estimate (pytorch_zbv_time) both run it."""
-    return [_pytorch_zbv_rank(p, r, m) for r in range(p)]
-
-
-def _pytorch_zbv_rank(p: int, r: int, m: int) -> list:
-    n = max(2 * p - 1, m)
-    ops = []
-    cnt = {"f0": 0, "f1": 0, "b0": 0, "b1": 0}
-
-    def put(kind, c, key):
-        ops.append((kind, cnt[key], c))
-        cnt[key] += 1
-
-    for _ in range(2 * (p - r) - 1):
-        put(0, 0, "f0")
-    for _ in range(r):
-        put(0, 1, "f1")
-        put(0, 0, "f0")
-    for _ in range(p - r):
-        put(0, 1, "f1")
-        ops.append((1, cnt["b1"], 1))
-        put(2, 1, "b1")
-    while cnt["f1"] < cnt["f0"] or cnt["f0"] < n:
-        if cnt["f0"] < n:
-            put(0, 0, "f0")
-        ops.append((1, cnt["b0"], 0))
-        put(2, 0, "b0")
-        put(0, 1, "f1")
-        ops.append((1, cnt["b1"], 1))
-        put(2, 1, "b1")
-    w0, w1 = cnt["b0"], cnt["b1"]
-    for _ in range(r):
-        put(1, 0, "b0")
-        put(1, 1, "b1")
-    for _ in range(p - r):
-        put(1, 0, "b0")
-        ops.append((2, w0, 0))
-        w0 += 1
-    ops += [(2, j, 1) for j in range(w1, cnt["b1"])] + [(2, j, 0) for j in range(w0, cnt["b0"])]
-    return [o for o in ops if o[1] < m]
-
-
-def v_chunk_times(x) -> list:
-    """Per-chunk times [(chunk 0, chunk 1) per device] of a V from per-rank times x (one of f, b, w), as the replay
-    places them on even stages (simulator.replay._chunk_times): each chunk half of the lightest rank's time, the rest
-    of a middle rank on its own chunks, rank 0's (embedding) on device 0's chunk 0, rank p - 1's (output layer and
-    loss) on device 0's chunk 1, the last stage of the V."""
-    x = list(map(float, x))
-    p, base = len(x), min(x)
-    out = [[base / 2, base / 2] for _ in range(p)]
-    out[0][0] += x[0] - base
-    out[0][1] += x[-1] - base
-    for d in range(1, p - 1):
-        out[d] = [t + (x[d] - base) / 2 for t in out[d]]
-    return out
-
-
 def pytorch_zbv_time(f, b, w, m: int, c: float = 0.0) -> float:
-    """Makespan of PyTorch's V-ZB order (pytorch_zbv_order) with per-rank times f, b (w included), w and every hop c
-    one way (sends overlapping compute, the replay's model): each op starts when its device's previous op and its data
-    are done, c later where the data comes from another device (F of chunk 0 from the device before, F of
-    chunk 1 from the device after or, at the turn, chunk 0 on the last device; B of chunk 1 from the device before or
-    the forward at the loss on device 0, B of chunk 0 from the device after or the turn; W after its B, earlier in the
-    same list). Exact against the replay at zero communication (the same order and times); O(p m), each op once
-    (a device blocked on its data resumes when that op is done). Used where no closed form follows the order: fewer
-    than 2p micro-batches, whose holes the closed form missed (-2 .. -14% on uniform stages; docs/notes/simulator.md,
-    "torchtitan's V-ZB below 2p"), and with and without hops for their charge (pytorch_zbv_p2p_s): equal to the
-    replay with hops too (docs/notes/simulator.md, "torchtitan's V-ZB hops")."""
-    p, hop = len(f), float(c)
-    # B per chunk = b's chunk less w's chunk, each split from its own lightest rank (the replay's _chunk_times):
-    # splitting b - w instead differs wherever the lightest b and the lightest w are different ranks' (p = 2)
-    cb, cw = v_chunk_times(b), v_chunk_times(w)
-    ci = [[max(x - y, 0.0) for x, y in zip(bx, wx, strict=True)] for bx, wx in zip(cb, cw, strict=True)]
-    ch = [v_chunk_times(f), ci, cw]
-    lists = pytorch_zbv_order(p, m)
-    end: dict = {}
-    waiting: dict = {}              # an op not yet done -> the device blocked on it
-    ptr, free = [0] * p, [0.0] * p
-    ready = list(range(p - 1, -1, -1))
-    while ready:
-        d = ready.pop()
-        ops = lists[d]
-        while ptr[d] < len(ops):
-            k, j, c = ops[ptr[d]]
-            if k == 0:
-                dep = (d - 1, 0, j, 0) if c == 0 and d > 0 else (d + 1, 0, j, 1) if c == 1 and d < p - 1 else \
-                    (d, 0, j, 0) if c == 1 else None
-            elif k == 1:
-                dep = (d - 1, 1, j, 1) if c == 1 and d > 0 else (d, 0, j, 1) if c == 1 else \
-                    (d + 1, 1, j, 0) if d < p - 1 else (d, 1, j, 1)
-            else:
-                dep = None          # its B: earlier on the same device
-            if dep is not None and dep not in end:
-                waiting[dep] = d
-                break
-            key = (d, k, j, c)
-            ready_at = 0.0 if dep is None else end[dep] + (hop if dep[0] != d else 0.0)
-            end[key] = free[d] = max(free[d], ready_at) + ch[k][d][c]
-            ptr[d] += 1
-            if key in waiting:
-                ready.append(waiting.pop(key))
-    if any(ptr[d] < len(lists[d]) for d in range(p)):
-        raise ValueError(f"PyTorch's V-ZB order deadlocks at p={p}, m={m}")
-    return max(free)
-
-
-def pytorch_zbv_period(p: int, F: float, B: float, W: float, c: float) -> float:
-    """Steady-state period per micro-batch of PyTorch's V-ZB order (pytorch_zbv_order) on per-chunk times F, B (input
-    gradient), W with every hop c one way. Its steady loop is fixed (rank r: F chunk 0 of micro-batch k + 2p - r - 1,
-    B chunk 0 of k, W, F chunk 1 of k + p, B chunk 1 of k + p - r, W), so one pass's trip through the V gates the
-    same pass p micro-batches later: a cycle of 2(p - 1) hops over p micro-batches holding 2p of that pass's chunk
-    ops and two each of the other two, max(work, 2B + (2F + 2W + 2(p - 1)c) / p, 2F + (2B + 2W + 2(p - 1)c) / p).
-    Equal to the replay's growth per micro-batch on uniform stages (p 2-11, f : b : w 1 : 0.5-5 with w 2-80% of b,
-    hops 0-4 chunk F's; docs/notes/simulator.md, "torchtitan's V-ZB hops"); at c = 0 the work, 2(F + B + W)."""
-    hops = 2 * (p - 1) * c
-    return max(2 * (F + B + W), 2 * B + (2 * F + 2 * W + hops) / p, 2 * F + (2 * B + 2 * W + hops) / p)
-
-
-def pytorch_zbv_p2p_s(f, b, w, m: int, c: float) -> float:
-    """Seconds hops of c (one way) add to the compute of PyTorch's V-ZB (torchtitan's, ZeRO-3 plans), per-rank times
-    f, b (w included), w as stage_compute_time takes them. The order is fixed whatever the times (pytorch_zbv_order),
-    so hops its slack cannot hide lengthen it, in the ramp and, once they outgrow the steady state's slack, every
-    period (pytorch_zbv_period). The makespan with hops (pytorch_zbv_time) less the one without, run at m0
-    micro-batches: m itself below 3p, else 2p + (m mod p), from where the order repeats with period p in m (the
-    replay's difference to m0 is (m - m0) periods, exactly, on uniform stages); the m - m0 further micro-batches add
-    the period's stretch at the chunks' largest times beyond the busiest device's work (as v_min_p2p_s). O(p^2) at
-    most (p 8: 2 ms, p 16: 10 ms, p 32: 50 ms), cached. Replaces the seed's constant 2.5 traversals a micro-batch,
-    which missed both (-26% at a hop of four chunk forwards; docs/notes/simulator.md, "torchtitan's V-ZB hops")."""
-    p = len(f)
-    if p < 2 or c <= 0:
-        return 0.0
-    f, b, w = (tuple(map(float, x)) for x in (f, b, w))
-    m0 = m if m < 3 * p else 2 * p + (m - 2 * p) % p
-    out = _pytorch_zbv_time(f, b, w, m0, float(c)) - _pytorch_zbv_time(f, b, w, m0, 0.0)
-    if m > m0:
-        F, B, W = (max(x) for x in _v_chunks(list(f), list(b), list(w)))
-        fd, bd, _wd = _v_devices(f, b, w)
-        work = max(x + y for x, y in zip(fd, bd, strict=True))
-        stretch = max(work, pytorch_zbv_period(p, F, B, W, c)) - max(work, pytorch_zbv_period(p, F, B, W, 0.0))
-        out += (m - m0) * stretch
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def _pytorch_zbv_time(f: tuple, b: tuple, w: tuple, m: int, c: float) -> float:
-    return pytorch_zbv_time(f, b, w, m, c)
-
-
-def stable_pattern(name: str, p: int) -> list:
-    """Slots of micro-batch 0's [F chunk 0, F chunk 1, B chunk 1, B chunk 0] per device in seed 001's V-Min / V-Half
-    steady state, micro-batch j at + 6j (zbv_greedy.py stable_pattern_v_min / stable_pattern_v_half @39f2c186); the
-    order's builder (simulator/vblocks.py) and V-Min's hop period (v_min_period) read it."""
-    if name == "v-min":
-        gap = 2 if p % 3 == 0 else 0
-        return [[i, 2 * p - i - 1, 2 * p + gap + i, 4 * p + gap - i - 1] for i in range(p)]
-    gap = 3 if p % 2 == 0 else 0
-    return [[2 * i, 3 * p - i - 2, 3 * p + gap + 2 * i - 1, 6 * p + gap - i - 2] for i in range(p)]
-
-
-@functools.lru_cache(maxsize=64)
-def _v_min_slot_graph(p: int) -> tuple:
-    """V-Min's steady state as a graph of its 6p slots (device d, slot s mod 6): (kind of each slot, 0 F / 1 B / 2 W;
-    for each slot its device predecessor and its data predecessor, -1 where none). In the stable pattern every pass
-    of a micro-batch sits one slot after the pass it waits for on the neighbour device (F chunk 0 at slot d, F chunk 1
-    at 2p - 1 - d, B chunk 1 at 2p + gap + d, B chunk 0 at 4p + gap - 1 - d), and the two free slots of a period hold
-    the W's (put_w), so every edge of the graph, on a device or across a hop, advances one slot."""
-    kind = np.full((p, 6), 2)
-    data = np.full((p, 6), -1)
-    for d, slots in enumerate(stable_pattern("v-min", p)):
-        for k, t in enumerate(slots):       # F0 and B1 run down the V (from d - 1), F1 and B0 up (from d + 1)
-            kind[d, t % 6] = 0 if k < 2 else 1
-            src = d - 1 if k in (0, 2) else d + 1
-            if 0 <= src < p:
-                data[d, t % 6] = src * 6 + (t - 1) % 6
-    node = np.arange(6 * p).reshape(p, 6)
-    return kind.ravel(), np.roll(node, 1, axis=1).ravel(), data.ravel()
-
-
-@functools.lru_cache(maxsize=256)
-def v_min_period(p: int, F: float, B: float, W: float, c: float) -> float:
-    """V-Min's steady-state period per micro-batch on uniform per-chunk times F, B (input gradient), W with every hop c
-    one way (sends overlapping compute): the order is fixed (seed 001 builds it at unit times), so a period is 6 times
-    the maximum cycle mean of its slot graph (_v_min_slot_graph: a slot's op starts after its device's previous slot
-    and, c later, its data's slot on the neighbour), Karp's algorithm over the 6p slots. Exact against the replay on
-    uniform stages (p 2-24; docs/notes/simulator.md, "V-Min's hops"). At c = 0 it is v_period's max(work, 6F, 6B).
-    The critical cycles with hops zigzag between two devices down one pass and up another: up to 6(p-1)/p hops a
-    micro-batch where p % 3 == 0, fewer elsewhere (6L/(L + 1), L = p - 1 - p % 3, for the F and B zigzags)."""
-    kind, dev_prev, data = _v_min_slot_graph(p)
-    n = len(kind)
-    dur = np.array([F, B, W])[kind]
-    has = data >= 0
-    src = np.where(has, data, 0)
-    D = np.zeros((n + 1, n))
-    for i in range(1, n + 1):
-        x = D[i - 1]
-        D[i] = np.maximum(x[dev_prev] + dur[dev_prev], np.where(has, x[src] + dur[src] + c, -np.inf))
-    gap = (D[n] - D[:n]) / (n - np.arange(n))[:, None]
-    return 6 * float(np.max(np.min(gap, axis=0)))
-
-
-def v_min_p2p_s(f, b, w, m: int, c: float) -> float:
-    """Seconds V-Min's hops of c (one way) add to its compute (stage_compute_time), per-rank times f, b (w included),
-    w as stage_compute_time takes them. V-Min runs its fixed order in lock step, so the hops stretch every period:
-    m (v_min_period(c) - v_min_period(0)) at the chunks' largest times, less what the busiest device's own work leaves
-    of it, plus the ramp's hops, 4(p - 1) - 8 where p % 3 == 0 and 4(p - 1) - 6 elsewhere (2 at p <= 3): the first
-    micro-batch's round trip less what the steady cycles already count, measured on uniform stages p 2-24 (exact at
-    p % 3 == 0 from p = 6 and at p <= 5, within 2 hops elsewhere; fewer hops where W's slack hides them).
-    Replaces the constant 3 traversals a micro-batch (6(p - 1) m c / p, fitted at hops of 0.05-0.3 of a chunk
-    forward), which missed the ramp: against the replay on uniform stages (F : B : W 1 : 1.3-3 : 0.13-1, p 4-16,
-    hop 0.1-4 chunk F's) docs/notes/simulator.md, "V-Min's hops"."""
-    p = len(f)
-    if p < 2 or c <= 0:
-        return 0.0
-    f, b, w = (list(map(float, x)) for x in (f, b, w))
-    F, B, W = (max(x) for x in _v_chunks(f, b, w))
-    fd, bd, _wd = _v_devices(f, b, w)
-    work = max(x + y for x, y in zip(fd, bd, strict=True))
-    stretch = max(work, v_min_period(p, F, B, W, c)) - max(work, v_min_period(p, F, B, W, 0.0))
-    ramp = 2 if p <= 3 else 4 * (p - 1) - (8 if p % 3 == 0 else 6)
-    return m * stretch + ramp * c
+    """Makespan of PyTorch's V-ZB order (vorders.pytorch_zbv_order, torchtitan's for ZeRO-3 plans) with per-rank times
+    f, b (w included), w and every hop c one way: its walk (vwalk.v_walk), equal to the replay."""
+    return v_walk("v-zb", f, b, w, m, c, pytorch=True).makespan
 
 
 def zb_h1_time(f, b, w, m: int, c: float = 0.0) -> float:
@@ -887,10 +619,9 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on
     uniform stages; 2.1-3.0 from m = 4p; a hop near a chunk's forward with W small is no longer hidden and grows
-    with m, not covered; torchtitan's V-ZB, ZeRO-3 plans, is charged pytorch_zbv_p2p_s instead, its fixed order's);
-    V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (the latency model
-    charges v_min_p2p_s, V-Min's lock step stretched by its hops plus the ramp's, and v_half_p2p_s, which grows past 1.5
-    once the hops outgrow the order's slack), fitted
+    with m, not covered; the latency model charges it only beyond the seed's V-ZB walk);
+    V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (the latency model charges
+    every walked V-shape its order walked with and without hops instead: vwalk.v_walk_p2p_s), fitted
     to the simulator replaying seed 001's order (vblocks.py; 2.8-3.1 and 1.4-1.5 at pp 4-8 on uniform stages).
     engine="deepspeed" (its 1F1B only, simulate.deepspeed): every transfer is a rendezvous that holds
     sender and receiver, so a stage with two neighbours spends 4 one-way transfers per micro-batch (an end

@@ -98,6 +98,10 @@ SCREEN_NODE2_WORK_S = 2.5e-6
 # cached or not, so the charge depends on the plan alone: 65-97 ns of wall measured per op charged, cold caches, on
 # the shipped llama3-70b and gpt3-13b specs' interleaved configurations (load ~2.8, Dec); charged ~2-3x
 ORDER_OP_WORK_S = 2e-7
+# the same per op a V-shape's walk times (costs/vwalk.py v_walk: the compute bound, hop charge and data-parallel rows of
+# every V-shape configuration), and per op of the seed's V-ZB order built at a plan's own times for that walk
+# (simulator/zbv.py, 9-12 us an op measured at p 4-16, load ~1.5; charged ~2x)
+VZB_BUILD_OP_WORK_S = 2e-5
 ROWS2_BUILD_WORK_S = 0.004
 ROWS2_ITEM_WORK_S = 1.2e-5
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.config import SCHEDULES, SPLIT_SCHEDULES, V_SHAPES
-from planner.costs.pipeline import chunks_per_device, interleaved_order, pytorch_zbv_order
+from planner.costs.pipeline import chunks_per_device, interleaved_order
+from planner.costs.vorders import pytorch_zbv_order
 from planner.simulator.ops import B, F, R, Schedule, W
 from planner.simulator.vblocks import v_block_order
 from planner.simulator.zbv import DEFAULT_MODEL, zbv_order
@@ -107,7 +108,7 @@ def _interleaved(p: int, m: int, v: int) -> list:
 
 def _pytorch_zbv(p: int, m: int) -> list:
     """PyTorch pipelining's ScheduleZBVZeroBubble order, which torchtitan runs for v-zb (ZeRO-3 plans):
-    costs.pipeline.pytorch_zbv_order (one home with the estimate's pytorch_zbv_time), as op arrays."""
+    costs.vorders.pytorch_zbv_order (one home with the estimate's walk, costs/vwalk.py), as op arrays."""
     assert (F, B, W) == (0, 1, 2)       # pytorch_zbv_order's kinds
     out = []
     for ops in pytorch_zbv_order(p, m):

@@ -22,7 +22,7 @@ import functools
 
 import numpy as np
 
-from planner.costs.pipeline import stable_pattern
+from planner.costs.vorders import stable_pattern
 from planner.simulator.ops import B, F, W
 
 PERIOD = 6          # slots per micro-batch and device: F, B, W of two chunks

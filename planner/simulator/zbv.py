@@ -203,4 +203,15 @@ def zbv_order(p: int, m: int, f: float, b: float, w: float, comm: float = 0.0,
     times f, b (input gradient), w in seconds and the one-way p2p time comm; chunk 0 is stage d, chunk 1 stage
     2p - 1 - d (ops.stage_table). model: (hidden size, attention heads, sequence length) for the seed's memory
     model."""
-    return list(_order_cached(p, m, (_us(f), _us(b), _us(w)), _us(comm), seed_memory(*model)))
+    return zbv_order_of(p, m, builder_key(f, b, w, comm, model))
+
+
+def builder_key(f: float, b: float, w: float, comm: float = 0.0, model: tuple[int, int, int] = DEFAULT_MODEL) -> tuple:
+    """What the seed's builder reads of zbv_order's arguments: per-chunk times and comm as its profiler reports them
+    (whole microseconds) and its memory model; plans alike there share one order (costs/vwalk.py caches by it)."""
+    return (_us(f), _us(b), _us(w)), _us(comm), seed_memory(*model)
+
+
+def zbv_order_of(p: int, m: int, key: tuple) -> list:
+    """zbv_order from its builder_key."""
+    return list(_order_cached(p, m, *key))
