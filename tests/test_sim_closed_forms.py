@@ -158,8 +158,8 @@ STAGE_TOL = {"gpipe": (0.0, 0.0), "1f1b": (0.0, 0.12), "interleaved": (0.0, 0.0)
 @pytest.mark.parametrize("f,b,w", RATIOS)
 def test_zb_h1_with_fewer_micro_batches_than_stages(p, f, b, w):
     """The search builds ZB-H1 for any m; below pp the W's that fill the cool-down have no micro-batch (the fuzz of
-    valid plans found the closed form 16% under the replay at pp 2, m 1): exact on uniform stages, and on the
-    non-uniform grid never under the replay and at most 15% over it."""
+    valid plans found the closed form 16% under the replay at pp 2, m 1): its walked order is the replay's, uniform
+    or not (the closed form after that was 0 .. +15% over on the non-uniform grid)."""
     from planner.costs.pipeline import stage_compute_time
     from planner.simulator.replay import simulate_stage_times
     for m in range(1, p + 2):
@@ -169,26 +169,22 @@ def test_zb_h1_with_fewer_micro_batches_than_stages(p, f, b, w):
             st = _stage_times(p, f, b, w, e0, eL)
             fs, bs, ws = ([getattr(s, k) for s in st] for k in ("forward", "backward", "weight_grad"))
             sim = simulate_stage_times("zb-h1", p, m, 1, st).compute_s
-            err = (stage_compute_time("zb-h1", p, m, 1, fs, bs, ws) - sim) / sim
-            assert -1e-9 <= err <= 0.15, (m, e0, eL, err)
+            assert stage_compute_time("zb-h1", p, m, 1, fs, bs, ws) == pytest.approx(sim, rel=1e-9), (m, e0, eL)
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
 @pytest.mark.parametrize("f,b,w", RATIOS)
 def test_zb_h1_hops_with_fewer_micro_batches_than_stages(p, f, b, w):
     """Below pp micro-batches ZB-H1 has no steady state: the replay exposes the first forward's and the last
-    backward's crossings, 2 (pp - 1) hops, and at most two more per micro-batch after the second. zb_h1_p2p_s
-    charges that most, never under the replay; at m <= 2 exactly. The two round trips it charged (4 (pp - 1)) were
-    twice the replay at m = 1 (the fuzz of valid plans: ZB-H1 pp 4, m 1, +8.7%)."""
-    from planner.costs.pipeline import zb_h1_p2p_s
+    backward's crossings and some of the later micro-batches'; the walked order with and without hops
+    (vwalk.v_walk_p2p_s) is exactly that (the round trips charged before were twice the replay at m = 1: the fuzz of
+    valid plans, ZB-H1 pp 4, m 1, +8.7%)."""
+    from planner.costs.vwalk import v_walk_p2p_s
     for m in range(1, p):
         for c in (0.05, 0.3, 1.5):
             z = simulate_uniform("zb-h1", p, m, f=f, b=b, w=w).iteration_s
             exposed = simulate_uniform("zb-h1", p, m, f=f, b=b, w=w, comm=c).iteration_s - z
-            got = zb_h1_p2p_s([f] * p, [b] * p, [w] * p, m, c)
-            assert exposed - 1e-9 <= got <= exposed + 2 * max(0, m - 2) * c + 1e-9, (m, c)
-            if m <= 2:
-                assert got == pytest.approx(exposed, rel=1e-9), (m, c)
+            assert v_walk_p2p_s("zb-h1", [f] * p, [b] * p, [w] * p, m, c) == pytest.approx(exposed, rel=1e-9), (m, c)
 
 
 @pytest.mark.parametrize("sched", EXACT + V)

@@ -44,8 +44,8 @@ def test_interleaved_overlapped_reduction_close_to_the_replay(path, cfg, hi):
 ])
 def test_zb_h1_later_stages_slack_as_the_replay(path, cfg):
     """ZB-H1 holds a later stage's W's back to the end, so its stages end nearly together: the data-parallel credit of
-    a later row is that gap (pipeline.zb_h1_drain), not 1F1B's whole last backward per stage, which put the last
-    stage's exposed ring (one piece, issued after its last W) under the replay's."""
+    a later row is that gap (its walked order's device ends), not 1F1B's whole last backward per stage, which put the
+    last stage's exposed ring (one piece, issued after its last W) under the replay's."""
     assert abs(_gap(path, cfg)) < 0.01
 
 

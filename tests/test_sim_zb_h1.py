@@ -10,7 +10,8 @@ import pytest
 import planner
 from planner.config import ParallelConfig
 from planner.costs.compute import StageTimes
-from planner.costs.pipeline import compute_time, stage_compute_time, zb_h1_drain, zb_h1_p2p_s, zb_h1_time
+from planner.costs.pipeline import compute_time, stage_compute_time
+from planner.costs.vwalk import v_walk, v_walk_p2p_s
 from planner.simulator.replay import simulate_stage_times, simulate_uniform
 
 
@@ -53,24 +54,20 @@ def test_compute_exact_with_the_last_stage_slowest(p):
 
 
 def test_hops_against_the_replay():
-    """With hops up to 0.3 of a forward the closed form stays within 2% of the replay on random heavier last stages
-    (median exact), where the former count (two round trips of the path over the per-stage compute) was further off."""
+    """With hops of 0.05 .. 2 forwards the walked order's exposed hops (v_walk_p2p_s) are the replay's on random
+    heavier last stages; the closed form it replaced (the zero-bubble code's timing model, exact only below half a
+    forward) was -22% with hops near a forward (the fuzz of valid plans, seed 4 case 609)."""
     rng = np.random.default_rng(5)
-    new, old = [], []
-    for _ in range(120):
+    for _ in range(80):
         p = int(rng.choice([2, 4, 8, 16]))
-        m = int(rng.choice([p, 2 * p, 4 * p]))
+        m = int(rng.choice([1, p - 1 or 1, p, 2 * p, 4 * p + 1]))
         b = rng.uniform(1.5, 2.5)
         st = _stages(p, 1.0, b, rng.uniform(0.2, 0.5) * b, float(rng.choice([0.0, 0.1, 0.3])), rng.uniform(0.4, 3.0))
-        c = float(rng.choice([0.05, 0.15, 0.3]))
+        c = float(rng.choice([0.05, 0.3, 1.0, 2.0]))
         f, bb, w = _fbw(st)
         sim = _replay(st, m, c)
-        new.append((zb_h1_time(f, bb, w, m, c) - sim) / sim)
-        assert zb_h1_time(f, bb, w, m) + zb_h1_p2p_s(f, bb, w, m, c) == pytest.approx(zb_h1_time(f, bb, w, m, c))
-        old.append((stage_compute_time("zb-h1", p, m, 1, f, bb, w) + 4 * (p - 1) * c - sim) / sim)
-    new, old = np.abs(new), np.abs(old)
-    assert new.max() <= 0.02 and np.median(new) < 1e-9
-    assert np.median(old) > 10 * max(np.median(new), 1e-4) and old.max() > 0.03
+        assert stage_compute_time("zb-h1", p, m, 1, f, bb, w) + v_walk_p2p_s("zb-h1", f, bb, w, m, c) == \
+            pytest.approx(sim, rel=1e-9), (p, m, c)
 
 
 def test_a_p2p_heavy_v100_plan():
@@ -88,19 +85,13 @@ def test_a_p2p_heavy_v100_plan():
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
 def test_stage_ends_as_the_replay(p):
-    """Each stage's end relative to the latest (zb_h1_drain: the data-parallel slack of a later stage) is the replay's,
-    with a heavier last stage at any m, where W is at most B's other half. With W heavier than that a stage may still
-    be running a W when its last gradient comes (at m = pp): the slack is then over the replay's, by under 2.5% of
-    the iteration (W three times the rest of B here, where the zero-bubble paper's layers have W about equal to it)."""
+    """Each stage's end (the walk's device_end: the data-parallel slack of a later stage, iteration.dp_row_slack_s)
+    is the replay's, first or last stage the heavier, at any m, W light or heavy. The stages end close together, not
+    1F1B's whole backward apart."""
     for m in sorted({1, max(1, p - 1), p, 2 * p + 1}):
         for f, b, w in [(1.0, 2.0, 0.66), (1.0, 2.0, 1.0), (1.0, 2.0, 1.5)]:
-            for e0, eL in [(0.0, 0.6), (0.1, 1.5)]:
+            for e0, eL in [(0.0, 0.6), (0.1, 1.5), (1.0, 0.0)]:
                 st = _stages(p, f, b, w, e0, eL)
                 sim = simulate_stage_times("zb-h1", p, m, 1, st)
-                ends = np.array([max(e for d, e in zip(sim.op_dev, sim.op_end) if d == s) for s in range(p)])
-                rel = np.array(zb_h1_drain([x.backward for x in st], [x.weight_grad for x in st], m))
-                replay, form = ends.max() - ends, rel.max() - rel
-                if w <= b - w:
-                    assert np.allclose(replay, form, atol=1e-9), (m, f, b, w, e0, eL)
-                else:
-                    assert np.all(form - replay >= -1e-9) and np.all(form - replay <= 0.025 * sim.compute_s), (m, e0)
+                ends = [max(e for d, e in zip(sim.op_dev, sim.op_end) if d == s) for s in range(p)]
+                assert np.allclose(ends, v_walk("zb-h1", *_fbw(st), m).device_end, rtol=1e-12), (m, f, b, w, e0)

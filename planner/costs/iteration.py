@@ -38,8 +38,6 @@ from planner.costs.pipeline import (
     p2p_hops,
     place_chunk_times,
     stage_compute_time,
-    zb_h1_drain,
-    zb_h1_p2p_s,
 )
 from planner.costs.vwalk import v_walk, v_walk_p2p_s, vzb_walked
 from planner.mapping.problem import Layout, MappingProblem, layouts
@@ -567,7 +565,7 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     time on uniform stages; docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
-    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s) and the V-shapes whose order the
+    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (its order walked) and the V-shapes whose order the
     estimate walks (v_walked: V-Min, V-Half, torchtitan's V-ZB, the seed's below 4pp micro-batches), their order walked
     with the typical hop and without (vwalk.v_walk_p2p_s, exact on uniform links); without them, one traversal, two,
     1.5, 3 and 2.5 (the seed's V-ZB beyond its walk). Interleaved (Megatron-Core's order, with or without
@@ -581,8 +579,10 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: lock_step_p2p_s(
             [s.forward + s.backward for s in st], c, m), per_boundary=True), 0.0
     if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
-        return typical_hop_traversals(cfg, *lock_step, lambda st, c: zb_h1_p2p_s(
-            [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
+        # its order walked with the typical hop and without (the closed form it replaces was -22% with hops near a
+        # forward: the fuzz of valid plans, seed 4 case 609)
+        return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_walk_p2p_s(
+            "zb-h1", [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
     if lock_step is not None and v_walked(cfg):
         # a V's order walked with the typical hop and without (its exposed hops, whatever the schedule's slack)
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_walk_p2p_s(
@@ -864,15 +864,17 @@ def dp_row_slack_s(spec, st, cfg: ParallelConfig, first_stage: int, last_stage: 
     """Seconds by which a row's devices (stages first_stage .. last_stage) end their pipeline before its end, the
     data-parallel term's credit (build_problem): first_stage of the smallest chunk backward (each later stage ends its
     last backward that much earlier); none where the row's term is already taken from the V's timeline
-    (v_timeline_dp_s). ZB-H1 holds its later stages' W's back to the end (they end d (B - W)
-    apart, not d B's: pipeline.zb_h1_drain): the gap to the latest stage end (the 1F1B credit gave a later stage its
-    whole last backward, and the DP ring ran past the replay's end: -5.8%, fuzz seed 4 case 8)."""
+    (v_timeline_dp_s). ZB-H1 holds its later stages' W's back to the end (the order runs W(j - d) after B(j)), so they
+    end close together, d (B - W) apart on uniform stages, not d B's: the gap to the latest stage end in its walked
+    order (vwalk.v_walk's device ends; the 1F1B credit gave a later stage its whole last backward, and the DP ring ran
+    past the replay's end: -5.8%, fuzz seed 4 case 8)."""
     if v_timeline_of(spec, st, cfg) is not None:
         return 0.0
     if cfg.schedule == "zb-h1" and cfg.pp > 1:
         if first_stage == 0:
             return 0.0
-        ends = zb_h1_drain([s.backward for s in st], [s.weight_grad for s in st], cfg.num_microbatches)
+        ends = v_walk("zb-h1", [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st],
+                      cfg.num_microbatches).device_end
         last = first_stage if last_stage is None else last_stage
         return max(0.0, max(ends) - max(ends[first_stage:last + 1]))
     return first_stage * (min(s.backward for s in st) / cfg.chunks)       # (the bits of the form before)

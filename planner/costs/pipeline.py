@@ -34,12 +34,8 @@ def compute_time(schedule: str, pp: int, m: int, v: int, f: float, b: float, w: 
     if schedule == "interleaved":
         return m * (f + b) + (pp - 1) * (f + b) / v
     if schedule == "zb-h1":
-        # exact for the zero-bubble paper's order (stage i runs W(j) after B(j+i)): zb_h1_time; with fewer
-        # micro-batches than stages, pp - m of the W's that would fill the cool-down have no micro-batch: they run
-        # after it
-        if m >= pp:
-            return zb_h1_time([f] * pp, [b] * pp, [w] * pp, m)
-        return m * (f + b) + (pp - 1) * max(f + b - 2 * w, 0.0) + (pp - m) * w
+        # the zero-bubble paper's order (stage i runs W(j) after B(j+i)) walked: stage_compute_time's
+        return stage_compute_time("zb-h1", pp, m, 1, [f] * pp, [b] * pp, [w] * pp)
     if schedule == "v-zb":
         return m * (f + b) + vzb_ramp([(f, b, w)] * (pp - 1), w)
     if schedule in ("v-half", "v-min"):
@@ -130,7 +126,8 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
     tests/test_sim_closed_forms.py, STAGE_TOL): gpipe exact; 1f1b exact when the last stage is the slowest,
     up to +12% when stage 0 is (its warm-up forwards hide part of the round trip); interleaved exact (its order
     run: interleaved_time; the closed form with (f_i + b_i) / v fill slots was -5% .. +9%),
-    zb-h1 exact when the last stage is the slowest and m >= pp (zb_h1_time), else 0 .. +12% (m < pp: 0 .. +15%),
+    zb-h1 its order walked (vwalk.v_walk: the replay's at every m; the closed form it replaces, from the zero-bubble
+    code's timing model, was exact only with the last stage the slowest and m >= pp, else 0 .. +15%),
     V-shapes: their orders walked (vwalk.v_walk: V-Min, V-Half, the seed's V-ZB below 2pp micro-batches, model its
     builder's (hidden, heads, sequence); pytorch: PyTorch pipelining's V-ZB, ZeRO-3 plans being torchtitan's), equal to
     the replay at every m; the seed's V-ZB beyond its walk by its closed form (vzb_ramp: under 3% from m = 2pp on
@@ -157,12 +154,8 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
         return interleaved_time(per[..., 0], per[..., 1], m)
     elif schedule == "interleaved":      # m not a multiple of pp (Megatron-Core refuses it): the closed form
         x = [ti / v for ti in t]
-    elif schedule == "zb-h1":
-        if m >= pp and t[-1] >= t[k]:          # the usual case, the output layer and loss last: exact
-            return zb_h1_time(f, b, w, m)
-        x = [max(ti - 2 * wi, 0.0) for ti, wi in zip(t, w, strict=True)]
-        if m < pp:            # compute_time's tail at stage 0's W, which runs last (0 .. +15% on the test grid)
-            return m * t[k] + sum(x) - x[k] + (pp - m) * w[0]
+    elif schedule == "zb-h1":         # its order walked (vwalk.v_walk), the replay's at every m
+        return v_walk("zb-h1", f, b, w, m).makespan
     elif schedule == "v-zb":         # the seed's, beyond its walk
         return m * t[k] + vzb_ramp([(f[i], b[i], w[i]) for i in range(pp) if i != k], w[k])
     else:
@@ -476,74 +469,6 @@ def pytorch_zbv_time(f, b, w, m: int, c: float = 0.0) -> float:
     return v_walk("v-zb", f, b, w, m, c, pytorch=True).makespan
 
 
-def zb_h1_time(f, b, w, m: int, c: float = 0.0) -> float:
-    """ZB-H1's makespan with per-stage times f[i], b[i] (w included), w[i] when the last stage is the slowest
-    (f + b at least every other stage's) and m >= pp, sends overlapping compute and every hop c one way (the
-    zero-bubble code's own timing model: an op starts after its producer's end plus the hop,
-    sail-sg/zero-bubble-pipeline-parallelism@39f2c186 megatron/core/pipeline_parallel/zerobubble/scheduler/zb.py,
-    the asserts `t[f_id] >= t[F of stage i - 1] + comm + f_cost`, `t[b_id] >= t[B of stage i + 1] + comm + b_cost`).
-
-    The order (stage d runs W(j - d) after B(j), its last d W's at the end: simulator/orders.py _zb_h1): the last
-    stage k = pp - 1 starts after the forward fill and then runs its m micro-batches back to back, except that its
-    first pp - 1 (no W yet) wait for stage k - 1's round trip (B and F there, two hops) and, once W's run, each
-    later one waits for half of what that round trip has beyond its own F B W W (two micro-batches in flight). Its
-    last B ends pp W's before it ends; from there the last gradient runs down to stage d, which then has d + 1 W's
-    left. The iteration ends with the latest stage. Exact against the replay at c = 0 (tests/test_sim_closed_forms.py);
-    with hops the median error is 0 and the range -2 .. +7% at a hop of half a forward (docs/notes/simulator.md,
-    "ZB-H1's ramp")."""
-    return max(zb_h1_ends(f, b, w, m, c))
-
-
-def zb_h1_ends(f, b, w, m: int, c: float = 0.0) -> list:
-    """When each stage ends its last op in ZB-H1, [stage 0, .., stage pp - 1] (zb_h1_time's form, exact where it is:
-    the last stage the slowest, m >= pp). Past the last stage's last B the gradient runs down (zb_h1_drain)."""
-    p = len(f)
-    k = p - 1
-    t = [fi + bi for fi, bi in zip(f, b, strict=True)]
-    if p == 1:
-        return [m * t[0]]
-    ramp = max(0.0, 2 * c + t[k - 1] - w[k - 1] - (t[k] - w[k]))
-    steady = max(0.0, (t[k - 1] + 2 * c - t[k] - w[k]) / 2)
-    end_k = sum(f[:k]) + k * c + m * t[k] + k * ramp + (m - p) * steady
-    rel = zb_h1_drain(b, w, m, c)
-    return [end_k - rel[k] + r for r in rel]
-
-
-def zb_h1_drain(b, w, m: int, c: float = 0.0) -> list:
-    """Each stage's end after the last stage's last B ends, [stage 0, .., pp - 1]: the last gradient runs down,
-    stage d's last B (b[d] - w[d], recompute in) one hop after stage d + 1's, and then stage d's min(d + 1, m) W's
-    still held back (the order runs W(j - d) after B(j); the rest close its list: simulator/orders.py _zb_h1). So the
-    stages end close together (d (B - W) apart on uniform stages), not d B's apart as in 1F1B: a later stage's
-    data-parallel slack (iteration.dp_row_slack_s) is the gap. Exact against the replay where each stage is free when
-    its last gradient comes: zb_h1_time's case, and below pp micro-batches (one gradient chain per micro-batch)."""
-    p = len(b)
-    k = p - 1
-    drain, out = 0.0, [min(p, m) * w[k]]
-    for d in range(k - 1, -1, -1):
-        drain += b[d] - w[d] + c
-        out.append(drain + min(d + 1, m) * w[d])
-    return out[::-1]
-
-
-def zb_h1_p2p_s(f, b, w, m: int, c: float) -> float:
-    """Seconds ZB-H1's hops of c (one way) add to its compute: zb_h1_time's where it applies (the last stage the
-    slowest, m >= pp: the heavier last stage's slack hides part of the ramp's hops), else the uniform stages' two
-    round trips of the path, 4 (pp - 1) c (exact there at m = pp .. 2pp and hops under half a W). Below pp
-    micro-batches there is no steady state: the first forward down and the last backward up, 2 (pp - 1) hops, plus
-    two for each micro-batch after the second, 2 (m - 2) (the replay on uniform stages, p 2-8, m < p, f : b : w
-    1 : 2 : 0.66 / 1 : 2 : 1, hops 0.05-2 forwards; where W is heavy, 1 : 3 : 1.5, it hides down to 2 (pp - 1)).
-    The round trips' count was up to twice the replay's there (m 1: the fuzz of valid plans, notes/simulator.md)."""
-    p = len(f)
-    if p < 2 or c <= 0:
-        return 0.0
-    t = [fi + bi for fi, bi in zip(f, b, strict=True)]
-    if m >= p and t[-1] >= max(t):
-        return zb_h1_time(f, b, w, m, c) - zb_h1_time(f, b, w, m)
-    if m < p:
-        return (2 * (p - 1) + 2 * max(0, m - 2)) * c
-    return 4 * (p - 1) * c
-
-
 def inflight_microbatches(schedule: str, pp: int, m: int, v: int, stage: int) -> float:
     """Activations a device holds at its peak, in micro-batches of its full layer set (a chunk = 1/v).
 
@@ -614,7 +539,8 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     With m: the hops whose time the schedule *exposes*, per micro-batch, as the simulator measures them:
     1F1B one traversal (Megatron-Core's, whose calls wait on their peers, is charged lock_step_p2p_s instead:
     iteration.typical_hop_traversals); with sends overlapping compute, GPipe, interleaved,
-    ZB-H1 (two traversals on uniform stages; the latency model charges zb_h1_p2p_s, the same there) and V-ZB hide
+    ZB-H1 (two traversals on uniform stages; the latency model charges its order walked with and without hops,
+    vwalk.v_walk_p2p_s) and V-ZB hide
     steady-state sends behind other work and expose only their ramp (a fixed number of traversals,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on

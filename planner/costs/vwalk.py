@@ -92,7 +92,16 @@ def v_order(schedule: str, p: int, m: int, pytorch: bool = False, builder: tuple
     if schedule in ("v-min", "v-half"):
         from planner.simulator.vblocks import v_block_order  # here: as above
         return v_block_order(schedule, p, m)
-    raise ValueError(f"{schedule!r} is not a V-shape")
+    if schedule == "zb-h1":
+        from planner.simulator.orders import zb_h1_order  # here: as above
+        return zb_h1_order(p, m)
+    raise ValueError(f"{schedule!r} is neither a V-shape nor ZB-H1")
+
+
+def _shape(schedule: str) -> tuple[int, int]:
+    """(model chunks a device holds, ops a device runs per micro-batch): a V's two chunks (F, B, W of each), ZB-H1's
+    one stage a device (F, B, W)."""
+    return (1, 3) if schedule == "zb-h1" else (2, V_PERIOD)
 
 
 @dataclass(frozen=True)
@@ -122,7 +131,8 @@ def _dag(schedule: str, p: int, m: int, pytorch: bool, builder: tuple | None) ->
     n = int(offs[-1])
     dev = np.repeat(np.arange(p), lens)
     pos = np.arange(n) - offs[dev]
-    S = 2 * p
+    C, period = _shape(schedule)
+    S = C * p
     stage = np.where(ch == 0, dev, S - 1 - dev)              # chunk 0 down the V, chunk 1 back up (ops.stage_table)
     idx = np.full((3, S, m), -1, np.int64)
     idx[kind, stage, mb] = np.arange(n)
@@ -139,8 +149,8 @@ def _dag(schedule: str, p: int, m: int, pytorch: bool, builder: tuple | None) ->
     dep[isw] = idx[1, stage[isw], mb[isw]]
     prev = np.where(pos > 0, np.arange(n) - 1, -1)
     start = _unit_starts(offs.tolist(), dep.tolist(), schedule, p, m)
-    # the steady stretch: shift = the op six positions later on the device
-    sh = np.where(pos + V_PERIOD < lens[dev], np.arange(n) + V_PERIOD, -1)
+    # the steady stretch: shift = the op one period (six positions in a V, three in ZB-H1) later on the device
+    sh = np.where(pos + period < lens[dev], np.arange(n) + period, -1)
     ok = (sh >= 0) & (pos > 0)
     j = np.where(ok, sh, 0)
     ok &= (kind[j] == kind) & (ch[j] == ch) & (mb[j] == mb + 1)
@@ -150,7 +160,7 @@ def _dag(schedule: str, p: int, m: int, pytorch: bool, builder: tuple | None) ->
     # one instant mid-way through the order's first half: every device's ops before it make the cut c_d
     tau = np.sort(start)[n // 4]
     c = np.array([int(np.sum(start[offs[d]:offs[d + 1]] < tau)) for d in range(p)])
-    k = (pos - c[dev]) // V_PERIOD                           # the block of each op: between cuts k and k + 1
+    k = (pos - c[dev]) // period                             # the block of each op: between cuts k and k + 1
     kmin, kmax = int(k.min()), int(k.max())
     valid = np.ones(kmax - kmin + 1, bool)
     np.logical_and.at(valid, k - kmin, ok)
@@ -173,13 +183,13 @@ def _dag(schedule: str, p: int, m: int, pytorch: bool, builder: tuple | None) ->
         np.maximum.at(ks, dep[hasd], k[hasd])
         fr = [np.flatnonzero((k < t) & (ks >= t)) for t in range(t0, t1 + 1)]
         last = 0
-        while last < t1 - t0 and len(fr[last + 1]) == len(fr[last]) and (fr[last + 1] == fr[last] + V_PERIOD).all():
+        while last < t1 - t0 and len(fr[last + 1]) == len(fr[last]) and (fr[last + 1] == fr[last] + period).all():
             last += 1
         t1 = t0 + last
         kd = k[np.maximum(dep, 0)]
         causal = not (hasd & (np.maximum(k + 1, t0) <= np.minimum(kd, t1))).any()
         outs = np.r_[offs[1:] - 1, [np.flatnonzero((dev == d) & (ch == cc) & isw).max() for d in range(p)
-                                     for cc in (0, 1)]]
+                                     for cc in range(C)]]
         if t1 - t0 >= 2 and causal and (k[outs] >= t1).all():
             bucket = np.clip(k, t0 - 1, t1)
             order = np.lexsort((start, bucket))
@@ -191,8 +201,8 @@ def _dag(schedule: str, p: int, m: int, pytorch: bool, builder: tuple | None) ->
     num[order] = np.arange(1, n + 1)
     numz = np.r_[0, num]                                     # -1 (none) -> 0
     cross = (dep >= 0) & (dev[np.maximum(dep, 0)] != dev)
-    slot = (kind * p + dev) * 2 + ch
-    last_w = tuple(tuple(int(num[np.flatnonzero((dev == d) & (ch == cc) & isw).max()]) for cc in (0, 1))
+    slot = (kind * p + dev) * C + ch
+    last_w = tuple(tuple(int(num[np.flatnonzero((dev == d) & (ch == cc) & isw).max()]) for cc in range(C))
                    for d in range(p))
     return _Dag(numz[prev + 1][order].tolist(), numz[dep + 1][order].tolist(), cross[order], slot[order],
                 tuple(int(num[offs[d + 1] - 1]) for d in range(p)), last_w, bounds, frontier)
@@ -276,10 +286,14 @@ def _ends(g: _Dag, dur: np.ndarray, c: float) -> tuple[list, int]:
     return e, n
 
 
-def _durations(f: tuple, b: tuple, w: tuple) -> np.ndarray:
+def _durations(f: tuple, b: tuple, w: tuple, chunks: int = 2) -> np.ndarray:
     """Per (kind, device, chunk) op times, flat: F from f, B = b's chunk less w's (each from its own lightest rank, as
-    the replay's _chunk_times: splitting b - w instead differs where those are different ranks'), W from w."""
-    cf, cb, cw = (np.array(v_chunk_times(x)) for x in (f, b, w))
+    the replay's _chunk_times: splitting b - w instead differs where those are different ranks'), W from w. One chunk
+    a device (ZB-H1): each device's own times."""
+    if chunks == 1:
+        cf, cb, cw = (np.array(x, float)[:, None] for x in (f, b, w))
+    else:
+        cf, cb, cw = (np.array(v_chunk_times(x)) for x in (f, b, w))
     return np.stack([cf, np.maximum(cb - cw, 0.0), cw]).ravel()
 
 
@@ -301,11 +315,12 @@ def _v_walk(schedule: str, f: tuple, b: tuple, w: tuple, m: int, c: float, pytor
         builder = builder_key(*builder_times(f, b, w), model=DEFAULT_MODEL if model is None else tuple(model))
         built = 6 * p * m
     g = _dag_cached(schedule, p, m, pytorch, builder)
-    dur = _durations(f, b, w)
+    C = _shape(schedule)[0]
+    dur = _durations(f, b, w, C)
     e, ops = _ends(g, dur, c)
     dev_end = tuple(e[i] for i in g.dev_last)
     ready = tuple(tuple(e[i] for i in row) for row in g.last_w)
-    d3 = dur.reshape(3, p, 2)
+    d3 = dur.reshape(3, p, C)
     tl = VTimeline(max(dev_end), dev_end, ready, tuple(map(tuple, d3[2].tolist())), tuple(d3[0].sum(axis=1).tolist()))
     return tl, ops, built
 
@@ -318,7 +333,7 @@ def v_walk(schedule: str, f, b, w, m: int, c: float = 0.0, pytorch: bool = False
     the replay (simulate_stage_times at c = 0, simulate_uniform with comm = c) where every rank's recompute is alike;
     large m exactly through the order's steady state (the module's docstring). Cached; each call charged."""
     p = len(f)
-    if p < 2 or schedule not in ("v-min", "v-half", "v-zb"):
+    if p < 2 or schedule not in ("v-min", "v-half", "v-zb", "zb-h1"):
         return None
     if schedule == "v-zb" and not pytorch and not vzb_walked(p, m):
         return None

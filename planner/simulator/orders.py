@@ -70,7 +70,7 @@ def _1f1b(p: int, m: int) -> list:
     return out
 
 
-def _zb_h1(p: int, m: int) -> list:
+def zb_h1_order(p: int, m: int) -> list:
     """ZB-H1 (zero-bubble paper): 1F1B's order of F and B, with W split off; stage i runs W(j) after
     B(j + i), so later stages (which hold fewer activations in 1F1B) delay their W into the bubbles
     while every stage holds at most p micro-batches, 1F1B's peak."""
@@ -166,7 +166,7 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
     elif name == "interleaved":
         lists = _interleaved(p, m, v)
     elif name == "zb-h1":
-        lists = _zb_h1(p, m)
+        lists = zb_h1_order(p, m)
     elif name == "v-zb" and pytorch:     # torchtitan's: PyTorch's fixed ZB-V order, not built at the times
         lists = _pytorch_zbv(p, m)
     elif name == "v-zb":          # the seed's runtime order at the profiled times (zbv.py)
