@@ -1,9 +1,10 @@
-"""One dependency walk for every V-shape order, with an exact steady state (docs/notes/simulator.md, "V-shapes: one
-walk").
+"""One dependency walk for every V-shape order and ZB-H1's, with an exact steady state (docs/notes/simulator.md,
+"V-shapes: one walk", "ZB-H1: its order walked").
 
 The orders: seed 001's V-Min / V-Half (simulator/vblocks.py, fixed, built at unit times), the seed's V-ZB
-(simulator/zbv.py, built at the plan's profiled times) and PyTorch's ScheduleZBVZeroBubble (torchtitan's V-ZB, ZeRO-3
-plans: vorders.pytorch_zbv_order), exactly the lists the replay runs (simulator/orders.py build). Each op starts when
+(simulator/zbv.py, built at the plan's profiled times), PyTorch's ScheduleZBVZeroBubble (torchtitan's V-ZB, ZeRO-3
+plans: vorders.pytorch_zbv_order) and ZB-H1 (simulator/orders.py zb_h1_order: one stage a device, three ops a
+micro-batch), exactly the lists the replay runs (simulator/orders.py build). Each op starts when
 its device's previous op has ended and its data has arrived, a hop c later where the data comes from the other device
 (sends overlapping compute: the replay's engine.run); per-rank times are placed on chunks as the replay places them
 (vorders.v_chunk_times; a chunk's recompute inside its B). So the makespan is the replay's at zero communication
