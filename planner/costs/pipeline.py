@@ -848,12 +848,18 @@ def lock_step_p2p_s(t, c, m: int) -> float:
         return 0.0
     # stage i's exchanges: its boundaries' hops (one at the ends); with one hop, e[i] c
     ex = [(cs[i - 1] if i > 0 else 0.0) + (cs[i] if i < p - 1 else 0.0) for i in range(p)]
+    k, w, d = lock_step_pace(t, m)
+    return w * max(d[i] + ex[i] for i in range(p)) + (ex[k] if m >= 2 else 0.0) + 2 * sum(cs)
+
+
+def lock_step_pace(t, m: int) -> tuple[int, float, list[float]]:
+    """(k, W, d): lock_step_p2p_s as a bottleneck plus a sum, W * max_i (d[i] + ex[i]) + [m >= 2] ex[k] + 2 sum(c),
+    with k the slowest stage (the first of equals), d[i] = t[i] - t[k] <= 0 and W = max(m - 2, 0): the steady
+    state's (m - 1)(P - t[k]) less the once P - t[k] - ex[k] of the pipeline's end. The mapping objective takes the
+    pace term on its mapped hops (MappingProblem.pace, built by iteration.build_problem) from these numbers."""
+    p = len(t)
     k = max(range(p), key=lambda i: t[i])
-    gap = max(t[i] + ex[i] for i in range(p)) - t[k]
-    x = (m - 1) * gap + 2 * sum(cs)
-    if m >= 2:
-        x -= gap - ex[k]
-    return x
+    return k, float(max(m - 2, 0)), [float(t[i] - t[k]) for i in range(p)]
 
 
 def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
