@@ -154,3 +154,28 @@ def test_no_pace_without_the_lock_step(make_spec):
     assert il.pace is None
     one_row = build_problem(spec, ParallelConfig(2, 4, 4, 1, gbs // 4, "1f1b", 1, "selective"), Layout(4, 1, 1, 4))
     assert one_row.pace is None
+
+
+def test_problems_without_the_pace_score_and_solve_as_before(make_spec):
+    """Issue #10's family and the other schedules' problems carry no pace: their objective, bound and solve are
+    bit for bit those of the commit before the pace (895ee17, values computed there)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from mapping_family import family_problem
+
+    from planner.mapping import solve
+    p = family_problem(4, 4, 0)
+    assert p.pace is None
+    assert p.objective(p.rank_order()) == 0.21418685886908786 and p.lower_bound() == 0.08347121770940881
+    r = solve(p, time_limit_s=1.0, seed=0)
+    assert (r.objective, r.status) == (0.08580672826345417, "OPTIMAL")
+    assert r.assign.ravel().tolist() == [2, 4, 12, 10, 7, 8, 5, 1, 13, 9, 6, 0, 14, 11, 15, 3]
+    spec = make_spec(nodes=4, seed=3, gbs=64, layers=24)
+    gbs = spec.training.global_batch_size
+    q = build_problem(spec, ParallelConfig(2, 2, 8, 1, gbs // 8, "interleaved", 2, "selective"), Layout(1, 4, 2, 2))
+    assert q.pace is None
+    assert (q.const, q.objective(q.rank_order()), q.lower_bound()) == \
+        (0.3227239734038779, 0.36002014645882313, 0.3453987085758671)
+    r = solve(q, time_limit_s=1.0, seed=0)
+    assert (r.objective, r.status, r.assign.ravel().tolist()) == (0.353080420693538, "OPTIMAL", [2, 0, 1, 3])
