@@ -570,7 +570,8 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     time on uniform stages; docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
-    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (pipeline.zb_h1_p2p_s), V-Half, whose fixed order
+    1F1B (waited_lock_step: pipeline.lock_step_p2p_s; build_problem charges it on the mapped hops instead where the
+    layout has several node rows, lock_step_problem_parts), ZB-H1 (pipeline.zb_h1_p2p_s), V-Half, whose fixed order
     stretches its cycles once the hops outgrow its slack (pipeline.v_half_p2p_s), V-Min, whose lock step stretches
     every period by its hops (pipeline.v_min_p2p_s), and torchtitan's V-ZB (ZeRO-3: PyTorch's fixed order, whose ramp
     and, with large hops, periods they stretch: pipeline.pytorch_zbv_p2p_s); without them, one traversal, two, 1.5, 3
