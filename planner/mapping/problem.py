@@ -85,13 +85,37 @@ class Pace:
         return out
 
     def floor(self) -> float:
-        """Every mapped hop joins two distinct nodes, so costs at least the cheapest pair: a valid lower bound."""
+        """A valid lower bound on every column's pace (pace_floor on this Pace's floats)."""
         n = len(self.c)
         if n < 2:
             return 0.0
-        low = float(self.c[~np.eye(n, dtype=bool)].min())
-        best = max(self.base, float(self.e.max()) + low, float(self.f.max()) + 2 * low)
-        return float(self.weight * best + len(self.lin) * low)
+        pairs = np.sort(self.c[np.triu_indices(n, 1)])
+        best = pace_floor(self.base, self.e, self.f, float(pairs[0]), float(pairs[min(len(self.e), len(pairs)) - 1]))
+        return float(self.weight * best + len(self.lin) * float(pairs[0]))
+
+
+def pace_floor(base, e, f, low, high):
+    """A lower bound on a column's max(base, max_r (e[r] + h_r), max_i (f[i] + h_(i-1) + h_i)) (Pace's bottleneck,
+    before its weight), floats or integer units alike (-inf / None: no such term): every hop is at least the cheapest
+    pair `low`, and the column's R - 1 hops join distinct node pairs, so one of them, at some boundary r, is at least
+    the (R-1)-th cheapest pair `high`; the terms through r then count it."""
+    def ok(v):
+        return v is not None and v != -np.inf
+    R = len(e) + 1
+    terms = [base] if ok(base) else []
+    terms += [v + low for v in e if ok(v)] + [v + 2 * low for v in f if ok(v)]
+    at = []
+    for r in range(R - 1):                              # the slowest hop at boundary r
+        t = ([e[r] + high] if ok(e[r]) else []) + ([f[r] + low + high] if r >= 1 and ok(f[r]) else []) + \
+            ([f[r + 1] + high + low] if r + 1 <= R - 2 and ok(f[r + 1]) else [])
+        if t:
+            at.append(max(t))
+        else:                                           # no stage's term reads boundary r
+            at = []
+            break
+    if at:
+        terms.append(min(at))
+    return max(terms)
 
 
 @dataclass(eq=False)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.mapping.problem import MappingProblem, robust_const
+from planner.mapping.problem import MappingProblem, pace_floor, robust_const
 
 UNIT = 1e-7                     # seconds per integer cost unit
 
@@ -65,11 +65,10 @@ def int_pace_floor(p: MappingProblem) -> int:
     if p.pace is None or p.layout.rows < 2 or p.n < 2:
         return 0
     t = int_pace_tables(p)
-    off = ~np.eye(p.n, dtype=bool)
-    h, low = int(t.h[off].min()), int(t.l[off].min())
-    terms = ([t.base] if t.base is not None else []) + [v + h for v in t.e if v is not None] + \
-        [v + 2 * h for v in t.f if v is not None]
-    return max(terms) + len(t.lin) * low
+    iu = np.triu_indices(p.n, 1)
+    h = np.sort(t.h[iu])                # t.h is symmetric (Pace.c is)
+    return int(pace_floor(t.base, t.e, t.f, int(h[0]), int(h[min(len(t.e), len(h)) - 1]))) + \
+        len(t.lin) * int(t.l[iu].min())
 
 
 def int_pace(p: MappingProblem, a: np.ndarray, tables: IntPace | None = None) -> np.ndarray:
