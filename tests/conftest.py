@@ -76,6 +76,9 @@ def problem_key(prob) -> str:
     h = hashlib.sha1(repr((prob.layout, prob.n, float(prob.const))).encode())
     for arr in (prob.nodes, prob.hop, prob.wrap, prob.dp_base, prob.dp_link, prob.emb):
         h.update(b"-" if arr is None else np.ascontiguousarray(arr).tobytes())
+    pc = getattr(prob, "pace", None)
+    h.update(b"-" if pc is None else repr((pc.weight, pc.base, pc.e.tolist(), pc.f.tolist(), pc.lin)).encode()
+             + np.ascontiguousarray(pc.c).tobytes())
     return h.hexdigest()
 
 

@@ -2,6 +2,7 @@
 beat the limit, covers found are covers, and solve_columns' answers and bounds equal brute force over the
 CP-SAT model's integer objective on tiny grids (with tied embeddings, the interleaved wrap hop and spare
 nodes)."""
+import dataclasses
 import itertools
 
 import numpy as np
@@ -40,7 +41,24 @@ def _grids(make_spec, seeds=(0, 1)):
             cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, sched, v, "selective")
             for lay in layouts(tp, pp, dp, 8):
                 if lay.rows > 1 and lay.cols > 1:
-                    yield build_problem(spec, cfg, lay)
+                    # the decomposition scores paths as sums of hops: the problem without 1F1B's lock-step pace
+                    # (which turns it off: test_the_decomposition_declines_the_pace)
+                    yield dataclasses.replace(build_problem(spec, cfg, lay), pace=None)
+
+
+def test_the_decomposition_declines_the_pace(make_spec):
+    """A problem with Megatron-Core 1F1B's pace (a bottleneck over a column's hops) gets no decomposition: it would
+    prove from sums of hops."""
+    from planner.mapping import rows
+    spec = make_spec(nodes=8, seed=0, gbs=64, layers=24)
+    cfg = ParallelConfig(4, 4, 4, 1, 16, "1f1b", 1, "selective")
+    lay = next(L for L in layouts(4, 4, 4, 8) if L.rows > 1 and L.cols > 1)
+    prob = build_problem(spec, cfg, lay)
+    assert prob.pace is not None
+    a = prob.rank_order()
+    lim = int_objective(prob, a)
+    assert solve_columns(prob, [(0, tuple(a[0]))], lim, lambda b: int_objective(prob, b), 1.0) is None
+    assert not rows.applies(prob)
 
 
 def test_vectorised_reference_matches_the_model_objective(make_spec, int_values):

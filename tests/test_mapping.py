@@ -10,7 +10,7 @@ from planner.mapping.bruteforce import all_placements, int_path_costs, set_bottl
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import MappingProblem, ring_bottleneck_bound
 from planner.mapping.sat import Debug
-from planner.mapping.units import int_objective
+from planner.mapping.units import UNIT, has_pace, int_objective, rounding_slack
 
 CASES = [  # nodes, (tp, pp, dp), schedule, vpp
     (4, (2, 4, 4), "1f1b", 1),
@@ -162,7 +162,10 @@ def test_ring_slice_keeps_the_exact_optimum(make_spec, optimum, case):
         assert plain.objective == pytest.approx(best, rel=1e-9)
     pr = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
     assert pr.status == "PRUNED" and pr.bound == best
-    ok = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best + 1e-6)
+    # above the optimum by more than twice the rounding slack (a tie within it: units.cutoff_int); the lock step's
+    # pace (1F1B) adds PACE_SLACK units
+    margin = max(1e-6, 2 * rounding_slack(prob.layout.rows, has_pace(prob)) * UNIT)
+    ok = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best + margin)
     assert ok.status == "OPTIMAL" and ok.objective == pytest.approx(best, rel=1e-9)
     quick = solve_exact(prob, time_limit_s=1e-4, hint=prob.rank_order())    # bound without a solve
     assert quick.bound <= best + 1e-9 and quick.objective >= best - 1e-9

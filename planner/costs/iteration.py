@@ -35,12 +35,13 @@ from planner.costs.pipeline import (
     V_SHAPES,
     interleaved_time,
     lock_step_p2p_s,
+    lock_step_pace,
     p2p_hops,
     place_chunk_times,
     stage_compute_time,
 )
 from planner.costs.vwalk import v_walk, v_walk_p2p_s, vzb_walked
-from planner.mapping.problem import Layout, MappingProblem, layouts
+from planner.mapping.problem import Layout, MappingProblem, Pace, layouts
 
 
 @dataclass
@@ -565,12 +566,8 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     time on uniform stages; docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
-    1F1B (waited_lock_step: pipeline.lock_step_p2p_s), ZB-H1 (its order walked) and the V-shapes whose order the
-    estimate walks (v_walked: V-Min, V-Half, torchtitan's V-ZB, the seed's below 4pp micro-batches), their order walked
-    with the typical hop and without (vwalk.v_walk_p2p_s, exact on uniform links); without them, one traversal, two,
-    1.5, 3 and 2.5 (the seed's V-ZB beyond its walk). Interleaved (Megatron-Core's order, with or without
-    overlap_p2p_comm): its order run with and without hops on the plan's chunk times (pipeline.interleaved_time), the
-    wrap hop included, the same traversals charged
+from planner.costs.vwalk import v_walk, v_walk_p2p_s, vzb_walked
+from planner.mapping.problem import Layout, MappingProblem, Pace, layouts
     on the path and the wrap; the ramp-only count (v and v - 1 traversals p/m per micro-batch, sends overlapping)
     missed a hop longer than a chunk's forward, which the steady state no longer hides (-14% on the iteration, the
     fuzz of valid plans' case 678 of seed 2), and the blocking count v - 1/2 + (pp - 1)/m was -14 .. +4%."""
@@ -952,11 +949,19 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     with np.errstate(divide="ignore"):
         one_way = p2p_inter_s(spec, msg, np.where(B > 0, B, np.inf), costs, share)
     intra_s = p2p_intra_s(spec, msg, costs)
-    trav, wraps = p2p_exposed_hops(spec, cfg, (st, one_way, intra_s, layout.rows))
-    hop = coef * trav * (one_way + one_way.T)
+    pace = None
+    if waited_lock_step(spec, cfg) and layout.rows > 1:
+        # Megatron-Core's 1F1B: lock_step_p2p_s itself on the column's mapped hops (lock_step_pace), not a typical
+        # hop's traversals scaled by the mapped ones (a slow link counted at 1 / (pp - 1) of its weight)
+        hop, pace, add = lock_step_problem_parts([s.forward + s.backward for s in st], m, layout, one_way, intra_s)
+        const += add
+        wraps = 0.0
+    else:
+        trav, wraps = p2p_exposed_hops(spec, cfg, (st, one_way, intra_s, layout.rows))
+        hop = coef * trav * (one_way + one_way.T)
+        if pp > 1:
+            const += coef * trav * (pp - layout.rows) * (2 * intra_s)
     intra_hop = 2 * intra_s
-    if pp > 1:
-        const += coef * trav * (pp - layout.rows) * intra_hop
     wrap = None
     if wraps and pp > 1:
         if layout.rows > 1:
@@ -995,7 +1000,40 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
             np.fill_diagonal(emb, 0.0)
         else:                                  # both ends in one node: NVLink, mapping-independent
             const += tied_embedding_intra_s(spec, cfg, costs)
-    return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const, emb)
+    return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const, emb, pace)
+
+
+def lock_step_problem_parts(t, m: int, layout: Layout, one_way: np.ndarray, intra_s: float):
+    """(hop, pace, const): pipeline.lock_step_p2p_s(t, c, m) of a column whose row boundaries r have the mapped
+    hops c_r, split for MappingProblem: the ramp's 2 sum(c) (hop = 2 c per row boundary, the NVLink boundaries'
+    2 intra_s in const), the slowest stage's own exchange (Pace.lin, its NVLink hops in const) and the bottleneck
+    W max_i (d_i + ex_i) (Pace; a stage's NVLink hops folded into its constant). A boundary's hop is its slower
+    direction: the steady state's calls batch the activation down and the gradient up of one boundary and wait for
+    both (simulator/mcore.py, send_forward_recv_backward / send_backward_recv_forward)."""
+    pp, a, R = len(t), layout.a, layout.rows
+    k, w, d = lock_step_pace(t, m)
+    c = np.maximum(one_way, one_way.T)
+    np.fill_diagonal(c, 0.0)
+    base, e, f = -np.inf, np.full(R - 1, -np.inf), np.full(R, -np.inf)
+    lin, const = [], 2 * (pp - R) * intra_s
+    for s in range(pp):
+        i, pos = divmod(s, a)
+        up = s > 0 and pos == 0                  # stage s's boundary above is row boundary i - 1 (mapped)
+        down = s < pp - 1 and pos == a - 1       # its boundary below is row boundary i
+        nvl = (intra_s if s > 0 and not up else 0.0) + (intra_s if s < pp - 1 and not down else 0.0)
+        v = d[s] + nvl
+        if up and down:
+            f[i] = max(f[i], v)
+        elif up:
+            e[i - 1] = max(e[i - 1], v)
+        elif down:
+            e[i] = max(e[i], v)
+        else:
+            base = max(base, v)
+        if s == k and m >= 2:                    # k's own exchange, once
+            lin += ([i - 1] if up else []) + ([i] if down else [])
+            const += nvl
+    return 2 * c, Pace(c, w, float(base), e, f, tuple(lin)), const
 
 
 def evaluate(spec, cfg: ParallelConfig, problem: MappingProblem, assign: np.ndarray,

@@ -515,20 +515,31 @@ def lock_step_p2p_s(t, c, m: int) -> float:
     slack hides the others' exchanges. Over the steady state (m - 1)(P - t[k]), plus the first forward's and the last
     backward's crossings, 2 (pp - 1) c, less what k's own exchanges leave of P - t[k] once (the pipeline's end).
     Exact against the replay on uniform stages and with a heavier last stage (tests/test_mcore_p2p.py); with a
-    heavier first stage never under it, and no further over than stage_compute_time is there. The latency model
-    charges it through the path (iteration.typical_hop_traversals). docs/notes/simulator.md"""
+    heavier first stage never under it, and no further over than stage_compute_time is there. One boundary slower
+    than the others (heterogeneous links) makes it approximate: -4.6 .. +8.5% of compute + p2p over 150 random
+    draws (pp 2-12, hops up to a third of a stage's F + B, one boundary up to 4x); +3 .. +5% where the slowed stage
+    paces from the pipeline's first half (its steady state is shorter than m - 1), +7.2% on fuzz seed 2's case 81
+    (docs/notes/simulator.md, "The lock step's pace in the mapping objective"). The latency model
+    charges it on each column's mapped hops (lock_step_pace: MappingProblem.pace, iteration.build_problem; one node
+    row: typical_hop_traversals on NVLink). docs/notes/simulator.md"""
     p = len(t)
     cs = [float(c)] * (p - 1) if np.ndim(c) == 0 else [float(x) for x in c]
     if p < 2 or max(cs) <= 0:
         return 0.0
     # stage i's exchanges: its boundaries' hops (one at the ends); with one hop, e[i] c
     ex = [(cs[i - 1] if i > 0 else 0.0) + (cs[i] if i < p - 1 else 0.0) for i in range(p)]
+    k, w, d = lock_step_pace(t, m)
+    return w * max(d[i] + ex[i] for i in range(p)) + (ex[k] if m >= 2 else 0.0) + 2 * sum(cs)
+
+
+def lock_step_pace(t, m: int) -> tuple[int, float, list[float]]:
+    """(k, W, d): lock_step_p2p_s as a bottleneck plus a sum, W * max_i (d[i] + ex[i]) + [m >= 2] ex[k] + 2 sum(c),
+    with k the slowest stage (the first of equals), d[i] = t[i] - t[k] <= 0 and W = max(m - 2, 0): the steady
+    state's (m - 1)(P - t[k]) less the once P - t[k] - ex[k] of the pipeline's end. The mapping objective takes the
+    pace term on its mapped hops (MappingProblem.pace, built by iteration.build_problem) from these numbers."""
+    p = len(t)
     k = max(range(p), key=lambda i: t[i])
-    gap = max(t[i] + ex[i] for i in range(p)) - t[k]
-    x = (m - 1) * gap + 2 * sum(cs)
-    if m >= 2:
-        x -= gap - ex[k]
-    return x
+    return k, float(max(m - 2, 0)), [float(t[i] - t[k]) for i in range(p)]
 
 
 def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
@@ -537,8 +548,8 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
 
     Without m: the hops each micro-batch makes (the latency model charges them m/pp times).
     With m: the hops whose time the schedule *exposes*, per micro-batch, as the simulator measures them:
-    1F1B one traversal (Megatron-Core's, whose calls wait on their peers, is charged lock_step_p2p_s instead:
-    iteration.typical_hop_traversals); with sends overlapping compute, GPipe, interleaved,
+    1F1B one traversal (Megatron-Core's, whose calls wait on their peers, is charged lock_step_p2p_s instead: on the
+    mapped hops, MappingProblem.pace); with sends overlapping compute, GPipe, interleaved,
     ZB-H1 (two traversals on uniform stages; the latency model charges its order walked with and without hops,
     vwalk.v_walk_p2p_s) and V-ZB hide
     steady-state sends behind other work and expose only their ramp (a fixed number of traversals,

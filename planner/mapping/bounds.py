@@ -13,7 +13,7 @@ from ortools.sat.python import cp_model
 
 from planner.mapping.problem import MappingProblem, core, node_ring_floor, ring_degree, ring_order_bound
 from planner.mapping.sat import new_solver, run
-from planner.mapping.units import UNIT, to_units
+from planner.mapping.units import UNIT, int_pace_floor, to_units
 
 HEAD_SETS_MAX = 64        # row-0 sets worth a path bound of their own; more: no head bound
 ROW0_STEPS_MAX = 200000   # ring enumeration steps for the row-0 sets (K >= 4); more: no head bound
@@ -56,7 +56,9 @@ def path_lower_bound_int(p: MappingProblem, time_limit_s: float = 1.0, seed: int
         return 0
     c = to_units(p.hop)
     pair = np.minimum(c, c.T)[np.triu_indices(N, 1)]
-    cheap = int(np.sort(pair)[:R - 1].sum())
+    # the lock step's pace (MappingProblem.pace) rides on every column's sum: at least its floor on each
+    pf = int_pace_floor(p)
+    cheap = int(np.sort(pair)[:R - 1].sum()) + pf
     m = cp_model.CpModel()
     arcs, cost, starts, visit = [], [], [], []
     for n in range(N):
@@ -88,7 +90,7 @@ def path_lower_bound_int(p: MappingProblem, time_limit_s: float = 1.0, seed: int
     st = run(solver, m)
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         total = int(np.floor(solver.best_objective_bound))
-        return max(cheap, -(-total // K))
+        return max(cheap, -(-total // K) + pf)
     return cheap
 
 

@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 
 from planner.mapping.problem import MappingProblem, robust_objective
-from planner.mapping.units import to_units
+from planner.mapping.units import int_pace, to_units
 
 
 @functools.lru_cache(maxsize=16)
@@ -36,6 +36,8 @@ def path_costs(problem: MappingProblem, P: np.ndarray) -> np.ndarray:
     path = problem.hop[P[:, :-1], P[:, 1:]].sum(axis=1) if R > 1 else np.zeros((len(P), P.shape[2]))
     if problem.wrap is not None and R > 1:
         path = path + problem.wrap[P[:, R - 1], P[:, 0]]
+    if problem.pace is not None and R > 1:
+        path = path + np.stack([problem.pace.costs(a) for a in P]) if len(P) else path
     return path
 
 
@@ -95,6 +97,8 @@ def int_path_costs(problem: MappingProblem, P: np.ndarray, wrap: bool = True) ->
     path = hop[P[:, :-1], P[:, 1:]].sum(axis=1)
     if wrap and problem.wrap is not None:
         path = path + to_units(problem.wrap)[P[:, -1], P[:, 0]]
+    if problem.pace is not None and problem.layout.rows > 1:
+        path = path + np.stack([int_pace(problem, a) for a in P]) if len(P) else path
     return path
 
 

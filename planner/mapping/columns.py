@@ -555,7 +555,7 @@ def _solve_columns(p, sets, limit_int, objective_int, time_limit_s, seed, path_f
     t0 = time.perf_counter()
     L, N = p.layout, p.n
     R, K = L.rows, L.cols
-    if R < 2 or K < 2 or N - K > MAX_MASK:
+    if R < 2 or K < 2 or N - K > MAX_MASK or p.pace is not None:    # the pace: not a sum of hops, no proof here
         return None
     hop = to_units(p.hop)
     wrap = to_units(p.wrap) if p.wrap is not None else None

@@ -37,7 +37,16 @@ from planner.mapping.columns import solve_columns
 from planner.mapping.problem import MappingProblem, robust_const, robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
 from planner.mapping.sat import Debug, new_solver, solve
-from planner.mapping.units import UNIT, cutoff_int, int_objective, rounding_slack, to_units
+from planner.mapping.units import (
+    PACE_SLACK,
+    UNIT,
+    cutoff_int,
+    has_pace,
+    int_objective,
+    int_pace_tables,
+    rounding_slack,
+    to_units,
+)
 
 EXACT_MAX_NODES = 64     # callers: up to this many nodes CP-SAT proves mappings; beyond, it only bounds them
 RING_FORM = "ladder"     # the ring term with K >= 4 columns: "ladder" or "bigm" (solve_exact's ring_form)
@@ -84,7 +93,7 @@ def _solve_exact(problems, *, time_limit_s, seed, hint, robust, workers, cutoff,
         a = np.zeros((R, K), dtype=int)
         obj = robust_objective(probs, a, robust)
         return MappingResult(a, obj, obj, "OPTIMAL", time.perf_counter() - t0, "exact")
-    if K == 1 and p0.wrap is None:
+    if K == 1 and p0.wrap is None and not has_pace(probs):     # the circuit model has no row positions for a pace
         return _solve_single_column(probs, time_limit_s=time_limit_s, seed=seed, hint=hint, robust=robust,
                                     workers=workers, cutoff=cutoff, t0=t0, debug=debug, wall_limit_s=wall_limit_s)
     if hint is not None:
@@ -95,7 +104,7 @@ def _solve_exact(problems, *, time_limit_s, seed, hint, robust, workers, cutoff,
     if isinstance(pre, MappingResult):
         return pre
 
-    build = grid_build_s(R, K, N, p0.wrap is not None, len(probs))
+    build = grid_build_s(R, K, N, p0.wrap is not None, len(probs), has_pace(probs))
     wall_left = None if wall_limit_s is None else wall_limit_s - (time.perf_counter() - t0)
     if build > time_limit_s - spent.used_s or (wall_left is not None and build > wall_left):
         # the model would take longer to build than the work (or the wall clock) left: answer with what the
@@ -170,7 +179,10 @@ def _presolve(probs, *, hint, cutoff, robust, ring_cap, time_limit_s, seed, t0,
     p = probs[s_]
     cut = bounds.ring_cap(p, limit_int, time_limit_s, seed)
     pre.path_lbs[s_] = cut.path_lb
-    if ROWS and len(probs) == 1 and rows.applies(p):
+    # the row and column decompositions score paths as sums of hops: without the lock step's pace they would prove
+    # from a model that lacks it, so they stay off where it is (the path bounds below stay valid: the pace is >= 0)
+    decompose = not has_pace(probs)
+    if ROWS and decompose and len(probs) == 1 and rows.applies(p):
         wall = None if wall_limit_s is None else wall_limit_s - (time.perf_counter() - t0)
         out = rows.solve_rows(p, limit_int, cut.path_lb, ROWS_SHARE * time_limit_s, bounds.emb_floor(p),
                               wall_s=max(0.05, time_limit_s - (time.perf_counter() - t0)) if wall is None
@@ -188,7 +200,7 @@ def _presolve(probs, *, hint, cutoff, robust, ring_cap, time_limit_s, seed, t0,
     if cutoff is not None and pre.head_lb > limit_int:
         # no row-0 set leaves room for a path under the cutoff: nothing strictly better exists
         return _pruned(probs, hint, cutoff, robust, time.perf_counter() - t0)
-    if COLUMNS and len(probs) == 1 and R > 1:
+    if COLUMNS and decompose and len(probs) == 1 and R > 1:
         wall = None if wall_limit_s is None else wall_limit_s - (time.perf_counter() - t0)
         out = _try_columns(p, pre, limit_int, cut.path_lb, time_limit_s, seed, wall)
         if out is not None and out.proved and (out.assign is not None or pre.better is None):
@@ -227,14 +239,14 @@ def _columns_answer(probs, out, hint, cutoff, robust, wall) -> MappingResult:
     if out.assign is not None:
         a = canonical(out.assign)
         obj = robust_objective(probs, a, robust)
-        bound = float(p.const + out.value * UNIT - rounding_slack(R) * UNIT)
+        bound = float(p.const + out.value * UNIT - rounding_slack(R, has_pace(probs)) * UNIT)
         return MappingResult(a, obj, min(bound, obj), "OPTIMAL", wall, "exact")
     if cutoff is not None:
         return _pruned(probs, hint, cutoff, robust, wall)
     # hint mode, nothing at or under the hint's own value beyond it: the hint is optimal
     a = hint.copy()
     obj = robust_objective(probs, a, robust)
-    bound = float(p.const + (out.bound - 1) * UNIT - rounding_slack(R) * UNIT)
+    bound = float(p.const + (out.bound - 1) * UNIT - rounding_slack(R, has_pace(probs)) * UNIT)
     return MappingResult(a, obj, min(bound, obj), "OPTIMAL", wall, "exact")
 
 
@@ -359,30 +371,57 @@ def _scenario_objective(g: _Grid, p: MappingProblem, path_lb: int, slice_cap, ri
 
 
 def _path_term(g: _Grid, p: MappingProblem):
-    """tpp >= every column's hops (and wrap hop): each hop in the compact big-M form, from both ends."""
+    """tpp >= every column's hops (and wrap hop): each hop in the compact big-M form, from both ends. With the lock
+    step's pace (units.int_pace): per column a pace variable >= each of its affine terms over the boundaries' scaled
+    hops (a second big-M hop variable per boundary), added to the column's sum; the slowest stage's own boundary hops
+    (`lin`) ride on those boundaries' sum terms. Exact when minimising: nothing pushes a pace above its largest term."""
     m, N, x, bid = g.model, g.N, g.x, g.bid
     hop_c = to_units(p.hop)
     wrap_c = to_units(p.wrap) if p.wrap is not None else None
+    pace = int_pace_tables(p) if (p.pace is not None and g.R > 1) else None
     cap = int(hop_c.max() * (g.R - 1) + (wrap_c.max() if wrap_c is not None else 0)) + 1
+    if pace is not None:
+        terms_max = [v for v in [pace.base] + pace.e + pace.f if v is not None]
+        cap += max(0, max(terms_max)) + 2 * int(pace.h.max()) + len(pace.lin) * int(pace.l.max()) + 1
     tpp = m.new_int_var(0, cap, "tpp")
     for j in range(g.K):
-        terms = []
+        terms, ph = [], []
         for e in [h for h in g.hops if h[0][1] == j] + [w for w in g.wraps if w[0][1] == j]:
             c = wrap_c if e in g.wraps else hop_c
-            ce = m.new_int_var(0, int(c.max()), "")
-            u, v = bid[e[0]], bid[e[1]]
-            for n in range(N):
-                big = int(c[n].max())
-                m.add(ce >= sum(int(c[n, q]) * x[v][q] for q in range(N) if q != n) - big * (1 - x[u][n]))
-                big = int(c[:, n].max())
-                m.add(ce >= sum(int(c[q, n]) * x[u][q] for q in range(N) if q != n) - big * (1 - x[v][n]))
-            # a hop leaving (entering) node n costs at least n's cheapest link
-            cm = np.where(np.eye(N, dtype=bool), np.iinfo(np.int64).max, c)
-            m.add(ce >= sum(int(cm[n].min()) * x[u][n] for n in range(N)))
-            m.add(ce >= sum(int(cm[:, n].min()) * x[v][n] for n in range(N)))
-            terms.append(ce)
+            if pace is not None and e not in g.wraps and e[0][0] in pace.lin:
+                c = c + pace.l                      # the slowest stage's own exchange over this boundary, once
+            terms.append(_hop_var(m, x, bid, e, c, N))
+            if pace is not None and e not in g.wraps:
+                ph.append(_hop_var(m, x, bid, e, pace.h, N))
+        if pace is not None:
+            pj = m.new_int_var(0, cap, "")
+            if pace.base is not None:
+                m.add(pj >= pace.base)
+            for r in range(g.R - 1):
+                if pace.e[r] is not None:
+                    m.add(pj >= pace.e[r] + ph[r])
+            for i in range(1, g.R - 1):
+                if pace.f[i] is not None:
+                    m.add(pj >= pace.f[i] + ph[i - 1] + ph[i])
+            terms.append(pj)
         m.add(tpp >= sum(terms))
     return tpp
+
+
+def _hop_var(m, x, bid, e, c, N):
+    """A hop e = (u, v) of cost table c (units) in the compact big-M form, from both ends."""
+    ce = m.new_int_var(0, int(c.max()), "")
+    u, v = bid[e[0]], bid[e[1]]
+    for n in range(N):
+        big = int(c[n].max())
+        m.add(ce >= sum(int(c[n, q]) * x[v][q] for q in range(N) if q != n) - big * (1 - x[u][n]))
+        big = int(c[:, n].max())
+        m.add(ce >= sum(int(c[q, n]) * x[u][q] for q in range(N) if q != n) - big * (1 - x[v][n]))
+    # a hop leaving (entering) node n costs at least n's cheapest link
+    cm = np.where(np.eye(N, dtype=bool), np.iinfo(np.int64).max, c)
+    m.add(ce >= sum(int(cm[n].min()) * x[u][n] for n in range(N)))
+    m.add(ce >= sum(int(cm[:, n].min()) * x[v][n] for n in range(N)))
+    return ce
 
 
 def _ring_fixed(g: _Grid, base):
@@ -570,9 +609,10 @@ def _grid_result(g: _Grid, solver, st, probs, *, robust, hint, cutoff, pre: _Pre
 GRID_TERM_S = 9e-6
 
 
-def grid_build_s(R: int, K: int, N: int, wrap: bool, scenarios: int = 1) -> float:
-    """Seconds (work or wall, 1:1, like the two-row models' build) the full grid model takes to build."""
-    hops = (R - 1) * K + (K if wrap and R > 1 else 0)
+def grid_build_s(R: int, K: int, N: int, wrap: bool, scenarios: int = 1, pace: bool = False) -> float:
+    """Seconds (work or wall, 1:1, like the two-row models' build) the full grid model takes to build (the lock
+    step's pace: a second set of hop rows, _path_term)."""
+    hops = (R - 1) * K * (2 if pace else 1) + (K if wrap and R > 1 else 0)
     return GRID_TERM_S * scenarios * hops * 2 * N * (N - 1)
 
 
@@ -593,7 +633,8 @@ def _int_bound(probs, robust, bound_int) -> float:
     for robust "mean", and each term of each scenario's rounding allowed for, so that it stays valid."""
     p0 = probs[0]
     nscen = len(probs) if (robust == "mean" and len(probs) > 1) else 1
-    terms = (p0.layout.rows + (1 if p0.wrap is not None and p0.layout.rows > 1 else 0) + 3) * len(probs)
+    terms = (p0.layout.rows + (1 if p0.wrap is not None and p0.layout.rows > 1 else 0) + 3
+             + (PACE_SLACK if has_pace(probs) else 0)) * len(probs)
     return robust_const(probs, robust) + bound_int * UNIT / nscen - terms * UNIT
 
 
@@ -602,13 +643,13 @@ def _bound_without_solution(solver, probs, robust, pre: _Presolve) -> float:
     the slice too: what the slice cuts is worse than the hint); so do the pre-solve bounds."""
     p0 = probs[0]
     R = p0.layout.rows
-    bound = robust_const(probs, robust) + solver.best_objective_bound * UNIT - rounding_slack(R) * UNIT
+    slack = rounding_slack(R, has_pace(probs))
+    bound = robust_const(probs, robust) + solver.best_objective_bound * UNIT - slack * UNIT
     for s, p in enumerate(probs):
         if pre.slice_caps[s] is not None or pre.path_lbs[s]:
-            bound = max(bound, float(p.const + (pre.path_lbs[s] + bounds.ring_floor(p)) * UNIT
-                                     - rounding_slack(R) * UNIT))
+            bound = max(bound, float(p.const + (pre.path_lbs[s] + bounds.ring_floor(p)) * UNIT - slack * UNIT))
     if pre.head_lb:
-        bound = max(bound, float(p0.const + pre.head_lb * UNIT - rounding_slack(R) * UNIT))
+        bound = max(bound, float(p0.const + pre.head_lb * UNIT - slack * UNIT))
     return bound
 
 

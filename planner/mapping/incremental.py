@@ -22,7 +22,7 @@ from planner.mapping.problem import MappingProblem
 class _Scenario:
     """One scenario's cost tables (lists) and its current per-column / per-row values."""
     __slots__ = ("hop", "wrap", "dps", "dp_base", "emb", "const", "terms", "path", "links", "ring", "embv",
-                 "pm", "rm", "em", "tp", "tr")
+                 "pm", "rm", "em", "tp", "tr", "pace")
 
     def __init__(self, p: MappingProblem):
         R, K = p.layout.rows, p.layout.cols
@@ -31,6 +31,8 @@ class _Scenario:
         self.dp_base = [float(x) for x in p.dp_base]
         self.emb = p.emb.tolist() if (p.emb is not None and R > 1) else None
         self.const = float(p.const)
+        # the lock step's pace (problem.Pace), scored per column over its whole node list (a max, not a sum)
+        self.pace = (p.pace, [[float(x) for x in r] for r in p.pace.c]) if (p.pace is not None and R > 1) else None
         self.dps = []
         if K > 1:
             sym = p._dp_sym
@@ -76,6 +78,8 @@ class SwapEvaluator:
         for sc in self.sc:
             sc.terms = [[self._term(sc, k, j) for k in range(self.nterms)] for j in range(self.K)]
             sc.path = [sum(t) for t in sc.terms]
+            if sc.pace is not None:
+                sc.path = [v + self._pace(sc, j) for j, v in enumerate(sc.path)]
             sc.links = [[self._link(sc, i, k) for k in range(self.K)] if self.K > 1 else [] for i in range(self.R)]
             sc.ring = [sc.dp_base[i] + (max(sc.links[i]) if self.K > 1 else 0.0) for i in range(self.R)]
             sc.embv = [self._emb(sc, j) for j in range(self.K)]
@@ -93,6 +97,22 @@ class SwapEvaluator:
         if k == self.R - 1:
             return sc.wrap[s[k * K + j]][s[j]]
         return sc.hop[s[k * K + j]][s[(k + 1) * K + j]]
+
+    def _pace(self, sc, j):
+        """Column j's Pace.costs, from the current string (0 without a pace): the same operations in the same
+        order as the numpy form."""
+        if sc.pace is None:
+            return 0.0
+        pc, c = sc.pace
+        s, K = self.state, self.K
+        h = [c[s[r * K + j]][s[(r + 1) * K + j]] for r in range(self.R - 1)]
+        best = max([pc.base] + [float(e) + x for e, x in zip(pc.e, h, strict=True)])
+        if self.R > 2:
+            best = max([best] + [float(pc.f[i]) + h[i - 1] + h[i] for i in range(1, self.R - 1)])
+        out = pc.weight * best
+        for r in pc.lin:
+            out = out + h[r]
+        return out
 
     def _link(self, sc, i, k):
         s, K = self.state, self.K
@@ -151,6 +171,8 @@ class SwapEvaluator:
                 for k, a, b, w in upd:
                     t[k] = wrap[s[a]][s[b]] if w else hop[s[a]][s[b]]
                 v = sum(t)
+                if sc.pace is not None:
+                    v += self._pace(sc, j)
                 ncols.append((j, t, v))
                 if path[j] == sc.pm:
                     full = True

@@ -44,9 +44,10 @@ _BLOCKED = 1e9             # an assignment cost for a pair over the target
 
 
 def applies(problems) -> bool:
-    """One scenario and at least three columns."""
+    """One scenario and at least three columns, without the lock step's pace (its repair tables sum a column's hops:
+    MappingProblem.pace is a max over them)."""
     probs = problems if isinstance(problems, list) else [problems]
-    return len(probs) == 1 and probs[0].layout.cols >= 3
+    return len(probs) == 1 and probs[0].layout.cols >= 3 and probs[0].pace is None
 
 
 def improve(p: MappingProblem, assign: np.ndarray, *, steps: int, seed: int = 0) -> tuple[np.ndarray, int]:

@@ -57,11 +57,73 @@ def layouts(tp: int, pp: int, dp: int, gpus_per_node: int, shard: int = 0) -> li
 
 
 @dataclass(eq=False)
+class Pace:
+    """Megatron-Core 1F1B's lock step on a column's mapped hops (pipeline.lock_step_p2p_s, whose bottleneck part this
+    is): every steady-state micro-batch runs at the pace of the slowest stage with its two boundary hops, so one slow
+    link counts in full, not at its share of a sum. Per column, with h_r = c[node of row r, node of row r + 1]:
+      pace = W * max(base, max_r (e[r] + h_r), max_i (f[i] + h_(i-1) + h_i)) + sum_(r in lin) h_r
+    e[r]: the stages touching only row boundary r (a row's last stage, or the next row's first; NVLink hops in),
+    f[i]: those touching both boundaries of row i (one stage a node), base: those touching none; each the greatest
+    d[s] (t[s] - t[k] <= 0) of its stages, -inf where none. lin: the row boundaries of the slowest stage k (its own
+    exchange, charged once). build_problem puts the ramp's 2 sum(c) in `hop`, the NVLink hops in `const`."""
+    c: np.ndarray            # N x N, a row boundary's one-way hop in the lock step (its slower direction), symmetric
+    weight: float            # W = max(m - 2, 0)
+    base: float
+    e: np.ndarray            # R - 1
+    f: np.ndarray            # R (only rows 1 .. R-2 can be finite)
+    lin: tuple[int, ...]     # row boundaries charged once (at most two)
+
+    def costs(self, assign: np.ndarray) -> np.ndarray:
+        """Each column's pace term (K)."""
+        h = self.c[assign[:-1], assign[1:]]                          # R-1 x K
+        best = np.maximum(self.base, (self.e[:, None] + h).max(axis=0))
+        if assign.shape[0] > 2 and np.isfinite(self.f).any():
+            best = np.maximum(best, (self.f[1:-1, None] + h[:-1] + h[1:]).max(axis=0))
+        out = self.weight * best
+        for r in self.lin:
+            out = out + h[r]
+        return out
+
+    def floor(self) -> float:
+        """A valid lower bound on every column's pace (pace_floor on this Pace's floats)."""
+        n = len(self.c)
+        if n < 2:
+            return 0.0
+        pairs = np.sort(self.c[np.triu_indices(n, 1)])
+        best = pace_floor(self.base, self.e, self.f, float(pairs[0]), float(pairs[min(len(self.e), len(pairs)) - 1]))
+        return float(self.weight * best + len(self.lin) * float(pairs[0]))
+
+
+def pace_floor(base, e, f, low, high):
+    """A lower bound on a column's max(base, max_r (e[r] + h_r), max_i (f[i] + h_(i-1) + h_i)) (Pace's bottleneck,
+    before its weight), floats or integer units alike (-inf / None: no such term): every hop is at least the cheapest
+    pair `low`, and the column's R - 1 hops join distinct node pairs, so one of them, at some boundary r, is at least
+    the (R-1)-th cheapest pair `high`; the terms through r then count it."""
+    def ok(v):
+        return v is not None and v != -np.inf
+    R = len(e) + 1
+    terms = [base] if ok(base) else []
+    terms += [v + low for v in e if ok(v)] + [v + 2 * low for v in f if ok(v)]
+    at = []
+    for r in range(R - 1):                              # the slowest hop at boundary r
+        t = ([e[r] + high] if ok(e[r]) else []) + ([f[r] + low + high] if r >= 1 and ok(f[r]) else []) + \
+            ([f[r + 1] + high + low] if r + 1 <= R - 2 and ok(f[r + 1]) else [])
+        if t:
+            at.append(max(t))
+        else:                                           # no stage's term reads boundary r
+            at = []
+            break
+    if at:
+        terms.append(min(at))
+    return max(terms)
+
+
+@dataclass(eq=False)
 class MappingProblem:
     """Everything a solver needs: costs in seconds with their schedule coefficients folded in.
 
     objective(assign) = const + max_j path_j + max_i dp_i, where
-      path_j = sum_i hop[assign[i,j], assign[i+1,j]] + wrap[assign[R-1,j], assign[0,j]]
+      path_j = sum_i hop[assign[i,j], assign[i+1,j]] + wrap[assign[R-1,j], assign[0,j]] (+ pace_j: Pace)
       dp_i   = dp_base[i] + max_j dp_link[i][assign[i,j], assign[i,(j+1) mod K]]   (cols K > 1)
     The data-parallel ring runs in rank order (NCCL's connectRings joins node n to node n+1 in the
     communicator's rank order, and a Megatron DP group lists its ranks in dp_rank order = column order),
@@ -78,6 +140,8 @@ class MappingProblem:
     # N x N: the tied-embedding gradient all-reduce between a column's row-0 (first stage) and row R-1 (last
     # stage) nodes, after the data-parallel sync (Megatron's finalize_model_grads); None: no such term
     emb: np.ndarray | None = None
+    # Megatron-Core 1F1B's lock step (Pace): a bottleneck over each column's hops, added to its path; None: none
+    pace: Pace | None = None
 
     @property
     def n(self) -> int:
@@ -88,6 +152,8 @@ class MappingProblem:
         p = self.hop[assign[:-1], assign[1:]].sum(axis=0) if R > 1 else np.zeros(assign.shape[1])
         if self.wrap is not None and R > 1:
             p = p + self.wrap[assign[R - 1], assign[0]]
+        if self.pace is not None and R > 1:
+            p = p + self.pace.costs(assign)
         return p
 
     def dp_costs(self, assign: np.ndarray) -> np.ndarray:
@@ -178,6 +244,8 @@ class MappingProblem:
                 dp[i] += rob[table]
         wrap = float(self.wrap[off].min()) if (self.wrap is not None and L.rows > 1 and N > 1) else 0.0
         path = max(path, self.node_path_floor() + wrap)
+        if self.pace is not None and L.rows > 1:
+            path += self.pace.floor()        # the hops' floors above bound the sum; the pace is added to it
         ring = max(dp.max(), self.node_ring_floor())
         return float(ring), float(path), wrap
 

@@ -61,7 +61,9 @@ def applies(p) -> bool:
     """The decomposition covers grids of 2..MAX_ROWS rows and K >= 2 columns that use every node (at most
     MAX_MASK)."""
     L = p.layout
-    return 2 <= L.rows <= MAX_ROWS and L.cols >= 2 and p.n == L.rows * L.cols and p.n <= MAX_MASK
+    # (not with the lock step's pace, MappingProblem.pace: its enumeration scores paths as sums of hops)
+    return (2 <= L.rows <= MAX_ROWS and L.cols >= 2 and p.n == L.rows * L.cols and p.n <= MAX_MASK
+            and getattr(p, "pace", None) is None)
 
 
 def ring_tables(p) -> np.ndarray:

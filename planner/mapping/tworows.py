@@ -40,7 +40,10 @@ def applies(problems) -> bool:
     probs = problems if isinstance(problems, list) else [problems]
     p = probs[0]
     R, K = p.layout.rows, p.layout.cols
-    return (len(probs) == 1 and R >= 2 and K >= 3 and p.n == R * K and p.wrap is None and p.emb is None)
+    # its models sum a column's hops: without the lock step's pace (MappingProblem.pace) it would steer by another
+    # objective, so the annealer keeps that share there
+    return (len(probs) == 1 and R >= 2 and K >= 3 and p.n == R * K and p.wrap is None and p.emb is None
+            and p.pace is None)
 
 
 WALL_UNSET_S = 3600.0     # no safety stop given: CP-SAT's wall limit far beyond any call's deterministic time

@@ -7,9 +7,11 @@ unit per term (rounding_slack); the reported objective is always recomputed in f
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from planner.mapping.problem import MappingProblem, robust_const
+from planner.mapping.problem import MappingProblem, pace_floor, robust_const
 
 UNIT = 1e-7                     # seconds per integer cost unit
 
@@ -19,10 +21,73 @@ def to_units(a) -> np.ndarray:
     return np.rint(np.asarray(a) / UNIT).astype(np.int64)
 
 
-def rounding_slack(rows: int) -> int:
+# units the integer pace (int_pace) may lie off the true one: its constant and two hops in the max, two `lin` hops
+PACE_SLACK = 3
+
+
+def rounding_slack(rows: int, pace: bool = False) -> int:
     """Units an integer objective may lie below the true one: one per rounded term (the R-1 hops, the
-    wrap, a row's base and link, the embedding pair)."""
-    return rows + 3
+    wrap, a row's base and link, the embedding pair; the lock step's pace: PACE_SLACK)."""
+    return rows + 3 + (PACE_SLACK if pace else 0)
+
+
+def has_pace(probs) -> bool:
+    """Whether a problem (or any of its scenarios) carries the lock step's pace (MappingProblem.pace)."""
+    probs = probs if isinstance(probs, list) else [probs]
+    return any(p.pace is not None and p.layout.rows > 1 for p in probs)
+
+
+@dataclass(frozen=True)
+class IntPace:
+    """problem.Pace in integer units, as the exact models score it: per column
+    max(base, max_r (e[r] + h_r), max_i (f[i] + h_(i-1) + h_i)) + sum_(r in lin) l_r, with h = the hop scaled by W
+    and l the hop itself, each rounded on its own; None entries (-inf in Pace) take no part."""
+    h: np.ndarray                    # N x N: to_units(W c)
+    l: np.ndarray                    # N x N: to_units(c)
+    base: int | None
+    e: list                          # R - 1: int or None
+    f: list                          # R: int or None
+    lin: tuple
+
+
+def int_pace_tables(p: MappingProblem) -> IntPace:
+    pc = p.pace
+
+    def u(x):
+        return int(to_units(pc.weight * x)) if np.isfinite(x) else None
+    return IntPace(to_units(pc.weight * pc.c), to_units(pc.c), u(pc.base), [u(x) for x in pc.e],
+                   [u(x) for x in pc.f], tuple(pc.lin))
+
+
+def int_pace_floor(p: MappingProblem) -> int:
+    """A valid lower bound on every column's integer pace (0 without one): each mapped hop joins two distinct nodes,
+    so costs at least the cheapest pair (Pace.floor in units)."""
+    if p.pace is None or p.layout.rows < 2 or p.n < 2:
+        return 0
+    t = int_pace_tables(p)
+    iu = np.triu_indices(p.n, 1)
+    h = np.sort(t.h[iu])                # t.h is symmetric (Pace.c is)
+    return int(pace_floor(t.base, t.e, t.f, int(h[0]), int(h[min(len(t.e), len(h)) - 1]))) + \
+        len(t.lin) * int(t.l[iu].min())
+
+
+def int_pace(p: MappingProblem, a: np.ndarray, tables: IntPace | None = None) -> np.ndarray:
+    """Each column's integer pace (K), as the CP-SAT model scores it."""
+    t = int_pace_tables(p) if tables is None else tables
+    h = t.h[a[:-1], a[1:]]
+    R = a.shape[0]
+    best = np.full(a.shape[1], np.iinfo(np.int64).min, dtype=np.int64)
+    if t.base is not None:
+        best = np.maximum(best, t.base)
+    for r in range(R - 1):
+        if t.e[r] is not None:
+            best = np.maximum(best, t.e[r] + h[r])
+    for i in range(1, R - 1):
+        if t.f[i] is not None:
+            best = np.maximum(best, t.f[i] + h[i - 1] + h[i])
+    for r in t.lin:
+        best = best + t.l[a[r], a[r + 1]]
+    return best
 
 
 def int_objective(p: MappingProblem, a: np.ndarray) -> int:
@@ -32,6 +97,8 @@ def int_objective(p: MappingProblem, a: np.ndarray) -> int:
     path = hop_c[a[:-1], a[1:]].sum(axis=0) if R > 1 else np.zeros(K, dtype=np.int64)
     if p.wrap is not None and R > 1:
         path = path + to_units(p.wrap)[a[R - 1], a[0]]
+    if p.pace is not None and R > 1:
+        path = path + int_pace(p, a)
     base = to_units(p.dp_base)
     ring = int(base.max())
     if K > 1:
@@ -52,4 +119,4 @@ def cutoff_int(cutoff: float, probs: list[MappingProblem], robust: str) -> int:
     solve's absolute tolerance, 20 us); without the margin CP-SAT may return the incumbent's own twin
     as 'better' by rounding."""
     R = probs[0].layout.rows
-    return int(np.floor((cutoff - robust_const(probs, robust)) / UNIT)) - rounding_slack(R)
+    return int(np.floor((cutoff - robust_const(probs, robust)) / UNIT)) - rounding_slack(R, has_pace(probs))

@@ -1,0 +1,181 @@
+"""Megatron-Core 1F1B's lock step in the mapping objective (MappingProblem.pace): the objective is the closed form
+pipeline.lock_step_p2p_s on the column's mapped hops, and every solver scores it alike."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.config import ParallelConfig
+from planner.costs import default_costs
+from planner.costs.iteration import build_problem, stage_times
+from planner.costs.pipeline import lock_step_p2p_s
+from planner.mapping.anneal import anneal
+from planner.mapping.bruteforce import all_placements
+from planner.mapping.cpsat import solve_exact
+from planner.mapping.incremental import SwapEvaluator
+from planner.mapping.problem import Layout, MappingProblem
+from planner.mapping.units import int_objective, int_pace, int_pace_floor, rounding_slack
+
+
+def _het_spec(make_spec, nodes, seed):
+    """The tiny spec with one slow node (~0.4 of the others' bandwidth on every link, as the drift cluster's node 0)."""
+    spec = make_spec(nodes=nodes, seed=seed, gbs=64, layers=24)
+    bw = np.array(spec.cluster.bandwidth, dtype=float)
+    bw[seed % nodes, :] *= 0.4
+    bw[:, seed % nodes] *= 0.4
+    bw[1 % nodes, 0] *= 0.7                  # one asymmetric link: a boundary's hop is its slower direction
+    import dataclasses
+    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=bw))
+
+
+# (nodes, tp, pp, dp, layout a) small het grids: 2 x 2 and 3 x 2 blocks, a = 1 and a = 2, one with a spare node
+CASES = [(4, 4, 2, 4, 1), (6, 4, 3, 4, 1), (6, 2, 6, 4, 2), (5, 8, 4, 1, 1), (7, 4, 3, 4, 1)]
+
+
+def _problem(make_spec, case, seed=0):
+    n, tp, pp, dp, a = case
+    spec = _het_spec(make_spec, n, seed)
+    cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "1f1b", 1, "selective")
+    b = 8 // tp // a
+    lay = Layout(a, b, pp // a, dp // b)
+    return spec, cfg, build_problem(spec, cfg, lay)
+
+
+def _replay_hops(spec, cfg, prob, assign):
+    """Each stage boundary's hop as the replay sees it (NVLink inside a node, the mapped link's slower direction
+    between nodes), from the problem's own one-way times."""
+    from planner.costs.iteration import p2p_inter_s, p2p_intra_s, p2p_message_bytes, p2p_share
+    costs = default_costs(spec.cluster)
+    msg = p2p_message_bytes(spec, cfg)
+    intra = p2p_intra_s(spec, msg, costs)
+    bw = spec.cluster.bandwidth
+    share = p2p_share(spec, cfg, prob.layout.b)
+    out = []
+    for j in range(assign.shape[1]):
+        nodes = [int(prob.nodes[assign[s // prob.layout.a, j]]) for s in range(cfg.pp)]
+        cs = []
+        for s in range(cfg.pp - 1):
+            u, v = nodes[s], nodes[s + 1]
+            cs.append(intra if u == v else max(p2p_inter_s(spec, msg, bw[u, v], costs, share),
+                                               p2p_inter_s(spec, msg, bw[v, u], costs, share)))
+        out.append(cs)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES[:3])
+def test_objective_is_the_lock_step_on_the_mapped_hops(make_spec, case):
+    """objective - (the same problem without p2p) == lock_step_p2p_s(t, mapped hops, m) on the slowest column, for
+    every placement of a small het grid."""
+    spec, cfg, prob = _problem(make_spec, case)
+    assert prob.pace is not None and prob.wrap is None
+    st = stage_times(spec, cfg, default_costs(spec.cluster))
+    t = [s.forward + s.backward for s in st]
+    P = all_placements(prob)
+    rng = np.random.default_rng(0)
+    checked = 0
+    for k in rng.choice(len(P), size=min(60, len(P)), replace=False):
+        a = P[k]
+        path = prob.path_costs(a)
+        want = [lock_step_p2p_s(t, cs, cfg.num_microbatches) for cs in _replay_hops(spec, cfg, prob, a)]
+        # const holds the NVLink part (and the compute); the mapped part is each column's path
+        nvl = prob.const - _compute_const(spec, cfg)
+        assert np.allclose(path + nvl, want, rtol=1e-12, atol=1e-15)
+        checked += 1
+    assert checked >= 20
+
+
+def _compute_const(spec, cfg):
+    from planner.costs.iteration import compute_const
+    costs = default_costs(spec.cluster)
+    return compute_const(spec, cfg, costs, stage_times(spec, cfg, costs))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_exact_equals_brute_force_with_the_pace(make_spec, optimum, int_values, case):
+    _, _, prob = _problem(make_spec, case)
+    best, best_a = optimum(prob)
+    ex = solve_exact(prob, time_limit_s=20)
+    assert ex.status == "OPTIMAL"
+    assert ex.objective == pytest.approx(best, rel=1e-9)
+    assert ex.bound <= best + 1e-9
+    assert prob.lower_bound() <= best + 1e-12
+    vals, P = int_values(prob)
+    slack = rounding_slack(prob.layout.rows, True)
+    assert int_pace_floor(prob) <= int(int_pace(prob, best_a).min())
+    # the integer objective stays within its slack of the true one
+    for k in np.linspace(0, len(P) - 1, 25).astype(int):
+        assert abs(int(vals[k]) * 1e-7 - (prob.objective(P[k]) - prob.const)) <= slack * 1e-7
+    assert int_objective(prob, best_a) == int(vals[np.flatnonzero((P == best_a).all(axis=(1, 2)))[0]])
+    pr = solve_exact(prob, time_limit_s=20, hint=prob.rank_order(), cutoff=best)
+    assert pr.status == "PRUNED"
+    assert anneal(prob, seed=1).objective >= best - 1e-12
+
+
+def test_the_pace_changes_the_optimum(make_spec, optimum):
+    """One slow node: the pace puts it where it costs least, which a sum of hops may not (the objective differs
+    from the sum's, and the sum's optimum is not always the pace's)."""
+    diff = 0
+    for seed in range(4):
+        _, _, prob = _problem(make_spec, CASES[1], seed)
+        best, best_a = optimum(prob)
+        lin = MappingProblem(prob.layout, prob.nodes, prob.hop, None, prob.dp_base, prob.dp_link, prob.const,
+                             prob.emb)
+        _, lin_a = optimum(lin)
+        assert prob.objective(lin_a) >= best - 1e-12
+        diff += prob.objective(lin_a) > best + 1e-9
+        assert prob.objective(best_a) > lin.objective(best_a)      # the pace adds time
+    assert diff >= 1
+
+
+def test_incremental_score_equals_the_objective_after_random_swaps(make_spec):
+    for case in CASES:
+        _, _, prob = _problem(make_spec, case)
+        n, blocks = prob.n, prob.layout.blocks
+        R, K = prob.layout.rows, prob.layout.cols
+        rng = np.random.default_rng(7)
+        ev = SwapEvaluator([prob], list(rng.permutation(n)), tie_level=0.9)
+        for _ in range(200):
+            p, q = (int(x) for x in rng.choice(n, 2, replace=False))
+            v = ev.propose_swap(p, q)
+            s = list(ev.state)
+            s[p], s[q] = s[q], s[p]
+            assert v == pytest.approx(prob.objective(np.array(s[:blocks]).reshape(R, K)), rel=1e-12, abs=1e-15)
+            if rng.random() < 0.5:
+                ev.accept()
+            assert ev.value == pytest.approx(prob.objective(np.array(ev.state[:blocks]).reshape(R, K)),
+                                             rel=1e-12, abs=1e-15)
+
+
+def test_no_pace_without_the_lock_step(make_spec):
+    """Plans that do not run Megatron-Core's waited calls, or whose stages share one node, keep the sum of hops."""
+    spec = _het_spec(make_spec, 4, 0)
+    gbs = spec.training.global_batch_size
+    il = build_problem(spec, ParallelConfig(4, 4, 4, 1, gbs // 4, "interleaved", 2, "selective"), Layout(1, 2, 4, 2))
+    assert il.pace is None
+    one_row = build_problem(spec, ParallelConfig(2, 4, 4, 1, gbs // 4, "1f1b", 1, "selective"), Layout(4, 1, 1, 4))
+    assert one_row.pace is None
+
+
+def test_problems_without_the_pace_score_and_solve_as_before(make_spec):
+    """Issue #10's family and the other schedules' problems carry no pace: their objective, bound and solve are
+    bit for bit those of the commit before the pace (895ee17, values computed there)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from mapping_family import family_problem
+
+    from planner.mapping import solve
+    p = family_problem(4, 4, 0)
+    assert p.pace is None
+    assert p.objective(p.rank_order()) == 0.21418685886908786 and p.lower_bound() == 0.08347121770940881
+    r = solve(p, time_limit_s=1.0, seed=0)
+    assert (r.objective, r.status) == (0.08580672826345417, "OPTIMAL")
+    assert r.assign.ravel().tolist() == [2, 4, 12, 10, 7, 8, 5, 1, 13, 9, 6, 0, 14, 11, 15, 3]
+    spec = make_spec(nodes=4, seed=3, gbs=64, layers=24)
+    gbs = spec.training.global_batch_size
+    q = build_problem(spec, ParallelConfig(2, 2, 8, 1, gbs // 8, "interleaved", 2, "selective"), Layout(1, 4, 2, 2))
+    assert q.pace is None
+    assert (q.const, q.objective(q.rank_order()), q.lower_bound()) == \
+        (0.3227239734038779, 0.36002014645882313, 0.3453987085758671)
+    r = solve(q, time_limit_s=1.0, seed=0)
+    assert (r.objective, r.status, r.assign.ravel().tolist()) == (0.353080420693538, "OPTIMAL", [2, 0, 1, 3])
