@@ -1,9 +1,13 @@
-"""The V-shapes' op orders and chunk placement that the estimate's walk (costs/vwalk.py), the closed forms
-(costs/pipeline.py) and the simulator (simulator/orders.py, vblocks.py) share: seed 001's stable pattern of V-Min /
-V-Half, PyTorch's ScheduleZBVZeroBubble order (torchtitan's V-ZB), and how per-rank times go on a V's chunks. A module
-of its own below both, so that the walk can take the simulator's order builders without an import cycle.
+"""The op orders and chunk placement that the estimate's walk (costs/vwalk.py), the closed forms (costs/pipeline.py)
+and the simulator (simulator/orders.py, vblocks.py) share: seed 001's stable pattern of V-Min / V-Half, PyTorch's
+ScheduleZBVZeroBubble order (torchtitan's V-ZB), 1F1B's and ZB-H1's orders, and how per-rank times go on a V's chunks.
+A module of its own below both, so that the walk can take the simulator's order builders without an import cycle.
 """
 from __future__ import annotations
+
+import numpy as np
+
+_F, _B, _W = 0, 1, 2       # simulator/ops.py's op kinds (asserted there: orders.py)
 
 
 def pytorch_zbv_order(p: int, m: int) -> list:
@@ -80,3 +84,51 @@ def stable_pattern(name: str, p: int) -> list:
         return [[i, 2 * p - i - 1, 2 * p + gap + i, 4 * p + gap - i - 1] for i in range(p)]
     gap = 3 if p % 2 == 0 else 0
     return [[2 * i, 3 * p - i - 2, 3 * p + gap + 2 * i - 1, 6 * p + gap - i - 2] for i in range(p)]
+
+
+def one_f_one_b_order(p: int, m: int) -> list:
+    """1F1B's order: per device (kinds, micro-batches, chunks) arrays, F = 0 and B = 1 (simulator/ops.py)."""
+    out = []
+    for d in range(p):
+        w = min(p - d - 1, m)
+        steady = m - w
+        kinds = np.empty(2 * m, np.int64)
+        mbs = np.empty(2 * m, np.int64)
+        kinds[:w] = _F
+        mbs[:w] = np.arange(w)
+        # steady state: F(w+k), B(k) for k < steady
+        kinds[w:w + 2 * steady:2] = _F
+        mbs[w:w + 2 * steady:2] = np.arange(w, m)
+        kinds[w + 1:w + 2 * steady:2] = _B
+        mbs[w + 1:w + 2 * steady:2] = np.arange(steady)
+        kinds[w + 2 * steady:] = _B
+        mbs[w + 2 * steady:] = np.arange(steady, m)
+        out.append((kinds, mbs, np.zeros(2 * m, np.int64)))
+    return out
+
+
+def zb_h1_order(p: int, m: int) -> list:
+    """ZB-H1 (zero-bubble paper): 1F1B's order of F and B, with W split off; stage i runs W(j) after
+    B(j + i), so later stages (which hold fewer activations in 1F1B) delay their W into the bubbles
+    while every stage holds at most p micro-batches, 1F1B's peak."""
+    out = []
+    for d, (kinds, mbs, _chs) in enumerate(one_f_one_b_order(p, m)):
+        isb = kinds == _B
+        nb = int(isb.sum())
+        # after the k-th B comes W(k - d) when k >= d; the last d W's close the list
+        extra = np.zeros(len(kinds), np.int64)
+        bidx = np.flatnonzero(isb)
+        k = np.arange(nb)
+        has = k >= d
+        extra[bidx[has]] = 1
+        pos = np.arange(len(kinds)) + np.r_[0, np.cumsum(extra)[:-1]]
+        n = len(kinds) + m
+        nk = np.empty(n, np.int64)
+        nm = np.empty(n, np.int64)
+        nk[pos], nm[pos] = kinds, mbs
+        wpos = pos[bidx[has]] + 1
+        nk[wpos], nm[wpos] = _W, mbs[bidx[has]] - d
+        tail = np.arange(n - (m - int(has.sum())), n)
+        nk[tail], nm[tail] = _W, np.arange(m - len(tail), m)
+        out.append((nk, nm, np.zeros(n, np.int64)))
+    return out

@@ -3,7 +3,7 @@
 
 The orders: seed 001's V-Min / V-Half (simulator/vblocks.py, fixed, built at unit times), the seed's V-ZB
 (simulator/zbv.py, built at the plan's profiled times), PyTorch's ScheduleZBVZeroBubble (torchtitan's V-ZB, ZeRO-3
-plans: vorders.pytorch_zbv_order) and ZB-H1 (simulator/orders.py zb_h1_order: one stage a device, three ops a
+plans: vorders.pytorch_zbv_order) and ZB-H1 (vorders.zb_h1_order: one stage a device, three ops a
 micro-batch), exactly the lists the replay runs (simulator/orders.py build). Each op starts when
 its device's previous op has ended and its data has arrived, a hop c later where the data comes from the other device
 (sends overlapping compute: the replay's engine.run); per-rank times are placed on chunks as the replay places them
@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.costs.vorders import pytorch_zbv_order, v_chunk_times
+from planner.config import SPLIT_SCHEDULES
+from planner.costs.vorders import pytorch_zbv_order, v_chunk_times, zb_h1_order
 
 STEADY_TOL = 1e-9     # relative: two states of an order equal up to a shift (rounding of sums along its paths)
 STEADY_MAX_Q = 8      # the most cuts a repeating state may span (V-Min's critical cycles may span several)
@@ -94,7 +95,6 @@ def v_order(schedule: str, p: int, m: int, pytorch: bool = False, builder: tuple
         from planner.simulator.vblocks import v_block_order  # here: as above
         return v_block_order(schedule, p, m)
     if schedule == "zb-h1":
-        from planner.simulator.orders import zb_h1_order  # here: as above
         return zb_h1_order(p, m)
     raise ValueError(f"{schedule!r} is neither a V-shape nor ZB-H1")
 
@@ -334,7 +334,7 @@ def v_walk(schedule: str, f, b, w, m: int, c: float = 0.0, pytorch: bool = False
     the replay (simulate_stage_times at c = 0, simulate_uniform with comm = c) where every rank's recompute is alike;
     large m exactly through the order's steady state (the module's docstring). Cached; each call charged."""
     p = len(f)
-    if p < 2 or schedule not in ("v-min", "v-half", "v-zb", "zb-h1"):
+    if p < 2 or schedule not in SPLIT_SCHEDULES:
         return None
     if schedule == "v-zb" and not pytorch and not vzb_walked(p, m):
         return None

@@ -22,7 +22,7 @@ import numpy as np
 
 from planner.config import SCHEDULES, SPLIT_SCHEDULES, V_SHAPES
 from planner.costs.pipeline import chunks_per_device, interleaved_order
-from planner.costs.vorders import pytorch_zbv_order
+from planner.costs.vorders import one_f_one_b_order, pytorch_zbv_order, zb_h1_order
 from planner.simulator.ops import B, F, R, Schedule, W
 from planner.simulator.vblocks import v_block_order
 from planner.simulator.zbv import DEFAULT_MODEL, zbv_order
@@ -47,53 +47,6 @@ def _gpipe(p: int, m: int) -> list:
     out = []
     for _ in range(p):
         out.append((np.r_[np.full(m, F), np.full(m, B)], np.r_[j, j], np.zeros(2 * m, np.int64)))
-    return out
-
-
-def _1f1b(p: int, m: int) -> list:
-    out = []
-    for d in range(p):
-        w = min(p - d - 1, m)
-        steady = m - w
-        kinds = np.empty(2 * m, np.int64)
-        mbs = np.empty(2 * m, np.int64)
-        kinds[:w] = F
-        mbs[:w] = np.arange(w)
-        # steady state: F(w+k), B(k) for k < steady
-        kinds[w:w + 2 * steady:2] = F
-        mbs[w:w + 2 * steady:2] = np.arange(w, m)
-        kinds[w + 1:w + 2 * steady:2] = B
-        mbs[w + 1:w + 2 * steady:2] = np.arange(steady)
-        kinds[w + 2 * steady:] = B
-        mbs[w + 2 * steady:] = np.arange(steady, m)
-        out.append((kinds, mbs, np.zeros(2 * m, np.int64)))
-    return out
-
-
-def zb_h1_order(p: int, m: int) -> list:
-    """ZB-H1 (zero-bubble paper): 1F1B's order of F and B, with W split off; stage i runs W(j) after
-    B(j + i), so later stages (which hold fewer activations in 1F1B) delay their W into the bubbles
-    while every stage holds at most p micro-batches, 1F1B's peak."""
-    out = []
-    for d, (kinds, mbs, _chs) in enumerate(_1f1b(p, m)):
-        isb = kinds == B
-        nb = int(isb.sum())
-        # after the k-th B comes W(k - d) when k >= d; the last d W's close the list
-        extra = np.zeros(len(kinds), np.int64)
-        bidx = np.flatnonzero(isb)
-        k = np.arange(nb)
-        has = k >= d
-        extra[bidx[has]] = 1
-        pos = np.arange(len(kinds)) + np.r_[0, np.cumsum(extra)[:-1]]
-        n = len(kinds) + m
-        nk = np.empty(n, np.int64)
-        nm = np.empty(n, np.int64)
-        nk[pos], nm[pos] = kinds, mbs
-        wpos = pos[bidx[has]] + 1
-        nk[wpos], nm[wpos] = W, mbs[bidx[has]] - d
-        tail = np.arange(n - (m - int(has.sum())), n)
-        nk[tail], nm[tail] = W, np.arange(m - len(tail), m)
-        out.append((nk, nm, np.zeros(n, np.int64)))
     return out
 
 
@@ -158,11 +111,11 @@ def build(name: str, p: int, m: int, vpp: int = 1, *, recompute: bool = False, e
     check(name, p, m, v)
     split = name in SPLIT_SCHEDULES and p > 1
     if p == 1 and name != "interleaved" and name not in V_SHAPES:
-        lists = _1f1b(1, m)
+        lists = one_f_one_b_order(1, m)
     elif name == "gpipe":
         lists = _gpipe(p, m)
     elif name == "1f1b":
-        lists = _1f1b(p, m)
+        lists = one_f_one_b_order(p, m)
     elif name == "interleaved":
         lists = _interleaved(p, m, v)
     elif name == "zb-h1":
