@@ -179,3 +179,18 @@ def test_problems_without_the_pace_score_and_solve_as_before(make_spec):
         (0.3227239734038779, 0.36002014645882313, 0.3453987085758671)
     r = solve(q, time_limit_s=1.0, seed=0)
     assert (r.objective, r.status, r.assign.ravel().tolist()) == (0.353080420693538, "OPTIMAL", [2, 0, 1, 3])
+
+
+def test_a_pace_outside_its_contract_is_refused():
+    """The exact model's pace variable starts at 0 and the floors read c's upper triangle: a Pace with every term
+    negative (no slowest stage with d = 0) or an asymmetric c would make CP-SAT and brute force disagree, so it is
+    refused where it is made; build_problem's paces meet both."""
+    from planner.mapping.problem import Pace
+    c = np.array([[0.0, 1e-3, 2e-3], [1e-3, 0.0, 3e-3], [2e-3, 3e-3, 0.0]])
+    Pace(c, 2.0, -np.inf, np.array([0.0]), np.full(2, -np.inf), (0,))
+    with pytest.raises(ValueError, match="term >= 0"):
+        Pace(c, 2.0, -1e-3, np.array([-2e-3]), np.full(2, -np.inf), ())
+    asym = c.copy()
+    asym[0, 1] = 5e-3
+    with pytest.raises(ValueError, match="symmetric"):
+        Pace(asym, 2.0, 0.0, np.array([-1e-3]), np.full(2, -np.inf), ())

@@ -566,11 +566,16 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     time on uniform stages; docs/notes/simulator.md, tests/test_overlap.py). With lock_step = (stage
     times, one-way inter-node hop matrix, NVLink hop, node rows), the schedules whose exposed hops depend on the
     stages' slack are charged their closed form at the plan's typical hop (typical_hop_traversals): Megatron-Core's
-from planner.costs.vwalk import v_walk, v_walk_p2p_s, vzb_walked
-from planner.mapping.problem import Layout, MappingProblem, Pace, layouts
-    on the path and the wrap; the ramp-only count (v and v - 1 traversals p/m per micro-batch, sends overlapping)
-    missed a hop longer than a chunk's forward, which the steady state no longer hides (-14% on the iteration, the
-    fuzz of valid plans' case 678 of seed 2), and the blocking count v - 1/2 + (pp - 1)/m was -14 .. +4%."""
+    1F1B (waited_lock_step: pipeline.lock_step_p2p_s; build_problem asks for it on one node row only, elsewhere the
+    lock step is charged on the mapped hops, MappingProblem.pace), ZB-H1 and the walked V-shapes (V-Min, V-Half,
+    torchtitan's V-ZB, the seed's V-ZB where vwalk.vzb_walked): their orders walked with the typical hop and without
+    (vwalk.v_walk_p2p_s); without lock_step, one traversal, two, 1.5, 3 and 2.5 (pipeline.p2p_hops; the seed's V-ZB
+    beyond its walk too). Interleaved (Megatron-Core's order, with or without overlap_p2p_comm): its order run with
+    and without hops on the plan's chunk times (pipeline.interleaved_time), the wrap hop included, the same
+    traversals charged on the path and the wrap; the ramp-only count (v and v - 1 traversals p/m per micro-batch,
+    sends overlapping) missed a hop longer than a chunk's forward, which the steady state no longer hides (-14% on
+    the iteration, the fuzz of valid plans' case 678 of seed 2), and the blocking count v - 1/2 + (pp - 1)/m was
+    -14 .. +4%."""
     m = cfg.num_microbatches
     if lock_step is not None and waited_lock_step(spec, cfg):
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: lock_step_p2p_s(

@@ -18,7 +18,7 @@ def pytorch_zbv_order(p: int, m: int) -> list:
     W0 F1 B1 W1 per micro-batch; the cool-down r pairs (B0, B1), p - r pairs (B0, W0), the chunk-1 W's left, the
     chunk-0 W's left. Built for max(2p - 1, m) micro-batches, the ops of those beyond m dropped (as PyTorch replaces
     them by None): below 2p - 1 micro-batches the order keeps the holes. The replay (simulator/orders.py) and the
-    estimate (pytorch_zbv_time) both run it."""
+    estimate (vwalk.v_walk) both run it."""
     return [_pytorch_zbv_rank(p, r, m) for r in range(p)]
 
 

@@ -73,6 +73,16 @@ class Pace:
     f: np.ndarray            # R (only rows 1 .. R-2 can be finite)
     lin: tuple[int, ...]     # row boundaries charged once (at most two)
 
+    def __post_init__(self):
+        # what the exact models and floors rely on: c symmetric (the floors read its upper triangle), and some term
+        # >= 0, the slowest stage's own (d = 0 plus its NVLink hops), so that a pace is never negative (CP-SAT's pace
+        # variable starts at 0, and the pre-solve's path bounds leave the pace out as >= 0)
+        if not np.array_equal(self.c, self.c.T):
+            raise ValueError("Pace.c must be symmetric (a boundary's hop is its slower direction)")
+        terms = np.r_[self.base, self.e, self.f]
+        if not (terms[np.isfinite(terms)] >= 0).any():
+            raise ValueError("Pace needs a term >= 0 (the slowest stage's own, d = 0)")
+
     def costs(self, assign: np.ndarray) -> np.ndarray:
         """Each column's pace term (K)."""
         h = self.c[assign[:-1], assign[1:]]                          # R-1 x K
