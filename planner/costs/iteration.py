@@ -961,6 +961,8 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
         hop, pace, add = lock_step_problem_parts([s.forward + s.backward for s in st], m, layout, one_way, intra_s)
         const += add
         wraps = 0.0
+        if pace.weight == 0 and not pace.lin:
+            pace = None         # one micro-batch: no steady state and no exchange of its own, only the ramp (hop)
     else:
         trav, wraps = p2p_exposed_hops(spec, cfg, (st, one_way, intra_s, layout.rows))
         hop = coef * trav * (one_way + one_way.T)

@@ -115,12 +115,10 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
                        model: tuple | None = None) -> float:
     """Iteration compute time with per-stage (per-device) times f[i], b[i], w[i], bubbles included.
 
-    The slowest device k runs m micro-batches back to back (m * (f_k + b_k)); every other device adds
-    its own share of the fill and drain, not the slowest one's: each schedule's uniform bubble term
-    with (pp - 1) * x replaced by the sum over the other devices of their x. Equal stages give exactly
-    `compute_time`. For gpipe, 1f1b, interleaved and zb-h1 it never exceeds `compute_time` at the slowest
-    stage (the old, pessimistic count, which charged every fill / drain slot at the slowest stage's time);
-    for V-shapes it can, since device 0 holds both ends of the V (the old per-rank count missed that).
+    GPipe and 1F1B: the slowest device k runs m micro-batches back to back (m * (f_k + b_k)); every other device
+    adds its own share of the fill and drain, not the slowest one's: the uniform bubble term with (pp - 1) * x
+    replaced by the sum over the other devices of their x. Interleaved (m % pp == 0), ZB-H1 and the walked V-shapes
+    run their orders instead (below). Equal stages give exactly `compute_time`.
 
     Against the simulator (zero communication; stage 0 and the last stage heavier than the rest;
     tests/test_sim_closed_forms.py, STAGE_TOL): gpipe exact; 1f1b exact when the last stage is the slowest,
@@ -128,7 +126,7 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
     run: interleaved_time; the closed form with (f_i + b_i) / v fill slots was -5% .. +9%),
     zb-h1 its order walked (vwalk.v_walk: the replay's at every m; the closed form it replaces, from the zero-bubble
     code's timing model, was exact only with the last stage the slowest and m >= pp, else 0 .. +15%),
-    V-shapes: their orders walked (vwalk.v_walk: V-Min, V-Half, the seed's V-ZB below 2pp micro-batches, model its
+    V-shapes: their orders walked (vwalk.v_walk: V-Min, V-Half, the seed's V-ZB below 4pp micro-batches, model its
     builder's (hidden, heads, sequence); pytorch: PyTorch pipelining's V-ZB, ZeRO-3 plans being torchtitan's), equal to
     the replay at every m; the seed's V-ZB beyond its walk by its closed form (vzb_ramp: under 3% from m = 2pp on
     uniform stages). The closed forms they replace were v-half -10 .. +10%, v-min -14 .. +2%, and PyTorch's V-ZB from

@@ -55,7 +55,7 @@ def solve(spec, method: str | None = None, time_limit_s: float | None = None, se
     budget = work.WORK_PER_S * limit
 
     tally: dict = {}
-    with work.metered() as order_work:     # what the screen's bounds charge themselves (interleaved orders' runs)
+    with work.metered() as order_work:     # what the screen's bounds charge themselves (the orders' runs and walks)
         fits, total = fitting_configs(spec, costs, num_gpus, tally=tally)
     vetoed: set = set()
     bounds: dict = {}     # each bounded config's layout bounds: a re-search starts from them (screen)
