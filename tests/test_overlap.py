@@ -39,8 +39,10 @@ CFGS = [ParallelConfig(8, 2, 2, 1, 16, "1f1b", 1, "selective", 0, False),
 # it; the closed form since replaced by its walked order, vwalk.v_walk).
 # The two 1F1B estimates re-pinned on branch `pace`: the lock step on each column's mapped hops (MappingProblem.pace;
 # 0.6987657687685234 and 0.371567457629205 before; against the waited-call replay -0.41 -> +0.05% and +0.14 -> +0.19%).
+# The interleaved estimate re-pinned on branch `ipace2` (0.6462909750867777 before: rounding only, -1.3e-12 s; its
+# hops now per boundary through Pace.steep, all on their first pieces here).
 OLD = [(0.7020023462116124, 0.02161393705520788, 0.6905293134153517),
-       (0.6462909750867777, 0.03243590558281182, 0.646320975086777),
+       (0.6462909750855022, 0.03243590558281182, 0.646320975086777),
        (0.3717741837770419, 0.00290303242361645, 0.36934819961104665),
        (1.4239394707413282, 0.0, 1.4239394707413306)]
 OLD_MODEL = OverlapSpec(grad_reduce=False, param_gather=False, p2p=True, tp_comm=False, tp_backward=False)

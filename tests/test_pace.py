@@ -151,7 +151,7 @@ def test_no_pace_without_the_lock_step(make_spec):
     spec = _het_spec(make_spec, 4, 0)
     gbs = spec.training.global_batch_size
     il = build_problem(spec, ParallelConfig(4, 4, 4, 1, gbs // 4, "interleaved", 2, "selective"), Layout(1, 2, 4, 2))
-    assert il.pace is None
+    assert il.pace is not None and il.pace.steep       # interleaved: its walk's steep parts (branch ipace2)
     one_row = build_problem(spec, ParallelConfig(2, 4, 4, 1, gbs // 4, "1f1b", 1, "selective"), Layout(4, 1, 1, 4))
     assert one_row.pace is None
 
@@ -173,12 +173,12 @@ def test_problems_without_the_pace_score_and_solve_as_before(make_spec):
     assert r.assign.ravel().tolist() == [2, 4, 12, 10, 7, 8, 5, 1, 13, 9, 6, 0, 14, 11, 15, 3]
     spec = make_spec(nodes=4, seed=3, gbs=64, layers=24)
     gbs = spec.training.global_batch_size
+    # the interleaved problem pinned here before (0.353080420693538, OPTIMAL) now carries its walk's steep parts
+    # (Pace.steep, branch ipace2): tests/test_ipace.py checks it against the walk and brute force
     q = build_problem(spec, ParallelConfig(2, 2, 8, 1, gbs // 8, "interleaved", 2, "selective"), Layout(1, 4, 2, 2))
-    assert q.pace is None
-    assert (q.const, q.objective(q.rank_order()), q.lower_bound()) == \
-        (0.3227239734038779, 0.36002014645882313, 0.3453987085758671)
+    assert q.pace is not None and q.pace.steep
     r = solve(q, time_limit_s=1.0, seed=0)
-    assert (r.objective, r.status, r.assign.ravel().tolist()) == (0.353080420693538, "OPTIMAL", [2, 0, 1, 3])
+    assert r.status == "OPTIMAL" and r.objective <= q.objective(q.rank_order())
 
 
 def test_a_pace_outside_its_contract_is_refused():

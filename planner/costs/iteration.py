@@ -33,6 +33,7 @@ from planner.costs.memory import (
 )
 from planner.costs.pipeline import (
     V_SHAPES,
+    convex_pieces,
     interleaved_time,
     lock_step_p2p_s,
     lock_step_pace,
@@ -630,9 +631,7 @@ def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s
     hop, last device to device 0, is one more boundary (the network's between rows, else NVLink's), charged the same
     traversals on the wrap."""
     pp, m = cfg.pp, cfg.num_microbatches
-    off = one_way[~np.eye(len(one_way), dtype=bool)]
-    off = off[np.isfinite(off)]
-    inter = float(np.median(off)) if off.size else intra_s
+    inter = typical_inter_hop(one_way, intra_s)
     a = pp // rows
     cs = [inter if (j + 1) % a == 0 else intra_s for j in range(pp - 1)]
     if wrap:        # the wrap-around hop, last stage to stage 0: between rows (nodes) when there are several
@@ -955,7 +954,15 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
         one_way = p2p_inter_s(spec, msg, np.where(B > 0, B, np.inf), costs, share)
     intra_s = p2p_intra_s(spec, msg, costs)
     pace = None
-    if waited_lock_step(spec, cfg) and layout.rows > 1:
+    wrap = None
+    if interleaved_paced(spec, cfg) and layout.rows > 1:
+        # Megatron-Core's interleaved order walked per mapped boundary: its linear part on the sum, its steep part
+        # (past a chunk's slack) as a bottleneck (Pace.steep), not the typical hop's traversals scaled by the sum
+        fc, bc = interleaved_chunk_times(spec, cfg, st)
+        hop, wrap, pace, add = interleaved_problem_parts(fc, bc, m, p2p_blocking(spec, cfg), layout, one_way, intra_s)
+        const += add
+        wraps = 0.0
+    elif waited_lock_step(spec, cfg) and layout.rows > 1:
         # Megatron-Core's 1F1B: lock_step_p2p_s itself on the column's mapped hops (lock_step_pace), not a typical
         # hop's traversals scaled by the mapped ones (a slow link counted at 1 / (pp - 1) of its weight)
         hop, pace, add = lock_step_problem_parts([s.forward + s.backward for s in st], m, layout, one_way, intra_s)
@@ -969,7 +976,6 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
         if pp > 1:
             const += coef * trav * (pp - layout.rows) * (2 * intra_s)
     intra_hop = 2 * intra_s
-    wrap = None
     if wraps and pp > 1:
         if layout.rows > 1:
             wrap = coef * wraps * (one_way + one_way.T)
@@ -1008,6 +1014,64 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
         else:                                  # both ends in one node: NVLink, mapping-independent
             const += tied_embedding_intra_s(spec, cfg, costs)
     return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const, emb, pace)
+
+
+def interleaved_paced(spec, cfg: ParallelConfig) -> bool:
+    """Megatron-Core's interleaved order (pipeline.interleaved_time: pp > 1, m a multiple of pp), whose hops the
+    mapping charges per boundary (interleaved_problem_parts) where the layout has several node rows."""
+    return (spec.training.pipeline_engine == "megatron" and cfg.schedule == "interleaved" and cfg.pp > 1
+            and cfg.num_microbatches % cfg.pp == 0)
+
+
+def typical_inter_hop(one_way: np.ndarray, intra_s: float) -> float:
+    """The plan's typical one-way inter-node hop: the median of the candidate links (NVLink's where none)."""
+    off = one_way[~np.eye(len(one_way), dtype=bool)]
+    off = off[np.isfinite(off)]
+    return float(np.median(off)) if off.size else intra_s
+
+
+def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, one_way: np.ndarray, intra_s: float):
+    """(hop, wrap, pace, const): the exposed hops of interleaved's walk, interleaved_time(c) - interleaved_time(0),
+    on a column's mapped hops, as  const + Lrow sum_r h_r + Lwrap h_wrap + max_r S_r(h_r)  (r over the row
+    boundaries and the wrap). E_r(x), the walk with boundary r's hop at x and every other at the plan's typical hop
+    (NVLink's inside a node), is convex piecewise-linear in x (docs/notes/simulator.md, "Interleaved on heterogeneous
+    links"): its pieces come from the walk itself (pipeline.convex_pieces on [0, the slowest candidate hop]); its
+    first slope L_r is the linear part (Lrow: the least over row boundaries, a row boundary's surplus L_r - Lrow
+    stays in its S_r), the rest S_r(x) = E_r(x) - L x - E_r(0) >= 0 the steep part past a chunk's slack, whose max
+    over boundaries is Pace.steep. Exact where one boundary leaves the typical hop (every E_r's typical hop on its
+    first piece; with two rows the boundary and the wrap join one pair, so their joint curve is exact everywhere); a
+    hop is the mean of its two directions, as the typical-hop charge's (one_way + one_way.T)."""
+    pp, R = len(fc), layout.rows
+    a = pp // R
+    c = (one_way + one_way.T) / 2
+    np.fill_diagonal(c, 0.0)
+    typ = typical_inter_hop(one_way, intra_s)
+    cs = [typ if (j + 1) % a == 0 else intra_s for j in range(pp - 1)] + [typ]
+    at = [(r + 1) * a - 1 for r in range(R - 1)] + [pp - 1]        # each boundary's stage boundary (the wrap last)
+    fin = c[np.isfinite(c)]
+    hi = max(float(fin.max()) if fin.size else 0.0, typ)
+    zero = interleaved_time(fc, bc, m, 0.0, blocking)
+    # two rows: the boundary and the wrap join the same pair, one curve with both at x (exact on every mapping)
+    sets = [tuple(at)] if R == 2 else [(j,) for j in at]
+    curves = []
+    for js in sets:
+        def exposed(x, js=js):
+            h = list(cs)
+            for j in js:
+                h[j] = x
+            return interleaved_time(fc, bc, m, h, blocking) - zero
+        curves.append(np.array(convex_pieces(exposed, hi)))
+    if R == 2:
+        curves.append(np.zeros((1, 2)))
+    lrow = min(float(pc[0, 0]) for pc in curves[:-1])
+    lin = [lrow] * (R - 1) + [float(curves[-1][0, 0])]
+    steep = tuple(np.stack([pc[:, 0] - lr, pc[:, 1] - pc[0, 1]], axis=1) for pc, lr in zip(curves, lin, strict=True))
+    pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), steep)
+    at_typ = max(float(np.max(pc[:, 0] * typ + pc[:, 1])) for pc in steep)
+    const = interleaved_time(fc, bc, m, cs, blocking) - zero - lrow * (R - 1) * typ - lin[-1] * typ - at_typ
+    with np.errstate(invalid="ignore"):          # a pair without a link (inf) stays unusable at slope 0
+        hop, wrap = (np.where(np.isinf(c), np.inf, w * c) for w in (lrow, lin[-1]))
+    return hop, wrap, pace, const
 
 
 def lock_step_problem_parts(t, m: int, layout: Layout, one_way: np.ndarray, intra_s: float):

@@ -461,6 +461,49 @@ def interleaved_time(fc, bc, m: int, c=0.0, blocking: bool = False) -> float:
     return t
 
 
+def convex_pieces(f, hi: float, rel: float = 1e-9) -> list[tuple[float, float]]:
+    """The affine pieces [(slope, intercept), ...] (slopes rising) of a convex piecewise-linear f on [0, hi], found
+    from f's values alone (the sandwich method): the tangent lines at both ends of an interval meet at x*; f(x*) on
+    them is one knee there, else x* splits the interval. A slope is a secant over a step of 1e-6 of the range, exact
+    unless a knee lies that close (two near pieces then merge into one between them). Every evaluation is one call of
+    f; `rel` (of the range of f) is where two values count equal."""
+    d = hi * 1e-6
+    cache: dict = {}
+
+    def fv(x):
+        if x not in cache:
+            cache[x] = float(f(x))
+        return cache[x]
+
+    f0, f1 = fv(0.0), fv(hi)
+    tol = rel * max(1.0, abs(f0), abs(f1))
+    s0, s1 = (fv(d) - f0) / d, (f1 - fv(hi - d)) / d
+    out = []
+
+    def walk(a, fa, sa, b, fb, sb, depth):
+        if sb - sa <= tol / (b - a) or depth > 24:
+            out.append((sa, fa - sa * a))
+            return
+        x = (fb - sb * b - fa + sa * a) / (sa - sb)
+        x = min(max(x, a), b)
+        fx = fv(x)
+        if fx <= fa + sa * (x - a) + tol or x - a <= 2 * d or b - x <= 2 * d:
+            out.extend([(sa, fa - sa * a), (sb, fb - sb * b)])     # one knee at x
+            return
+        walk(a, fa, sa, x, fx, (fx - fv(x - d)) / d, depth + 1)
+        walk(x, fx, (fv(x + d) - fx) / d, b, fb, sb, depth + 1)
+
+    if hi <= 0:
+        return [(0.0, f0)]
+    walk(0.0, f0, s0, hi, f1, s1, 0)
+    merged = []                          # equal slopes in a row: one piece
+    for s, c in out:
+        if merged and abs(s - merged[-1][0]) <= 1e-6 * max(1.0, abs(s)):
+            continue
+        merged.append((s, c))
+    return merged
+
+
 def pytorch_zbv_time(f, b, w, m: int, c: float = 0.0) -> float:
     """Makespan of PyTorch's V-ZB order (vorders.pytorch_zbv_order, torchtitan's for ZeRO-3 plans) with per-rank times
     f, b (w included), w and every hop c one way: its walk (vwalk.v_walk), equal to the replay."""

@@ -381,7 +381,7 @@ def _path_term(g: _Grid, p: MappingProblem):
     pace = int_pace_tables(p) if (p.pace is not None and g.R > 1) else None
     cap = int(hop_c.max() * (g.R - 1) + (wrap_c.max() if wrap_c is not None else 0)) + 1
     if pace is not None:
-        terms_max = [v for v in [pace.base] + pace.e + pace.f if v is not None]
+        terms_max = [v for v in [pace.base] + pace.e + pace.f if v is not None] + [int(t.max()) for t in pace.s]
         cap += max(0, max(terms_max)) + 2 * int(pace.h.max()) + len(pace.lin) * int(pace.l.max()) + 1
     tpp = m.new_int_var(0, cap, "tpp")
     for j in range(g.K):
@@ -391,12 +391,16 @@ def _path_term(g: _Grid, p: MappingProblem):
             if pace is not None and e not in g.wraps and e[0][0] in pace.lin:
                 c = c + pace.l                      # the slowest stage's own exchange over this boundary, once
             terms.append(_hop_var(m, x, bid, e, c, N))
-            if pace is not None and e not in g.wraps:
+            if pace is not None and pace.s:         # the boundary's steep table (the wrap's last), a hop var each
+                ph.append(_hop_var(m, x, bid, e, pace.s[len(ph)], N))
+            elif pace is not None and e not in g.wraps:
                 ph.append(_hop_var(m, x, bid, e, pace.h, N))
         if pace is not None:
             pj = m.new_int_var(0, cap, "")
             if pace.base is not None:
                 m.add(pj >= pace.base)
+            for v in ph if pace.s else []:
+                m.add(pj >= v)
             for r in range(g.R - 1):
                 if pace.e[r] is not None:
                     m.add(pj >= pace.e[r] + ph[r])

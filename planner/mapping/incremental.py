@@ -32,7 +32,9 @@ class _Scenario:
         self.emb = p.emb.tolist() if (p.emb is not None and R > 1) else None
         self.const = float(p.const)
         # the lock step's pace (problem.Pace), scored per column over its whole node list (a max, not a sum)
-        self.pace = (p.pace, [[float(x) for x in r] for r in p.pace.c]) if (p.pace is not None and R > 1) else None
+        self.pace = (p.pace, [[float(x) for x in r] for r in p.pace.c],
+                     [[[float(x) for x in r] for r in t] for t in p.pace.steep_c]) \
+            if (p.pace is not None and R > 1) else None
         self.dps = []
         if K > 1:
             sym = p._dp_sym
@@ -103,12 +105,15 @@ class SwapEvaluator:
         order as the numpy form."""
         if sc.pace is None:
             return 0.0
-        pc, c = sc.pace
+        pc, c, steep = sc.pace
         s, K = self.state, self.K
         h = [c[s[r * K + j]][s[(r + 1) * K + j]] for r in range(self.R - 1)]
         best = max([pc.base] + [float(e) + x for e, x in zip(pc.e, h, strict=True)])
         if self.R > 2:
             best = max([best] + [float(pc.f[i]) + h[i - 1] + h[i] for i in range(1, self.R - 1)])
+        if steep:      # Pace.steep_c per boundary, the wrap (row R-1 -> row 0) last
+            R = self.R
+            best = max([best] + [t[s[r * K + j]][s[((r + 1) % R) * K + j]] for r, t in enumerate(steep)])
         out = pc.weight * best
         for r in pc.lin:
             out = out + h[r]

@@ -9,7 +9,7 @@ the gradient all-reduce between each column's first- and last-stage nodes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, cached_property
 
 import numpy as np
@@ -72,16 +72,26 @@ class Pace:
     e: np.ndarray            # R - 1
     f: np.ndarray            # R (only rows 1 .. R-2 can be finite)
     lin: tuple[int, ...]     # row boundaries charged once (at most two)
+    # per boundary (the R - 1 row boundaries, then the wrap R-1 -> 0) a convex piecewise-linear bottleneck in its hop,
+    # max_q (slope_q c + intercept_q) with slopes >= 0 (pieces: n x 2 arrays), also in the max: interleaved's steep
+    # parts (iteration.interleaved_problem_parts); () for 1F1B
+    steep: tuple = ()
+    steep_c: tuple = field(init=False, default=())   # each boundary's pieces on c (N x N): what every solver reads
 
     def __post_init__(self):
         # what the exact models and floors rely on: c symmetric (the floors read its upper triangle), and some term
-        # >= 0, the slowest stage's own (d = 0 plus its NVLink hops), so that a pace is never negative (CP-SAT's pace
-        # variable starts at 0, and the pre-solve's path bounds leave the pace out as >= 0)
+        # >= 0, the slowest stage's own (d = 0 plus its NVLink hops; a steep pace's base 0), so that a pace is never
+        # negative (CP-SAT's pace variable starts at 0, and the pre-solve's path bounds leave the pace out as >= 0)
         if not np.array_equal(self.c, self.c.T):
             raise ValueError("Pace.c must be symmetric (a boundary's hop is its slower direction)")
         terms = np.r_[self.base, self.e, self.f]
         if not (terms[np.isfinite(terms)] >= 0).any():
             raise ValueError("Pace needs a term >= 0 (the slowest stage's own, d = 0)")
+        if self.steep:
+            # the exact models take a steep pace's boundaries alone (cpsat._path_term, units.int_pace)
+            if np.isfinite(self.e).any() or np.isfinite(self.f).any() or self.lin:
+                raise ValueError("a Pace with steep parts carries no e, f or lin terms")
+            self.steep_c = tuple(steep_table(pc, self.c) for pc in self.steep)
 
     def costs(self, assign: np.ndarray) -> np.ndarray:
         """Each column's pace term (K)."""
@@ -89,6 +99,10 @@ class Pace:
         best = np.maximum(self.base, (self.e[:, None] + h).max(axis=0))
         if assign.shape[0] > 2 and np.isfinite(self.f).any():
             best = np.maximum(best, (self.f[1:-1, None] + h[:-1] + h[1:]).max(axis=0))
+        if self.steep_c:
+            R = assign.shape[0]
+            for r, t in enumerate(self.steep_c):
+                best = np.maximum(best, t[assign[r], assign[(r + 1) % R]])
         out = self.weight * best
         for r in self.lin:
             out = out + h[r]
@@ -99,25 +113,52 @@ class Pace:
         n = len(self.c)
         if n < 2:
             return 0.0
-        pairs = np.sort(self.c[np.triu_indices(n, 1)])
-        best = pace_floor(self.base, self.e, self.f, float(pairs[0]), float(pairs[min(len(self.e), len(pairs)) - 1]))
+        iu = np.triu_indices(n, 1)
+        pairs = np.sort(self.c[iu])
+        k = min(len(self.e), len(pairs)) - 1
+        st = steep_floors(self.steep_c, iu, k)
+        best = pace_floor(self.base, self.e, self.f, float(pairs[0]), float(pairs[k]), st)
         return float(self.weight * best + len(self.lin) * float(pairs[0]))
 
 
-def pace_floor(base, e, f, low, high):
+def steep_table(pieces, c: np.ndarray) -> np.ndarray:
+    """A boundary's steep part on every pair's hop c: max_q (slope_q c + intercept_q) (Pace.steep)."""
+    pc = np.asarray(pieces, dtype=float)
+    with np.errstate(invalid="ignore"):          # a pair without a link (inf) stays inf at slope 0
+        t = np.max(pc[:, 0, None, None] * c[None] + pc[:, 1, None, None], axis=0)
+    return np.where(np.isinf(c), np.inf, t)
+
+
+def steep_floors(tables, iu, k: int):
+    """Per boundary (low, high) of its steep table: at the cheapest pair and at the (k+1)-th cheapest (a table is
+    nondecreasing in the hop, so its sorted values are its values at the sorted hops); None without one."""
+    if not tables:
+        return None
+    out = []
+    for t in tables:
+        v = np.sort(t[iu])
+        out.append((v[0].item(), v[k].item()))
+    return out
+
+
+def pace_floor(base, e, f, low, high, steep=None):
     """A lower bound on a column's max(base, max_r (e[r] + h_r), max_i (f[i] + h_(i-1) + h_i)) (Pace's bottleneck,
     before its weight), floats or integer units alike (-inf / None: no such term): every hop is at least the cheapest
     pair `low`, and the column's R - 1 hops join distinct node pairs, so one of them, at some boundary r, is at least
-    the (R-1)-th cheapest pair `high`; the terms through r then count it."""
+    the (R-1)-th cheapest pair `high`; the terms through r then count it. steep: per boundary (wrap last) its steep
+    part's (low, high) values (steep_floors; nondecreasing in the hop, so the same argument holds)."""
     def ok(v):
         return v is not None and v != -np.inf
     R = len(e) + 1
     terms = [base] if ok(base) else []
     terms += [v + low for v in e if ok(v)] + [v + 2 * low for v in f if ok(v)]
+    if steep:
+        terms += [lo for lo, _ in steep]
     at = []
     for r in range(R - 1):                              # the slowest hop at boundary r
         t = ([e[r] + high] if ok(e[r]) else []) + ([f[r] + low + high] if r >= 1 and ok(f[r]) else []) + \
-            ([f[r + 1] + high + low] if r + 1 <= R - 2 and ok(f[r + 1]) else [])
+            ([f[r + 1] + high + low] if r + 1 <= R - 2 and ok(f[r + 1]) else []) + \
+            ([steep[r][1]] if steep else [])
         if t:
             at.append(max(t))
         else:                                           # no stage's term reads boundary r

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.mapping.problem import MappingProblem, pace_floor, robust_const
+from planner.mapping.problem import MappingProblem, pace_floor, robust_const, steep_floors
 
 UNIT = 1e-7                     # seconds per integer cost unit
 
@@ -48,6 +48,7 @@ class IntPace:
     e: list                          # R - 1: int or None
     f: list                          # R: int or None
     lin: tuple
+    s: tuple = ()                    # per boundary (wrap last): to_units(W Pace.steep_c[r]), each pair rounded alone
 
 
 def int_pace_tables(p: MappingProblem) -> IntPace:
@@ -56,7 +57,7 @@ def int_pace_tables(p: MappingProblem) -> IntPace:
     def u(x):
         return int(to_units(pc.weight * x)) if np.isfinite(x) else None
     return IntPace(to_units(pc.weight * pc.c), to_units(pc.c), u(pc.base), [u(x) for x in pc.e],
-                   [u(x) for x in pc.f], tuple(pc.lin))
+                   [u(x) for x in pc.f], tuple(pc.lin), tuple(to_units(pc.weight * t) for t in pc.steep_c))
 
 
 def int_pace_floor(p: MappingProblem) -> int:
@@ -67,7 +68,8 @@ def int_pace_floor(p: MappingProblem) -> int:
     t = int_pace_tables(p)
     iu = np.triu_indices(p.n, 1)
     h = np.sort(t.h[iu])                # t.h is symmetric (Pace.c is)
-    return int(pace_floor(t.base, t.e, t.f, int(h[0]), int(h[min(len(t.e), len(h)) - 1]))) + \
+    k = min(len(t.e), len(h)) - 1
+    return int(pace_floor(t.base, t.e, t.f, int(h[0]), int(h[k]), steep_floors(t.s, iu, k))) + \
         len(t.lin) * int(t.l[iu].min())
 
 
@@ -85,6 +87,8 @@ def int_pace(p: MappingProblem, a: np.ndarray, tables: IntPace | None = None) ->
     for i in range(1, R - 1):
         if t.f[i] is not None:
             best = np.maximum(best, t.f[i] + h[i - 1] + h[i])
+    for r, tab in enumerate(t.s):
+        best = np.maximum(best, tab[a[r], a[(r + 1) % R]])
     for r in t.lin:
         best = best + t.l[a[r], a[r + 1]]
     return best

@@ -1,0 +1,152 @@
+"""Interleaved's exposed hops in the mapping objective (iteration.interleaved_problem_parts, Pace.steep): the walk's
+linear part on the sum of hops, its steep part as a per-boundary bottleneck."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from planner.config import ParallelConfig
+from planner.costs import default_costs
+from planner.costs.iteration import (
+    build_problem,
+    compute_const,
+    interleaved_chunk_times,
+    p2p_blocking,
+    p2p_inter_s,
+    p2p_intra_s,
+    p2p_message_bytes,
+    p2p_share,
+    stage_times,
+)
+from planner.costs.pipeline import convex_pieces, interleaved_time
+from planner.mapping.bruteforce import all_placements
+from planner.mapping.cpsat import solve_exact
+from planner.mapping.incremental import SwapEvaluator
+from planner.mapping.problem import Layout
+from planner.mapping.units import int_pace, int_pace_floor
+
+# (nodes, tp, pp, dp, a): 2 x 2 blocks (a = 1 and 2 stages a node), a column of 4 rows, 3 x 2 with spare nodes
+CASES = [(4, 4, 2, 4, 1), (6, 2, 4, 4, 2), (5, 8, 4, 1, 1), (7, 4, 4, 2, 1)]
+
+
+def _spec(make_spec, nodes, bw):
+    spec = make_spec(nodes=nodes, gbs=64, layers=24)
+    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=np.asarray(bw, float)))
+
+
+def _problem(spec, case):
+    n, tp, pp, dp, a = case
+    cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "interleaved", 2, "selective")
+    b = 8 // tp // a
+    lay = Layout(a, b, pp // a, dp // b)
+    return cfg, build_problem(spec, cfg, lay)
+
+
+def _walks(spec, cfg, prob, assign):
+    """Each column's exposed hops as the walk takes them: interleaved_time with its mapped per-boundary hops (the
+    mean of both directions between nodes, NVLink inside one) less without hops."""
+    costs = default_costs(spec.cluster)
+    st = stage_times(spec, cfg, costs)
+    fc, bc = interleaved_chunk_times(spec, cfg, st)
+    msg = p2p_message_bytes(spec, cfg)
+    intra = p2p_intra_s(spec, msg, costs)
+    bw, share = spec.cluster.bandwidth, p2p_share(spec, cfg, prob.layout.b)
+    blk, m = p2p_blocking(spec, cfg), cfg.num_microbatches
+    out = []
+    for j in range(assign.shape[1]):
+        nodes = [int(prob.nodes[assign[s // prob.layout.a, j]]) for s in range(cfg.pp)]
+        cs = []
+        for s in range(cfg.pp):
+            u, v = nodes[s], nodes[(s + 1) % cfg.pp]
+            cs.append(intra if u == v else (p2p_inter_s(spec, msg, bw[u, v], costs, share)
+                                            + p2p_inter_s(spec, msg, bw[v, u], costs, share)) / 2)
+        out.append(interleaved_time(fc, bc, m, cs, blk) - interleaved_time(fc, bc, m, 0.0, blk))
+    return np.array(out), compute_const(spec, cfg, costs, st)
+
+
+def _one_slow_pair(nodes, factor):
+    bw = np.full((nodes, nodes), 20.0)
+    np.fill_diagonal(bw, 0.0)
+    bw[0, 1] = bw[1, 0] = 20.0 * factor
+    return bw
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("factor", [0.5, 0.1, 0.02])
+def test_objective_is_the_walk_with_one_slow_boundary(make_spec, case, factor):
+    """Equal links but one slow pair: a column holds at most one slow boundary (two rows: the boundary and the wrap
+    on one pair, one joint curve), so every column's path is the walk on its mapped hops exactly, also far past the
+    knee (factor 0.02)."""
+    spec = _spec(make_spec, case[0], _one_slow_pair(case[0], factor))
+    cfg, prob = _problem(spec, case)
+    assert prob.pace is not None and prob.pace.steep and prob.wrap is not None
+    P = all_placements(prob)
+    rng = np.random.default_rng(0)
+    for k in rng.choice(len(P), size=min(40, len(P)), replace=False):
+        walk, cc = _walks(spec, cfg, prob, P[k])
+        # exact up to float noise on the iteration (the pieces are secants over 1e-6 of the range)
+        assert np.allclose(prob.path_costs(P[k]) + prob.const - cc, walk, rtol=1e-9, atol=1e-9 * cc)
+
+
+def test_two_slow_boundaries_within_the_probe_range(make_spec):
+    """Random links: sum+max against the walk, in the probe's range (-35 .. +85% of the exposed p2p), and exact
+    where a column has no steep part (all its hops on their first pieces)."""
+    spec = make_spec(nodes=5, gbs=64, layers=24, seed=3, spread=(0.05, 1.0))
+    cfg, prob = _problem(spec, (5, 8, 4, 1, 1))
+    for a in all_placements(prob)[::7]:
+        walk, cc = _walks(spec, cfg, prob, a)
+        got = prob.path_costs(a) + prob.const - cc
+        assert np.all(got >= 0.65 * walk - 1e-12) and np.all(got <= 1.85 * walk + 1e-12)
+
+
+def test_convex_pieces_are_exact_on_a_known_curve():
+    f = lambda x: max(2 * x + 1, 5 * x - 2, 9 * x - 10)            # noqa: E731 knees at 1 and 2
+    pc = convex_pieces(f, 4.0)
+    assert len(pc) == 3
+    for s, b in zip([2, 5, 9], [1, -2, -10], strict=True):
+        assert any(abs(s - a) < 1e-6 and abs(b - c) < 1e-5 for a, c in pc)
+
+
+def _het(make_spec, n, seed):
+    spec = make_spec(nodes=n, gbs=64, layers=24, seed=seed, spread=(0.03, 1.0))
+    return spec
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_exact_equals_brute_force_and_bounds_hold(make_spec, optimum, case):
+    spec = _het(make_spec, case[0], 1)
+    _, prob = _problem(spec, case)
+    best, best_a = optimum(prob)
+    ex = solve_exact(prob, time_limit_s=20)
+    assert ex.status == "OPTIMAL"
+    assert ex.objective == pytest.approx(best, rel=1e-9)
+    assert ex.bound <= best + 1e-9
+    assert prob.lower_bound() <= best + 1e-12
+    assert int_pace_floor(prob) <= int(int_pace(prob, best_a).min())
+    assert prob.pace.floor() <= float(prob.pace.costs(best_a).min()) + 1e-15
+
+
+def test_slow_links_reach_past_a_knee(make_spec):
+    steep = [max(len(t) for t in _problem(_het(make_spec, c[0], 1), c)[1].pace.steep) for c in CASES]
+    assert max(steep) > 1
+
+
+def test_incremental_score_equals_the_objective_after_random_swaps(make_spec):
+    for case in CASES:
+        _, prob = _problem(_het(make_spec, case[0], 2), case)
+        n, blocks = prob.n, prob.layout.blocks
+        R, K = prob.layout.rows, prob.layout.cols
+        rng = np.random.default_rng(7)
+        ev = SwapEvaluator([prob], list(rng.permutation(n)), tie_level=0.9)
+        for _ in range(200):
+            p, q = (int(x) for x in rng.choice(n, 2, replace=False))
+            v = ev.propose_swap(p, q)
+            s = list(ev.state)
+            s[p], s[q] = s[q], s[p]
+            assert v == pytest.approx(prob.objective(np.array(s[:blocks]).reshape(R, K)), rel=1e-12, abs=1e-15)
+            if rng.random() < 0.5:
+                ev.accept()
+            assert ev.value == pytest.approx(prob.objective(np.array(ev.state[:blocks]).reshape(R, K)),
+                                             rel=1e-12, abs=1e-15)
