@@ -143,7 +143,9 @@ def test_a_re_search_after_a_simulation_veto_shares_the_one_budget(make_spec, mo
     # of the one budget, to reach a first anneal) is shared too; beyond it, each pass's one anneal (4 rows here).
     # The re-search starts from the first pass's bounds, so it needs no allowance to find a good plan again.
     own = everything.used_s - work.enumeration_work(**tally)
-    one = work.anneal_work(SCREEN_ITERS, rows=4) + work.SCREEN_PROBLEM_WORK_S + work.SCREEN_NODE2_WORK_S * 16
+    # (its problems carry a pace, 1F1B's lock step or interleaved's steep hops: an iteration costs PACE_ITER_FACTOR)
+    one = (work.anneal_work(SCREEN_ITERS, rows=4, paced=True) + work.SCREEN_PROBLEM_WORK_S
+           + work.SCREEN_NODE2_WORK_S * 16)
     assert own <= SCREEN_SHARE * budget + 2 * one + 0.01, own     # 0.01: the last bounding step past the share
     assert sol.solver.objective < 1.05 * plain.solver.objective
     assert "excluded" in sol.solver.note

@@ -61,7 +61,8 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
                                      cooling, t0)
     else:
         best_s, best, ran = _pipette(probs, s, rng, iterations or 10 ** 9, time_limit_s, robust, alpha, t0)
-    work.charge(work.anneal_work(ran, R, len(probs)))      # the iterations run (all of them unless the wall stop fired)
+    # the iterations run (all of them unless the wall stop fired)
+    work.charge(work.anneal_work(ran, R, len(probs), probs[0].pace is not None))
     a = np.asarray(best_s[:nb]).reshape(R, K)
     best = robust_objective(probs, a, robust)
     bound = robust_lower_bound(probs, robust)

@@ -32,9 +32,16 @@ class _Scenario:
         self.emb = p.emb.tolist() if (p.emb is not None and R > 1) else None
         self.const = float(p.const)
         # the lock step's pace (problem.Pace), scored per column over its whole node list (a max, not a sum)
-        self.pace = (p.pace, [[float(x) for x in r] for r in p.pace.c],
-                     [[[float(x) for x in r] for r in t] for t in p.pace.steep_c]) \
-            if (p.pace is not None and R > 1) else None
+        # (weight, base, e, f, lin, c, steep): terms that are all -inf (interleaved's steep pace has no e, f) are
+        # left out, which changes no maximum; the per-swap cost is then the boundaries' table lookups alone
+        self.pace = None
+        if p.pace is not None and R > 1:
+            pc = p.pace
+            fin_e, fin_f = np.isfinite(pc.e).any(), np.isfinite(pc.f).any()
+            self.pace = (float(pc.weight), float(pc.base), [float(x) for x in pc.e] if fin_e else None,
+                         [float(x) for x in pc.f] if fin_f else None, tuple(pc.lin),
+                         [[float(x) for x in r] for r in pc.c],
+                         [[[float(x) for x in r] for r in t] for t in pc.steep_c] or None)
         self.dps = []
         if K > 1:
             sym = p._dp_sym
@@ -105,17 +112,18 @@ class SwapEvaluator:
         order as the numpy form."""
         if sc.pace is None:
             return 0.0
-        pc, c, steep = sc.pace
-        s, K = self.state, self.K
-        h = [c[s[r * K + j]][s[(r + 1) * K + j]] for r in range(self.R - 1)]
-        best = max([pc.base] + [float(e) + x for e, x in zip(pc.e, h, strict=True)])
-        if self.R > 2:
-            best = max([best] + [float(pc.f[i]) + h[i - 1] + h[i] for i in range(1, self.R - 1)])
-        if steep:      # Pace.steep_c per boundary, the wrap (row R-1 -> row 0) last
-            R = self.R
+        weight, best, e, f, lin, c, steep = sc.pace
+        s, K, R = self.state, self.K, self.R
+        if e is not None or f is not None or lin:
+            h = [c[s[r * K + j]][s[(r + 1) * K + j]] for r in range(R - 1)]
+            if e is not None:
+                best = max([best] + [x + y for x, y in zip(e, h, strict=True)])
+            if f is not None and R > 2:
+                best = max([best] + [f[i] + h[i - 1] + h[i] for i in range(1, R - 1)])
+        if steep is not None:      # Pace.steep_c per boundary, the wrap (row R-1 -> row 0) last
             best = max([best] + [t[s[r * K + j]][s[((r + 1) % R) * K + j]] for r, t in enumerate(steep)])
-        out = pc.weight * best
-        for r in pc.lin:
+        out = weight * best
+        for r in lin:
             out = out + h[r]
         return out
 

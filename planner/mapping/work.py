@@ -45,6 +45,8 @@ ANNEAL_ITERS_PER_S = 177000      # annealer iterations of cost 1 per work second
 #                                  75% of the least rate with two solves at once on the slowest machine the project
 #                                  ran on, 82,700 = the median of six runs' minima, Nov 26; it was 365,000 from a
 #                                  machine 2x faster, on which 64-128-node solves here ended at the safety stop)
+PACE_ITER_FACTOR = 2.0           # an iteration on a paced problem (1F1B's lock step, interleaved's steep hops): the
+#                                  same swaps on 4-8-row het problems ran 1.3-1.9x slower (docs/notes/solver.md)
 COLUMN_ITEMS_PER_S = 1_000_000   # enumerated column paths per work second (columns.column_items)
 DFS_NODE_WORK_S = 3.5e-5         # one node of the decomposition's depth-first cover search (~32 us measured)
 CPSAT_CALL_WORK_S = 0.012        # building and starting one CP-SAT model (~12 ms measured on small models)
@@ -158,16 +160,17 @@ def enumeration_work(configs: int = 0, stages: int = 0, fits: int = 0) -> float:
     return configs * CONFIG_WORK_S + stages * STAGE_MEMORY_WORK_S + fits * FIT_WORK_S
 
 
-def iteration_cost(rows: int, scenarios: int = 1) -> float:
+def iteration_cost(rows: int, scenarios: int = 1, paced: bool = False) -> float:
     """Relative cost of one annealer iteration (a swap scored incrementally: a column's path terms per row, and
     every scenario; refitted on iterations/s measured side by side, docs/notes/solver.md "Incremental annealer":
-    1 x 16 grids ~1.7-2x faster than 16 x 8 ones, 3 scenarios ~2.2x dearer than 1)."""
-    return (1.0 + rows / 16.0) * (0.3 + 0.7 * scenarios)
+    1 x 16 grids ~1.7-2x faster than 16 x 8 ones, 3 scenarios ~2.2x dearer than 1). paced: the problem carries a
+    pace (MappingProblem.pace), which a swap scores again over its columns' whole node lists: PACE_ITER_FACTOR."""
+    return (1.0 + rows / 16.0) * (0.3 + 0.7 * scenarios) * (PACE_ITER_FACTOR if paced else 1.0)
 
 
-def anneal_work(iterations: int, rows: int = 1, scenarios: int = 1) -> float:
+def anneal_work(iterations: int, rows: int = 1, scenarios: int = 1, paced: bool = False) -> float:
     """Work seconds of `iterations` annealer iterations on a grid of `rows` rows and `scenarios` scenarios."""
-    return iterations * iteration_cost(rows, scenarios) / ANNEAL_ITERS_PER_S
+    return iterations * iteration_cost(rows, scenarios, paced) / ANNEAL_ITERS_PER_S
 
 
 def lns_step_work(blocks: int, size: int) -> float:
@@ -177,6 +180,6 @@ def lns_step_work(blocks: int, size: int) -> float:
     return (LNS_STEP_ITERS + LNS_BLOCK_ITERS * blocks + LNS_NODE_ITERS * size) / ANNEAL_ITERS_PER_S
 
 
-def iterations_for(work_s: float, rows: int = 1, scenarios: int = 1) -> int:
+def iterations_for(work_s: float, rows: int = 1, scenarios: int = 1, paced: bool = False) -> int:
     """Annealer iterations that work_s work seconds buy (at least one)."""
-    return max(1, int(ANNEAL_ITERS_PER_S * work_s / iteration_cost(rows, scenarios)))
+    return max(1, int(ANNEAL_ITERS_PER_S * work_s / iteration_cost(rows, scenarios, paced)))

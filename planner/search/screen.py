@@ -376,7 +376,8 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
             continue
         probs = kept.pop((k, j), None) or problems(k, lay)
         # the start's search (rows confined to groups of nodes) on at most the work of the screening anneal itself
-        init = initial_placement(probs, robust, budget_s=work.anneal_work(SCREEN_ITERS, lay.rows, len(probs)))
+        init = initial_placement(probs, robust, budget_s=work.anneal_work(SCREEN_ITERS, lay.rows, len(probs),
+                                                                          probs[0].pace is not None))
         res = anneal(probs, seed=seed, iterations=SCREEN_ITERS, init=init, robust=robust,
                      time_limit_s=max(0.05, deadline - time.perf_counter()))
         wall_stop |= time.perf_counter() > deadline     # the safety stop may have cut this anneal short
