@@ -109,9 +109,11 @@ def test_ring_bottleneck_bound_is_valid_and_tight_on_small_cases(costs_cases):
 
 
 def test_cutoff_refutes_and_survives_an_infeasible_hint(make_spec, optimum):
-    """A candidate that cannot beat the incumbent is PRUNED; the (worse) hint must not crash CP-SAT."""
+    """A candidate that cannot beat the incumbent is PRUNED; the (worse) hint must not crash CP-SAT. GPipe: a sum of
+    hops, what this test is about (Megatron-Core's 1F1B carries the lock step's pace, tests/test_pace.py; its cutoff
+    at the exact optimum took CP-SAT ~10 s to refute here, docs/notes/solver.md)."""
     spec = make_spec(nodes=6, seed=2, gbs=96)
-    cfg = ParallelConfig(4, 6, 2, 1, 48, "1f1b", 1, "selective")
+    cfg = ParallelConfig(4, 6, 2, 1, 48, "gpipe", 1, "selective")
     prob = build_problem(spec, cfg, layouts(4, 6, 2, 8)[0])
     best, _ = optimum(prob)
     hint = prob.rank_order()
@@ -122,10 +124,11 @@ def test_cutoff_refutes_and_survives_an_infeasible_hint(make_spec, optimum):
 
 
 def test_single_column_circuit_model_equals_brute_force(make_spec, optimum):
-    """K = 1 grids go to the circuit formulation, spare nodes included (6 nodes, 4 or 5 rows)."""
+    """K = 1 grids go to the circuit formulation, spare nodes included (6 nodes, 4 or 5 rows). GPipe: 1F1B's lock-step
+    pace takes K = 1 to the grid model (tests/test_pace.py)."""
     for seed, (tp, pp) in enumerate([(8, 4), (8, 5), (4, 4)]):
         spec = make_spec(nodes=6, seed=20 + seed, gbs=64, layers=40)
-        cfg = ParallelConfig(tp, pp, 8 // tp if tp < 8 else 1, 1, 64 // (8 // tp if tp < 8 else 1), "1f1b", 1,
+        cfg = ParallelConfig(tp, pp, 8 // tp if tp < 8 else 1, 1, 64 // (8 // tp if tp < 8 else 1), "gpipe", 1,
                              "selective")
         for lay in layouts(cfg.tp, cfg.pp, cfg.dp, 8):
             if lay.cols != 1:
