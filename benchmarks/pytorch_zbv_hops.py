@@ -51,11 +51,17 @@ def main() -> int:
                         big["new"].append(new)
     for name, d in (("all hops", gaps), ("hops of 2-4 chunk F's", big)):
         for k, g in d.items():
-            a = 100 * np.array(g)
-            q = np.percentile(a, [5, 50, 95])
-            print(f"{name}, {k:10s} n={a.size}: p5 {q[0]:+.2f}% median {q[1]:+.2f}% p95 {q[2]:+.2f}% "
-                  f"min {a.min():+.2f}% max {a.max():+.2f}%")
+            print(spread_line(f"{name}, {k:10s}", g))
     return 0
+
+
+def spread_line(label: str, gaps, digits: int = 2) -> str:
+    """One line of relative gaps (fractions) in %: n, p5, median, p95, min, max (vmin_hops.py prints the same)."""
+    a = 100 * np.array(gaps)
+    q = np.percentile(a, [5, 50, 95])
+    f = f"+.{digits}f"
+    return (f"{label} n={a.size}: p5 {q[0]:{f}}% median {q[1]:{f}}% p95 {q[2]:{f}}% "
+            f"min {a.min():{f}}% max {a.max():{f}}%")
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pytorch_zbv_hops import spread_line
 
 from planner.costs.pipeline import compute_time
 from planner.costs.vwalk import v_walk, v_walk_p2p_s
@@ -41,10 +42,7 @@ def main() -> int:
                     tl = v_walk("v-min", [f] * p, [b] * p, [w] * p, m)
                     gaps["walked", r].append((tl.makespan + walked) / sim - 1)
     for (k, r), g in gaps.items():
-        a = 100 * np.array(g)
-        q = np.percentile(a, [5, 50, 95])
-        print(f"{k} {r:8s} n={a.size}: p5 {q[0]:+.1f}% median {q[1]:+.1f}% p95 {q[2]:+.1f}% "
-              f"min {a.min():+.1f}% max {a.max():+.1f}%")
+        print(spread_line(f"{k} {r:8s}", g, digits=1))
     return 0
 
 

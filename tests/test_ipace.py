@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from swap_checks import assert_swaps_track_objective
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
@@ -23,7 +24,6 @@ from planner.costs.iteration import (
 from planner.costs.pipeline import convex_pieces, interleaved_time
 from planner.mapping.bruteforce import all_placements
 from planner.mapping.cpsat import solve_exact
-from planner.mapping.incremental import SwapEvaluator
 from planner.mapping.problem import Layout
 from planner.mapping.units import int_pace, int_pace_floor
 
@@ -136,17 +136,4 @@ def test_slow_links_reach_past_a_knee(make_spec):
 def test_incremental_score_equals_the_objective_after_random_swaps(make_spec):
     for case in CASES:
         _, prob = _problem(_het(make_spec, case[0], 2), case)
-        n, blocks = prob.n, prob.layout.blocks
-        R, K = prob.layout.rows, prob.layout.cols
-        rng = np.random.default_rng(7)
-        ev = SwapEvaluator([prob], list(rng.permutation(n)), tie_level=0.9)
-        for _ in range(200):
-            p, q = (int(x) for x in rng.choice(n, 2, replace=False))
-            v = ev.propose_swap(p, q)
-            s = list(ev.state)
-            s[p], s[q] = s[q], s[p]
-            assert v == pytest.approx(prob.objective(np.array(s[:blocks]).reshape(R, K)), rel=1e-12, abs=1e-15)
-            if rng.random() < 0.5:
-                ev.accept()
-            assert ev.value == pytest.approx(prob.objective(np.array(ev.state[:blocks]).reshape(R, K)),
-                                             rel=1e-12, abs=1e-15)
+        assert_swaps_track_objective(prob)

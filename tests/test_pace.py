@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from swap_checks import assert_swaps_track_objective
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
@@ -12,7 +13,6 @@ from planner.costs.pipeline import lock_step_p2p_s
 from planner.mapping.anneal import anneal
 from planner.mapping.bruteforce import all_placements
 from planner.mapping.cpsat import solve_exact
-from planner.mapping.incremental import SwapEvaluator
 from planner.mapping.problem import Layout, MappingProblem
 from planner.mapping.units import int_objective, int_pace, int_pace_floor, rounding_slack
 
@@ -130,20 +130,7 @@ def test_the_pace_changes_the_optimum(make_spec, optimum):
 def test_incremental_score_equals_the_objective_after_random_swaps(make_spec):
     for case in CASES:
         _, _, prob = _problem(make_spec, case)
-        n, blocks = prob.n, prob.layout.blocks
-        R, K = prob.layout.rows, prob.layout.cols
-        rng = np.random.default_rng(7)
-        ev = SwapEvaluator([prob], list(rng.permutation(n)), tie_level=0.9)
-        for _ in range(200):
-            p, q = (int(x) for x in rng.choice(n, 2, replace=False))
-            v = ev.propose_swap(p, q)
-            s = list(ev.state)
-            s[p], s[q] = s[q], s[p]
-            assert v == pytest.approx(prob.objective(np.array(s[:blocks]).reshape(R, K)), rel=1e-12, abs=1e-15)
-            if rng.random() < 0.5:
-                ev.accept()
-            assert ev.value == pytest.approx(prob.objective(np.array(ev.state[:blocks]).reshape(R, K)),
-                                             rel=1e-12, abs=1e-15)
+        assert_swaps_track_objective(prob)
 
 
 def test_no_pace_without_the_lock_step(make_spec):

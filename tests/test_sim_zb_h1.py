@@ -1,4 +1,4 @@
-"""ZB-H1's walked order (costs/vwalk.py v_walk, v_walk_p2p_s: zb_h1_time and zb_h1_p2p_s before branch vwalk)
+"""ZB-H1's walked order (costs/vwalk.py v_walk, v_walk_p2p_s; the closed forms zb_h1_time and zb_h1_p2p_s before it)
 against the op-level replay, with a heavier last stage, the usual case (output layer and loss last), where the
 per-stage form it replaces was up to 12% over the compute and charged two round trips of the path that the heavier
 stage's slack partly hides (the fuzz of valid plans: V100 plans at pp 16-32, +6 .. +17%; docs/notes/simulator.md,

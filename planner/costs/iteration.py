@@ -631,11 +631,7 @@ def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s
     hop, last device to device 0, is one more boundary (the network's between rows, else NVLink's), charged the same
     traversals on the wrap."""
     pp, m = cfg.pp, cfg.num_microbatches
-    inter = typical_inter_hop(one_way, intra_s)
-    a = pp // rows
-    cs = [inter if (j + 1) % a == 0 else intra_s for j in range(pp - 1)]
-    if wrap:        # the wrap-around hop, last stage to stage 0: between rows (nodes) when there are several
-        cs.append(inter if rows > 1 else intra_s)
+    cs = typical_boundary_hops(pp, rows, typical_inter_hop(one_way, intra_s), intra_s, wrap)
     c = sum(cs) / len(cs)
     if not c > 0:
         return 1.0
@@ -1023,6 +1019,17 @@ def interleaved_paced(spec, cfg: ParallelConfig) -> bool:
             and cfg.num_microbatches % cfg.pp == 0)
 
 
+def typical_boundary_hops(pp: int, rows: int, inter: float, intra_s: float, wrap: bool = False) -> list[float]:
+    """Each stage boundary's typical one-way hop, j = 0 .. pp - 2: the network's (`inter`) where stage j + 1 starts a
+    row of the layout (pp / rows stages a row), NVLink's elsewhere; with `wrap`, the wrap-around hop (last stage to
+    stage 0) last, the network's between rows when there are several."""
+    a = pp // rows
+    cs = [inter if (j + 1) % a == 0 else intra_s for j in range(pp - 1)]
+    if wrap:
+        cs.append(inter if rows > 1 else intra_s)
+    return cs
+
+
 def typical_inter_hop(one_way: np.ndarray, intra_s: float) -> float:
     """The plan's typical one-way inter-node hop: the median of the candidate links (NVLink's where none)."""
     off = one_way[~np.eye(len(one_way), dtype=bool)]
@@ -1046,7 +1053,7 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
     c = (one_way + one_way.T) / 2
     np.fill_diagonal(c, 0.0)
     typ = typical_inter_hop(one_way, intra_s)
-    cs = [typ if (j + 1) % a == 0 else intra_s for j in range(pp - 1)] + [typ]
+    cs = typical_boundary_hops(pp, R, typ, intra_s, wrap=True)        # R > 1 here: the wrap is the network's
     at = [(r + 1) * a - 1 for r in range(R - 1)] + [pp - 1]        # each boundary's stage boundary (the wrap last)
     fin = c[np.isfinite(c)]
     hi = max(float(fin.max()) if fin.size else 0.0, typ)

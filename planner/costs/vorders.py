@@ -78,7 +78,7 @@ def v_chunk_times(x) -> list:
 def stable_pattern(name: str, p: int) -> list:
     """Slots of micro-batch 0's [F chunk 0, F chunk 1, B chunk 1, B chunk 0] per device in seed 001's V-Min / V-Half
     steady state, micro-batch j at + 6j (zbv_greedy.py stable_pattern_v_min / stable_pattern_v_half @39f2c186); the
-    order's builder (simulator/vblocks.py) and V-Min's hop period (v_min_period) read it."""
+    order's builder (simulator/vblocks.py) reads it."""
     if name == "v-min":
         gap = 2 if p % 3 == 0 else 0
         return [[i, 2 * p - i - 1, 2 * p + gap + i, 4 * p + gap - i - 1] for i in range(p)]
