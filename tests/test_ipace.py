@@ -137,3 +137,36 @@ def test_incremental_score_equals_the_objective_after_random_swaps(make_spec):
     for case in CASES:
         _, prob = _problem(_het(make_spec, case[0], 2), case)
         assert_swaps_track_objective(prob)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bound_only_relaxation_stays_under_the_full_objective(make_spec, case):
+    """build_problem's bound_only relaxation (screening bounds on it, no steep curves): same hops, no pace, its
+    objective at most the full one on every placement, equal where no column leaves its first pieces, and its
+    bound at most the full problem's (and so at most every placement's objective)."""
+    from planner.costs.iteration import bound_differs
+    spec = _het(make_spec, case[0], 1)
+    cfg, prob = _problem(spec, case)
+    assert bound_differs(spec, cfg, prob.layout)
+    cheap = build_problem(spec, cfg, prob.layout, bound_only=True)
+    assert cheap.pace is None and np.array_equal(cheap.hop, prob.hop)
+    full_obj = np.array([prob.objective(a) for a in all_placements(prob)])
+    cheap_obj = np.array([cheap.objective(a) for a in all_placements(prob)])
+    assert np.all(cheap_obj <= full_obj)
+    flat = np.array([float(prob.pace.costs(a).max()) for a in all_placements(prob)])
+    # the relaxation's const is the full one less max_r S_r(typical) and a rounding margin: equal objectives where
+    # the slowest column's steep part is what the typical hop gives it
+    assert cheap.lower_bound() <= prob.lower_bound() + 1e-12
+    assert cheap.lower_bound() <= full_obj.min()
+    assert (full_obj - cheap_obj).max() <= flat.max() + 1e-6 * full_obj.max()
+
+
+def test_bound_only_is_the_full_problem_without_a_steep_pace(make_spec):
+    """1F1B (its pace is cheap) and a one-row layout: bound_only changes nothing (bound_differs False)."""
+    from planner.costs.iteration import bound_differs
+    spec = _het(make_spec, 4, 1)
+    cfg = ParallelConfig(4, 2, 4, 1, 16, "1f1b", None, "selective")
+    lay = Layout(1, 2, 2, 2)
+    assert not bound_differs(spec, cfg, lay)
+    a, b = build_problem(spec, cfg, lay), build_problem(spec, cfg, lay, bound_only=True)
+    assert a.const == b.const and np.array_equal(a.hop, b.hop) and (a.pace is None) == (b.pace is None)

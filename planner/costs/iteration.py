@@ -923,7 +923,11 @@ def block_bandwidth(bw: np.ndarray, span: int) -> np.ndarray:
 
 
 def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None = None,
-                  bandwidth: np.ndarray | None = None, nodes: np.ndarray | None = None) -> MappingProblem:
+                  bandwidth: np.ndarray | None = None, nodes: np.ndarray | None = None,
+                  bound_only: bool = False) -> MappingProblem:
+    """The mapping problem of (cfg, layout) on the cluster's links (or `bandwidth`, one snapshot), over `nodes`.
+    bound_only: a relaxation for bounds alone (screening's), whose objective is at most the full problem's on every
+    mapping: interleaved's steep pace left out (>= 0; bound_differs says where), which spares its boundaries' walks."""
     costs = costs or default_costs(spec.cluster)
     cl, model = spec.cluster, spec.model
     bw = cl.bandwidth if bandwidth is None else bandwidth
@@ -955,7 +959,8 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
         # Megatron-Core's interleaved order walked per mapped boundary: its linear part on the sum, its steep part
         # (past a chunk's slack) as a bottleneck (Pace.steep), not the typical hop's traversals scaled by the sum
         fc, bc = interleaved_chunk_times(spec, cfg, st)
-        hop, wrap, pace, add = interleaved_problem_parts(fc, bc, m, p2p_blocking(spec, cfg), layout, one_way, intra_s)
+        hop, wrap, pace, add = interleaved_problem_parts(fc, bc, m, p2p_blocking(spec, cfg), layout, one_way, intra_s,
+                                                         steep=not bound_only)
         const += add
         wraps = 0.0
     elif waited_lock_step(spec, cfg) and layout.rows > 1:
@@ -1012,6 +1017,11 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const, emb, pace)
 
 
+def bound_differs(spec, cfg: ParallelConfig, layout: Layout) -> bool:
+    """Whether build_problem(..., bound_only=True) differs from the full problem (interleaved's steep pace)."""
+    return interleaved_paced(spec, cfg) and layout.rows > 1
+
+
 def interleaved_paced(spec, cfg: ParallelConfig) -> bool:
     """Megatron-Core's interleaved order (pipeline.interleaved_time: pp > 1, m a multiple of pp), whose hops the
     mapping charges per boundary (interleaved_problem_parts) where the layout has several node rows."""
@@ -1037,7 +1047,8 @@ def typical_inter_hop(one_way: np.ndarray, intra_s: float) -> float:
     return float(np.median(off)) if off.size else intra_s
 
 
-def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, one_way: np.ndarray, intra_s: float):
+def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, one_way: np.ndarray, intra_s: float,
+                              steep: bool = True):
     """(hop, wrap, pace, const): the exposed hops of interleaved's walk, interleaved_time(c) - interleaved_time(0),
     on a column's mapped hops, as  const + Lrow sum_r h_r + Lwrap h_wrap + max_r S_r(h_r)  (r over the row
     boundaries and the wrap). E_r(x), the walk with boundary r's hop at x and every other at the plan's typical hop
@@ -1047,7 +1058,10 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
     stays in its S_r), the rest S_r(x) = E_r(x) - L x - E_r(0) >= 0 the steep part past a chunk's slack, whose max
     over boundaries is Pace.steep. Exact where one boundary leaves the typical hop (every E_r's typical hop on its
     first piece; with two rows the boundary and the wrap join one pair, so their joint curve is exact everywhere); a
-    hop is the mean of its two directions, as the typical-hop charge's (one_way + one_way.T)."""
+    hop is the mean of its two directions, as the typical-hop charge's (one_way + one_way.T). steep False (a bound's
+    relaxation): no pace, each curve walked only for its first slope and its value at the typical hop (a few walks
+    a boundary, not its pieces'), the same hop, wrap and const (less a rounding margin), so the objective is the full
+    one's less its max_r S_r(h_r) >= 0."""
     pp, R = len(fc), layout.rows
     a = pp // R
     c = (one_way + one_way.T) / 2
@@ -1060,6 +1074,7 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
     zero = interleaved_time(fc, bc, m, 0.0, blocking)
     # two rows: the boundary and the wrap join the same pair, one curve with both at x (exact on every mapping)
     sets = [tuple(at)] if R == 2 else [(j,) for j in at]
+    at_cs = interleaved_time(fc, bc, m, cs, blocking) - zero        # every E_r at the typical hop
     curves = []
     for js in sets:
         def exposed(x, js=js):
@@ -1067,15 +1082,27 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
             for j in js:
                 h[j] = x
             return interleaved_time(fc, bc, m, h, blocking) - zero
-        curves.append(np.array(convex_pieces(exposed, hi)))
+        if steep:
+            curves.append(np.array(convex_pieces(exposed, hi)))
+        else:       # the first piece (convex_pieces' own first slope) and the value at the typical hop
+            d, f0 = hi * 1e-6, exposed(0.0)
+            curves.append(np.array([[(exposed(d) - f0) / d if hi > 0 else 0.0, f0], [np.nan, at_cs]]))
     if R == 2:
-        curves.append(np.zeros((1, 2)))
+        curves.append(np.array([[0.0, 0.0], [np.nan, 0.0]]) if not steep else np.zeros((1, 2)))
     lrow = min(float(pc[0, 0]) for pc in curves[:-1])
     lin = [lrow] * (R - 1) + [float(curves[-1][0, 0])]
-    steep = tuple(np.stack([pc[:, 0] - lr, pc[:, 1] - pc[0, 1]], axis=1) for pc, lr in zip(curves, lin, strict=True))
-    pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), steep)
-    at_typ = max(float(np.max(pc[:, 0] * typ + pc[:, 1])) for pc in steep)
-    const = interleaved_time(fc, bc, m, cs, blocking) - zero - lrow * (R - 1) * typ - lin[-1] * typ - at_typ
+    if steep:
+        parts = tuple(np.stack([pc[:, 0] - lr, pc[:, 1] - pc[0, 1]], axis=1)
+                      for pc, lr in zip(curves, lin, strict=True))
+        pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts)
+        at_typ = max(float(np.max(pc[:, 0] * typ + pc[:, 1])) for pc in parts)
+    else:
+        # S_r(typ) = E_r(typ) - L typ - E_r(0) from the walks; the full build reads it off its pieces, equal but for
+        # rounding, hence the margin (the relaxation must stay at or under the full objective)
+        pace = None
+        at_typ = max(float(pc[1, 1] - lr * typ - pc[0, 1]) for pc, lr in zip(curves, lin, strict=True))
+        at_typ += 1e-9 * (1.0 + abs(at_cs))
+    const = at_cs - lrow * (R - 1) * typ - lin[-1] * typ - at_typ
     with np.errstate(invalid="ignore"):          # a pair without a link (inf) stays unusable at slope 0
         hop, wrap = (np.where(np.isinf(c), np.inf, w * c) for w in (lrow, lin[-1]))
     return hop, wrap, pace, const

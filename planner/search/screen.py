@@ -18,7 +18,7 @@ from planner import interrupt
 from planner.config import ParallelConfig
 from planner.costs import Costs
 from planner.costs.context_parallel import stage_memories
-from planner.costs.iteration import build_problem, compute_const, memory_limit_GiB
+from planner.costs.iteration import bound_differs, build_problem, compute_const, memory_limit_GiB
 from planner.costs.memory import GiB
 from planner.errors import InfeasibleError, SpecError
 from planner.mapping import work
@@ -295,7 +295,10 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
     re-search; default: at the start of this call) reaches SCREEN_SHARE of the budget, whatever the memory screen
     spent (that alone may exceed a short limit: tryout 7, 7,506 configurations against 2.8 work s at 8 s); then,
     or at the safety stop, the best layout bounded so far is annealed. `bounds` (config -> [(bound, layout index,
-    layout)]) keeps the layouts' bounds across calls: a re-search after a simulation veto starts from them."""
+    layout, full)]) keeps the layouts' bounds across calls: a re-search after a simulation veto starts from them. A
+    layout is bounded first on build_problem's bound_only relaxation (interleaved's steep pace left out: a few walks a
+    boundary instead of its curves'), and again on its full problem (`full`) when that bound comes first: the problem
+    its anneal needs anyway, so configurations that are pruned never pay for their curves."""
     best: Candidate | None = None
     cands: list[Candidate] = []
     open_bounds: list[float] = []
@@ -307,18 +310,20 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
     def lays_of(cfg):
         return layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, gpn, cfg.dp_shard)
 
-    # entries (bound, config index, layout index or -1: not bounded yet, layout)
+    # entries (bound, config index, layout index or -1: not bounded yet, layout, whether the bound is the full
+    # problem's: False for the bound_only relaxation's)
     bounds = {} if bounds is None else bounds
     heap = []
     for k, (lb, cfg) in enumerate(fits):
-        heap.extend([(plb, k, j, lay) for plb, j, lay in bounds[cfg]] if cfg in bounds else [(lb, k, -1, None)])
+        heap.extend([(plb, k, j, lay, full) for plb, j, lay, full in bounds[cfg]] if cfg in bounds
+                    else [(lb, k, -1, None, True)])
     heapq.heapify(heap)
     kept: dict = {}           # (k, j) -> problems of the last few bounded layouts, so most anneals need no rebuild
     bounded = 0
     start = spent.used_s if own_from is None else own_from      # where screening's own work starts
 
-    def problems(k, lay):
-        probs = [build_problem(spec, fits[k][1], lay, costs, bandwidth=m) for m in mats]
+    def problems(k, lay, bound_only: bool = False):
+        probs = [build_problem(spec, fits[k][1], lay, costs, bandwidth=m, bound_only=bound_only) for m in mats]
         work.charge(len(probs) * (work.SCREEN_PROBLEM_WORK_S + work.SCREEN_NODE2_WORK_S * probs[0].n ** 2))
         return probs
 
@@ -330,13 +335,27 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
         close = {c.cfg for c in cands if c.result.objective <= t * (1 + RERANK_WITHIN)}
         return t * (1 + RERANK_WITHIN) if len(close) < RERANK_MAX else t
 
+    def bound(k, j, lay, probs, full) -> int:
+        """Bound layout j of config k on `probs` (full: the full problems, kept for the anneal) and queue it at its
+        bound; 1 where that bound prunes it."""
+        plb = max(p.lower_bound() for p in probs)
+        bounds[fits[k][1]][j] = (plb, j, lay, full)
+        if best is not None and plb >= cut():
+            return 1
+        heapq.heappush(heap, (plb, k, j, lay, full))
+        if full:
+            kept[(k, j)] = probs
+            if len(kept) > SCREEN_KEEP:
+                del kept[next(iter(kept))]
+        return 0
+
     while heap:
         key = heap[0][0]
         wall = time.perf_counter() > deadline
         stop = spent.used_s > SCREEN_SHARE * budget or wall or interrupt.requested()
         if best is not None and (key >= cut() or (stop and key >= best.result.objective)):
             # everything left is pruned by its bound (a close one left unmapped at the stop included)
-            pruned_bound += sum(1 if j >= 0 else len(lays_of(fits[k][1])) for _, k, j, _ in heap)
+            pruned_bound += sum(1 if j >= 0 else len(lays_of(fits[k][1])) for _, k, j, _, _ in heap)
             break
         if stop and best is not None:
             screened_all = False
@@ -344,7 +363,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
             open_bounds.append(key)      # the lowest bound left bounds every entry left
             break
         if (wall or interrupt.requested() or spent.used_s - start > SCREEN_SHARE * budget) and \
-                any(j >= 0 for _, _, j, _ in heap):
+                any(j >= 0 for _, _, j, _, _ in heap):
             # no incumbent yet, and screening's own work past SCREEN_SHARE of the budget (whatever the memory
             # screen spent before it), the safety stop or a Ctrl-C: the best bounded layout is annealed now
             wall_stop |= wall
@@ -355,24 +374,20 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
             heapq.heapify(heap)
         else:
             entry = heapq.heappop(heap)
-        _, k, j, lay = entry
+        _, k, j, lay, full = entry
         cfg = fits[k][1]
         if j < 0:
-            bounds[cfg] = []
-            for j, lay in enumerate(lays_of(cfg)):
-                probs = problems(k, lay)
-                plb = max(p.lower_bound() for p in probs)
-                bounds[cfg].append((plb, j, lay))
-                if best is not None and plb >= cut():
-                    pruned_bound += 1
-                    continue
-                heapq.heappush(heap, (plb, k, j, lay))
-                kept[(k, j)] = probs
-                if len(kept) > SCREEN_KEEP:
-                    del kept[next(iter(kept))]
+            lays = lays_of(cfg)
+            bounds[cfg] = [None] * len(lays)
+            for j, lay in enumerate(lays):
+                exact = not bound_differs(spec, cfg, lay)
+                pruned_bound += bound(k, j, lay, problems(k, lay, bound_only=not exact), exact)
             bounded += 1
             if progress:
                 progress(bounded, len(fits))
+            continue
+        if not full:       # first at its relaxation's bound: bounded again on the full problem, its anneal's
+            pruned_bound += bound(k, j, lay, problems(k, lay), True)
             continue
         probs = kept.pop((k, j), None) or problems(k, lay)
         # the start's search (rows confined to groups of nodes) on at most the work of the screening anneal itself
