@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, astuple, dataclass
 
+from planner.memo import memo
+
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "v-min", "v-half", "v-zb")
 # Megatron-Core's --recompute-granularity selective with --recompute-modules core_attn ("selective", its default) or
 # mlp ("mlp": the dense MLP checkpointed from its input); "block": --recompute-granularity full --recompute-method
@@ -147,38 +149,14 @@ class ParallelConfig:
         _apply_layer_sac: a process-wide counter, incremented before the test, checkpoints a block when counter %
         n == 0; pipeline_parallel.py builds and parallelizes a rank's stages in ascending order, rank + s * pp, or
         (rank, 2pp - 1 - rank) for V-shapes: our chunk order); none otherwise."""
-        chunks = self.chunk_layers(num_layers)
-        if self.recompute == "full":
-            return tuple(tuple(tuple(range(n)) for n in c) for c in chunks)
-        if self.recompute == "block" and self.recompute_layers:
-            N = self.recompute_layers
-            if not self.layer_sac:
-                return tuple(tuple(tuple(range(min(N, n))) for n in c) for c in chunks)
-            out = []
-            for c in chunks:
-                o, rank = 0, []
-                for n in c:
-                    rank.append(tuple(j for j in range(n) if (o + j + 1) % N == 0))
-                    o += n
-                out.append(tuple(rank))
-            return tuple(out)
-        return tuple(tuple(() for _ in c) for c in chunks)
+        return _checkpointed_chunk_layers(self, num_layers)
 
     def recomputed_chunk_layers(self, num_layers: int) -> tuple[tuple[int, ...], ...]:
         """How many layers of each model chunk of each pipeline rank are rebuilt whole from their input in backward
         (checkpointed_chunk_layers): all with full recompute, min(N, chunk) with block, every n-th of the rank with
         torchtitan's layer SAC (a ZeRO-3 plan's block: the multiples of n among the chunk's counter values), none
         otherwise. Counted without listing positions: the estimator calls it per stage."""
-        chunks = self.chunk_layers(num_layers)
-        if self.recompute == "full":
-            return chunks
-        if self.recompute == "block" and self.recompute_layers:
-            N = self.recompute_layers
-            if not self.layer_sac:
-                return tuple(tuple(min(N, n) for n in c) for c in chunks)
-            ends = [[sum(c[:i + 1]) for i in range(len(c))] for c in chunks]
-            return tuple(tuple(e // N - (e - n) // N for n, e in zip(c, ee)) for c, ee in zip(chunks, ends))
-        return tuple(tuple(0 for _ in c) for c in chunks)
+        return _recomputed_chunk_layers(self, num_layers)
 
     @property
     def shard_size(self) -> int:
@@ -211,15 +189,7 @@ class ParallelConfig:
         """Layers of each model chunk of each pipeline rank: a rank's layers split evenly over its chunks, except
         that an accounted embedding (loss) takes one layer's place in rank 0's first (the last rank's last) chunk
         (get_num_layers_to_build)."""
-        v = self.chunks
-        per = self.stage_layers(num_layers)
-        out = [[(n + int(self.account_embedding and i == 0) + int(self.account_loss and i == self.pp - 1)) // v] * v
-               for i, n in enumerate(per)]
-        if self.account_embedding:
-            out[0][0] -= 1
-        if self.account_loss:
-            out[-1][-1] -= 1
-        return tuple(tuple(c) for c in out)
+        return _chunk_layers(self, num_layers)
 
     @property
     def chunks(self) -> int:
@@ -559,6 +529,7 @@ def _show(n: int | None) -> str:
     return "-" if n is None else str(n)
 
 
+@memo(4096)      # pure, and called per stage of every configuration the memory screen sees
 def split_layers(num_layers: int, pp: int, chunks: int = 1, first: int | None = None, last: int | None = None,
                  account_embedding: bool = False, account_loss: bool = False) -> tuple[int, ...]:
     """Transformer layers of each pipeline rank, as Megatron-Core builds them; ValueError when it would refuse.
@@ -617,3 +588,50 @@ def split_layers(num_layers: int, pp: int, chunks: int = 1, first: int | None = 
     if last is not None:
         out[-1] = last
     return tuple(out)
+
+
+@memo(4096)      # pure (frozen config); the memory screen asks per stage
+def _checkpointed_chunk_layers(cfg: ParallelConfig, num_layers: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    chunks = cfg.chunk_layers(num_layers)
+    if cfg.recompute == "full":
+        return tuple(tuple(tuple(range(n)) for n in c) for c in chunks)
+    if cfg.recompute == "block" and cfg.recompute_layers:
+        N = cfg.recompute_layers
+        if not cfg.layer_sac:
+            return tuple(tuple(tuple(range(min(N, n))) for n in c) for c in chunks)
+        out = []
+        for c in chunks:
+            o, rank = 0, []
+            for n in c:
+                rank.append(tuple(j for j in range(n) if (o + j + 1) % N == 0))
+                o += n
+            out.append(tuple(rank))
+        return tuple(out)
+    return tuple(tuple(() for _ in c) for c in chunks)
+
+
+@memo(4096)      # pure (frozen config); the memory screen asks per stage
+def _recomputed_chunk_layers(cfg: ParallelConfig, num_layers: int) -> tuple[tuple[int, ...], ...]:
+    chunks = cfg.chunk_layers(num_layers)
+    if cfg.recompute == "full":
+        return chunks
+    if cfg.recompute == "block" and cfg.recompute_layers:
+        N = cfg.recompute_layers
+        if not cfg.layer_sac:
+            return tuple(tuple(min(N, n) for n in c) for c in chunks)
+        ends = [[sum(c[:i + 1]) for i in range(len(c))] for c in chunks]
+        return tuple(tuple(e // N - (e - n) // N for n, e in zip(c, ee)) for c, ee in zip(chunks, ends))
+    return tuple(tuple(0 for _ in c) for c in chunks)
+
+
+@memo(4096)      # pure (frozen config); the memory screen asks per stage
+def _chunk_layers(cfg: ParallelConfig, num_layers: int) -> tuple[tuple[int, ...], ...]:
+    v = cfg.chunks
+    per = cfg.stage_layers(num_layers)
+    out = [[(n + int(cfg.account_embedding and i == 0) + int(cfg.account_loss and i == cfg.pp - 1)) // v] * v
+           for i, n in enumerate(per)]
+    if cfg.account_embedding:
+        out[0][0] -= 1
+    if cfg.account_loss:
+        out[-1][-1] -= 1
+    return tuple(tuple(c) for c in out)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 
 from planner.config import V_SHAPES, ParallelConfig, current_scaling
 from planner.costs.pipeline import chunks_per_device, inflight_microbatches
+from planner.memo import memo
 
 GiB = 1024 ** 3
 
@@ -250,6 +251,7 @@ def layer_saved_pieces(model, training, cfg: ParallelConfig) -> dict:
             "probs": score, "drop": 1.5 * score if drop else 0.0, "score": score}
 
 
+@memo(4096)      # pure (frozen arguments); asked per stage
 def layer_transient_bytes(model, training, cfg: ParallelConfig) -> float:
     """Backward working set of one layer, one micro-batch (bytes above the stored activations): the largest of
     its backward phases, each counted from what is live at that moment (checked op by op against the profiler).
@@ -558,6 +560,7 @@ def fp8_saved_input_delta(model, training, cfg: ParallelConfig) -> float:
     return s * b * (-2 * h / sp - model.ffn_hidden_size / t + proj * h / t)
 
 
+@memo(4096)      # pure (frozen arguments); asked per stage
 def stored_layer_bytes(model, training, cfg: ParallelConfig) -> float:
     """What one layer stores for its backward, one micro-batch (bytes): the activations as counted for bf16, with
     TE's fp8 GEMM inputs in place of their bf16 copies under fp8. The estimator's and the simulator's unit. Block
@@ -565,11 +568,13 @@ def stored_layer_bytes(model, training, cfg: ParallelConfig) -> float:
     return layer_activation_bytes(model, training, cfg) + fp8_saved_input_delta(model, training, cfg)
 
 
+@memo(4096)      # dataclasses.replace is slow, and the memory screen asks per stage
 def with_recompute(cfg: ParallelConfig, mode: str) -> ParallelConfig:
     """cfg under another recompute mode (block's two kinds of layer: full and none)."""
     return replace(cfg, recompute=mode, recompute_layers=None)
 
 
+@memo(1024)      # pure (frozen arguments); every stage of a configuration reads it
 def chunk_stored_bytes(model, training, cfg: ParallelConfig) -> tuple[tuple[float, ...], ...]:
     """What each model chunk of each pipeline rank stores for one micro-batch's backward (bytes): its layers times
     stored_layer_bytes; block recompute: its checkpointed layers (Megatron-Core's first min(N, layers), or on a
