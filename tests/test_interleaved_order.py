@@ -151,8 +151,8 @@ def test_sync_leads_are_the_replays(seed):
 def test_sync_leads_grow_with_the_hops_on_plan_like_chunks():
     """The estimate times the leads at the least candidate hop (iteration.sync_lead_hops) as a lower bound of the
     mapped pipelines': on plan-like chunks (uniform, a heavier first and last chunk) a lead at larger hops is never
-    shorter than 2% of a chunk's backward under it (max-plus does not make it monotone: on random chunks one shrank by
-    0.3 of a device's chunk backward in 400 draws, on plan-like ones by 0.011)."""
+    shorter by a tenth of the least chunk backward (max-plus does not make it monotone: in 400 draws 2 plan-like ones
+    shrank, by at most 0.086 of the least chunk backward; 24 random ones, by up to 2.3)."""
     from planner.costs.pipeline import interleaved_sync_leads
     rng = np.random.default_rng(11)
     for _ in range(60):
@@ -166,7 +166,7 @@ def test_sync_leads_grow_with_the_hops_on_plan_like_chunks():
         blocking = bool(rng.random() < 0.4)
         hi = interleaved_sync_leads(fc, bc, m, c, blocking)
         for lo_c in (c * rng.uniform(0, 1), np.full(p, c.min())):
-            assert (hi >= interleaved_sync_leads(fc, bc, m, lo_c, blocking) - 0.02 * bc.min()).all()
+            assert (hi >= interleaved_sync_leads(fc, bc, m, lo_c, blocking) - 0.1 * bc.min()).all()
 
 
 def _case(seed, i, uniform):
