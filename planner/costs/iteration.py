@@ -34,6 +34,7 @@ from planner.costs.memory import (
 from planner.costs.pipeline import (
     V_SHAPES,
     convex_pieces,
+    interleaved_sync_leads,
     interleaved_time,
     lock_step_p2p_s,
     lock_step_pace,
@@ -681,7 +682,7 @@ def fsdp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, stage: int, b: i
     return cfg.num_microbatches * (f + bw) + it
 
 
-def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int, pair_GBps=None):
+def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int, pair_GBps=None, lead_hops=None):
     """Data-parallel time of one row of blocks (its `stages`), per candidate link when pair_GBps is a matrix.
 
     No overlap: the whole sync of the row's largest stage (dp_sync_s of its dp_allreduce_s). With --overlap-grad-reduce:
@@ -690,7 +691,8 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
     first chunk in its buckets), which the simulator, replaying each chunk's own last backward, can only beat; device 0
     of a V-shape, whose last stage's gradients are ready long before its end, by v_first_device_dp_s. V-shapes whose
     order the estimate times (v_timeline_of): every device from its chunks' own ready times (v_timeline_dp_s).
-    The worst stage of the row counts. Monotone in the link time, so the mapping models keep their structure."""
+    The worst stage of the row counts. Monotone in the link time, so the mapping models keep their structure.
+    lead_hops: the interleaved order's hops for its chunks' sync leads (sync_lead_hops; none: zero)."""
     model = spec.model
     if cfg.zero == 3:
         out = None
@@ -719,7 +721,8 @@ def dp_row_s(spec, cfg: ParallelConfig, costs: Costs, st, stages, b: int, K: int
             continue
         pieces = (v - 1) + dp_bucket_count(spec, cfg, first_chunk_params(model, cfg), True) if s == 0 else v
         if aligned_grad_sync(spec, cfg):
-            e = interleaved_dp_exposed_s(spec, cfg, costs, st, s, hb, hf, pieces - (v - 1), b, K, pair_GBps)
+            e = interleaved_dp_exposed_s(spec, cfg, costs, st, s, hb, hf, pieces - (v - 1), b, K, pair_GBps,
+                                         lead_hops)
         else:
             T = dp_allreduce_s(spec, cfg, costs, stage_params(model, cfg, s), b, K, pair_GBps)
             e = dp_exposed_s(spec, cfg, T, hb, hf, pieces)
@@ -738,43 +741,66 @@ def aligned_grad_sync(spec, cfg: ParallelConfig) -> bool:
 
 
 def interleaved_dp_exposed_s(spec, cfg: ParallelConfig, costs: Costs, st, s: int, hb: float, hf: float, n0: int,
-                             b: int, K: int, pair_GBps=None):
+                             b: int, K: int, pair_GBps=None, lead_hops=None):
     """Exposed data-parallel time of a device of `stage` s in Megatron-Core's interleaved schedule under
     --overlap-grad-reduce (scalar or array over links), the chunks' reductions queued on one stream in the order
-    their gradients are ready, as the replay (_overlapped_dp) runs them. The last group of pp micro-batches runs its
-    backwards chunk-major, chunk v-1 first (schedules.py, get_model_chunk_id: backward chunk v - 1 - (k // pp) % v;
-    simulator/orders.py _interleaved), so chunk c's last backward is followed on the device by pp backwards of each
-    chunk below c; Megatron-Core launches its sync s of those steps later on pipeline rank s (aligned_grad_sync): at
-    least pp - s backwards of chunk c - 1 and pp of each chunk below before the device's end, each chunk's B taken
-    at its layers times the least per-layer B of any stage (less recompute: ops of their own). Chunk 0's sync (its
-    n0 buckets included) is launched after the device's last backward, nothing left to hide it. The form before
-    (every chunk's reduction in pieces over one micro-batch's backward of the whole device) hid only that backward
-    and was up to 10% of the iteration over the replay on plans whose sync is long (the fuzz of valid plans,
-    docs/notes/simulator.md). With the distributed optimizer the reduce-scatter halves queue and the parameter
-    all-gather follows (dp_exposed_s's rule). Never under the replay's lead: bubbles and recompute ops in the
-    cool-down only lengthen it."""
-    model, ov, v, pp = spec.model, overlap_of(spec), cfg.chunks, cfg.pp
+    their syncs are launched, as the replay (_overlapped_dp) runs them. Megatron-Core launches chunk c's sync s
+    backward steps after the chunk's last backward on pipeline rank s (pipeline.aligned_sync_step); the last group of
+    pp micro-batches runs its backwards chunk-major, chunk v-1 first (schedules.py, get_model_chunk_id), so chunk 0's
+    sync (its n0 buckets included) is launched after the device's last backward, nothing left to hide it. Each chunk's
+    lead (launch to the device's end) is its walked order's (pipeline.interleaved_sync_leads on the chunk times the
+    replay places, with hops lead_hops, sync_lead_hops: the least the plan's pipelines can have, so the leads are about
+    the least the replay's can be): the cool-down's backwards wait on their neighbours across every boundary, and the
+    lower bound this replaces (pp backwards of each chunk below c at the least per-layer B, no hops, no recompute) left
+    the hops out, up to +7% of the iteration over the replay on V100 links with pp 2 (the fuzz of valid plans: seed 2
+    case 283, seed 0 case 321). Without pp | m (an order Megatron-Core refuses, kept for old runs' validation) that
+    lower bound stays. With the distributed optimizer the reduce-scatter halves queue and the parameter all-gather
+    follows (dp_exposed_s's rule)."""
+    model, ov, v, pp, m = spec.model, overlap_of(spec), cfg.chunks, cfg.pp, cfg.num_microbatches
     rc = cfg.recompute != "none"
     layers = (cfg.chunk_layers(model.num_layers) if cfg.uneven
               else [[model.num_layers // pp // v] * v for _ in range(pp)])
-    # a chunk's B at least its layers at the least per-layer B of any stage (the replay's chunk times: _chunk_times)
-    unit = max(min((x.backward - (x.recompute if rc else 0.0)) / max(sum(n), 1) for x, n in zip(st, layers,
-                                                                                                 strict=True)), 0.0)
+    if m % pp == 0:
+        fc, bc = interleaved_chunk_times(spec, cfg, st)
+        lead = interleaved_sync_leads(fc, bc, m, 0.0 if lead_hops is None else lead_hops, p2p_blocking(spec, cfg))[s]
+        ready = [-float(x) for x in lead]
+    else:
+        # a chunk's B at least its layers at the least per-layer B of any stage (the replay's chunk times); ready pp
+        # backwards of each chunk below c before the end, launched s backward steps (of chunk c - 1) later
+        unit = max(min((x.backward - (x.recompute if rc else 0.0)) / max(sum(n), 1)
+                       for x, n in zip(st, layers, strict=True)), 0.0)
+        ready = [0.0] + [-pp * unit * sum(layers[s][:c]) + s * unit * layers[s][c - 1] for c in range(1, v)]
     p0 = first_chunk_params(model, cfg) if s == 0 else layers[s][0] * model.layer_params() / cfg.tp
     t0 = dp_allreduce_s(spec, cfg, costs, p0, b, K, pair_GBps)
     rest = dp_allreduce_s(spec, cfg, costs, (stage_params(model, cfg, s) - p0) / (v - 1), b, K, pair_GBps)
     half = 0.5 if cfg.zero >= 1 else 1.0
     t = None
-    for c in range(v - 1, 0, -1):
-        # ready pp backwards of each chunk below c before the end; launched s backward steps (of chunk c - 1) later
-        ready = -pp * unit * sum(layers[s][:c]) + s * unit * layers[s][c - 1]
-        t = (ready if t is None else np.maximum(t, ready)) + half * rest
-    # chunk 0 is launched after the device's last backward, all its buckets at once (aligned_grad_sync)
-    e = np.maximum(t, 0.0) + half * t0
+    for c in sorted(range(1, v), key=lambda c: ready[c]):        # in launch order
+        t = (ready[c] if t is None else np.maximum(t, ready[c])) + half * rest
+    # chunk 0: launched after the device's last backward, all its buckets at once (aligned_grad_sync)
+    e = np.maximum(t, ready[0]) + half * t0
     if cfg.zero >= 1:
         ag = (t0 + (v - 1) * rest) / 2 * param_gather_ratio(spec, cfg)
         e = e + (exposed_s(ag, hf, n0 + v - 1) if ov.param_gather else ag)
     return e
+
+
+def sync_lead_hops(cfg: ParallelConfig, rows: int, one_way: np.ndarray, intra_s: float) -> list[float] | None:
+    """The hops (each boundary's and the wrap's, as interleaved_time takes them) at which build_problem times the
+    interleaved chunks' sync leads (interleaved_dp_exposed_s), or None where the walk does not apply: the least one-way
+    time of the candidate links on the boundaries between node rows, NVLink's inside a node. A lead grows with the
+    hops (the cool-down's backwards wait on them), and the replay launches a chunk's sync when its slowest pipeline
+    is ready and ends with its slowest one, so its lead is at least the least of its pipelines' leads, each timed on
+    mapped links at least this fast: the data-parallel term stays a constant of the row and at most the replay's lead
+    (exact on one node row). Max-plus does not make a lead monotone in the hops: in 400 draws a lead at larger hops was
+    shorter in 2 plan-like ones, by at most 0.086 of the least chunk backward (24 random ones, up to 2.3 of it;
+    tests/test_interleaved_order.py)."""
+    if not (cfg.schedule == "interleaved" and cfg.pp > 1 and cfg.num_microbatches % cfg.pp == 0):
+        return None
+    off = one_way[~np.eye(len(one_way), dtype=bool)]
+    off = off[np.isfinite(off)]
+    least = float(off.min()) if off.size else intra_s
+    return typical_boundary_hops(cfg.pp, rows, least, intra_s, wrap=True)
 
 
 def v_last_chunk_lead_s(st, cfg: ParallelConfig) -> float:
@@ -994,11 +1020,12 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     pair_bw = np.minimum(B, B.T)            # a ring's link runs at its slower direction
     pair_bw = np.where(pair_bw > 0, pair_bw, np.inf)    # no link (the diagonal): zeroed after use
     if cfg.dp * cfg.cp > 1:        # the gradient reduce runs over dp * cp (dp_allreduce_s)
+        lead_hops = sync_lead_hops(cfg, R, one_way, intra_s) if aligned_grad_sync(spec, cfg) else None
         for i in range(R):
             stages = range(i * layout.a, (i + 1) * layout.a)
             slack = dp_row_slack_s(spec, st, cfg, i * layout.a, (i + 1) * layout.a - 1)
             with np.errstate(divide="ignore"):
-                ring = dp_row_s(spec, cfg, costs, st, stages, b, K, pair_bw if K > 1 else None)
+                ring = dp_row_s(spec, cfg, costs, st, stages, b, K, pair_bw if K > 1 else None, lead_hops)
             if K > 1:
                 dp_base[i] = -slack
                 dp_link[i] = ring

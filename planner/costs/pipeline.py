@@ -382,7 +382,8 @@ def _interleaved_makespan(fc: tuple, bc: tuple, m: int, c: tuple, blocking: bool
 
 def _interleaved_steady(fc: tuple, bc: tuple, n1: int, n: int, c: tuple, blocking: bool) -> tuple:
     """(the makespan of n groups of p micro-batches from the run of n1 (< n) groups, when that run reaches a periodic
-    state, else None; the ops it timed). Max-plus argument: past the warm-ups (position w_0 + 2) the order is invariant
+    state, else None; the ops it timed; the groups of the run whose ops after the last cut are the long run's, shifted:
+    n1 + (n - n1) mod q, else None). Max-plus argument: past the warm-ups (position w_0 + 2) the order is invariant
     under a shift of one group (2 p v positions a device, micro-batches + p), and a cut at one position P of every
     device leaves a past, equal in every run at least as long as far as the first cool-down, that the rest reads
     only through each device's last two ops before P (_interleaved_dag's flat_cut, checked on the DAG). So if that
@@ -397,10 +398,10 @@ def _interleaved_steady(fc: tuple, bc: tuple, n1: int, n: int, c: tuple, blockin
     P0 = w0 + 2
     steps = (2 * total - w0 - P0) // period        # the last cut P_t at or before device 0's cool-down
     if steps < 1:
-        return None, 0
+        return None, 0, None
     _, _, _, _, _, at, flat_cut = _interleaved_dag(p, n1 * p, v)
     if not flat_cut:
-        return None, 0
+        return None, 0, None
     e = np.array(_interleaved_ends(fc, bc, n1 * p, c, blocking))
     pos = P0 - 2 + period * np.arange(steps + 1)[:, None] + np.array([0, 1])
     X = e[at[:, pos]].transpose(1, 0, 2).reshape(steps + 1, -1)      # (cuts, 2 p)
@@ -410,8 +411,8 @@ def _interleaved_steady(fc: tuple, bc: tuple, n1: int, n: int, c: tuple, blockin
             q, D = hit
             r = (n - n1) % q
             base = e.max() if r == 0 else _interleaved_makespan(fc, bc, (n1 + r) * p, c, blocking)
-            return float(base + (n - n1 - r) // q * D), (n1 + n1 + r) * 2 * p * v * p
-    return None, n1 * 2 * p * v * p
+            return float(base + (n - n1 - r) // q * D), (n1 + n1 + r) * 2 * p * v * p, n1 + r
+    return None, n1 * 2 * p * v * p, None
 
 
 INTERLEAVED_STEADY_CUTS = 3      # the first run of the steady-state test holds this many cuts (_interleaved_steady)
@@ -419,7 +420,8 @@ INTERLEAVED_STEADY_CUTS = 3      # the first run of the steady-state test holds 
 
 @functools.lru_cache(maxsize=4096)
 def _interleaved_time(fc: tuple, bc: tuple, m: int, c: tuple, blocking: bool) -> tuple:
-    """(interleaved_time's makespan, the ops its runs timed)."""
+    """(interleaved_time's makespan, the ops its runs timed, the micro-batches of the shortest run whose ops from
+    device 0's cool-down on are the whole order's, shifted: m itself where no periodic state was found)."""
     # runs of the fewest groups that hold INTERLEAVED_STEADY_CUTS cuts past device 0's warm-up, then twice as many
     # ..., until one reaches a periodic state, while at most 3/4 of the order; else the whole order
     p, v = len(fc), len(fc[0])
@@ -428,12 +430,12 @@ def _interleaved_time(fc: tuple, bc: tuple, m: int, c: tuple, blocking: bool) ->
     n1 = INTERLEAVED_STEADY_CUTS + -(-(2 * w0 + 2) // (2 * p * v))
     ops = 0
     while 4 * n1 <= 3 * n:
-        t, k = _interleaved_steady(fc, bc, n1, n, c, blocking)
+        t, k, tail = _interleaved_steady(fc, bc, n1, n, c, blocking)
         ops += k
         if t is not None:
-            return t, ops
+            return t, ops, tail * p
         n1 *= 2
-    return _interleaved_makespan(fc, bc, m, c, blocking), ops + 2 * m * v * p
+    return _interleaved_makespan(fc, bc, m, c, blocking), ops + 2 * m * v * p, m
 
 
 def interleaved_time(fc, bc, m: int, c=0.0, blocking: bool = False) -> float:
@@ -456,9 +458,54 @@ def interleaved_time(fc, bc, m: int, c=0.0, blocking: bool = False) -> float:
     from planner.mapping import work  # here: planner.mapping imports this module
 
     # without hops a sender holds nothing: one key for compute_const's run and the hop charge's zero-hop one
-    t, ops = _interleaved_time(fc, bc, int(m), cs, bool(blocking) and any(cs))
+    t, ops, _ = _interleaved_time(fc, bc, int(m), cs, bool(blocking) and any(cs))
     work.charge(ops * work.ORDER_OP_WORK_S)  # every call, cached or not: the charge depends on the plan only
     return t
+
+
+def aligned_sync_step(b_chunks, d: int, c: int) -> int:
+    """Which of pipeline rank d's backward steps (b_chunks: each step's model chunk, in order) launches chunk c's
+    gradient sync under Megatron-Core's --overlap-grad-reduce with --align-grad-reduce (both on by default):
+    `pipeline_parallel_rank` steps after the chunk's last backward, and the chunks not launched by then after the
+    device's last backward (NVIDIA/Megatron-LM@d98e8a64 megatron/core/pipeline_parallel/schedules.py,
+    backward_step_helper_postprocess; "Launch any remaining grad reductions"). The one home of the rule: the replay's
+    launch (simulator.replay._aligned_ready) and the estimate's leads (interleaved_sync_leads)."""
+    b_chunks = np.asarray(b_chunks)
+    return min(int(np.flatnonzero(b_chunks == c)[-1]) + d, len(b_chunks) - 1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _interleaved_sync_leads(fc: tuple, bc: tuple, m: int, c: tuple, blocking: bool) -> tuple:
+    p, v = len(fc), len(fc[0])
+    _, ops, tail = _interleaved_time(fc, bc, m, c, blocking)
+    # the leads are differences of end times from device 0's cool-down on: the short run's equal the whole order's
+    e = _interleaved_ends(fc, bc, tail, c, blocking)
+    at = _interleaved_dag(p, tail, v)[5]
+    out = []
+    for d, (kinds, _, chs) in enumerate(interleaved_order(p, tail, v)):
+        steps = np.flatnonzero(kinds == 1)
+        end = e[at[d, -1]]
+        out.append(tuple(end - e[at[d, steps[aligned_sync_step(chs[steps], d, k)]]] for k in range(v)))
+    return tuple(out), ops + 2 * tail * v * p
+
+
+def interleaved_sync_leads(fc, bc, m: int, c=0.0, blocking: bool = False) -> np.ndarray:
+    """(p, v) seconds from each chunk's gradient-sync launch (aligned_sync_step) to its device's last backward's end
+    in Megatron-Core's interleaved order, walked as interleaved_time walks it (same arguments): what the estimate's
+    overlapped data-parallel term (iteration.interleaved_dp_exposed_s) hides each chunk's sync behind. Longer with
+    hops: the cool-down's backwards wait on their neighbours' across every boundary. Cached, charged as
+    interleaved_time."""
+    p = len(fc)
+    fc = tuple(tuple(map(float, x)) for x in fc)
+    bc = tuple(tuple(map(float, x)) for x in bc)
+    cs = tuple(map(float, c)) if np.ndim(c) else (float(c),) * p
+    if len(cs) != p:
+        raise ValueError(f"{len(cs)} hops for pp={p} (one per boundary and the wrap)")
+    from planner.mapping import work  # here: planner.mapping imports this module
+
+    leads, ops = _interleaved_sync_leads(fc, bc, int(m), cs, bool(blocking) and any(cs))
+    work.charge(ops * work.ORDER_OP_WORK_S)
+    return np.array(leads)
 
 
 def convex_pieces(f, hi: float, rel: float = 1e-9) -> list[tuple[float, float]]:

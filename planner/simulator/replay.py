@@ -56,7 +56,7 @@ from planner.costs.memory import (
     stage_params,
     stored_layer_bytes,
 )
-from planner.costs.pipeline import chunks_per_device, place_chunk_times
+from planner.costs.pipeline import aligned_sync_step, chunks_per_device, place_chunk_times
 from planner.mapping.problem import worker_table
 from planner.simulator import deepspeed, engine, mcore
 from planner.simulator.engine import DeadlockError
@@ -269,10 +269,8 @@ def _aligned_ready(g, p: int, v: int, end) -> np.ndarray:
     out = np.zeros((p, v))
     for d in range(p):
         idx = np.flatnonzero((g.dev == d) & (g.kind == B))      # the device's backward steps, in order
-        chunks = g.chunk[idx]
         for c in range(v):
-            k = int(np.flatnonzero(chunks == c)[-1]) + d
-            out[d, c] = end[idx[min(k, len(idx) - 1)]]
+            out[d, c] = end[idx[aligned_sync_step(g.chunk[idx], d, c)]]
     return out
 
 
