@@ -62,7 +62,8 @@ def main() -> int:
     for name in args.cases:
         lay, spec, cfg = CASES[name]()
         if lay.rows * lay.cols > spec.cluster.nodes:
-            print(f"{name}: layout {lay} needs more nodes than the spec has"); continue
+            print(f"{name}: layout {lay} needs more nodes than the spec has")
+            continue
         prob = build_problem(spec, cfg, lay)
         if args.no_pace:
             prob = dataclasses.replace(prob, pace=None)
