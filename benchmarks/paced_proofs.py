@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 from planner.config import ParallelConfig  # noqa: E402
 from planner.costs.iteration import build_problem  # noqa: E402
-from planner.mapping import layouts  # noqa: E402
+from planner.mapping import cpsat, layouts  # noqa: E402
 from planner.mapping.bruteforce import brute_force  # noqa: E402
 from planner.mapping.cpsat import solve_exact  # noqa: E402
 from planner.mapping.units import UNIT, rounding_slack  # noqa: E402
@@ -35,10 +35,10 @@ def _tiny(rows_cols):
     return next(lay for lay in layouts(4, 6, 2, 8) if (lay.rows, lay.cols) == rows_cols), spec, cfg
 
 
-def _shipped(path, tp, pp, dp, mbs, rows_cols, sched="1f1b"):
+def _shipped(path, tp, pp, dp, mbs, rows_cols, sched="1f1b", vpp=1):
     spec = load_spec(os.path.join(ROOT, path))
     gbs = spec.training.global_batch_size
-    cfg = ParallelConfig(tp, pp, dp, mbs, gbs // (dp * mbs), sched, 1, "selective")
+    cfg = ParallelConfig(tp, pp, dp, mbs, gbs // (dp * mbs), sched, vpp, "selective")
     lays = layouts(tp, pp, dp, spec.cluster.gpus_per_node)
     return next(lay for lay in lays if (lay.rows, lay.cols) == rows_cols), spec, cfg
 
@@ -50,6 +50,9 @@ CASES = {
     "l7het-4x4": lambda: _shipped("specs/llama2-7b-v100-het-128.yaml", 4, 8, 4, 1, (4, 4)),
     "l7het-8x2": lambda: _shipped("specs/llama2-7b-v100-het-128.yaml", 4, 8, 4, 1, (8, 2)),
     "g13het-4x4": lambda: _shipped("specs/gpt3-13b-a100-het-128.yaml", 8, 4, 4, 1, (4, 4)),
+    # interleaved: a steep pace (Pace.steep), the drift spec's plan on the static het cluster
+    "l7het-il-4x4": lambda: _shipped("specs/llama2-7b-v100-het-128.yaml", 4, 8, 4, 1, (4, 4), "interleaved", 4),
+    "l7het-il-8x2": lambda: _shipped("specs/llama2-7b-v100-het-128.yaml", 4, 8, 4, 1, (8, 2), "interleaved", 4),
 }
 
 
@@ -58,7 +61,11 @@ def main() -> int:
     ap.add_argument("--limit", type=float, default=20.0, help="seconds (wall and deterministic) per call")
     ap.add_argument("--cases", nargs="*", default=list(CASES))
     ap.add_argument("--no-pace", action="store_true", help="the same problems with their pace taken out (a baseline)")
+    ap.add_argument("--with-core", action="store_true",
+                    help="keep CP-SAT's core worker in the paced portfolio (cpsat.PACED_IGNORE = (): the old model)")
     args = ap.parse_args()
+    if args.with_core:
+        cpsat.PACED_IGNORE = ()
     for name in args.cases:
         lay, spec, cfg = CASES[name]()
         if lay.rows * lay.cols > spec.cluster.nodes:
