@@ -110,8 +110,8 @@ def test_ring_bottleneck_bound_is_valid_and_tight_on_small_cases(costs_cases):
 
 def test_cutoff_refutes_and_survives_an_infeasible_hint(make_spec, optimum):
     """A candidate that cannot beat the incumbent is PRUNED; the (worse) hint must not crash CP-SAT. GPipe: a sum of
-    hops, what this test is about (Megatron-Core's 1F1B carries the lock step's pace, tests/test_pace.py; its cutoff
-    at the exact optimum took CP-SAT ~10 s to refute here, docs/notes/solver.md)."""
+    hops, what this test is about (Megatron-Core's 1F1B carries the lock step's pace: its cutoff on this problem is
+    tests/test_pace.py's test_the_paced_single_column_cutoff_is_refuted)."""
     spec = make_spec(nodes=6, seed=2, gbs=96)
     cfg = ParallelConfig(4, 6, 2, 1, 48, "gpipe", 1, "selective")
     prob = build_problem(spec, cfg, layouts(4, 6, 2, 8)[0])

@@ -181,3 +181,44 @@ def test_a_pace_outside_its_contract_is_refused():
     asym[0, 1] = 5e-3
     with pytest.raises(ValueError, match="symmetric"):
         Pace(asym, 2.0, 0.0, np.array([-1e-3]), np.full(2, -np.inf), ())
+
+
+def test_the_paced_single_column_cutoff_is_refuted(make_spec, optimum, monkeypatch):
+    """The 6-node, one-column 1F1B problem of tests/test_mapping.py's cutoff test, with its pace: a cutoff at the
+    brute-force optimum is PRUNED, one just above it (past the rounding margin) finds the optimum, and both the plain
+    and the cutoff solves leave CP-SAT's core worker out (cpsat.PACED_IGNORE: it held the INFEASIBLE answer back to the
+    wall limit, docs/notes/solver.md)."""
+    from planner.mapping import cpsat, layouts, sat
+    from planner.mapping.units import UNIT
+    seen = []
+    real = sat.new_solver
+
+    def spy(*args, **kw):
+        s = real(*args, **kw)
+        seen.append(list(s.parameters.ignore_subsolvers))
+        return s
+    monkeypatch.setattr(cpsat, "new_solver", spy)
+    spec = make_spec(nodes=6, seed=2, gbs=96)
+    cfg = ParallelConfig(4, 6, 2, 1, 48, "1f1b", 1, "selective")
+    lay = next(lay for lay in layouts(4, 6, 2, 8) if lay.cols == 1)
+    prob = build_problem(spec, cfg, lay)
+    assert prob.pace is not None and lay.rows == 6
+    best, best_a = optimum(prob)
+    hint = prob.rank_order()
+    assert prob.objective(hint) > best + 1e-9                     # the hint is no answer: the cutoff must refute
+    r = solve_exact(prob, time_limit_s=10, hint=hint, cutoff=best)
+    assert r.status == "PRUNED" and r.bound == best
+    margin = 2 * rounding_slack(lay.rows, True) * UNIT
+    r = solve_exact(prob, time_limit_s=10, hint=hint, cutoff=best + margin)
+    assert r.status == "OPTIMAL" and r.objective == pytest.approx(best, rel=1e-12)
+    r = solve_exact(prob, time_limit_s=10, hint=hint, cutoff=best, wall_limit_s=10)      # work-limited, as a solve
+    assert r.status == "PRUNED"
+    ex = solve_exact(prob, time_limit_s=10)
+    assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-12) and ex.bound <= best + 1e-12
+    assert seen and all("core" in s for s in seen)
+    # the problem without its pace takes the circuit model and keeps the full portfolio
+    seen.clear()
+    import dataclasses
+    plain = dataclasses.replace(prob, pace=None)
+    solve_exact(plain, time_limit_s=10, hint=hint)
+    assert seen == [[]]

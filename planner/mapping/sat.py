@@ -37,11 +37,13 @@ class Debug:
         return cls(export, params) if (export or params) else None
 
 
-def new_solver(time_limit_s: float, workers: int, seed: int, wall_s: float | None = None) -> cp_model.CpSolver:
+def new_solver(time_limit_s: float, workers: int, seed: int, wall_s: float | None = None,
+               ignore: tuple[str, ...] = ()) -> cp_model.CpSolver:
     """The planner's settings: a deterministic portfolio (interleave_search with a fixed number of workers:
     OR-Tools' DeterministicLoop, whose batch size is 3 x workers), so the same seed and the same
     deterministic-time limit give the same answer on any load; the wall clock (wall_s, default the same
-    number of seconds) is a safety stop."""
+    number of seconds) is a safety stop. ignore: subsolvers left out of the portfolio (SatParameters'
+    ignore_subsolvers; see cpsat.PACED_IGNORE)."""
     solver = cp_model.CpSolver()
     prm = solver.parameters
     prm.max_time_in_seconds = float(time_limit_s if wall_s is None else wall_s)
@@ -53,6 +55,7 @@ def new_solver(time_limit_s: float, workers: int, seed: int, wall_s: float | Non
     prm.interleave_batch_size = max(1, workers)
     prm.max_deterministic_time = float(time_limit_s)
     prm.catch_sigint_signal = False     # Ctrl-C belongs to the command line (planner.interrupt)
+    prm.ignore_subsolvers.extend(ignore)
     return solver
 
 
