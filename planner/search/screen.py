@@ -23,7 +23,7 @@ from planner.costs.memory import GiB
 from planner.errors import InfeasibleError, SpecError
 from planner.mapping import work
 from planner.mapping.anneal import anneal
-from planner.mapping.problem import layouts
+from planner.mapping.problem import layouts, robust_lower_bound
 from planner.mapping.result import MappingResult
 from planner.mapping.startpoint import initial as initial_placement
 from planner.search.space import block_top, enumerate_configs
@@ -338,7 +338,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
     def bound(k, j, lay, probs, full) -> int:
         """Bound layout j of config k on `probs` (full: the full problems, kept for the anneal) and queue it at its
         bound; 1 where that bound prunes it."""
-        plb = max(p.lower_bound() for p in probs)
+        plb = robust_lower_bound(probs, robust)
         bounds[fits[k][1]][j] = (plb, j, lay, full)
         if best is not None and plb >= cut():
             return 1
