@@ -55,3 +55,23 @@ def test_no_second_pass_when_the_shares_were_spent(monkeypatch):
         prove_mod.prove(cands, cands[0], method="auto", seed=0, robust="worst", budget=4.0, spent=spent,
                         deadline=time.perf_counter() + 60)
     assert [s for _, s, _ in calls] == [2.0, 2.0]           # each its share, nothing left
+
+
+def test_an_exact_search_is_not_run_again(monkeypatch):
+    """An exact search (up to EXACT_NODES) had everything left in its pass; stopping short of it unsettled, it gets
+    no second pass (the 70B H100 spec spent 2.8 work s more on one before this)."""
+    calls = []
+
+    def fake(probs, *, time_limit_s, seed, hint, cutoff, **kw):
+        work.charge(1.0)                     # stops short of its share, unsettled
+        calls.append(seed)
+        c = cands[0]
+        return SimpleNamespace(status="FEASIBLE", objective=c.result.objective, assign=hint, bound=c.result.bound,
+                               wall_s=0.0, method="exact", stopped_by="work", work={"exact_work_s": 1.0})
+    monkeypatch.setattr(prove_mod, "solve_mapping", fake)
+    cands = [_cand(10.0, 8.0)]
+    cands[0].probs[0].n = 8
+    with work.metered() as spent:
+        prove_mod.prove(cands, cands[0], method="auto", seed=0, robust="worst", budget=9.0, spent=spent,
+                        deadline=time.perf_counter() + 60)
+    assert calls == [0]

@@ -39,11 +39,15 @@ def prove(cands: list[Candidate], best: Candidate, *, method: str, seed: int, ro
     mmethod = MAPPING_METHOD[method]
     proved = exact_calls = 0
     wall_stop = False
+
+    def exact_of(c: Candidate) -> bool:
+        return mmethod == "exact" or (mmethod == "auto" and c.probs[0].n <= portfolio.EXACT_NODES)
+
     for rnd in range(ROUNDS):
         # again over the open candidates while an annealed one's share went unused (those after it settled once
         # the incumbent improved: the 175B het spec stopped at 14.6 of its 21 work s)
         if rnd and (budget - spent.used_s < ROUND_MIN * budget or wall_stop or interrupt.requested()
-                    or not any(c.result.bound < best.result.objective - 1e-12 for c in cands)):
+                    or not any(c.result.bound < best.result.objective - 1e-12 and not exact_of(c) for c in cands)):
             break
         cands.sort(key=lambda c: c.result.objective)
         todo = list(cands)
@@ -59,14 +63,16 @@ def prove(cands: list[Candidate], best: Candidate, *, method: str, seed: int, ro
                 wall_stop = True
                 break
             is_best = c is best
-            n = c.probs[0].n
-            exact = mmethod == "exact" or (mmethod == "auto" and n <= portfolio.EXACT_NODES)
+            exact = exact_of(c)
+            if rnd and exact:
+                continue        # an exact search had everything left in its pass: another gets no further
             # an exact search (a proof, or a cutoff's refutation) may use everything left; an annealed one (no
             # proof to reach) gets its share of the open candidates', the incumbent too: a challenger whose bound
             # is under the incumbent can still win (the 175B het spec's v12, bound 15.004, was never annealed past
             # screening while the incumbent v6 took the whole budget to 15.183; docs/notes/solver.md, "Paced
             # problems")
-            open_left = sum(1 for d in todo[k:] if d.result.bound < best.result.objective - 1e-12)
+            open_left = sum(1 for d in todo[k:] if d.result.bound < best.result.objective - 1e-12
+                            and not (rnd and exact_of(d)))
             share = left if exact else left / max(1, open_left)
             r = solve_mapping(c.probs, time_limit_s=share / work.WORK_PER_S, seed=seed + rnd, method=mmethod,
                               robust=robust, hint=c.result.assign, cutoff=None if is_best else best.result.objective,
