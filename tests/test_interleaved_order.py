@@ -15,7 +15,8 @@ from planner.simulator.orders import build
 from planner.simulator.replay import _simulate_core
 
 
-def _replay(fc, bc, m, c, blocking):
+def _core(fc, bc, m, c, blocking):
+    """The replay's core run of the interleaved order on chunk times fc, bc and per-boundary hops c (the wrap last)."""
     p, v = fc.shape
     sched = build("interleaved", p, m, v)
     dur = np.zeros((p, v, 4))
@@ -28,7 +29,11 @@ def _replay(fc, bc, m, c, blocking):
         h = c[dev_of[s - 1]] if dev_of[s] == dev_of[s - 1] + 1 else c[p - 1]     # the wrap: device p-1 -> 0
         lf[0, s], lb[0, s - 1] = h, h
     z = np.zeros((p, v))
-    return _simulate_core(sched, dur, lf, lb, z, z, z, np.zeros(p), blocking_p2p=blocking).compute_s
+    return _simulate_core(sched, dur, lf, lb, z, z, z, np.zeros(p), blocking_p2p=blocking)
+
+
+def _replay(fc, bc, m, c, blocking):
+    return _core(fc, bc, m, c, blocking).compute_s
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -106,18 +111,7 @@ def _replay_leads(fc, bc, m, c, blocking):
     """The replay's (p, v) seconds from each chunk's aligned sync launch to its device's last op's end."""
     from planner.costs.pipeline import aligned_sync_step
     p, v = fc.shape
-    sched = build("interleaved", p, m, v)
-    dur = np.zeros((p, v, 4))
-    dur[..., F], dur[..., B] = fc, bc
-    S = p * v
-    dev_of = np.empty(S, int)
-    dev_of[sched.stage_of().ravel()] = np.repeat(np.arange(p), v)
-    lf, lb = np.zeros((1, S)), np.zeros((1, S))
-    for s in range(1, S):
-        h = c[dev_of[s - 1]] if dev_of[s] == dev_of[s - 1] + 1 else c[p - 1]
-        lf[0, s], lb[0, s - 1] = h, h
-    z = np.zeros((p, v))
-    r = _simulate_core(sched, dur, lf, lb, z, z, z, np.zeros(p), blocking_p2p=blocking)
+    r = _core(fc, bc, m, c, blocking)
     out = np.zeros((p, v))
     for d in range(p):
         mine = np.flatnonzero(r.op_dev == d)

@@ -438,6 +438,18 @@ def _interleaved_time(fc: tuple, bc: tuple, m: int, c: tuple, blocking: bool) ->
     return _interleaved_makespan(fc, bc, m, c, blocking), ops + 2 * m * v * p, m
 
 
+def _interleaved_key(fc, bc, m: int, c, blocking: bool) -> tuple:
+    """The cached walks' arguments: chunk times as float tuples, one hop per boundary and the wrap; without hops a
+    sender holds nothing (one key for compute_const's run and the hop charge's zero-hop one)."""
+    p = len(fc)
+    fc = tuple(tuple(map(float, x)) for x in fc)
+    bc = tuple(tuple(map(float, x)) for x in bc)
+    cs = tuple(map(float, c)) if np.ndim(c) else (float(c),) * p
+    if len(cs) != p:
+        raise ValueError(f"{len(cs)} hops for pp={p} (one per boundary and the wrap)")
+    return fc, bc, int(m), cs, bool(blocking) and any(cs)
+
+
 def interleaved_time(fc, bc, m: int, c=0.0, blocking: bool = False) -> float:
     """Makespan of Megatron-Core's interleaved order (interleaved_order) on per-chunk forward and backward times fc,
     bc (p, v) (place_chunk_times; backward with recompute and weight gradient) and hops c one way, one per boundary
@@ -449,16 +461,9 @@ def interleaved_time(fc, bc, m: int, c=0.0, blocking: bool = False) -> float:
     interleaved's compute (stage_compute_time, iteration.compute_const) and its hops' charge
     (iteration.p2p_exposed_hops), which the closed forms missed where stages differ (-5 .. +9%) and where a hop
     outgrows the slack of a chunk's forward (the ramp-only charge: -14% on the iteration)."""
-    p = len(fc)
-    fc = tuple(tuple(map(float, x)) for x in fc)
-    bc = tuple(tuple(map(float, x)) for x in bc)
-    cs = tuple(map(float, c)) if np.ndim(c) else (float(c),) * p
-    if len(cs) != p:
-        raise ValueError(f"{len(cs)} hops for pp={p} (one per boundary and the wrap)")
     from planner.mapping import work  # here: planner.mapping imports this module
 
-    # without hops a sender holds nothing: one key for compute_const's run and the hop charge's zero-hop one
-    t, ops, _ = _interleaved_time(fc, bc, int(m), cs, bool(blocking) and any(cs))
+    t, ops, _ = _interleaved_time(*_interleaved_key(fc, bc, m, c, blocking))
     work.charge(ops * work.ORDER_OP_WORK_S)  # every call, cached or not: the charge depends on the plan only
     return t
 
@@ -495,15 +500,9 @@ def interleaved_sync_leads(fc, bc, m: int, c=0.0, blocking: bool = False) -> np.
     overlapped data-parallel term (iteration.interleaved_dp_exposed_s) hides each chunk's sync behind. Longer with
     hops: the cool-down's backwards wait on their neighbours' across every boundary. Cached, charged as
     interleaved_time."""
-    p = len(fc)
-    fc = tuple(tuple(map(float, x)) for x in fc)
-    bc = tuple(tuple(map(float, x)) for x in bc)
-    cs = tuple(map(float, c)) if np.ndim(c) else (float(c),) * p
-    if len(cs) != p:
-        raise ValueError(f"{len(cs)} hops for pp={p} (one per boundary and the wrap)")
     from planner.mapping import work  # here: planner.mapping imports this module
 
-    leads, ops = _interleaved_sync_leads(fc, bc, int(m), cs, bool(blocking) and any(cs))
+    leads, ops = _interleaved_sync_leads(*_interleaved_key(fc, bc, m, c, blocking))
     work.charge(ops * work.ORDER_OP_WORK_S)
     return np.array(leads)
 
