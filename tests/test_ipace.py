@@ -158,7 +158,7 @@ def test_bound_only_relaxation_stays_under_the_full_objective(make_spec, case):
     # the slowest column's steep part is what the typical hop gives it
     assert cheap.lower_bound() <= prob.lower_bound() + 1e-12
     assert cheap.lower_bound() <= full_obj.min()
-    assert (full_obj - cheap_obj).max() <= flat.max() + 1e-6 * full_obj.max()
+    assert (full_obj - cheap_obj).max() <= flat.max() + 1e-4 * full_obj.max()      # and its margin
 
 
 def test_bound_only_is_the_full_problem_without_a_steep_pace(make_spec):

@@ -1124,11 +1124,14 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
         pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts)
         at_typ = max(float(np.max(pc[:, 0] * typ + pc[:, 1])) for pc in parts)
     else:
-        # S_r(typ) = E_r(typ) - L typ - E_r(0) from the walks; the full build reads it off its pieces, equal but for
-        # rounding, hence the margin (the relaxation must stay at or under the full objective)
+        # S_r(typ) = E_r(typ) - L typ - E_r(0) from the walks; the full build reads it off its pieces, which may lie
+        # over the walk by a slope jump times convex_pieces' secant step (hi 1e-6) next to a knee, and by its equality
+        # tolerance: the margin covers both, a slope being at most the 2 v crossings of a boundary per micro-batch
+        # (4 v for two rows' joint curve), so the relaxation stays at or under the full objective
         pace = None
         at_typ = max(float(pc[1, 1] - lr * typ - pc[0, 1]) for pc, lr in zip(curves, lin, strict=True))
-        at_typ += 1e-9 * (1.0 + abs(at_cs))
+        slope = 4.0 * m * len(fc[0])
+        at_typ += 2e-9 * (1.0 + abs(at_cs) + slope * hi) + slope * hi * 1e-6
     const = at_cs - lrow * (R - 1) * typ - lin[-1] * typ - at_typ
     with np.errstate(invalid="ignore"):          # a pair without a link (inf) stays unusable at slope 0
         hop, wrap = (np.where(np.isinf(c), np.inf, w * c) for w in (lrow, lin[-1]))
