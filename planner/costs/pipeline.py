@@ -763,36 +763,33 @@ def _lock_step_dag(p: int, m: int) -> tuple:
                 ready.append(u)
     if len(order) != n - 1:
         raise ValueError(f"1F1B call streams deadlock (p={p}, m={m})")
-    lab = np.array(label)
+    # per call (old numbers): its previous call, gap, slots, and its peers (repeated where one) with their slots
+    prev_a, G0, lab = np.array(prev), np.array(gap), np.array(label)
+    own0 = np.array([(t[0][1], t[-1][1]) if t else (0, 0) for t in trans])
+    pe = [x if len(x) == 2 else x * 2 for x in peers]
+    peer = np.array([[q for q, _ in x] if x else [0, 0] for x in pe])
+    PS0 = np.array([[(sl[0], sl[-1]) for _, sl in x] if x else [(0, 0)] * 2 for x in pe])
     hi = m - p                                     # the first iteration with a cool-down call (stage 0's last)
     key = np.clip(lab, -1, max(hi, -1))
-    srt = np.array(order)[np.argsort(key[order], kind="stable")]
+    order_a = np.array(order)
     pos = np.zeros(n, np.int64)
-    pos[srt] = np.arange(1, n)
-    ok = all(pos[x] < pos[i] for i in range(1, n) for x in deps[i])
-    if not ok:                                     # no contiguous iterations: Kahn's order, no cuts
-        srt = np.array(order)
+    dep = np.c_[prev_a, prev_a[peer]]              # (n, 3) old numbers, 0: none
+    for srt in (order_a[np.argsort(key[order_a], kind="stable")], order_a):
         pos[srt] = np.arange(1, n)
-    old = [0] + srt.tolist()
+        ok = bool(((pos[dep] < pos[:, None]) | (dep == 0))[1:].all())
+        if ok:
+            break                                  # else Kahn's order itself, without cuts
+    inv = np.zeros(n, np.int64)
+    inv[pos] = np.arange(n)                        # new number -> old
+    A, P = pos[prev_a[inv]], pos[prev_a[peer[inv]]]
+    G, own, L = G0[inv], own0[inv], lab[inv]
+    PG, PS = G0[peer[inv]], PS0[inv]
+    L[0] = m                                       # node 0: in no iteration (binds no cut)
+    pos_l = pos.tolist()
 
     def renum(x):
-        return int(pos[x]) if x else 0
+        return pos_l[x] if x else 0
 
-    P = np.zeros((n, 2), np.int64)
-    PG = np.zeros((n, 2, 3), np.int64)
-    PS = np.zeros((n, 2, 2), np.int64)
-    own = np.zeros((n, 2), np.int64)
-    G = np.zeros((n, 3), np.int64)
-    A = np.zeros(n, np.int64)
-    L = np.full(n, m, np.int64)                    # node 0: in no iteration (binds no cut)
-    for k in range(1, n):
-        i = old[k]
-        A[k], G[k], L[k] = renum(prev[i]), gap[i], label[i]
-        sl = [s for _, s in trans[i]]
-        own[k] = (sl[0], sl[-1])
-        pe = peers[i] if len(peers[i]) == 2 else peers[i] * 2
-        for j, (b, sl) in enumerate(pe):
-            P[k, j], PG[k, j], PS[k, j] = renum(prev[b]), gap[b], (sl[0], sl[-1])
     tails = tuple((renum(pc), d, nf, nb) for pc, d, nf, nb in tail)
     cuts, ends = [], []
     if ok:
