@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from planner.costs.pipeline import convex_pieces, lock_step_p2p_s, lock_step_time, stage_compute_time  # noqa: E402
+from planner.costs.pipeline import _lock_step_dag, convex_pieces, lock_step_p2p_s, lock_step_time, stage_compute_time  # noqa: E402
 from planner.simulator import engine, mcore  # noqa: E402
 from planner.simulator.orders import build  # noqa: E402
 
@@ -130,7 +130,7 @@ def main() -> int:
     # ---- random draws
     rng = np.random.default_rng(args.seed)
     rows = []
-    t_walk = t_rep = 0.0
+    t_walk = t_rep = t_dag = 0.0
     for _ in range(args.draws):
         p = int(rng.integers(2, 17))
         m = int(rng.integers(1, 4 * p + 1))
@@ -149,8 +149,11 @@ def main() -> int:
         t0 = time.perf_counter()
         rr = replay(f, b, m, cf, cb)
         t1 = time.perf_counter()
+        _lock_step_dag(p, m)                      # built once per (p, m): timed apart
+        t2 = time.perf_counter()
         ww = lock_step_time(f, b, m, cf, cb)
-        t_walk += time.perf_counter() - t1
+        t_walk += time.perf_counter() - t2
+        t_dag += t2 - t1
         t_rep += t1 - t0
         zz = lock_step_time(f, b, m)
         cc = closed(f, b, m, cf, cb)
@@ -168,7 +171,8 @@ def main() -> int:
         return (f"min {x.min():+.2%} p5 {np.percentile(x, 5):+.2%} median {np.median(x):+.2%} "
                 f"p95 {np.percentile(x, 95):+.2%} max {x.max():+.2%}")
     print(f"{args.draws} random draws (seed {args.seed}): walk vs replay worst {a[:, 2].max():.1e} relative; "
-          f"walk {t_walk / args.draws * 1e3:.2f} ms a plan, replay {t_rep / args.draws * 1e3:.2f} ms")
+          f"walk {t_walk / args.draws * 1e3:.2f} ms a plan (+ its DAG once per shape "
+          f"{t_dag / args.draws * 1e3:.1f} ms), replay {t_rep / args.draws * 1e3:.2f} ms")
     print(f"  closed form vs replay, compute + p2p: {dist(a[:, 3])}")
     print(f"  closed form vs replay, exposed p2p:   {dist(a[:, 4])}")
     early = a[:, 1] < 2 * a[:, 0]
