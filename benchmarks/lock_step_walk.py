@@ -1,5 +1,5 @@
 """Megatron-Core's 1F1B lock step: the closed form (pipeline.lock_step_p2p_s) against the walk
-(pipeline.lock_step_time) and the waited-call replay (simulator/mcore.py), and the walk's exposed p2p as a function
+(lockstep.lock_step_time) and the waited-call replay (simulator/mcore.py), and the walk's exposed p2p as a function
 of one boundary's hop (docs/notes/simulator.md, "1F1B's lock step walked").
 
     python benchmarks/lock_step_walk.py [--draws 100] [--seed 0]
@@ -24,7 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from planner.costs.pipeline import _lock_step_dag, convex_pieces, lock_step_p2p_s, lock_step_time, stage_compute_time  # noqa: E402
+from planner.costs.lockstep import _lock_step_dag, lock_step_time  # noqa: E402
+from planner.costs.pipeline import convex_pieces, lock_step_p2p_s, stage_compute_time  # noqa: E402
 from planner.simulator import engine, mcore  # noqa: E402
 from planner.simulator.orders import build  # noqa: E402
 

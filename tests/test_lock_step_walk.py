@@ -1,10 +1,11 @@
-"""pipeline.lock_step_time: Megatron-Core's 1F1B with waited p2p calls walked as a max-plus DAG over its calls,
+"""lockstep.lock_step_time: Megatron-Core's 1F1B with waited p2p calls walked as a max-plus DAG over its calls,
 against the waited-call replay (simulator/mcore.py)."""
 import numpy as np
 import pytest
 
-from planner.costs import pipeline as pl
-from planner.costs.pipeline import lock_step_p2p_s, lock_step_time, stage_compute_time
+from planner.costs import lockstep as pl
+from planner.costs.lockstep import lock_step_time
+from planner.costs.pipeline import lock_step_p2p_s, stage_compute_time
 from planner.simulator import engine, mcore
 from planner.simulator.orders import build
 

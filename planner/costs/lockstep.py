@@ -1,0 +1,240 @@
+"""Megatron-Core's 1F1B with waited p2p calls, walked: a max-plus DAG over simulator/mcore.py's call streams (the one
+home of the order), exact against the waited-call replay, with an exact periodic steady state. Groundwork for 1F1B's
+pace in the mapping objective (docs/notes/simulator.md, "1F1B's lock step walked"); the estimate still charges
+pipeline.lock_step_p2p_s. Its own module: it reads the simulator's orders, which import pipeline."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from planner.costs.vwalk import STEADY_TOL, steady_shift
+
+LOCK_STEP_QS = (1, 2, 3, 4)   # the periods (in iterations) the steady-state test tries (_lock_step_walk)
+
+
+@functools.lru_cache(maxsize=256)
+def _lock_step_dag(p: int, m: int) -> tuple:
+    """Megatron-Core's 1F1B with waited p2p calls (simulator/mcore.py's call streams: the one home of the order) as
+    a max-plus DAG over its calls. A call posts when its device's previous op has ended, each transfer starts when
+    both sides have posted it and lasts its one-way time, and the call ends with its slowest transfer (mcore.run);
+    so with post(c) = end(previous call of c's device) + the compute between:
+
+      end(c) = max(post(c) + max_j sec_j, max_j (post(peer_j) + sec_j)),   peer_j: the call holding c's transfer j
+
+    Nodes numbered from 1 in one topological order (0: "none", time 0). Returned: per node its device's previous
+    call A and its (up to two, repeated where one) peers' previous calls P1, P2, and for each of the three the index
+    of its weight in `tab`: rows (device, F ops, B ops, slot, slot), the compute between that call and the post plus
+    the slower hop of the transfers shared (slot j < p - 1: the activation over boundary j, p - 1 + j: the gradient;
+    _lock_step_weights); `tails`: per device its last call and the F / B ops after it.
+
+    Steady state: a call's iteration is the F ops its device ran before it less its warm-up and one (iteration j
+    of the steady state holds the device's two calls around B(j); the warm-up's are negative, the cool-down's all
+    the last one). The order is sorted by iteration (clipped to the steady range), each iteration's nodes a
+    contiguous run (`ends`: the position after iteration t's last node; checked topological, else no cuts);
+    `cuts` are the iterations t in [0, m - p - 1] (every device steady, no cool-down yet) after which every later
+    node reads nodes of iteration >= t only (checked), so iteration t's ends are the state the rest reads."""
+    from planner.simulator import engine, mcore  # here: the simulator imports the cost modules at load time
+    from planner.simulator.ops import F as OP_F
+    from planner.simulator.orders import build
+
+    g = engine.build_graph(build("1f1b", p, m))
+    kinds = g.kind.tolist()
+    # the transfers' "seconds" are their hop slots, so the streams carry which hop each transfer crosses
+    streams = mcore.call_streams(g, p, m, [float(s - 1) for s in range(p)], [float(p - 1 + s) for s in range(p)])
+    prev, gap, trans, label = [0], [(0, 0, 0)], [()], [m]
+    tail = []
+    holder: dict = {}            # transfer key -> the calls that post it (sender, receiver)
+    for d, ins in enumerate(streams):
+        w = min(p - d - 1, m)
+        pc, nf, nb, nf_all = 0, 0, 0, 0
+        for kind, arg in ins:
+            if kind == mcore._COMP:
+                is_f = kinds[arg] == OP_F
+                nf, nb, nf_all = nf + is_f, nb + (not is_f), nf_all + is_f
+                continue
+            node = len(prev)
+            prev.append(pc)
+            gap.append((d, nf, nb))
+            trans.append(tuple((key, int(sec)) for key, sec in arg))
+            label.append(nf_all - w - 1)
+            for key, _ in arg:
+                holder.setdefault(key, []).append(node)
+            pc, nf, nb = node, 0, 0
+        tail.append((pc, d, nf, nb))
+    n = len(prev)
+    peers: list = [[] for _ in range(n)]          # per node: [(peer node, [slots])]
+    for key, nodes in holder.items():
+        if len(nodes) != 2:
+            raise ValueError(f"1F1B call streams: transfer {key} posted by {len(nodes)} calls")
+        for a, b in (nodes, nodes[::-1]):
+            slot = next(s for k, s in trans[a] if k == key)
+            for e in peers[a]:
+                if e[0] == b:
+                    e[1].append(slot)
+                    break
+            else:
+                peers[a].append((b, [slot]))
+    # a topological order (Kahn's): a call waits for its own device's previous call and each peer's
+    deps = [sorted({x for x in (prev[i], *(prev[b] for b, _ in peers[i])) if x}) for i in range(n)]
+    users: list = [[] for _ in range(n)]
+    need = [0] * n
+    for i in range(1, n):
+        need[i] = len(deps[i])
+        for x in deps[i]:
+            users[x].append(i)
+    order, ready = [], [i for i in range(1, n) if need[i] == 0]
+    while ready:
+        i = ready.pop()
+        order.append(i)
+        for u in users[i]:
+            need[u] -= 1
+            if need[u] == 0:
+                ready.append(u)
+    if len(order) != n - 1:
+        raise ValueError(f"1F1B call streams deadlock (p={p}, m={m})")
+    # per call (old numbers): its previous call, gap, slots, and its peers (repeated where one) with their slots
+    prev_a, G0, lab = np.array(prev), np.array(gap), np.array(label)
+    own0 = np.array([(t[0][1], t[-1][1]) if t else (0, 0) for t in trans])
+    pe = [x if len(x) == 2 else x * 2 for x in peers]
+    peer = np.array([[q for q, _ in x] if x else [0, 0] for x in pe])
+    PS0 = np.array([[(sl[0], sl[-1]) for _, sl in x] if x else [(0, 0)] * 2 for x in pe])
+    hi = m - p                                     # the first iteration with a cool-down call (stage 0's last)
+    key = np.clip(lab, -1, max(hi, -1))
+    order_a = np.array(order)
+    pos = np.zeros(n, np.int64)
+    dep = np.c_[prev_a, prev_a[peer]]              # (n, 3) old numbers, 0: none
+    for srt in (order_a[np.argsort(key[order_a], kind="stable")], order_a):
+        pos[srt] = np.arange(1, n)
+        ok = bool(((pos[dep] < pos[:, None]) | (dep == 0))[1:].all())
+        if ok:
+            break                                  # else Kahn's order itself, without cuts
+    inv = np.zeros(n, np.int64)
+    inv[pos] = np.arange(n)                        # new number -> old
+    A, P = pos[prev_a[inv]], pos[prev_a[peer[inv]]]
+    G, own, L = G0[inv], own0[inv], lab[inv]
+    PG, PS = G0[peer[inv]], PS0[inv]
+    L[0] = m                                       # node 0: in no iteration (binds no cut)
+    pos_l = pos.tolist()
+
+    def renum(x):
+        return pos_l[x] if x else 0
+
+    tails = tuple((renum(pc), d, nf, nb) for pc, d, nf, nb in tail)
+    cuts, ends = [], []
+    if ok:
+        dep_lab = np.minimum(L[A], np.minimum(L[P[:, 0]], L[P[:, 1]]))
+        size = None
+        for t in range(hi):
+            at = np.flatnonzero(L == t)
+            later = (L > t) & (L < m)
+            if size is None:
+                size = len(at)
+            if len(at) != size or at[-1] - at[0] + 1 != size or not (dep_lab[later] >= t).all():
+                break                              # cuts: a run of consecutive iterations, each the same calls
+            cuts.append(t)
+            ends.append(int(at[-1]) + 1)
+    # the three weights of every node index one table of the few distinct (device, F ops, B ops, slot, slot)
+    rows = np.concatenate([np.c_[G, own], np.c_[PG[:, 0], PS[:, 0]], np.c_[PG[:, 1], PS[:, 1]]])
+    tab, idx = np.unique(rows, axis=0, return_inverse=True)
+    idx = idx.reshape(3, n)
+    return (A.tolist(), P[:, 0].tolist(), P[:, 1].tolist(), idx[0].tolist(), idx[1].tolist(), idx[2].tolist(), tab,
+            tails, tuple(cuts), tuple(ends), size if cuts else 0)
+
+
+def _lock_step_weights(f: tuple, b: tuple, c: tuple, tab: np.ndarray) -> list:
+    """_lock_step_dag's weight table on per-stage forward f, backward b and hop slots c (2 (p - 1), its slots):
+    the compute between a call and its post plus the slower of its transfers' hops."""
+    fa, ba, ca = np.asarray(f, float), np.asarray(b, float), np.asarray(c + (0.0,), float)
+    d = tab[:, 0]
+    return (tab[:, 1] * fa[d] + tab[:, 2] * ba[d] + np.maximum(ca[tab[:, 3]], ca[tab[:, 4]])).tolist()
+
+
+def _lock_step_walk(f: tuple, b: tuple, m: int, c: tuple, steady: bool = True) -> tuple[float, int]:
+    """(the makespan: each device's last call plus the compute after it, the latest; the calls timed) of
+    _lock_step_dag(p, m) on per-stage forward f, backward b (recompute included) and hop slots c. One pass in the
+    DAG's order, iteration by iteration; with `steady`, once the state at a cut (the ends of iteration t's calls)
+    equals the one q cuts before plus one D in every entry (vwalk.steady_shift, relative STEADY_TOL), the state at
+    the last cut t' = t + k q is that plus k D and only the calls after it are timed. Max-plus argument (as
+    _interleaved_steady's): the rest of the order reads only that state (the cuts' check), and between cuts the map
+    is the same (the same calls, stage times and hops), so X_(t + kq) = X_t + k D; the makespan is then exact."""
+    A, P1, P2, I0, I1, I2, tab, tails, cuts, ends, size = _lock_step_dag(len(f), m)
+    w = _lock_step_weights(f, b, c, tab)
+    n = len(A)
+    e = [0.0] * n
+
+    def run(lo, hi):
+        for k, a, x1, x2, y0, y1, y2 in zip(range(lo, hi), A[lo:hi], P1[lo:hi], P2[lo:hi], I0[lo:hi], I1[lo:hi],
+                                            I2[lo:hi]):
+            t = e[a] + w[y0]
+            u = e[x1] + w[y1]
+            if u > t:
+                t = u
+            u = e[x2] + w[y2]
+            e[k] = u if u > t else t
+
+    lo, timed = 1, 0
+    if steady and len(cuts) > 1:
+        X = []
+        for i, hi in enumerate(ends):
+            run(lo, hi)
+            timed += hi - lo
+            lo = hi
+            X.append(e[hi - size:hi])
+            # a cheap screen (three entries) before the test itself
+            qs = [q for q in LOCK_STEP_QS if q <= i and _near_shift(X[i], X[i - q])]
+            hit = steady_shift(X, i, qs) if qs else None
+            if hit is not None:
+                q, D = hit
+                k = (len(cuts) - 1 - i) // q
+                last = ends[i + k * q]
+                e[last - size:last] = [x + k * D for x in X[i]]
+                lo = last
+                break
+    run(lo, n)
+    timed += n - lo
+    return max(e[pc] + nf * f[d] + nb * b[d] for pc, d, nf, nb in tails), timed
+
+
+def _near_shift(x: list, y: list) -> bool:
+    """Whether x - y is one constant on x's first, middle and last entries (STEADY_TOL): steady_shift's screen."""
+    tol = STEADY_TOL * max(1.0, abs(x[-1]))
+    d = x[0] - y[0]
+    return abs(x[-1] - y[-1] - d) <= tol and abs(x[len(x) // 2] - y[len(x) // 2] - d) <= tol
+
+
+@functools.lru_cache(maxsize=4096)
+def _lock_step_time(f: tuple, b: tuple, m: int, c: tuple) -> tuple[float, int]:
+    """(lock_step_time's makespan, the calls its walk timed)."""
+    if len(f) < 2:
+        return m * (f[0] + b[0]), 0
+    return _lock_step_walk(f, b, m, c)
+
+
+def lock_step_time(f, b, m: int, c=0.0, c_back=None) -> float:
+    """Makespan of Megatron-Core's 1F1B with its waited p2p calls (the replay's simulator/mcore.py) on per-stage
+    forward f and backward b (recompute included) of one micro-batch and one-way hops c: one for every boundary or
+    one per boundary (c[j] between stages j and j + 1) for the activations, c_back for the gradients (default c).
+    Equal to the replay's pipeline makespan on the same times and hops (tests/test_lock_step_walk.py); so
+    lock_step_time(f, b, m, c) - lock_step_time(f, b, m) is the p2p time the waits expose, which the closed form
+    lock_step_p2p_s approximates (over where an early stage paces: its steady state is m - (p - 2) micro-batches,
+    not m - 2). A max-plus walk over the calls (_lock_step_dag, cached per (p, m)) that stops at the steady state's
+    period and extrapolates it exactly (_lock_step_walk). Cached; each call charged its calls' work
+    (work.ORDER_OP_WORK_S a call timed, cached or not). Not used by the estimate yet (docs/notes/simulator.md,
+    "1F1B's lock step walked")."""
+    from planner.mapping import work  # here: planner.mapping imports this module
+
+    p = len(f)
+    if p != len(b) or p < 1 or m < 1:
+        raise ValueError(f"lock_step_time: {p} forward and {len(b)} backward times, m={m}")
+
+    def hops(x):
+        xs = tuple(map(float, x)) if np.ndim(x) else (float(x),) * (p - 1)
+        if len(xs) != p - 1:
+            raise ValueError(f"{len(xs)} hops for pp={p} (one per boundary)")
+        return xs
+    cf = hops(c)
+    cb = cf if c_back is None else hops(c_back)
+    t, calls = _lock_step_time(tuple(map(float, f)), tuple(map(float, b)), int(m), cf + cb)
+    work.charge(calls * work.ORDER_OP_WORK_S)
+    return t
