@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from swap_checks import assert_swaps_track_objective
+from swap_checks import assert_exact_is_the_optimum, assert_swaps_track_objective
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
@@ -23,9 +23,7 @@ from planner.costs.iteration import (
 )
 from planner.costs.pipeline import convex_pieces, interleaved_time
 from planner.mapping.bruteforce import all_placements
-from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import Layout
-from planner.mapping.units import int_pace, int_pace_floor
 
 # (nodes, tp, pp, dp, a): 2 x 2 blocks (a = 1 and 2 stages a node), a column of 4 rows, 3 x 2 with spare nodes
 CASES = [(4, 4, 2, 4, 1), (6, 2, 4, 4, 2), (5, 8, 4, 1, 1), (7, 4, 4, 2, 1)]
@@ -119,13 +117,7 @@ def test_exact_equals_brute_force_and_bounds_hold(make_spec, optimum, case):
     spec = _het(make_spec, case[0], 1)
     _, prob = _problem(spec, case)
     best, best_a = optimum(prob)
-    ex = solve_exact(prob, time_limit_s=20)
-    assert ex.status == "OPTIMAL"
-    assert ex.objective == pytest.approx(best, rel=1e-9)
-    assert ex.bound <= best + 1e-9
-    assert prob.lower_bound() <= best + 1e-12
-    assert int_pace_floor(prob) <= int(int_pace(prob, best_a).min())
-    assert prob.pace.floor() <= float(prob.pace.costs(best_a).min()) + 1e-15
+    assert_exact_is_the_optimum(prob, best, best_a)
 
 
 def test_slow_links_reach_past_a_knee(make_spec):
