@@ -1086,9 +1086,9 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
     over boundaries is Pace.steep. Exact where one boundary leaves the typical hop (every E_r's typical hop on its
     first piece; with two rows the boundary and the wrap join one pair, so their joint curve is exact everywhere); a
     hop is the mean of its two directions, as the typical-hop charge's (one_way + one_way.T). steep False (a bound's
-    relaxation): no pace, each curve walked only for its first slope and its value at the typical hop (a few walks
-    a boundary, not its pieces'), the same hop, wrap and const (less a rounding margin), so the objective is the full
-    one's less its max_r S_r(h_r) >= 0."""
+    relaxation): no pace, each curve walked only for its first slope (two walks a boundary, not its pieces'), the
+    same hop and wrap, and const less a margin (rounding, the pieces' secant error), so the objective is at most the
+    full one's: that less its max_r S_r(h_r) >= 0."""
     pp, R = len(fc), layout.rows
     a = pp // R
     c = (one_way + one_way.T) / 2
@@ -1111,11 +1111,11 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
             return interleaved_time(fc, bc, m, h, blocking) - zero
         if steep:
             curves.append(np.array(convex_pieces(exposed, hi)))
-        else:       # the first piece (convex_pieces' own first slope) and the value at the typical hop
+        else:       # the first piece alone, convex_pieces' own (its secant over 1e-6 of the range at 0)
             d, f0 = hi * 1e-6, exposed(0.0)
-            curves.append(np.array([[(exposed(d) - f0) / d if hi > 0 else 0.0, f0], [np.nan, at_cs]]))
+            curves.append(np.array([[(exposed(d) - f0) / d if hi > 0 else 0.0, f0]]))
     if R == 2:
-        curves.append(np.array([[0.0, 0.0], [np.nan, 0.0]]) if not steep else np.zeros((1, 2)))
+        curves.append(np.zeros((1, 2)))
     lrow = min(float(pc[0, 0]) for pc in curves[:-1])
     lin = [lrow] * (R - 1) + [float(curves[-1][0, 0])]
     if steep:
@@ -1124,12 +1124,15 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
         pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts)
         at_typ = max(float(np.max(pc[:, 0] * typ + pc[:, 1])) for pc in parts)
     else:
-        # S_r(typ) = E_r(typ) - L typ - E_r(0) from the walks; the full build reads it off its pieces, which may lie
-        # over the walk by a slope jump times convex_pieces' secant step (hi 1e-6) next to a knee, and by its equality
-        # tolerance: the margin covers both, a slope being at most the 2 v crossings of a boundary per micro-batch
-        # (4 v for two rows' joint curve), so the relaxation stays at or under the full objective
+        # S_r(typ) = E_r(typ) - L typ - E_r(0) from the walks (E_r(typ) = at_cs for every boundary; two rows' joint
+        # wrap curve is 0); the full build reads it off its pieces, which may lie over the walk by a slope jump times
+        # convex_pieces' secant step (hi 1e-6) next to a knee, and by its equality tolerance: the margin covers both,
+        # a slope being at most the 2 v crossings of a boundary per micro-batch (4 v for two rows' joint curve), so
+        # the relaxation stays at or under the full objective
         pace = None
-        at_typ = max(float(pc[1, 1] - lr * typ - pc[0, 1]) for pc, lr in zip(curves, lin, strict=True))
+        real = curves[:-1] if R == 2 else curves
+        at_typ = max([0.0] * (R == 2) + [at_cs - lr * typ - float(pc[0, 1])
+                                         for pc, lr in zip(real, lin[:len(real)], strict=True)])
         slope = 4.0 * m * len(fc[0])
         at_typ += 2e-9 * (1.0 + abs(at_cs) + slope * hi) + slope * hi * 1e-6
     const = at_cs - lrow * (R - 1) * typ - lin[-1] * typ - at_typ
