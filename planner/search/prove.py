@@ -1,8 +1,9 @@
 """Improvement and proof of the screened candidates, most promising first, through planner.mapping.solve.
 
-The incumbent gets the work left (the portfolio: the annealer, then, up to EXACT_NODES nodes, the exact model
-hinted with its result); every other candidate only has to be shown unable to beat it (a CP-SAT cutoff,
-usually fast; beyond EXACT_NODES, or with method anneal, it is annealed further on its share of the work).
+Up to EXACT_NODES nodes an exact search (the portfolio: the annealer, then the exact model hinted with its result)
+gets the work left: the incumbent's to prove it, every other candidate's to show it unable to beat it (a CP-SAT
+cutoff, usually fast). Beyond EXACT_NODES, or with method anneal, each open candidate, the incumbent too, is
+annealed on its share of the open candidates' work, and what settled candidates leave goes round again (ROUNDS).
 Work, not the clock, decides how far each call goes (mapping/work.py); the wall clock is a safety stop.
 """
 from __future__ import annotations
