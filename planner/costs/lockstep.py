@@ -137,7 +137,13 @@ def _lock_step_dag(p: int, m: int) -> tuple:
             ends.append(int(at[-1]) + 1)
     # the three weights of every node index one table of the few distinct (device, F ops, B ops, slot, slot)
     rows = np.concatenate([np.c_[G, own], np.c_[PG[:, 0], PS[:, 0]], np.c_[PG[:, 1], PS[:, 1]]])
-    tab, idx = np.unique(rows, axis=0, return_inverse=True)
+    # unique rows through one mixed-radix key (entries >= 0): the same sorted table as np.unique(axis=0), ~10x faster
+    base = rows.max(axis=0) + 1
+    key = np.zeros(len(rows), np.int64)
+    for col, k in zip(rows.T, base, strict=True):
+        key = key * int(k) + col
+    _, first, idx = np.unique(key, return_index=True, return_inverse=True)
+    tab = rows[first]
     idx = idx.reshape(3, n)
     return (A.tolist(), P[:, 0].tolist(), P[:, 1].tolist(), idx[0].tolist(), idx[1].tolist(), idx[2].tolist(), tab,
             tails, tuple(cuts), tuple(ends), size if cuts else 0)
