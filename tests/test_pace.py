@@ -1,5 +1,6 @@
-"""Megatron-Core 1F1B's lock step in the mapping objective (MappingProblem.pace): the objective is the closed form
-pipeline.lock_step_p2p_s on the column's mapped hops, and every solver scores it alike."""
+"""Megatron-Core 1F1B's lock step in the mapping objective (MappingProblem.pace): with one stage a node the objective
+is the closed form pipeline.lock_step_p2p_s on the column's mapped hops (two or more: the walk, Pace.steep,
+tests/test_lock_step_objective.py), and every solver scores it alike."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,10 @@ def _het_spec(make_spec, nodes, seed):
     return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=bw))
 
 
-# (nodes, tp, pp, dp, layout a) small het grids: 2 x 2 and 3 x 2 blocks, a = 1 and a = 2, one with a spare node
-CASES = [(4, 4, 2, 4, 1), (6, 4, 3, 4, 1), (6, 2, 6, 4, 2), (5, 8, 4, 1, 1), (7, 4, 3, 4, 1)]
+# (nodes, tp, pp, dp, layout a) small het grids: 2 x 2 and 3 x 2 blocks, one with a spare node; a = 1 only: two or
+# more stages a node take the walk (tests/test_lock_step_objective.py; this file's a = 2 case, (6, 2, 6, 4, 2), has
+# links fast enough there that its curves are lines and it carries no pace)
+CASES = [(4, 4, 2, 4, 1), (6, 4, 3, 4, 1), (5, 8, 4, 1, 1), (7, 4, 3, 4, 1)]
 
 
 def _problem(make_spec, case, seed=0):
@@ -65,7 +68,7 @@ def _replay_hops(spec, cfg, prob, assign):
 @pytest.mark.parametrize("case", CASES[:3])
 def test_objective_is_the_lock_step_on_the_mapped_hops(make_spec, case):
     """objective - (the same problem without p2p) == lock_step_p2p_s(t, mapped hops, m) on the slowest column, for
-    every placement of a small het grid."""
+    every placement of a small het grid (one stage a node)."""
     spec, cfg, prob = _problem(make_spec, case)
     assert prob.pace is not None and prob.wrap is None
     st = stage_times(spec, cfg, default_costs(spec.cluster))

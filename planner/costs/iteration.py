@@ -21,6 +21,7 @@ from planner.costs import context_parallel as cpar
 from planner.costs.comm import p2p_time, ring_allreduce_time
 from planner.costs.compute import BYTES, RECOMPUTE_TP_SHARE, activation_precision, recomputed_layers, tp_gather_bytes
 from planner.costs.fsdp import fsdp_collectives, fsdp_copy_s
+from planner.costs.lockstep import lock_step_time
 from planner.costs.memory import (
     GiB,
     MemoryBreakdown,
@@ -953,7 +954,8 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
                   bound_only: bool = False) -> MappingProblem:
     """The mapping problem of (cfg, layout) on the cluster's links (or `bandwidth`, one snapshot), over `nodes`.
     bound_only: a relaxation for bounds alone (screening's), whose objective is at most the full problem's on every
-    mapping: interleaved's steep pace left out (>= 0; bound_differs says where), which spares its boundaries' walks."""
+    mapping: interleaved's and waited 1F1B's steep pace left out (>= 0; bound_differs says where), which spares
+    their boundaries' walks."""
     costs = costs or default_costs(spec.cluster)
     cl, model = spec.cluster, spec.model
     bw = cl.bandwidth if bandwidth is None else bandwidth
@@ -989,9 +991,16 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
                                                          steep=not bound_only)
         const += add
         wraps = 0.0
+    elif waited_lock_step(spec, cfg) and lock_step_walked(layout):
+        # Megatron-Core's 1F1B, two or more stages a node: its waited calls walked per mapped row boundary (each
+        # stage touches one at most), the linear part on the sum, the rest as a bottleneck (Pace.steep)
+        hop, pace, add = lock_step_walk_parts([s.forward for s in st], [s.backward for s in st], m, layout, one_way,
+                                              intra_s, steep=not bound_only)
+        const += add
+        wraps = 0.0
     elif waited_lock_step(spec, cfg) and layout.rows > 1:
-        # Megatron-Core's 1F1B: lock_step_p2p_s itself on the column's mapped hops (lock_step_pace), not a typical
-        # hop's traversals scaled by the mapped ones (a slow link counted at 1 / (pp - 1) of its weight)
+        # Megatron-Core's 1F1B, one stage a node: lock_step_p2p_s itself on the column's mapped hops (lock_step_pace),
+        # not a typical hop's traversals scaled by the mapped ones (a slow link counted at 1 / (pp - 1) of its weight)
         hop, pace, add = lock_step_problem_parts([s.forward + s.backward for s in st], m, layout, one_way, intra_s)
         const += add
         wraps = 0.0
@@ -1045,8 +1054,10 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
 
 
 def bound_differs(spec, cfg: ParallelConfig, layout: Layout) -> bool:
-    """Whether build_problem(..., bound_only=True) differs from the full problem (interleaved's steep pace)."""
-    return interleaved_paced(spec, cfg) and layout.rows > 1
+    """Whether build_problem(..., bound_only=True) differs from the full problem (interleaved's steep pace, waited
+    1F1B's walked one)."""
+    return layout.rows > 1 and (interleaved_paced(spec, cfg)
+                                or (waited_lock_step(spec, cfg) and lock_step_walked(layout)))
 
 
 def interleaved_paced(spec, cfg: ParallelConfig) -> bool:
@@ -1077,68 +1088,118 @@ def typical_inter_hop(one_way: np.ndarray, intra_s: float) -> float:
 def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, one_way: np.ndarray, intra_s: float,
                               steep: bool = True):
     """(hop, wrap, pace, const): the exposed hops of interleaved's walk, interleaved_time(c) - interleaved_time(0),
-    on a column's mapped hops, as  const + Lrow sum_r h_r + Lwrap h_wrap + max_r S_r(h_r)  (r over the row
-    boundaries and the wrap). E_r(x), the walk with boundary r's hop at x and every other at the plan's typical hop
-    (NVLink's inside a node), is convex piecewise-linear in x (docs/notes/simulator.md, "Interleaved on heterogeneous
-    links"): its pieces come from the walk itself (pipeline.convex_pieces on [0, the slowest candidate hop]); its
-    first slope L_r is the linear part (Lrow: the least over row boundaries, a row boundary's surplus L_r - Lrow
-    stays in its S_r), the rest S_r(x) = E_r(x) - L x - E_r(0) >= 0 the steep part past a chunk's slack, whose max
-    over boundaries is Pace.steep. Exact where one boundary leaves the typical hop (every E_r's typical hop on its
-    first piece; with two rows the boundary and the wrap join one pair, so their joint curve is exact everywhere); a
-    hop is the mean of its two directions, as the typical-hop charge's (one_way + one_way.T). steep False (a bound's
-    relaxation): no pace, each curve walked only for its first slope (two walks a boundary, not its pieces'), the
-    same hop and wrap, and const less a margin (rounding, the pieces' secant error), so the objective is at most the
-    full one's: that less its max_r S_r(h_r) >= 0."""
-    pp, R = len(fc), layout.rows
-    a = pp // R
+    on a column's mapped hops (walked_problem_parts: the row boundaries and the wrap). A hop is the mean of its two
+    directions, as the typical-hop charge's (one_way + one_way.T); the typical hop the median one-way link. Each
+    boundary's slope is at most 2 v crossings a micro-batch (4 v for two rows' joint curve): the margin's."""
     c = (one_way + one_way.T) / 2
     np.fill_diagonal(c, 0.0)
-    typ = typical_inter_hop(one_way, intra_s)
-    cs = typical_boundary_hops(pp, R, typ, intra_s, wrap=True)        # R > 1 here: the wrap is the network's
-    at = [(r + 1) * a - 1 for r in range(R - 1)] + [pp - 1]        # each boundary's stage boundary (the wrap last)
+    return walked_problem_parts(lambda h: interleaved_time(fc, bc, m, h, blocking), len(fc), layout, c,
+                                typical_inter_hop(one_way, intra_s), intra_s, True, 4.0 * m * len(fc[0]), steep)
+
+
+def lock_step_walked(layout: Layout) -> bool:
+    """Whether a waited 1F1B plan's mapped hops are charged by the walk (lock_step_walk_parts): several node rows of
+    two or more stages a node, so each stage touches at most one row boundary. One stage a node (a = 1) keeps the
+    closed form (lock_step_problem_parts): a stage's pace there couples its two row boundaries, which a per-boundary
+    curve cannot say (docs/notes/simulator.md, "1F1B's lock step walked", design point 2)."""
+    return layout.rows > 1 and layout.a >= 2
+
+
+def lock_step_walk_parts(f, b, m: int, layout: Layout, one_way: np.ndarray, intra_s: float, steep: bool = True):
+    """(hop, pace, const): Megatron-Core 1F1B's exposed hops, lock_step_time(c) - lock_step_time(0) (the waited-call
+    walk, exact against the replay), on a column's mapped row-boundary hops (walked_problem_parts, no wrap). A hop
+    is its pair's slower direction (Pace.c, as lock_step_problem_parts: the steady state's calls batch one boundary's
+    activation down and gradient up and wait for both), the typical hop the median of those. A boundary's slope is
+    at most its 2 m transfers (a path through the walk's DAG takes each transfer once): the margin's. Levelled (each
+    boundary's steep part equal at the typical hop): 1F1B's curves differ by position (the ramp's slope 2 from 0 on
+    an early boundary, a first piece of slope 0 on later ones, so Lrow is 0 and the ramp sits in S_r), and without
+    it a slow boundary other than the largest-at-typical one would be charged nothing up to that largest."""
+    c = np.maximum(one_way, one_way.T)
+    np.fill_diagonal(c, 0.0)
+    f, b = tuple(map(float, f)), tuple(map(float, b))
+    hop, _, pace, const = walked_problem_parts(lambda h: lock_step_time(f, b, m, h), len(f), layout, c,
+                                               typical_inter_hop(c, intra_s), intra_s, False, 2.0 * m, steep,
+                                               level=True, drop_flat=True)
+    return hop, pace, const
+
+
+def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: float, intra_s: float, wrap: bool,
+                         slope_max: float, steep: bool = True, level: bool = False, drop_flat: bool = False):
+    """(hop, wrap, pace, const): a schedule's exposed hops, walk(hops) - walk(0) (`walk`: a makespan on per-boundary
+    one-way hops, stage boundaries j = 0 .. pp - 2, with `wrap` the last stage -> stage 0 hop after them; 0.0: none),
+    on a column's mapped hops c (N x N, symmetric), as  const + Lrow sum_r h_r + Lwrap h_wrap + max_r S_r(h_r)  (r
+    over the row boundaries, and the wrap). E_r(x), the walk with boundary r's hop at x and every other at the typical
+    hop `typ` (NVLink's inside a node), is convex piecewise-linear in x (a max-plus walk: docs/notes/simulator.md,
+    "Interleaved on heterogeneous links", "1F1B's lock step walked"): its pieces come from the walk itself
+    (pipeline.convex_pieces on [0, the slowest candidate hop]); its first slope L_r is the linear part (Lrow: the
+    least over row boundaries, a row boundary's surplus L_r - Lrow stays in its S_r), the rest S_r(x) = E_r(x) - L x
+    - E_r(0) >= 0 the steep part, whose max over boundaries is Pace.steep. Exact where one boundary leaves the
+    typical hop and takes the max (every boundary's S_r(typical) equal, or the one raised the largest; with two rows
+    and a wrap the boundary and the wrap join one pair, so their joint curve is exact everywhere). `level`: each S_r
+    raised by max S(typical) - S_r(typical) (>= 0, so still >= 0 and nondecreasing), which makes every boundary's
+    S_r(typical) the largest: exact wherever one boundary's hop rises above the typical one, over (by S_r(typical) -
+    S_r(x)) where it falls below; without it, a boundary whose S_r(typical) is not the largest is charged nothing
+    until its S_r passes that largest (under by up to their difference). steep False (a
+    bound's relaxation): no pace, each curve walked only for its first slope (two walks a boundary, not its pieces'),
+    the same hop and wrap, and const less a margin (rounding, the pieces' secant error; `slope_max`: the most any
+    boundary's curve rises per unit hop), so the objective is at most the full one's: that less its max_r S_r(h_r)
+    >= 0 (levelled: less max_r U_r(h_r) - (max S(typical) - min S(typical)) >= 0)."""
+    R = layout.rows
+    a = pp // R
+    cs = typical_boundary_hops(pp, R, typ, intra_s, wrap=wrap)       # R > 1 here: the wrap is the network's
+    at = [(r + 1) * a - 1 for r in range(R - 1)] + ([pp - 1] if wrap else [])   # boundaries' stage boundaries
     fin = c[np.isfinite(c)]
     hi = max(float(fin.max()) if fin.size else 0.0, typ)
-    zero = interleaved_time(fc, bc, m, 0.0, blocking)
-    # two rows: the boundary and the wrap join the same pair, one curve with both at x (exact on every mapping)
-    sets = [tuple(at)] if R == 2 else [(j,) for j in at]
-    at_cs = interleaved_time(fc, bc, m, cs, blocking) - zero        # every E_r at the typical hop
+    zero = walk(0.0)
+    joint = wrap and R == 2     # the boundary and the wrap join the same pair: one curve with both at x (exact)
+    sets = [tuple(at)] if joint else [(j,) for j in at]
+    at_cs = walk(cs) - zero        # every E_r at the typical hop
     curves = []
     for js in sets:
         def exposed(x, js=js):
             h = list(cs)
             for j in js:
                 h[j] = x
-            return interleaved_time(fc, bc, m, h, blocking) - zero
+            return walk(h) - zero
         if steep:
             curves.append(np.array(convex_pieces(exposed, hi)))
         else:       # the first piece alone, convex_pieces' own (its secant over 1e-6 of the range at 0)
             d, f0 = hi * 1e-6, exposed(0.0)
             curves.append(np.array([[(exposed(d) - f0) / d if hi > 0 else 0.0, f0]]))
-    if R == 2:
+    if joint:
         curves.append(np.zeros((1, 2)))
-    lrow = min(float(pc[0, 0]) for pc in curves[:-1])
-    lin = [lrow] * (R - 1) + [float(curves[-1][0, 0])]
+    nrow = R - 1
+    lrow = min(float(pc[0, 0]) for pc in curves[:nrow])
+    lin = [lrow] * nrow + ([float(curves[-1][0, 0])] if wrap else [])
     if steep:
         parts = tuple(np.stack([pc[:, 0] - lr, pc[:, 1] - pc[0, 1]], axis=1)
                       for pc, lr in zip(curves, lin, strict=True))
+        at = [float(np.max(pc[:, 0] * typ + pc[:, 1])) for pc in parts]
+        at_typ = max(at)
+        if level:       # every S_r raised to the largest at the typical hop: U_r = S_r - S_r(typ) + max S(typ)
+            parts = tuple(np.stack([pc[:, 0], pc[:, 1] + (at_typ - v)], axis=1) for pc, v in zip(parts, at,
+                                                                                                  strict=True))
         pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts)
-        at_typ = max(float(np.max(pc[:, 0] * typ + pc[:, 1])) for pc in parts)
+        if drop_flat and max(float(np.max(pc[:, 0] * hi + pc[:, 1])) for pc in parts) <= 1e-9 * (1.0 + abs(at_cs)):
+            # every curve one line (its slope's secant noise aside, convex_pieces' equality tolerance): no steep
+            # part, and a pace would only turn the decompositions off; the objective moves by that tolerance at most
+            pace = None
     else:
         # S_r(typ) = E_r(typ) - L typ - E_r(0) from the walks (E_r(typ) = at_cs for every boundary; two rows' joint
         # wrap curve is 0); the full build reads it off its pieces, which may lie over the walk by a slope jump times
-        # convex_pieces' secant step (hi 1e-6) next to a knee, and by its equality tolerance: the margin covers both,
-        # a slope being at most the 2 v crossings of a boundary per micro-batch (4 v for two rows' joint curve), so
-        # the relaxation stays at or under the full objective
+        # convex_pieces' secant step (hi 1e-6) next to a knee, and by its equality tolerance: the margin covers both
+        # with the steepest slope a curve can have, so the relaxation stays at or under the full objective
         pace = None
-        real = curves[:-1] if R == 2 else curves
-        at_typ = max([0.0] * (R == 2) + [at_cs - lr * typ - float(pc[0, 1])
-                                         for pc, lr in zip(real, lin[:len(real)], strict=True)])
-        slope = 4.0 * m * len(fc[0])
-        at_typ += 2e-9 * (1.0 + abs(at_cs) + slope * hi) + slope * hi * 1e-6
-    const = at_cs - lrow * (R - 1) * typ - lin[-1] * typ - at_typ
+        real = curves[:-1] if joint else curves
+        # levelled, every U_r(h) >= U_r(0) = max S(typ) - S_r(typ): the least S_r(typ) is what the pace always adds
+        at_typ = (min if level else max)([0.0] * joint + [at_cs - lr * typ - float(pc[0, 1])
+                                                          for pc, lr in zip(real, lin[:len(real)], strict=True)])
+        at_typ += 2e-9 * (1.0 + abs(at_cs) + slope_max * hi) + slope_max * hi * 1e-6
+    const = at_cs - lrow * nrow * typ - (lin[-1] * typ if wrap else 0.0) - at_typ
     with np.errstate(invalid="ignore"):          # a pair without a link (inf) stays unusable at slope 0
-        hop, wrap = (np.where(np.isinf(c), np.inf, w * c) for w in (lrow, lin[-1]))
-    return hop, wrap, pace, const
+        hop = np.where(np.isinf(c), np.inf, lrow * c)
+        wrap_m = np.where(np.isinf(c), np.inf, lin[-1] * c) if wrap else None
+    return hop, wrap_m, pace, const
 
 
 def lock_step_problem_parts(t, m: int, layout: Layout, one_way: np.ndarray, intra_s: float):

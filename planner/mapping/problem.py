@@ -74,7 +74,8 @@ class Pace:
     lin: tuple[int, ...]     # row boundaries charged once (at most two)
     # per boundary (the R - 1 row boundaries, then the wrap R-1 -> 0) a convex piecewise-linear bottleneck in its hop,
     # max_q (slope_q c + intercept_q) with slopes >= 0 (pieces: n x 2 arrays), also in the max: interleaved's steep
-    # parts (iteration.interleaved_problem_parts); () for 1F1B
+    # parts (iteration.interleaved_problem_parts), and waited 1F1B's with two or more stages a node (its R - 1 row
+    # boundaries, no wrap: iteration.lock_step_walk_parts); () for 1F1B's closed form (one stage a node)
     steep: tuple = ()
     steep_c: tuple = field(init=False, default=())   # each boundary's pieces on c (N x N): what every solver reads
 

@@ -130,6 +130,17 @@ def metered(deadline: float | None = None):
         _meters.reset(token)
 
 
+@contextmanager
+def unmetered():
+    """with unmetered(): ... charges nothing to the meters open around it (work after a caller's accounting, e.g. a
+    solve's summary, whose problem builds walk orders after its work_s was recorded)."""
+    token = _meters.set(())
+    try:
+        yield
+    finally:
+        _meters.reset(token)
+
+
 def charge(work_s: float) -> None:
     """Count work_s work seconds in every open meter."""
     for m in _meters.get():

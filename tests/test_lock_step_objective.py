@@ -1,0 +1,153 @@
+"""Megatron-Core 1F1B's waited calls walked in the mapping objective (iteration.lock_step_walk_parts, two or more
+stages a node): the walk's (lockstep.lock_step_time) exposed hops per row boundary, its linear part on the sum, its
+steep part levelled in Pace.steep; screening's relaxation; one stage a node keeps the closed form."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from swap_checks import assert_exact_is_the_optimum, assert_swaps_track_objective
+
+from planner.config import ParallelConfig
+from planner.costs import default_costs
+from planner.costs.iteration import (
+    bound_differs,
+    build_problem,
+    compute_const,
+    p2p_inter_s,
+    p2p_intra_s,
+    p2p_message_bytes,
+    p2p_share,
+    stage_times,
+)
+from planner.costs.lockstep import lock_step_time
+from planner.mapping.bruteforce import all_placements
+from planner.mapping.problem import Layout
+
+# (nodes, tp, pp, dp, a), a >= 2: two rows of 2 x 2 blocks, three rows of two columns, a column of four rows and a
+# spare node
+CASES = [(4, 2, 4, 4, 2), (6, 2, 6, 4, 2), (5, 4, 8, 1, 2)]
+
+
+def _spec(make_spec, nodes, bw):
+    spec = make_spec(nodes=nodes, gbs=64, layers=24)
+    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=np.asarray(bw, float)))
+
+
+def _problem(spec, case, bound_only=False):
+    n, tp, pp, dp, a = case
+    cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "1f1b", 1, "selective")
+    b = 8 // tp // a
+    lay = Layout(a, b, pp // a, dp // b)
+    return cfg, build_problem(spec, cfg, lay, bound_only=bound_only)
+
+
+def _walks(spec, cfg, prob, assign):
+    """Each column's exposed hops as the walk takes them: lock_step_time on its mapped hops (the slower direction
+    between nodes, NVLink inside one) less without hops; and compute_const."""
+    costs = default_costs(spec.cluster)
+    st = stage_times(spec, cfg, costs)
+    f, b = [s.forward for s in st], [s.backward for s in st]
+    msg = p2p_message_bytes(spec, cfg)
+    intra = p2p_intra_s(spec, msg, costs)
+    bw, share, m = spec.cluster.bandwidth, p2p_share(spec, cfg, prob.layout.b), cfg.num_microbatches
+    out = []
+    for j in range(assign.shape[1]):
+        nodes = [int(prob.nodes[assign[s // prob.layout.a, j]]) for s in range(cfg.pp)]
+        cs = [intra if u == v else max(p2p_inter_s(spec, msg, bw[u, v], costs, share),
+                                       p2p_inter_s(spec, msg, bw[v, u], costs, share))
+              for u, v in zip(nodes, nodes[1:])]
+        out.append(lock_step_time(f, b, m, cs) - lock_step_time(f, b, m))
+    return np.array(out), compute_const(spec, cfg, costs, st)
+
+
+def _one_slow_pair(nodes, bw, factor):
+    out = np.full((nodes, nodes), bw)
+    np.fill_diagonal(out, 0.0)
+    out[0, 1] = out[1, 0] = bw * factor
+    out[1, 0] *= 0.8                    # asymmetric: the boundary's hop is its slower direction
+    return out
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("bw, factor", [(2.0, 0.5), (2.0, 0.1), (0.5, 0.2), (25.0, 0.3)])
+def test_objective_is_the_walk_with_one_slow_boundary(make_spec, case, bw, factor):
+    """Equal links but one slow pair: a column holds at most one boundary off the typical hop, above it, so every
+    column's path is the walk's exposed hops exactly (stage compute + lock_step_time's exposed p2p), also where
+    the typical hop itself is past knees (bw 0.5: hops several times a stage's f + b)."""
+    spec = _spec(make_spec, case[0], _one_slow_pair(case[0], bw, factor))
+    cfg, prob = _problem(spec, case)
+    assert prob.wrap is None
+    if bw < 25.0:
+        assert prob.pace is not None and len(prob.pace.steep) == prob.layout.rows - 1 and not prob.pace.lin
+    else:       # fast links: every curve one line (the ramp's 2 crossings), the sum alone (build_problem drops it)
+        assert prob.pace is None
+    P = all_placements(prob)
+    rng = np.random.default_rng(0)
+    seen = []
+    for k in rng.choice(len(P), size=min(40, len(P)), replace=False):
+        walk, cc = _walks(spec, cfg, prob, P[k])
+        # exact up to float noise on the iteration (the pieces are secants over 1e-6 of the range)
+        assert np.allclose(prob.path_costs(P[k]) + prob.const - cc, walk, rtol=1e-8, atol=1e-9 * cc)
+        seen += walk.tolist()
+    assert max(seen) > min(seen) + 1e-9     # some placements put the slow pair on a row boundary
+
+
+def test_curves_rise_at_most_two_crossings_a_micro_batch(make_spec):
+    """The relaxation's margin assumes a boundary's curve rises at most 2 m per unit hop (each of its transfers
+    once on a path); here well past the knees (hops ~10x a stage's f + b)."""
+    spec = _spec(make_spec, 6, _one_slow_pair(6, 0.2, 0.2))
+    cfg, prob = _problem(spec, CASES[1])
+    lrow = prob.hop[0, 1] / prob.pace.c[0, 1]
+    top = max(float(pc[:, 0].max()) for pc in prob.pace.steep) + lrow
+    assert cfg.num_microbatches < top <= 2 * cfg.num_microbatches + 1e-6
+
+
+def _het(make_spec, n, seed):
+    return make_spec(nodes=n, gbs=64, layers=24, seed=seed, spread=(0.02, 0.3))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_exact_equals_brute_force_and_bounds_hold(make_spec, optimum, case):
+    _, prob = _problem(_het(make_spec, case[0], 1), case)
+    assert prob.pace is not None and max(len(t) for t in prob.pace.steep) > 1      # past a knee somewhere
+    best, best_a = optimum(prob)
+    assert_exact_is_the_optimum(prob, best, best_a)
+
+
+def test_incremental_score_equals_the_objective_after_random_swaps(make_spec):
+    for case in CASES:
+        _, prob = _problem(_het(make_spec, case[0], 2), case)
+        assert_swaps_track_objective(prob)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("seed", [1, 3])
+def test_bound_only_relaxation_stays_under_the_full_objective(make_spec, case, seed):
+    """bound_only (screening's): the same hops, no pace, its objective at most the full one on every placement,
+    and its bound at most the full problem's and the optimum."""
+    spec = _het(make_spec, case[0], seed)
+    cfg, prob = _problem(spec, case)
+    assert bound_differs(spec, cfg, prob.layout)
+    _, cheap = _problem(spec, case, bound_only=True)
+    assert cheap.pace is None and np.array_equal(cheap.hop, prob.hop) and cheap.const <= prob.const
+    P = all_placements(prob)
+    full_obj = np.array([prob.objective(a) for a in P])
+    cheap_obj = np.array([cheap.objective(a) for a in P])
+    assert np.all(cheap_obj <= full_obj)
+    assert cheap.lower_bound() <= prob.lower_bound() + 1e-12
+    assert cheap.lower_bound() <= full_obj.min()
+    assert (full_obj - cheap_obj).max() <= float(max(prob.pace.costs(a).max() for a in P)) + 1e-4 * full_obj.max()
+
+
+def test_one_stage_a_node_keeps_the_closed_form(make_spec):
+    """a == 1: lock_step_problem_parts' closed form (Pace's e / f / lin terms, no steep part), bound_only the same
+    problem (tests/test_pace.py checks its values against lock_step_p2p_s)."""
+    spec = _het(make_spec, 6, 1)
+    cfg = ParallelConfig(4, 3, 4, 1, 16, "1f1b", 1, "selective")
+    lay = Layout(1, 2, 3, 2)
+    assert not bound_differs(spec, cfg, lay)
+    a, b = build_problem(spec, cfg, lay), build_problem(spec, cfg, lay, bound_only=True)
+    assert a.pace is not None and not a.pace.steep and np.isfinite(a.pace.e).any()
+    assert a.const == b.const and np.array_equal(a.hop, b.hop) and np.array_equal(a.pace.c, b.pace.c)
