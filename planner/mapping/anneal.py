@@ -20,6 +20,7 @@ from planner.mapping import work
 from planner.mapping.incremental import SwapEvaluator
 from planner.mapping.problem import MappingProblem, robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
+from planner.mapping.units import has_pace
 
 T_START_SCALE = 2.0        # initial temperature: this many times the mean |delta| of 30 random moves
 T_END_RATIO = 1e-4         # final / initial temperature (geometric cooling over the iteration budget)
@@ -62,7 +63,8 @@ def anneal(problems, *, seed: int = 0, iterations: int | None = None, time_limit
     else:
         best_s, best, ran = _pipette(probs, s, rng, iterations or 10 ** 9, time_limit_s, robust, alpha, t0)
     # the iterations run (all of them unless the wall stop fired)
-    work.charge(work.anneal_work(ran, R, len(probs), probs[0].pace is not None))
+    # a pace in any scenario is scored on every iteration (units.has_pace: drop_flat may leave scenario 0 without)
+    work.charge(work.anneal_work(ran, R, len(probs), has_pace(probs)))
     a = np.asarray(best_s[:nb]).reshape(R, K)
     best = robust_objective(probs, a, robust)
     bound = robust_lower_bound(probs, robust)

@@ -43,6 +43,7 @@ from planner.mapping.anneal import anneal
 from planner.mapping.cpsat import solve_exact
 from planner.mapping.problem import robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
+from planner.mapping.units import has_pace
 
 WALL_SAFETY = 1.0                # the wall-clock safety stop, in units of time_limit_s
 EXACT_SHARE = 0.7                # of the work: the exact phase (pre-solve, decomposition, CP-SAT), up to SMALL_NODES
@@ -122,7 +123,7 @@ def work_budget(time_limit_s: float, problems) -> tuple[int, float]:
     exact = _exact_share(probs)
     anneal_w = _anneal_work(time_limit_s, probs)
     iters = work.iterations_for(anneal_w - _row_order_work(probs, anneal_w) - _anchor_work(time_limit_s, probs),
-                                p0.layout.rows, len(probs), p0.pace is not None)
+                                p0.layout.rows, len(probs), has_pace(probs))
     space = placements(p0)
     if space <= SMALL_SPACE:
         iters = min(iters, ANNEAL_PER_PLACEMENT * space)
@@ -267,7 +268,7 @@ def _run(probs, T, seed, method, robust, hint, cutoff, deadline) -> PortfolioRes
             init = startpoint.initial(probs, robust, budget_s=room)
         start_w = m.used_s
         if start_w > 0:
-            iters = max(1, iters - work.iterations_for(start_w, p0.layout.rows, len(probs), p0.pace is not None))
+            iters = max(1, iters - work.iterations_for(start_w, p0.layout.rows, len(probs), has_pace(probs)))
     trivial = p0.layout.blocks <= 1
 
     def wall_left():
@@ -343,7 +344,7 @@ def _lns(probs, T, seed, init, wall_left, info):
 def _reheat(probs, seed, init, work_s, wall_left, info):
     """A second anneal from `init` on `work_s` work seconds (its own seed; its temperature starts from the spread
     of moves around `init`, as a first chain's does around its start); `init` is kept unless beaten."""
-    iters = work.iterations_for(work_s, probs[0].layout.rows, len(probs), probs[0].pace is not None)
+    iters = work.iterations_for(work_s, probs[0].layout.rows, len(probs), has_pace(probs))
     r = anneal(probs, seed=seed + 1, iterations=iters, time_limit_s=max(0.0, wall_left()), init=init)
     best = r.assign.copy() if r.objective < probs[0].objective(init) else init
     return best, dict(info, reheat_iterations=iters)

@@ -26,6 +26,7 @@ from planner.mapping.anneal import anneal
 from planner.mapping.problem import layouts, robust_lower_bound
 from planner.mapping.result import MappingResult
 from planner.mapping.startpoint import initial as initial_placement
+from planner.mapping.units import has_pace
 from planner.search.space import block_top, enumerate_configs
 
 # annealing iterations per candidate while screening: the work of the 1,500 the numpy annealer ran here before the
@@ -392,7 +393,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
         probs = kept.pop((k, j), None) or problems(k, lay)
         # the start's search (rows confined to groups of nodes) on at most the work of the screening anneal itself
         init = initial_placement(probs, robust, budget_s=work.anneal_work(SCREEN_ITERS, lay.rows, len(probs),
-                                                                          probs[0].pace is not None))
+                                                                          has_pace(probs)))
         res = anneal(probs, seed=seed, iterations=SCREEN_ITERS, init=init, robust=robust,
                      time_limit_s=max(0.05, deadline - time.perf_counter()))
         wall_stop |= time.perf_counter() > deadline     # the safety stop may have cut this anneal short
