@@ -612,10 +612,11 @@ def pytorch_zbv(cfg: ParallelConfig) -> bool:
 
 
 def waited_lock_step(spec, cfg: ParallelConfig) -> bool:
-    """Megatron-Core's 1F1B, whose every p2p call waits for its peer: the megatron engine's 1F1B with pp > 1, not
-    ZeRO-3 (PyTorch pipelining's asynchronous sends); the simulator's rule (simulator.replay._mcore_lock_step)."""
-    return (spec.training.pipeline_engine == "megatron" and cfg.schedule == "1f1b" and cfg.pp > 1
-            and cfg.zero < 3)
+    """1F1B whose every p2p call waits for its peer: the megatron engine's 1F1B with pp > 1, Megatron-Core's and, for
+    ZeRO-3 plans, PyTorch pipelining's Schedule1F1B (its steady state waits on fused send / receive batches as
+    Megatron-Core's calls do; its warm-up and cool-down sends are waited one op later: charged as Megatron-Core's, an
+    upper bound); the simulator's rule (simulator.replay._mcore_lock_step)."""
+    return spec.training.pipeline_engine == "megatron" and cfg.schedule == "1f1b" and cfg.pp > 1
 
 
 def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int,
