@@ -89,14 +89,14 @@ def test_other_schedules_are_refused():
 
 def test_plans_use_it_for_megatron_1f1b_only():
     """A Megatron-Core 1F1B plan (full recompute: R before each B) replays the waited calls: slower than asynchronous
-    sends over the inter-node links; a ZeRO-3 plan (torchtitan: PyTorch pipelining's asynchronous sends) and an
-    interleaved one are unchanged by async_p2p."""
+    sends over the inter-node links; so does a ZeRO-3 plan (torchtitan: PyTorch pipelining's Schedule1F1B waits on its
+    fused send / receive batches, replay._mcore_lock_step); an interleaved one is unchanged by async_p2p."""
     spec = planner.load_spec("specs/gpt3-13b-a100-het-128.yaml")
     cfg = ParallelConfig(2, 4, 16, 1, 32, "1f1b", 1, "full", 1, True)
     assert planner.simulate(spec, cfg).iteration_s > planner.simulate(spec, cfg, async_p2p=True).iteration_s
     fsdp = planner.load_spec("specs/llama3-8b-h100-fsdp-128.yaml")
     z3 = ParallelConfig(2, 4, 16, 1, 16, "1f1b", 1, "full", 3, True)
-    assert planner.simulate(fsdp, z3).iteration_s == planner.simulate(fsdp, z3, async_p2p=True).iteration_s
+    assert planner.simulate(fsdp, z3).iteration_s > planner.simulate(fsdp, z3, async_p2p=True).iteration_s
     inter = ParallelConfig(2, 4, 16, 1, 32, "interleaved", 2, "full", 1, True)
     assert planner.simulate(spec, inter).iteration_s == planner.simulate(spec, inter, async_p2p=True).iteration_s
 

@@ -584,10 +584,13 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: lock_step_p2p_s(
             [s.forward + s.backward for s in st], c, m), per_boundary=True), 0.0
     if lock_step is not None and cfg.schedule == "zb-h1" and cfg.pp > 1:
-        # its order walked with the typical hop and without (the closed form it replaces was -22% with hops near a
-        # forward: the fuzz of valid plans, seed 4 case 609)
+        # its order walked with each boundary's typical hop and without (the closed form it replaces was -22% with
+        # hops near a forward: the fuzz of valid plans, seed 4 case 609); per boundary, not their mean: two or more
+        # stages a node alternate NVLink and network hops, and a network hop past a stage's slack binds where the
+        # mean's does not (-2.1% at pp 32 on 16 nodes: seed 6 case 682)
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_walk_p2p_s(
-            "zb-h1", [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c)), 0.0
+            "zb-h1", [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, tuple(c)),
+            per_boundary=True), 0.0
     if lock_step is not None and v_walked(cfg):
         # a V's order walked with the typical hop and without (its exposed hops, whatever the schedule's slack)
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_walk_p2p_s(
@@ -612,10 +615,11 @@ def pytorch_zbv(cfg: ParallelConfig) -> bool:
 
 
 def waited_lock_step(spec, cfg: ParallelConfig) -> bool:
-    """Megatron-Core's 1F1B, whose every p2p call waits for its peer: the megatron engine's 1F1B with pp > 1, not
-    ZeRO-3 (PyTorch pipelining's asynchronous sends); the simulator's rule (simulator.replay._mcore_lock_step)."""
-    return (spec.training.pipeline_engine == "megatron" and cfg.schedule == "1f1b" and cfg.pp > 1
-            and cfg.zero < 3)
+    """1F1B whose every p2p call waits for its peer: the megatron engine's 1F1B with pp > 1, Megatron-Core's and, for
+    ZeRO-3 plans, PyTorch pipelining's Schedule1F1B (its steady state waits on fused send / receive batches as
+    Megatron-Core's calls do; its warm-up and cool-down sends are waited one op later: charged as Megatron-Core's, an
+    upper bound); the simulator's rule (simulator.replay._mcore_lock_step)."""
+    return spec.training.pipeline_engine == "megatron" and cfg.schedule == "1f1b" and cfg.pp > 1
 
 
 def typical_hop_traversals(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int,
@@ -998,6 +1002,15 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
                                               intra_s, steep=not bound_only)
         const += add
         wraps = 0.0
+    elif zb_h1_walked(cfg, layout):
+        # ZB-H1, two or more stages a node: its order walked per mapped row boundary, as the lock step's below (a slow
+        # link past a stage's slack paces every micro-batch, which the typical hop's traversals scaled by the mapped
+        # sum charged at a share: -5.4% at pp 32 on 16 V100 nodes, the fuzz of valid plans' seed 6 case 682)
+        hop, pace, add = zb_h1_walk_parts([s.forward for s in st], [s.backward for s in st],
+                                          [s.weight_grad for s in st], m, layout, one_way, intra_s,
+                                          steep=not bound_only)
+        const += add
+        wraps = 0.0
     elif waited_lock_step(spec, cfg) and layout.rows > 1:
         # Megatron-Core's 1F1B, one stage a node: lock_step_p2p_s itself on the column's mapped hops (lock_step_pace),
         # not a typical hop's traversals scaled by the mapped ones (a slow link counted at 1 / (pp - 1) of its weight)
@@ -1055,8 +1068,8 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
 
 def bound_differs(spec, cfg: ParallelConfig, layout: Layout) -> bool:
     """Whether build_problem(..., bound_only=True) differs from the full problem (interleaved's steep pace, waited
-    1F1B's walked one)."""
-    return layout.rows > 1 and (interleaved_paced(spec, cfg)
+    1F1B's and ZB-H1's walked ones)."""
+    return layout.rows > 1 and (interleaved_paced(spec, cfg) or zb_h1_walked(cfg, layout)
                                 or (waited_lock_step(spec, cfg) and lock_step_walked(layout)))
 
 
@@ -1120,6 +1133,31 @@ def lock_step_walk_parts(f, b, m: int, layout: Layout, one_way: np.ndarray, intr
     hop, _, pace, const = walked_problem_parts(lambda h: lock_step_time(f, b, m, h), len(f), layout, c,
                                                typical_inter_hop(c, intra_s), intra_s, False, 2.0 * m, steep,
                                                level=True, drop_flat=True)
+    return hop, pace, const
+
+
+def zb_h1_walked(cfg: ParallelConfig, layout: Layout) -> bool:
+    """Whether a ZB-H1 plan's mapped hops are charged by its walk per row boundary (zb_h1_walk_parts): several node
+    rows of two or more stages a node, so each stage touches at most one row boundary (lock_step_walked's rule; one
+    stage a node keeps the typical hop's traversals, p2p_exposed_hops)."""
+    return cfg.schedule == "zb-h1" and cfg.pp > 1 and layout.rows > 1 and layout.a >= 2
+
+
+def zb_h1_walk_parts(f, b, w, m: int, layout: Layout, one_way: np.ndarray, intra_s: float, steep: bool = True):
+    """(hop, pace, const): ZB-H1's exposed hops, its order walked with the hops less without (vwalk.v_walk, exact
+    against the replay on per-boundary hops alike both ways), on a column's mapped row-boundary hops
+    (walked_problem_parts, no wrap, levelled as the lock step's). A hop is the mean of its two directions (the sends
+    overlap compute, each direction waited for by its own receiver, as interleaved's), the typical hop the median of
+    those. A boundary's slope is at most its 2 m transfers (a path through the walk's DAG crosses each once)."""
+    c = (one_way + one_way.T) / 2
+    np.fill_diagonal(c, 0.0)
+    f, b, w = (tuple(map(float, x)) for x in (f, b, w))
+
+    def walk(h):
+        return v_walk("zb-h1", f, b, w, m, tuple(h) if np.ndim(h) else float(h)).makespan
+
+    hop, _, pace, const = walked_problem_parts(walk, len(f), layout, c, typical_inter_hop(c, intra_s), intra_s, False,
+                                               2.0 * m, steep, level=True, drop_flat=True)
     return hop, pace, const
 
 

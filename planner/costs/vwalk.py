@@ -108,13 +108,15 @@ def _shape(schedule: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class _Dag:
     """A V order's ops in one topological order, numbered 1.. (0: none, end 0): per op its device's previous op, the op
-    whose data it waits for, whether that data crosses a hop, and its duration slot (kind, device, chunk). Buckets:
+    whose data it waits for, whether that data crosses a hop and over which device boundary (bnd: j between devices j
+    and j + 1), and its duration slot (kind, device, chunk). Buckets:
     bounds[i] = the ops numbered below it are those before cut t0 + i (bounds[-1]: all but the ops after the last cut);
     frontier[i] the op numbers whose ends make the state at cut t0 + i (frontier[i + 1] is frontier[i] shifted by one
     block). Empty bounds: no steady stretch found (the whole order is walked)."""
     prev: list
     dep: list
     hop: np.ndarray
+    bnd: np.ndarray
     slot: np.ndarray
     dev_last: tuple             # op number of each device's last op
     last_w: tuple               # [device][chunk] op number of its last W
@@ -205,7 +207,8 @@ def _dag(schedule: str, p: int, m: int, pytorch: bool, builder: tuple | None) ->
     slot = (kind * p + dev) * C + ch
     last_w = tuple(tuple(int(num[np.flatnonzero((dev == d) & (ch == cc) & isw).max()]) for cc in range(C))
                    for d in range(p))
-    return _Dag(numz[prev + 1][order].tolist(), numz[dep + 1][order].tolist(), cross[order], slot[order],
+    bnd = np.minimum(dev, dev[np.maximum(dep, 0)])           # adjacent devices: the boundary between them
+    return _Dag(numz[prev + 1][order].tolist(), numz[dep + 1][order].tolist(), cross[order], bnd[order], slot[order],
                 tuple(int(num[offs[d + 1] - 1]) for d in range(p)), last_w, bounds, frontier)
 
 
@@ -245,16 +248,24 @@ def _unit_starts(offs: list, dep: list, schedule: str, p: int, m: int) -> np.nda
 _dag_cached = functools.lru_cache(maxsize=64)(_dag)
 
 
-def _ends(g: _Dag, dur: np.ndarray, c: float) -> tuple[list, int]:
+def _ends(g: _Dag, dur: np.ndarray, c: float | tuple) -> tuple[list, int]:
     """(end of every op by number, [0] = 0; ops timed): the whole order, or its warm-up, the blocks until the state at
-    a cut repeats (steady_shift) and the ops after the last cut from that state moved on."""
+    a cut repeats (steady_shift) and the ops after the last cut from that state moved on. c: one hop for every device
+    boundary, or a tuple of each boundary's (p - 1; a pair's link is fixed, so the steady state still repeats)."""
     prev, dep, slot, hop = g.prev, g.dep, g.slot, g.hop
     n = len(prev)
     e = [0.0] * (n + 1)
+    per_op = None
+    if isinstance(c, tuple):
+        per_op = np.where(hop, np.r_[np.asarray(c, float), 0.0][np.minimum(g.bnd, len(c))], 0.0)
+        c = 1.0 if per_op.any() else 0.0
 
     def run(lo: int, hi: int) -> None:       # ops numbered lo .. hi - 1, in order
         times = dur[slot[lo - 1:hi - 1]].tolist()
-        waits = (hop[lo - 1:hi - 1] * c).tolist() if c else [0.0] * (hi - lo)
+        if per_op is not None:
+            waits = per_op[lo - 1:hi - 1].tolist()
+        else:
+            waits = (hop[lo - 1:hi - 1] * c).tolist() if c else [0.0] * (hi - lo)
         for i, a, b, w, t in zip(range(lo, hi), prev[lo - 1:hi - 1], dep[lo - 1:hi - 1], waits, times):
             x, y = e[a], e[b] + w
             e[i] = (x if x > y else y) + t
@@ -306,7 +317,7 @@ def builder_times(f, b, w) -> tuple[float, float, float]:
 
 
 @functools.lru_cache(maxsize=512)       # the estimate asks for the compute, the hops and each data-parallel row
-def _v_walk(schedule: str, f: tuple, b: tuple, w: tuple, m: int, c: float, pytorch: bool,
+def _v_walk(schedule: str, f: tuple, b: tuple, w: tuple, m: int, c: float | tuple, pytorch: bool,
             model: tuple | None) -> tuple[VTimeline, int, int]:
     p = len(f)
     builder = None
@@ -328,7 +339,8 @@ def _v_walk(schedule: str, f: tuple, b: tuple, w: tuple, m: int, c: float, pytor
 
 def v_walk(schedule: str, f, b, w, m: int, c: float = 0.0, pytorch: bool = False,
            model: tuple | None = None) -> VTimeline | None:
-    """A V-shape's order timed on per-rank times f, b (w and recompute included), w, every hop c one way: V-Min,
+    """A V-shape's order timed on per-rank times f, b (w and recompute included), w, every hop c one way (or, a
+    sequence, each device boundary's: j between ranks j and j + 1, both directions): V-Min,
     V-Half, the seed's V-ZB (ZeRO 0-2, built at its builder's times from f, b, w and model: hidden, heads, sequence)
     or, pytorch, PyTorch's V-ZB (torchtitan's, ZeRO-3). The seed's V-ZB only where vzb_walked (None beyond). Equal to
     the replay (simulate_stage_times at c = 0, simulate_uniform with comm = c) where every rank's recompute is alike;
@@ -339,7 +351,10 @@ def v_walk(schedule: str, f, b, w, m: int, c: float = 0.0, pytorch: bool = False
     if schedule == "v-zb" and not pytorch and not vzb_walked(p, m):
         return None
     key = tuple(tuple(map(float, x)) for x in (f, b, w))
-    tl, ops, built = _v_walk(schedule, *key, int(m), float(c), bool(pytorch and schedule == "v-zb"),
+    c = tuple(map(float, c)) if np.ndim(c) else float(c)
+    if isinstance(c, tuple) and len(c) != p - 1:
+        raise ValueError(f"{len(c)} boundary hops for {p} devices")
+    tl, ops, built = _v_walk(schedule, *key, int(m), c, bool(pytorch and schedule == "v-zb"),
                              None if model is None else tuple(model))
     from planner.mapping import work  # here: planner.mapping imports the cost modules
 
@@ -349,12 +364,13 @@ def v_walk(schedule: str, f, b, w, m: int, c: float = 0.0, pytorch: bool = False
 
 def v_walk_p2p_s(schedule: str, f, b, w, m: int, c: float, pytorch: bool = False,
                  model: tuple | None = None) -> float | None:
-    """Seconds a V-shape's hops of c (one way) add to its compute: its order walked with and without them (v_walk);
+    """Seconds a V-shape's hops of c (one way; one for all boundaries or each one's, as v_walk) add to its compute: its
+    order walked with and without them (v_walk);
     None where it is not walked. Exact against the replay on uniform links (the mapping's own hops scale it:
     costs.iteration.typical_hop_traversals)."""
     tl = v_walk(schedule, f, b, w, m, 0.0, pytorch, model)
     if tl is None:
         return None
-    if c <= 0:
+    if not np.any(np.asarray(c, float) > 0):
         return 0.0
     return v_walk(schedule, f, b, w, m, c, pytorch, model).makespan - tl.makespan

@@ -337,15 +337,18 @@ def simulate_uniform(schedule: str, p: int, m: int, vpp: int = 1, *, f: float = 
                                                       recompute_in_bubbles))
 
 
-def _mcore_lock_step(pipeline_engine: str, schedule: str, p: int, p2p_variant: bool, early_recompute: bool,
-                     zero: int = 0) -> bool:
-    """Whether a plan's pipeline runs Megatron-Core's 1F1B, whose every p2p call waits for its transfers
-    (mcore.py): the megatron engine's 1F1B with pp > 1, unless a p2p variant is asked for, Mario's early recompute
-    reorders it, or ZeRO-3 (torchtitan's plans: PyTorch pipelining's schedule, asynchronous sends). The variants
-    (async_p2p: sends overlap the sender's next op, the simulator's model before Nov 27; blocking_p2p; rendezvous_p2p)
-    stay available for comparison."""
+def _mcore_lock_step(pipeline_engine: str, schedule: str, p: int, p2p_variant: bool, early_recompute: bool) -> bool:
+    """Whether a plan's pipeline runs 1F1B with every p2p call waited for its transfers (mcore.py): the megatron
+    engine's 1F1B with pp > 1, unless a p2p variant is asked for or Mario's early recompute reorders it. ZeRO-3 plans
+    (torchtitan: PyTorch pipelining's Schedule1F1B) too: its steady state fuses each send with the next receive and
+    waits on both before computing (pytorch/pytorch@00722e648b74 torch/distributed/pipelining/schedules.py,
+    Schedule1F1B._step_microbatches: _wait_batch_p2p(_batch_p2p(fwd_sends + bwd_recvs)), the same for bwd_sends +
+    fwd_recvs), Megatron-Core's send_forward_recv_backward / send_backward_recv_forward; only its warm-up and
+    cool-down sends are waited one op later, which Megatron-Core's streams replay as waited at once (an upper bound:
+    an earlier wait only adds a constraint). The variants (async_p2p: sends overlap the sender's next op, the
+    simulator's model before Nov 27; blocking_p2p; rendezvous_p2p) stay available for comparison."""
     return (pipeline_engine == "megatron" and schedule == "1f1b" and p > 1 and not p2p_variant
-            and not early_recompute and zero < 3)
+            and not early_recompute)
 
 
 def _check_engine(pipeline_engine: str, schedule: str, p2p_variant: bool = False) -> None:
@@ -588,7 +591,7 @@ def simulate(spec, config: ParallelConfig, mapping=None, *, costs: Costs | None 
         transient += (full_layer - layer_act) * np.maximum((rc_layers if block else per_chunk) - 1.0, 0.0)
     step = np.array([getattr(s, "step", 0.0) for s in st])
     mc = _mcore_lock_step(pipeline_engine, cfg.schedule, p, blocking_p2p or rendezvous_p2p or async_p2p,
-                          recompute_in_bubbles, cfg.zero)
+                          recompute_in_bubbles)
     res = _simulate_core(sched, dur, lat_f, lat_b, dp_time, act, transient, static, overlap_dp, cfg, step,
                          blocking_p2p, rendezvous_p2p, pipeline_engine, emb, dp_overlap, mc)
     if cfg.cp > 1:      # the ops' durations include it (stage_times); kept apart for the timeline
