@@ -43,7 +43,7 @@ from planner.costs.pipeline import (
     place_chunk_times,
     stage_compute_time,
 )
-from planner.costs.vwalk import v_walk, v_walk_p2p_s, vzb_walked
+from planner.costs.vwalk import v_walk, v_walk_p2p_s, vzb_hops_walked, vzb_walked
 from planner.mapping.problem import Layout, MappingProblem, Pace, layouts
 
 
@@ -591,11 +591,13 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_walk_p2p_s(
             "zb-h1", [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, tuple(c)),
             per_boundary=True), 0.0
-    if lock_step is not None and v_walked(cfg):
-        # a V's order walked with the typical hop and without (its exposed hops, whatever the schedule's slack)
+    beyond = lock_step is not None and vzb_hops_beyond(cfg, *lock_step)
+    if lock_step is not None and (v_walked(cfg) or beyond):
+        # a V's order walked with the typical hop and without (its exposed hops, whatever the schedule's slack); the
+        # seed's V-ZB beyond its walk too where its hops are past the closed form's fit (vzb_hops_beyond)
         return typical_hop_traversals(cfg, *lock_step, lambda st, c: v_walk_p2p_s(
             cfg.schedule, [s.forward for s in st], [s.backward for s in st], [s.weight_grad for s in st], m, c,
-            pytorch_zbv(cfg), v_builder_model(spec))), 0.0
+            pytorch_zbv(cfg), v_builder_model(spec), beyond)), 0.0
     if lock_step is not None and cfg.schedule == "interleaved" and cfg.pp > 1 and m % cfg.pp == 0:
         fc, bc = interleaved_chunk_times(spec, cfg, lock_step[0])
         blocking = p2p_blocking(spec, cfg)
@@ -606,6 +608,15 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
         x = cfg.vpp - 0.5 + (cfg.pp - 1) / m
         return x, x
     return p2p_hops(cfg.schedule, cfg.pp, cfg.vpp, m, spec.training.pipeline_engine)
+
+
+def vzb_hops_beyond(cfg: ParallelConfig, st, one_way: np.ndarray, intra_s: float, rows: int) -> bool:
+    """The seed's V-ZB beyond its walk whose hops are walked all the same (vwalk.vzb_hops_walked): the plan's typical
+    one-way hop (typical_hop_traversals' mean over the boundaries) against the fastest device's forward."""
+    if cfg.schedule != "v-zb" or pytorch_zbv(cfg) or cfg.pp < 2:
+        return False
+    cs = typical_boundary_hops(cfg.pp, rows, typical_inter_hop(one_way, intra_s), intra_s)
+    return vzb_hops_walked(cfg.pp, cfg.num_microbatches, sum(cs) / len(cs), min(s.forward for s in st))
 
 
 def pytorch_zbv(cfg: ParallelConfig) -> bool:

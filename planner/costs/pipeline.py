@@ -643,7 +643,8 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     hence the p/m factor; V-ZB 2.5, fitted to the simulator replaying seed 001's zbv.py order: 1.7-3.0, median 2.5,
     at p 4, 6, 8, m p..8p, f:b:w 1:2:0.66, 1:2:1, 1:2.3:0.13, 1:3:1.5, hop 0.05-0.3 of a device's forward on
     uniform stages; 2.1-3.0 from m = 4p; a hop near a chunk's forward with W small is no longer hidden and grows
-    with m, not covered; the latency model charges it only beyond the seed's V-ZB walk);
+    with m, not covered; the latency model charges it only beyond the seed's V-ZB walk, and there walks the hops
+    where they pass 0.3 of a device's forward: vwalk.vzb_hops_walked);
     V-Min and V-Half expose sends every micro-batch: 3 and 1.5 traversals (the latency model charges
     every walked V-shape its order walked with and without hops instead: vwalk.v_walk_p2p_s), fitted
     to the simulator replaying seed 001's order (vblocks.py; 2.8-3.1 and 1.4-1.5 at pp 4-8 on uniform stages).

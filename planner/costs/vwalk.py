@@ -44,6 +44,11 @@ V_PERIOD = 6          # ops a device runs per micro-batch in every V-shape: F, B
 # m = pp and +9.6% at m = 2pp with a heavy device 0), up to this many ops (p <= 11), and on small orders (p 2, m <= 8)
 VZB_WALK_OPS = 3072
 VZB_SMALL_OPS = 96
+# Its p2p closed form (pipeline.p2p_hops, 2.5 traversals) was fitted at hops up to 0.3 of a device's forward; past that
+# the order is latency-bound (a micro-batch's 2(2p - 2) hops against a cap of 2p chunks in flight: -38% at hops of 3
+# forwards, the fuzz of valid plans' seed 9 case 821), so its hops are walked beyond VZB_WALK_OPS too, up to this many
+VZB_HOP_FIT = 0.3
+VZB_HOP_WALK_OPS = 49152
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,13 @@ def steady_shift(X, t: int, qs) -> tuple[int, float] | None:
     d = xt - np.asarray([X[t - q] for q in qs], float)            # (q, entries): one numpy pass for every q
     hit = np.flatnonzero(d.max(axis=1) - d.min(axis=1) <= STEADY_TOL * max(1.0, float(np.abs(xt).max())))
     return (qs[hit[0]], float(d[hit[0]].mean())) if hit.size else None
+
+
+def vzb_hops_walked(p: int, m: int, hop: float, forward: float) -> bool:
+    """Whether the seed's V-ZB beyond its walk (vzb_walked) has its hops walked all the same (v_walk_p2p_s, beyond):
+    a typical one-way hop past VZB_HOP_FIT of the fastest device's forward, up to VZB_HOP_WALK_OPS ops."""
+    return (p >= 2 and not vzb_walked(p, m) and 6 * p * m <= VZB_HOP_WALK_OPS
+            and hop > VZB_HOP_FIT * forward)
 
 
 def vzb_walked(p: int, m: int) -> bool:
@@ -338,17 +350,18 @@ def _v_walk(schedule: str, f: tuple, b: tuple, w: tuple, m: int, c: float | tupl
 
 
 def v_walk(schedule: str, f, b, w, m: int, c: float = 0.0, pytorch: bool = False,
-           model: tuple | None = None) -> VTimeline | None:
+           model: tuple | None = None, beyond: bool = False) -> VTimeline | None:
     """A V-shape's order timed on per-rank times f, b (w and recompute included), w, every hop c one way (or, a
     sequence, each device boundary's: j between ranks j and j + 1, both directions): V-Min,
     V-Half, the seed's V-ZB (ZeRO 0-2, built at its builder's times from f, b, w and model: hidden, heads, sequence)
-    or, pytorch, PyTorch's V-ZB (torchtitan's, ZeRO-3). The seed's V-ZB only where vzb_walked (None beyond). Equal to
+    or, pytorch, PyTorch's V-ZB (torchtitan's, ZeRO-3). The seed's V-ZB only where vzb_walked or beyond (the caller's
+    vzb_hops_walked; None else). Equal to
     the replay (simulate_stage_times at c = 0, simulate_uniform with comm = c) where every rank's recompute is alike;
     large m exactly through the order's steady state (the module's docstring). Cached; each call charged."""
     p = len(f)
     if p < 2 or schedule not in SPLIT_SCHEDULES:
         return None
-    if schedule == "v-zb" and not pytorch and not vzb_walked(p, m):
+    if schedule == "v-zb" and not pytorch and not (beyond or vzb_walked(p, m)):
         return None
     key = tuple(tuple(map(float, x)) for x in (f, b, w))
     c = tuple(map(float, c)) if np.ndim(c) else float(c)
@@ -363,14 +376,14 @@ def v_walk(schedule: str, f, b, w, m: int, c: float = 0.0, pytorch: bool = False
 
 
 def v_walk_p2p_s(schedule: str, f, b, w, m: int, c: float, pytorch: bool = False,
-                 model: tuple | None = None) -> float | None:
+                 model: tuple | None = None, beyond: bool = False) -> float | None:
     """Seconds a V-shape's hops of c (one way; one for all boundaries or each one's, as v_walk) add to its compute: its
     order walked with and without them (v_walk);
     None where it is not walked. Exact against the replay on uniform links (the mapping's own hops scale it:
     costs.iteration.typical_hop_traversals)."""
-    tl = v_walk(schedule, f, b, w, m, 0.0, pytorch, model)
+    tl = v_walk(schedule, f, b, w, m, 0.0, pytorch, model, beyond)
     if tl is None:
         return None
     if not np.any(np.asarray(c, float) > 0):
         return 0.0
-    return v_walk(schedule, f, b, w, m, c, pytorch, model).makespan - tl.makespan
+    return v_walk(schedule, f, b, w, m, c, pytorch, model, beyond).makespan - tl.makespan
