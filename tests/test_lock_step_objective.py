@@ -3,11 +3,10 @@ stages a node): the walk's (lockstep.lock_step_time) exposed hops per row bounda
 steep part levelled in Pace.steep; screening's relaxation; one stage a node keeps the closed form."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 from swap_checks import assert_exact_is_the_optimum, assert_swaps_track_objective
+from walked_cases import CASES, spec_on, walked_problem
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
@@ -29,22 +28,9 @@ from planner.mapping.cpsat import solve_exact
 from planner.mapping.incremental import SwapEvaluator
 from planner.mapping.problem import Layout, robust_lower_bound, robust_objective
 
-# (nodes, tp, pp, dp, a), a >= 2: two rows of 2 x 2 blocks, three rows of two columns, a column of four rows and a
-# spare node
-CASES = [(4, 2, 4, 4, 2), (6, 2, 6, 4, 2), (5, 4, 8, 1, 2)]
-
-
-def _spec(make_spec, nodes, bw):
-    spec = make_spec(nodes=nodes, gbs=64, layers=24)
-    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=np.asarray(bw, float)))
-
 
 def _problem(spec, case, bound_only=False):
-    n, tp, pp, dp, a = case
-    cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "1f1b", 1, "selective")
-    b = 8 // tp // a
-    lay = Layout(a, b, pp // a, dp // b)
-    return cfg, build_problem(spec, cfg, lay, bound_only=bound_only)
+    return walked_problem(spec, case, "1f1b", bound_only)
 
 
 def _walks(spec, cfg, prob, assign):
@@ -80,7 +66,7 @@ def test_objective_is_the_walk_with_one_slow_boundary(make_spec, case, bw, facto
     """Equal links but one slow pair: a column holds at most one boundary off the typical hop, above it, so every
     column's path is the walk's exposed hops exactly (stage compute + lock_step_time's exposed p2p), also where
     the typical hop itself is past knees (bw 0.5: hops several times a stage's f + b)."""
-    spec = _spec(make_spec, case[0], _one_slow_pair(case[0], bw, factor))
+    spec = spec_on(make_spec, case[0], _one_slow_pair(case[0], bw, factor))
     cfg, prob = _problem(spec, case)
     assert prob.wrap is None
     if bw < 25.0:
@@ -101,7 +87,7 @@ def test_objective_is_the_walk_with_one_slow_boundary(make_spec, case, bw, facto
 def test_curves_rise_at_most_two_crossings_a_micro_batch(make_spec):
     """The relaxation's margin assumes a boundary's curve rises at most 2 m per unit hop (each of its transfers
     once on a path); here well past the knees (hops ~10x a stage's f + b)."""
-    spec = _spec(make_spec, 6, _one_slow_pair(6, 0.2, 0.2))
+    spec = spec_on(make_spec, 6, _one_slow_pair(6, 0.2, 0.2))
     cfg, prob = _problem(spec, CASES[1])
     lrow = prob.hop[0, 1] / prob.pace.c[0, 1]
     top = max(float(pc[:, 0].max()) for pc in prob.pace.steep) + lrow
@@ -213,7 +199,7 @@ def test_one_fast_boundary_is_charged_on_the_safe_side(make_spec, case):
     largest typical one (the others' max), so a column is charged at least the walk, never under (docs/notes/
     simulator.md: "over where it falls below"; drop_flat's tolerance aside). Over by up to 7.8% of a column's
     iteration here (three rows), 3.1% of the objective (four rows, one column); ~10% at bw 2 in review 19's draws."""
-    spec = _spec(make_spec, case[0], _one_slow_pair(case[0], 0.5, 4.0))
+    spec = spec_on(make_spec, case[0], _one_slow_pair(case[0], 0.5, 4.0))
     cfg, prob = _problem(spec, case)
     P = all_placements(prob)
     over = []

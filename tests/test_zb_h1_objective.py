@@ -8,12 +8,12 @@
   asynchronously and the estimate charged a lock step's hops (seed 7 case 591: +11.0%)."""
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import numpy as np
 import pytest
 from swap_checks import assert_exact_is_the_optimum, assert_swaps_track_objective
+from walked_cases import CASES, spec_on, walked_problem
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
@@ -37,7 +37,6 @@ from planner.mapping.problem import Layout
 from tests.test_sim_zb_h1 import _fbw, _stages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = [(4, 2, 4, 4, 2), (6, 2, 6, 4, 2), (5, 4, 8, 1, 2)]        # (nodes, tp, pp, dp, a), a >= 2
 
 
 def _replay(st, m, cs):
@@ -74,17 +73,8 @@ def test_walk_with_each_boundarys_hop_is_the_replay():
         v_walk("zb-h1", f, bb, w, m, (0.1,) * p)
 
 
-def _spec(make_spec, nodes, bw):
-    spec = make_spec(nodes=nodes, gbs=64, layers=24)
-    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=np.asarray(bw, float)))
-
-
 def _problem(spec, case, bound_only=False):
-    n, tp, pp, dp, a = case
-    cfg = ParallelConfig(tp, pp, dp, 1, spec.training.global_batch_size // dp, "zb-h1", 1, "selective")
-    b = 8 // tp // a
-    lay = Layout(a, b, pp // a, dp // b)
-    return cfg, build_problem(spec, cfg, lay, bound_only=bound_only)
+    return walked_problem(spec, case, "zb-h1", bound_only)
 
 
 def _walks(spec, cfg, prob, assign):
@@ -119,7 +109,7 @@ def _one_slow_pair(nodes, bw, factor):
 def test_objective_is_the_walk_with_one_slow_boundary(make_spec, case, bw, factor):
     """Equal links but one slow pair: every column's path is the walk on its mapped hops exactly (stage compute +
     the walk's exposed hops), also with hops past the stages' slack."""
-    spec = _spec(make_spec, case[0], _one_slow_pair(case[0], bw, factor))
+    spec = spec_on(make_spec, case[0], _one_slow_pair(case[0], bw, factor))
     cfg, prob = _problem(spec, case)
     assert zb_h1_walked(cfg, prob.layout) and prob.wrap is None
     P = all_placements(prob)
