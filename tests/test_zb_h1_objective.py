@@ -12,8 +12,16 @@ import os
 
 import numpy as np
 import pytest
-from swap_checks import assert_exact_is_the_optimum, assert_swaps_track_objective
-from walked_cases import CASES, spec_on, walked_problem
+from walked_cases import (
+    CASES,
+    check_exact_and_incremental,
+    check_relaxation_under,
+    column_hops,
+    het_spec,
+    one_slow_pair,
+    spec_on,
+    walked_problem,
+)
 
 from planner.config import ParallelConfig
 from planner.costs import default_costs
@@ -21,11 +29,6 @@ from planner.costs.iteration import (
     bound_differs,
     build_problem,
     compute_const,
-    p2p_inter_s,
-    p2p_intra_s,
-    p2p_message_bytes,
-    p2p_share,
-    stage_times,
     waited_lock_step,
     zb_h1_walked,
 )
@@ -80,28 +83,10 @@ def _problem(spec, case, bound_only=False):
 def _walks(spec, cfg, prob, assign):
     """Each column's exposed hops as the walk takes them on its mapped hops (the mean of a node pair's two
     directions, NVLink's inside a node), and compute_const."""
-    costs = default_costs(spec.cluster)
-    st = stage_times(spec, cfg, costs)
+    st, cols = column_hops(spec, cfg, prob, assign, lambda x, y: (x + y) / 2)
     f, b, w = _fbw(st)
-    msg = p2p_message_bytes(spec, cfg)
-    intra = p2p_intra_s(spec, msg, costs)
-    bw, share, m = spec.cluster.bandwidth, p2p_share(spec, cfg, prob.layout.b), cfg.num_microbatches
-    out = []
-    for j in range(assign.shape[1]):
-        nodes = [int(prob.nodes[assign[s // prob.layout.a, j]]) for s in range(cfg.pp)]
-        cs = [intra if u == v else (p2p_inter_s(spec, msg, bw[u, v], costs, share)
-                                    + p2p_inter_s(spec, msg, bw[v, u], costs, share)) / 2
-              for u, v in zip(nodes, nodes[1:])]
-        out.append(v_walk_p2p_s("zb-h1", f, b, w, m, tuple(cs)))
-    return np.array(out), compute_const(spec, cfg, costs, st)
-
-
-def _one_slow_pair(nodes, bw, factor):
-    out = np.full((nodes, nodes), bw)
-    np.fill_diagonal(out, 0.0)
-    out[0, 1] = out[1, 0] = bw * factor
-    out[1, 0] *= 0.8
-    return out
+    out = [v_walk_p2p_s("zb-h1", f, b, w, cfg.num_microbatches, tuple(cs)) for cs in cols]
+    return np.array(out), compute_const(spec, cfg, default_costs(spec.cluster), st)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -109,7 +94,7 @@ def _one_slow_pair(nodes, bw, factor):
 def test_objective_is_the_walk_with_one_slow_boundary(make_spec, case, bw, factor):
     """Equal links but one slow pair: every column's path is the walk on its mapped hops exactly (stage compute +
     the walk's exposed hops), also with hops past the stages' slack."""
-    spec = spec_on(make_spec, case[0], _one_slow_pair(case[0], bw, factor))
+    spec = spec_on(make_spec, case[0], one_slow_pair(case[0], bw, factor))
     cfg, prob = _problem(spec, case)
     assert zb_h1_walked(cfg, prob.layout) and prob.wrap is None
     P = all_placements(prob)
@@ -122,35 +107,17 @@ def test_objective_is_the_walk_with_one_slow_boundary(make_spec, case, bw, facto
     assert max(seen) > min(seen) + 1e-9
 
 
-def _het(make_spec, n, seed, spread=(0.02, 0.3)):
-    return make_spec(nodes=n, gbs=64, layers=24, seed=seed, spread=spread)
+def _het(make_spec, n, seed):
+    return het_spec(make_spec, n, seed)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_exact_equals_brute_force_and_bounds_hold(make_spec, optimum, case):
-    _, prob = _problem(_het(make_spec, case[0], 1), case)
-    assert prob.pace is not None
-    best, best_a = optimum(prob)
-    assert_exact_is_the_optimum(prob, best, best_a)
-
-
-def test_incremental_score_equals_the_objective_after_random_swaps(make_spec):
-    for case in CASES:
-        _, prob = _problem(_het(make_spec, case[0], 2), case)
-        assert_swaps_track_objective(prob)
+def test_exact_equals_brute_force_bounds_hold_and_swaps_track(make_spec, optimum):
+    check_exact_and_incremental(make_spec, optimum, "zb-h1")
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_bound_only_relaxation_stays_under_the_full_objective(make_spec, case):
-    spec = _het(make_spec, case[0], 3)
-    cfg, prob = _problem(spec, case)
-    assert bound_differs(spec, cfg, prob.layout)
-    _, cheap = _problem(spec, case, bound_only=True)
-    assert cheap.pace is None and np.array_equal(cheap.hop, prob.hop) and cheap.const <= prob.const
-    P = all_placements(prob)
-    full_obj = np.array([prob.objective(a) for a in P])
-    assert np.all(np.array([cheap.objective(a) for a in P]) <= full_obj)
-    assert cheap.lower_bound() <= min(prob.lower_bound() + 1e-12, full_obj.min())
+    check_relaxation_under(_het(make_spec, case[0], 3), case, "zb-h1")
 
 
 def test_one_stage_a_node_keeps_the_typical_hop(make_spec):
