@@ -12,6 +12,11 @@ import numpy as np
 from planner.costs.vwalk import STEADY_TOL, steady_shift
 
 LOCK_STEP_QS = (1, 2, 3, 4)   # the periods (in iterations) the steady-state test tries (_lock_step_walk)
+# a long 1F1B is walked on a shorter one's DAG (_short_m): its p + LOCK_STEP_SHORT steady iterations and a residue
+# mod LOCK_STEP_MOD (every period above divides it), then extrapolated by its steady state; the DAGs built per pp
+# are then at most LOCK_STEP_MOD + a few short ones, each of O(p (p + LOCK_STEP_SHORT)) calls
+LOCK_STEP_SHORT = 24
+LOCK_STEP_MOD = 12
 
 
 @functools.lru_cache(maxsize=256)
@@ -157,8 +162,9 @@ def _lock_step_weights(f: tuple, b: tuple, c: tuple, tab: np.ndarray) -> list:
     return (tab[:, 1] * fa[d] + tab[:, 2] * ba[d] + np.maximum(ca[tab[:, 3]], ca[tab[:, 4]])).tolist()
 
 
-def _lock_step_walk(f: tuple, b: tuple, m: int, c: tuple, steady: bool = True) -> tuple[float, int]:
-    """(the makespan: each device's last call plus the compute after it, the latest; the calls timed) of
+def _lock_step_walk(f: tuple, b: tuple, m: int, c: tuple, steady: bool = True) -> tuple[float, int, tuple | None]:
+    """(the makespan: each device's last call plus the compute after it, the latest; the calls timed; the steady
+    state's (period q, shift D) where one was found, else None) of
     _lock_step_dag(p, m) on per-stage forward f, backward b (recompute included) and hop slots c. One pass in the
     DAG's order, iteration by iteration; with `steady`, once the state at a cut (the ends of iteration t's calls)
     equals the one q cuts before plus one D in every entry (vwalk.steady_shift, relative STEADY_TOL), the state at
@@ -180,7 +186,7 @@ def _lock_step_walk(f: tuple, b: tuple, m: int, c: tuple, steady: bool = True) -
             u = e[x2] + w[y2]
             e[k] = u if u > t else t
 
-    lo, timed = 1, 0
+    lo, timed, found = 1, 0, None
     if steady and len(cuts) > 1:
         X = []
         for i, hi in enumerate(ends):
@@ -192,7 +198,7 @@ def _lock_step_walk(f: tuple, b: tuple, m: int, c: tuple, steady: bool = True) -
             qs = [q for q in LOCK_STEP_QS if q <= i and _near_shift(X[i], X[i - q])]
             hit = steady_shift(X, i, qs) if qs else None
             if hit is not None:
-                q, D = hit
+                q, D = found = hit
                 k = (len(cuts) - 1 - i) // q
                 last = ends[i + k * q]
                 e[last - size:last] = [x + k * D for x in X[i]]
@@ -200,7 +206,7 @@ def _lock_step_walk(f: tuple, b: tuple, m: int, c: tuple, steady: bool = True) -
                 break
     run(lo, n)
     timed += n - lo
-    return max(e[pc] + nf * f[d] + nb * b[d] for pc, d, nf, nb in tails), timed
+    return max(e[pc] + nf * f[d] + nb * b[d] for pc, d, nf, nb in tails), timed, found
 
 
 def _near_shift(x: list, y: list) -> bool:
@@ -210,12 +216,40 @@ def _near_shift(x: list, y: list) -> bool:
     return abs(x[-1] - y[-1] - d) <= tol and abs(x[len(x) // 2] - y[len(x) // 2] - d) <= tol
 
 
+def _short_m(p: int, m: int) -> int:
+    """The micro-batch count whose DAG walks a 1F1B of m on p stages: m itself up to p + LOCK_STEP_SHORT +
+    LOCK_STEP_MOD, else the count in [p + LOCK_STEP_SHORT, + LOCK_STEP_MOD) congruent to m mod LOCK_STEP_MOD."""
+    lo = p + LOCK_STEP_SHORT
+    return m if m < lo + LOCK_STEP_MOD else lo + (m - lo) % LOCK_STEP_MOD
+
+
+def _dag_charge(p: int, m: int) -> None:
+    """Charge the build of _lock_step_dag(p, m) once per open meter (work.charge_once): the cache serves a process's
+    later solves, but each solve pays its builds, so its work depends on the plan alone."""
+    from planner.mapping import work  # here: planner.mapping imports this module
+
+    work.charge_once(("lock_step_dag", p, m), 2 * p * m * work.ORDER_BUILD_OP_WORK_S)
+
+
 @functools.lru_cache(maxsize=4096)
-def _lock_step_time(f: tuple, b: tuple, m: int, c: tuple) -> tuple[float, int]:
-    """(lock_step_time's makespan, the calls its walk timed)."""
-    if len(f) < 2:
-        return m * (f[0] + b[0]), 0
-    return _lock_step_walk(f, b, m, c)
+def _lock_step_time(f: tuple, b: tuple, m: int, c: tuple) -> tuple[float, int, tuple]:
+    """(lock_step_time's makespan, the calls its walks timed, the m of each DAG walked). Past _short_m, the walk of
+    the shorter m' (same p, stage times and hops) stands for it: their DAGs are the same warm-up, the same steady
+    iterations (m - p of them, as many cuts) and the same cool-down, so both walks find the steady state at the same
+    iteration i with the same period q and shift D, jump k = (m - p - 1 - i) // q periods and time the same
+    remainder (m = m' mod q); the max-plus walk is shift-invariant, so T(m) = T(m') + (m - m') / q * D
+    (tests/test_lock_step_walk.py: equal to the whole walk). Without a steady state found, the whole DAG is walked."""
+    p = len(f)
+    if p < 2:
+        return m * (f[0] + b[0]), 0, ()
+    ms, timed = _short_m(p, m), 0
+    if ms < m:
+        t, timed, found = _lock_step_walk(f, b, ms, c)
+        if found is not None:
+            q, D = found
+            return t + (m - ms) // q * D, timed, (ms,)
+    t, more, _ = _lock_step_walk(f, b, m, c)
+    return t, timed + more, (ms, m) if ms < m else (m,)
 
 
 def lock_step_time(f, b, m: int, c=0.0, c_back=None) -> float:
@@ -225,9 +259,10 @@ def lock_step_time(f, b, m: int, c=0.0, c_back=None) -> float:
     Equal to the replay's pipeline makespan on the same times and hops (tests/test_lock_step_walk.py); so
     lock_step_time(f, b, m, c) - lock_step_time(f, b, m) is the p2p time the waits expose, which the closed form
     lock_step_p2p_s approximates (over where an early stage paces: its steady state is m - (p - 2) micro-batches,
-    not m - 2). A max-plus walk over the calls (_lock_step_dag, cached per (p, m)) that stops at the steady state's
-    period and extrapolates it exactly (_lock_step_walk). Cached; each call charged its calls' work
-    (work.ORDER_OP_WORK_S a call timed, cached or not). iteration.lock_step_walk_parts builds the mapping objective
+    not m - 2). A max-plus walk over the calls (_lock_step_dag, cached per (p, m); past _short_m a shorter m's DAG
+    stands for it) that stops at the steady state's period and extrapolates it exactly (_lock_step_walk). Cached;
+    each call charged its calls' work (work.ORDER_OP_WORK_S a call timed, cached or not) and each solve its DAGs'
+    builds once (work.ORDER_BUILD_OP_WORK_S a call built). iteration.lock_step_walk_parts builds the mapping objective
     from it (two or more stages a node)."""
     from planner.mapping import work  # here: planner.mapping imports this module
 
@@ -242,8 +277,10 @@ def lock_step_time(f, b, m: int, c=0.0, c_back=None) -> float:
         return xs
     cf = hops(c)
     cb = cf if c_back is None else hops(c_back)
-    t, calls = _lock_step_time(tuple(map(float, f)), tuple(map(float, b)), int(m), cf + cb)
+    t, calls, built = _lock_step_time(tuple(map(float, f)), tuple(map(float, b)), int(m), cf + cb)
     work.charge(calls * work.ORDER_OP_WORK_S)
+    for mb in built:
+        _dag_charge(p, mb)
     return t
 
 
@@ -271,11 +308,15 @@ def deepspeed_time(f, b, m: int, c=0.0) -> float:
     replay's pipeline makespan. deepspeed_time(f, b, m, c) - deepspeed_time(f, b, m) is the p2p time the rendezvous
     expose: where a heavier stage paces, the others' four transfers a micro-batch hide in their slack, which the
     closed form 4m + 2(pp - 4) hops (pipeline.p2p_hops) charged in full (+9.4%: the fuzz of valid plans, seed 8
-    case 304). Cached per (f, b, m, c)."""
+    case 304). Cached per (f, b, m, c); each solve charged its run once (work.DEEPSPEED_OP_WORK_S an op)."""
     p = len(f)
     if p != len(b) or p < 1 or m < 1:
         raise ValueError(f"deepspeed_time: {p} forward and {len(b)} backward times, m={m}")
     cs = tuple(map(float, c)) if np.ndim(c) else (float(c),) * (p - 1)
     if len(cs) != p - 1:
         raise ValueError(f"{len(cs)} hops for pp={p} (one per boundary)")
-    return _deepspeed_time(tuple(map(float, f)), tuple(map(float, b)), int(m), cs)
+    from planner.mapping import work  # here: planner.mapping imports this module
+
+    key = (tuple(map(float, f)), tuple(map(float, b)), int(m), cs)
+    work.charge_once(("deepspeed", *key), 2 * p * m * work.DEEPSPEED_OP_WORK_S)   # per solve, cached or not
+    return _deepspeed_time(*key)

@@ -121,10 +121,12 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
     orders instead (below). Equal stages give exactly `compute_time`.
 
     Against the simulator (zero communication; stage 0 and the last stage heavier than the rest;
-    tests/test_sim_closed_forms.py, STAGE_TOL): gpipe exact; 1f1b its order walked at zero hops
-    (lockstep.lock_step_time: the replay's at every m; the closed form above was exact only with the last stage the
-    slowest, else up to +12%, where a slowest stage 0 waits for each micro-batch's round trip between its backwards:
-    +6.0% on the iteration, the fuzz of valid plans, seed 8 case 592, pp 2, m 2); interleaved exact (its order
+    tests/test_sim_closed_forms.py, STAGE_TOL): gpipe exact; 1f1b its order walked (vwalk.v_walk on ZB-H1's order
+    with no weight-gradient time: ZB-H1 is 1F1B with each W split off its B, the same F / B sequence on every device,
+    tests/test_lock_step_walk.py; equal to lockstep.lock_step_time at zero hops and to the replay at every m; the
+    closed form above was exact only with the last stage the slowest, else up to +12%, where a slowest stage 0 waits
+    for each micro-batch's round trip between its backwards: +6.0% on the iteration, the fuzz of valid plans, seed 8
+    case 592, pp 2, m 2); interleaved exact (its order
     run: interleaved_time; the closed form with (f_i + b_i) / v fill slots was -5% .. +9%),
     zb-h1 its order walked (vwalk.v_walk: the replay's at every m; the closed form it replaces, from the zero-bubble
     code's timing model, was exact only with the last stage the slowest and m >= pp, else 0 .. +15%),
@@ -147,9 +149,8 @@ def stage_compute_time(schedule: str, pp: int, m: int, v: int, f, b, w, pytorch:
         f, b, w = _v_devices(f, b, w)
     t = [fi + bi for fi, bi in zip(f, b, strict=True)]
     k = max(range(pp), key=lambda i: t[i])
-    if schedule == "1f1b":      # its order walked (the waited calls' walk at zero hops: the plain 1F1B order's)
-        from planner.costs.lockstep import lock_step_time  # here: lockstep imports the simulator, which imports this
-        return lock_step_time(f, b, m)
+    if schedule == "1f1b":      # its order walked: ZB-H1's, whose F / B sequence on every device is 1F1B's, with W = 0
+        return v_walk("zb-h1", f, b, [0.0] * pp, m).makespan
     if schedule == "gpipe":
         x = t
     elif schedule == "interleaved" and m % pp == 0:    # Megatron-Core's order run on the chunks as the replay

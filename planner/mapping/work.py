@@ -104,10 +104,18 @@ ORDER_OP_WORK_S = 2e-7
 # every V-shape configuration), and per op of the seed's V-ZB order built at a plan's own times for that walk
 # (simulator/zbv.py, 9-12 us an op measured at p 4-16, load ~1.5; charged ~2x)
 VZB_BUILD_OP_WORK_S = 2e-5
+# per call (2 p m of them) of Megatron-Core's 1F1B call streams built into lockstep._lock_step_dag's max-plus DAG, once
+# per (p, m) and solve (charge_once): 9-27 us a call measured at p 4-32, m 40-512 (load ~2), charged ~2-3x
+ORDER_BUILD_OP_WORK_S = 5e-5
+# per op (2 p m) of DeepSpeed's pipeline engine replayed by lockstep.deepspeed_time (the simulator's instruction streams
+# and worklist, no steady-state shortcut), once per (stage times, m, hops) and solve: 1.3-1.8 us measured at p 4-32,
+# m 64-512 (load ~2), charged ~2-3x
+DEEPSPEED_OP_WORK_S = 4e-6
 ROWS2_BUILD_WORK_S = 0.004
 ROWS2_ITEM_WORK_S = 1.2e-5
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
+_once: contextvars.ContextVar[set | None] = contextvars.ContextVar("planner_work_once", default=None)
 
 
 @dataclass
@@ -145,6 +153,28 @@ def charge(work_s: float) -> None:
     """Count work_s work seconds in every open meter."""
     for m in _meters.get():
         m.used_s += float(work_s)
+
+
+@contextmanager
+def once_scope():
+    """with once_scope(): ... ; inside, charge_once charges each key once (a solve's scope: search.solve)."""
+    token = _once.set(set())
+    try:
+        yield
+    finally:
+        _once.reset(token)
+
+
+def charge_once(key, work_s: float) -> None:
+    """charge(work_s) the first time `key` is charged in the innermost once_scope (every time outside one): a build
+    its process caches (lockstep's DAGs) is paid once by each solve, whatever an earlier solve left in the cache, so a
+    solve's work depends on its plan alone."""
+    seen = _once.get()
+    if seen is not None:
+        if key in seen:
+            return
+        seen.add(key)
+    charge(work_s)
 
 
 def deadline() -> float | None:

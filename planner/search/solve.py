@@ -43,6 +43,12 @@ WALL_SAFETY = 1.0     # the wall-clock safety stop of a search, in units of its 
 def solve(spec, method: str | None = None, time_limit_s: float | None = None, seed: int | None = None,
           costs: Costs | None = None, robust: str | None = None, progress=None,
           num_gpus: int | None = None, simulate: bool = True) -> Solution:
+    # one scope for the builds a process caches (work.charge_once): this solve pays each once, cache warm or not
+    with work.once_scope():
+        return _solve(spec, method, time_limit_s, seed, costs, robust, progress, num_gpus, simulate)
+
+
+def _solve(spec, method, time_limit_s, seed, costs, robust, progress, num_gpus, simulate) -> Solution:
     t0 = time.perf_counter()
     method = method or spec.solver.method
     limit = float(time_limit_s if time_limit_s is not None else spec.solver.time_limit_s)
