@@ -189,33 +189,3 @@ def test_one_slow_middle_boundary_is_charged_in_full_with_blocking_p2p(make_spec
         assign = np.array(col[:6] if r < 5 else [1] + rest + [0])[:, None]
         walk, cc = _walks(spec, cfg, prob, assign)
         assert np.allclose(prob.path_costs(assign) + prob.const - cc, walk, rtol=1e-9, atol=1e-9 * cc), r
-
-
-def test_one_slow_node_holds_its_device_for_both_boundaries(make_spec):
-    """Blocking p2p, one stage a node, hops past a chunk's forward (2 GB/s links), one node's links at 0.6 of the rest,
-    m = 8 pp: wherever it sits its device is held for both its boundaries' sends every micro-batch, so the two
-    boundaries' rises add (Pace.pairs). Per boundary alone (the max) the path was 10-13% of the iteration under the
-    walk at rows 1-4; with the device's pair it is over by 0.8-3.9% (the pairs add rises that overlap a little)."""
-    n = 7
-    bw = np.full((n, n), 2.0)
-    np.fill_diagonal(bw, 0.0)
-    bw[0, 1:] = bw[1:, 0] = 2.0 * 0.6
-    spec = _blocking(_spec(make_spec, n, bw))
-    cfg = ParallelConfig(8, 6, 1, 1, 48, "interleaved", 2, "selective")
-    prob = build_problem(spec, cfg, Layout(1, 1, 6, 1))
-    assert np.isfinite(prob.pace.pairs)
-    for r in range(6):
-        col = list(range(1, 6))
-        col.insert(r, 0)
-        assign = np.array(col)[:, None]
-        walk, cc = _walks(spec, cfg, prob, assign)
-        got = prob.path_costs(assign) + prob.const - cc
-        assert walk[0] - 1e-9 <= got[0] <= walk[0] + 0.05 * (walk[0] + cc), r
-
-
-def test_no_device_pairs_without_a_steady_state(make_spec):
-    """m = pp (one group of micro-batches): no micro-batch repeats a device's hold, so the rises of its two boundaries
-    do not add (the probe: up to +16% of the makespan with the pairs there); the pace keeps the per-boundary max."""
-    spec = _blocking(_spec(make_spec, 7, _one_slow_pair(7, 0.5)))
-    prob = build_problem(spec, ParallelConfig(8, 6, 1, 1, 6, "interleaved", 2, "selective"), Layout(1, 1, 6, 1))
-    assert prob.pace is not None and not np.isfinite(prob.pace.pairs)

@@ -1117,14 +1117,12 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
     boundary's slope is at most 2 v crossings a micro-batch (4 v for two rows' joint curve): the margin's. Levelled,
     as the lock step's: the boundaries' steep parts differ at the typical hop by position (boundary 0's the largest on
     the fuzz's V100 cases), and unlevelled a slow pair on another boundary was charged nothing up to that (-0.5 s of
-    13.7 on the fuzz's seed 10 case 380; docs/notes/simulator.md, "Interleaved under one slow boundary"). One stage
-    a node with two or more groups of pp micro-batches (a steady state): a device's two boundaries' rises add
-    (Pace.pairs); at m = pp they do not (no micro-batch repeats the hold: +16% of the makespan in the probe)."""
+    13.7 on the fuzz's seed 10 case 380; docs/notes/simulator.md, "Interleaved under one slow boundary")."""
     c = (one_way + one_way.T) / 2
     np.fill_diagonal(c, 0.0)
     return walked_problem_parts(lambda h: interleaved_time(fc, bc, m, h, blocking), len(fc), layout, c,
                                 typical_inter_hop(one_way, intra_s), intra_s, True, 4.0 * m * len(fc[0]), steep,
-                                level=True, pairs=m >= 2 * len(fc))
+                                level=True)
 
 
 def lock_step_walked(layout: Layout) -> bool:
@@ -1179,8 +1177,7 @@ def zb_h1_walk_parts(f, b, w, m: int, layout: Layout, one_way: np.ndarray, intra
 
 
 def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: float, intra_s: float, wrap: bool,
-                         slope_max: float, steep: bool = True, level: bool = False, drop_flat: bool = False,
-                         pairs: bool = False):
+                         slope_max: float, steep: bool = True, level: bool = False, drop_flat: bool = False):
     """(hop, wrap, pace, const): a schedule's exposed hops, walk(hops) - walk(0) (`walk`: a makespan on per-boundary
     one-way hops, stage boundaries j = 0 .. pp - 2, with `wrap` the last stage -> stage 0 hop after them; 0.0: none),
     on a column's mapped hops c (N x N, symmetric), as  const + Lrow sum_r h_r + Lwrap h_wrap + max_r S_r(h_r)  (r
@@ -1195,9 +1192,7 @@ def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: floa
     raised by max S(typical) - S_r(typical) (>= 0, so still >= 0 and nondecreasing), which makes every boundary's
     S_r(typical) the largest: exact wherever one boundary's hop rises above the typical one, over (by S_r(typical) -
     S_r(x)) where it falls below; without it, a boundary whose S_r(typical) is not the largest is charged nothing
-    until its S_r passes that largest (under by up to their difference). `pairs` (levelled, one stage a node): each
-    row's device's two boundaries also as U_(r-1) + U_r - max S(typical) in the max (Pace.pairs; equal to the
-    single terms where one boundary leaves the typical hop, so the exactness above stays). steep False (a
+    until its S_r passes that largest (under by up to their difference). steep False (a
     bound's relaxation): no pace, each curve walked only for its first slope (two walks a boundary, not its pieces'),
     the same hop and wrap, and const less a margin (rounding, the pieces' secant error; `slope_max`: the most any
     boundary's curve rises per unit hop), so the objective is at most the full one's: that less its max_r S_r(h_r)
@@ -1238,11 +1233,7 @@ def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: floa
         if level:       # every S_r raised to the largest at the typical hop: U_r = S_r - S_r(typ) + max S(typ)
             parts = tuple(np.stack([pc[:, 0], pc[:, 1] + (at_typ - v)], axis=1) for pc, v in zip(parts, at,
                                                                                                   strict=True))
-        # one stage a node: a row's device touches two boundaries, and where both rise it is held for both (the
-        # rises add: the fuzz's seed 8 case 521, boundary 0 and the wrap on device 0, walk +10.1 s against +6.0 and
-        # +4.5 alone); apart ones take the max (+9.0 against 8.9 and 8.1). Levelled only (a common S(typical))
-        pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts,
-                    at_typ if (pairs and level and a == 1) else -np.inf)
+        pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts)
         if drop_flat and max(float(np.max(pc[:, 0] * hi + pc[:, 1])) for pc in parts) <= 1e-9 * (1.0 + abs(at_cs)):
             # every curve one line (its slope's secant noise aside, convex_pieces' equality tolerance): no steep
             # part, and a pace would only turn the decompositions off; the objective moves by that tolerance at most

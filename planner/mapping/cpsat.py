@@ -34,7 +34,7 @@ from ortools.sat.python import cp_model
 
 from planner.mapping import bounds, rows, work
 from planner.mapping.columns import solve_columns
-from planner.mapping.problem import MappingProblem, pair_rows, robust_const, robust_lower_bound, robust_objective
+from planner.mapping.problem import MappingProblem, robust_const, robust_lower_bound, robust_objective
 from planner.mapping.result import MappingResult
 from planner.mapping.sat import Debug, new_solver, solve
 from planner.mapping.units import (
@@ -389,8 +389,6 @@ def _path_term(g: _Grid, p: MappingProblem):
     cap = int(hop_c.max() * (g.R - 1) + (wrap_c.max() if wrap_c is not None else 0)) + 1
     if pace is not None:
         terms_max = [v for v in [pace.base] + pace.e + pace.f if v is not None] + [int(t.max()) for t in pace.s]
-        if pace.pair is not None:
-            terms_max.append(2 * max(int(t.max()) for t in pace.s) - pace.pair)
         cap += max(0, max(terms_max)) + 2 * int(pace.h.max()) + len(pace.lin) * int(pace.l.max()) + 1
     tpp = m.new_int_var(0, cap, "tpp")
     for j in range(g.K):
@@ -410,8 +408,6 @@ def _path_term(g: _Grid, p: MappingProblem):
                 m.add(pj >= pace.base)
             for v in ph if pace.s else []:
                 m.add(pj >= v)
-            for r in pair_rows(len(ph), g.R) if pace.pair is not None else ():
-                m.add(pj >= ph[r - 1] + ph[r] - pace.pair)     # a row's device: its two boundaries' steep parts
             for r in range(g.R - 1):
                 if pace.e[r] is not None:
                     m.add(pj >= pace.e[r] + ph[r])

@@ -14,11 +14,9 @@ whole update. The result equals robust_objective(probs, state[:R*K].reshape(R, K
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from planner.mapping.problem import MappingProblem, pair_rows
+from planner.mapping.problem import MappingProblem
 
 
 class _Scenario:
@@ -43,7 +41,7 @@ class _Scenario:
             self.pace = (float(pc.weight), float(pc.base), [float(x) for x in pc.e] if fin_e else None,
                          [float(x) for x in pc.f] if fin_f else None, tuple(pc.lin),
                          [[float(x) for x in r] for r in pc.c],
-                         [[[float(x) for x in r] for r in t] for t in pc.steep_c] or None, float(pc.pairs))
+                         [[[float(x) for x in r] for r in t] for t in pc.steep_c] or None)
         self.dps = []
         if K > 1:
             sym = p._dp_sym
@@ -114,7 +112,7 @@ class SwapEvaluator:
         order as the numpy form."""
         if sc.pace is None:
             return 0.0
-        weight, best, e, f, lin, c, steep, pairs = sc.pace
+        weight, best, e, f, lin, c, steep = sc.pace
         s, K, R = self.state, self.K, self.R
         if e is not None or f is not None or lin:
             h = [c[s[r * K + j]][s[(r + 1) * K + j]] for r in range(R - 1)]
@@ -123,10 +121,7 @@ class SwapEvaluator:
             if f is not None and R > 2:
                 best = max([best] + [f[i] + h[i - 1] + h[i] for i in range(1, R - 1)])
         if steep is not None:      # Pace.steep_c per boundary, the wrap (row R-1 -> row 0) last
-            v = [t[s[r * K + j]][s[((r + 1) % R) * K + j]] for r, t in enumerate(steep)]
-            best = max([best] + v)
-            if pairs != -math.inf:      # Pace.pairs: a row's device, its two boundaries' steep parts added
-                best = max([best] + [v[r - 1] + v[r] - pairs for r in pair_rows(len(v), R)])
+            best = max([best] + [t[s[r * K + j]][s[((r + 1) % R) * K + j]] for r, t in enumerate(steep)])
         out = weight * best
         for r in lin:
             out = out + h[r]

@@ -77,11 +77,6 @@ class Pace:
     # parts (iteration.interleaved_problem_parts), and waited 1F1B's with two or more stages a node (its R - 1 row
     # boundaries, no wrap: iteration.lock_step_walk_parts); () for 1F1B's closed form (one stage a node)
     steep: tuple = ()
-    # one stage a node (interleaved, iteration.walked_problem_parts): each row's device touches two boundaries (row r:
-    # r - 1, the wrap for row 0, and r; without a wrap rows 1 .. R-2 only), whose rises over the typical hop add where
-    # they share it (held for both sends) and take the max apart; so also max_r (steep_(r-1) + steep_r) - pairs in the
-    # max, `pairs` the steep parts' common (levelled) value at the typical hop; -inf: no such term
-    pairs: float = -np.inf
     steep_c: tuple = field(init=False, default=())   # each boundary's pieces on c (N x N): what every solver reads
 
     def __post_init__(self):
@@ -98,8 +93,6 @@ class Pace:
             if np.isfinite(self.e).any() or np.isfinite(self.f).any() or self.lin:
                 raise ValueError("a Pace with steep parts carries no e, f or lin terms")
             self.steep_c = tuple(steep_table(pc, self.c) for pc in self.steep)
-        if np.isfinite(self.pairs) and len(self.steep) < 2:
-            raise ValueError("a Pace's device pairs need two or more steep boundaries")
 
     def costs(self, assign: np.ndarray) -> np.ndarray:
         """Each column's pace term (K)."""
@@ -109,11 +102,8 @@ class Pace:
             best = np.maximum(best, (self.f[1:-1, None] + h[:-1] + h[1:]).max(axis=0))
         if self.steep_c:
             R = assign.shape[0]
-            v = [t[assign[r], assign[(r + 1) % R]] for r, t in enumerate(self.steep_c)]
-            for x in v:
-                best = np.maximum(best, x)
-            for r in pair_rows(len(v), R) if np.isfinite(self.pairs) else ():
-                best = np.maximum(best, v[r - 1] + v[r] - self.pairs)
+            for r, t in enumerate(self.steep_c):
+                best = np.maximum(best, t[assign[r], assign[(r + 1) % R]])
         out = self.weight * best
         for r in self.lin:
             out = out + h[r]
@@ -130,12 +120,6 @@ class Pace:
         st = steep_floors(self.steep_c, iu, k)
         best = pace_floor(self.base, self.e, self.f, float(pairs[0]), float(pairs[k]), st)
         return float(self.weight * best + len(self.lin) * float(pairs[0]))
-
-
-def pair_rows(n: int, rows: int) -> range:
-    """The rows whose device touches two steep boundaries r - 1 and r (Pace.pairs), of n steep boundaries on `rows`
-    rows: every row with the wrap (n == rows: row 0 pairs the wrap, index -1, with boundary 0), else rows 1 .. R-2."""
-    return range(n) if n == rows else range(1, n)
 
 
 def steep_table(pieces, c: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.mapping.problem import MappingProblem, pace_floor, pair_rows, robust_const, steep_floors
+from planner.mapping.problem import MappingProblem, pace_floor, robust_const, steep_floors
 
 UNIT = 1e-7                     # seconds per integer cost unit
 
@@ -49,7 +49,6 @@ class IntPace:
     f: list                          # R: int or None
     lin: tuple
     s: tuple = ()                    # per boundary (wrap last): to_units(W Pace.steep_c[r]), each pair rounded alone
-    pair: int | None = None          # to_units(W Pace.pairs): a row's two steep boundaries added, less it; None: none
 
 
 def int_pace_tables(p: MappingProblem) -> IntPace:
@@ -58,8 +57,7 @@ def int_pace_tables(p: MappingProblem) -> IntPace:
     def u(x):
         return int(to_units(pc.weight * x)) if np.isfinite(x) else None
     return IntPace(to_units(pc.weight * pc.c), to_units(pc.c), u(pc.base), [u(x) for x in pc.e],
-                   [u(x) for x in pc.f], tuple(pc.lin), tuple(to_units(pc.weight * t) for t in pc.steep_c),
-                   u(pc.pairs))
+                   [u(x) for x in pc.f], tuple(pc.lin), tuple(to_units(pc.weight * t) for t in pc.steep_c))
 
 
 def int_pace_floor(p: MappingProblem) -> int:
@@ -89,11 +87,8 @@ def int_pace(p: MappingProblem, a: np.ndarray, tables: IntPace | None = None) ->
     for i in range(1, R - 1):
         if t.f[i] is not None:
             best = np.maximum(best, t.f[i] + h[i - 1] + h[i])
-    v = [tab[a[r], a[(r + 1) % R]] for r, tab in enumerate(t.s)]
-    for x in v:
-        best = np.maximum(best, x)
-    for r in pair_rows(len(v), R) if t.pair is not None else ():
-        best = np.maximum(best, v[r - 1] + v[r] - t.pair)
+    for r, tab in enumerate(t.s):
+        best = np.maximum(best, tab[a[r], a[(r + 1) % R]])
     for r in t.lin:
         best = best + t.l[a[r], a[r + 1]]
     return best
