@@ -1121,11 +1121,15 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
     """(hop, wrap, pace, const): the exposed hops of interleaved's walk, interleaved_time(c) - interleaved_time(0),
     on a column's mapped hops (walked_problem_parts: the row boundaries and the wrap). A hop is the mean of its two
     directions, as the typical-hop charge's (one_way + one_way.T); the typical hop the median one-way link. Each
-    boundary's slope is at most 2 v crossings a micro-batch (4 v for two rows' joint curve): the margin's."""
+    boundary's slope is at most 2 v crossings a micro-batch (4 v for two rows' joint curve): the margin's. Levelled,
+    as the lock step's: the boundaries' steep parts differ at the typical hop by position (boundary 0's the largest on
+    the fuzz's V100 cases), and unlevelled a slow pair on another boundary was charged nothing up to that (-0.5 s of
+    13.7 on the fuzz's seed 10 case 380; docs/notes/simulator.md, "Interleaved under one slow boundary")."""
     c = (one_way + one_way.T) / 2
     np.fill_diagonal(c, 0.0)
     return walked_problem_parts(lambda h: interleaved_time(fc, bc, m, h, blocking), len(fc), layout, c,
-                                typical_inter_hop(one_way, intra_s), intra_s, True, 4.0 * m * len(fc[0]), steep)
+                                typical_inter_hop(one_way, intra_s), intra_s, True, 4.0 * m * len(fc[0]), steep,
+                                level=True)
 
 
 def lock_step_walked(layout: Layout) -> bool:
@@ -1208,6 +1212,7 @@ def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: floa
     hi = max(float(fin.max()) if fin.size else 0.0, typ)
     zero = walk(0.0)
     joint = wrap and R == 2     # the boundary and the wrap join the same pair: one curve with both at x (exact)
+    level = level and not joint     # there the one curve is exact already; levelled, its partner's zero would floor it
     sets = [tuple(at)] if joint else [(j,) for j in at]
     at_cs = walk(cs) - zero        # every E_r at the typical hop
     curves = []
