@@ -139,8 +139,9 @@ def test_a_long_run_walked_on_a_shorter_dag(seed):
 
 
 def test_each_solve_pays_its_dag_builds_once():
-    """A DAG build is charged once per meter (a solve), whether an earlier solve left it in the process's cache or
-    not, so a solve's work depends on its plan alone; DeepSpeed's replayed walk likewise per (times, m, hops)."""
+    """A DAG build is charged once per work.once_scope (a solve), whether an earlier solve left it in the process's
+    cache or not, so a solve's work depends on its plan alone; DeepSpeed's replayed walk likewise per (times, m,
+    hops)."""
     from planner.mapping import work
 
     f, b = [1.0, 1.2, 0.9], [2.0, 2.5, 1.8]

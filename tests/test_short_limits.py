@@ -139,11 +139,13 @@ def test_a_re_search_after_a_simulation_veto_shares_the_one_budget(make_spec, mo
     assert len(passes) == 2 and sol.config != passes[0]
     assert sol.solver.work_s == everything.used_s and sol.solver.work_s > plain.solver.work_s    # both passes
     tally: dict = {}
-    feasible_configs(spec, default_costs(spec.cluster), tally=tally)
-    # and the second pass had no budget of its own: past the memory screen, screening's own allowance (SCREEN_SHARE
-    # of the one budget, to reach a first anneal) is shared too; beyond it, each pass's one anneal (4 rows here).
-    # The re-search starts from the first pass's bounds, so it needs no allowance to find a good plan again.
-    own = everything.used_s - work.enumeration_work(**tally)
+    with work.once_scope(), work.metered() as walks:      # the memory screen's own walks, as solve() charges them
+        feasible_configs(spec, default_costs(spec.cluster), tally=tally)
+    # and the second pass had no budget of its own: past the memory screen (its enumeration and the orders it walks),
+    # screening's own allowance (SCREEN_SHARE of the one budget, to reach a first anneal) is shared too; beyond it,
+    # each pass's one anneal (4 rows here). The re-search starts from the first pass's bounds, so it needs no
+    # allowance to find a good plan again.
+    own = everything.used_s - work.enumeration_work(**tally) - walks.used_s
     # (its problems carry a pace, 1F1B's lock step or interleaved's steep hops: an iteration costs PACE_ITER_FACTOR)
     one = (work.anneal_work(SCREEN_ITERS, rows=4, paced=True) + work.SCREEN_PROBLEM_WORK_S
            + work.SCREEN_NODE2_WORK_S * 16)

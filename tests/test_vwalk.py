@@ -92,7 +92,8 @@ def test_the_steady_state_is_the_whole_walk(name, pytorch):
 
 def test_the_walk_is_charged():
     """Every call charges the ops it timed (work.ORDER_OP_WORK_S each), cached or not, so the charge depends on the
-    plan alone; the seed's V-ZB also its order's build (work.VZB_BUILD_OP_WORK_S an op)."""
+    plan alone; the seed's V-ZB also its order's build (work.VZB_BUILD_OP_WORK_S an op), the others their DAG's (work.
+    V_DAG_BUILD_OP_WORK_S an op: once per solve, every call outside one)."""
     from planner.mapping import work
     f, b, w = [1.2, 1.0, 1.0, 1.8], [2.5, 2.0, 2.0, 3.5], [0.6, 0.5, 0.5, 0.7]
     for name, pytorch in ORDERS:
@@ -103,8 +104,36 @@ def test_the_walk_is_charged():
             charges.append(meter.used_s)
         assert tl is not None and charges[0] == charges[1] > 0, name
         built = 6 * 4 * 4 if name == "v-zb" and not pytorch else 0
-        assert charges[0] >= built * work.VZB_BUILD_OP_WORK_S + work.ORDER_OP_WORK_S
-        assert charges[0] <= (6 * 4 * 4) * work.ORDER_OP_WORK_S + built * work.VZB_BUILD_OP_WORK_S + 1e-12
+        dag = 0 if built else 6 * 4 * 4        # outside a solve's once_scope its DAG's build is charged every call
+        assert charges[0] >= built * work.VZB_BUILD_OP_WORK_S + dag * work.V_DAG_BUILD_OP_WORK_S + work.ORDER_OP_WORK_S
+        assert charges[0] <= ((6 * 4 * 4) * work.ORDER_OP_WORK_S + built * work.VZB_BUILD_OP_WORK_S
+                              + dag * work.V_DAG_BUILD_OP_WORK_S + 1e-12)
+
+
+def test_each_solve_pays_each_dag_build_once():
+    """The DAG of an order (its shape: schedule, p, m) is cached per process; each solve (work.once_scope) pays its
+    build once, cold cache or warm, so a solve's work depends on its plan alone: 1F1B's compute (its order walked as
+    ZB-H1's with W = 0, pipeline.stage_compute_time) walks one for every configuration's (pp, m)."""
+    from planner.costs.pipeline import stage_compute_time
+    from planner.mapping import work
+    f, b = [1.2, 1.0, 1.0, 1.8], [2.5, 2.0, 2.0, 3.5]
+    charged = []
+    for _ in range(2):                              # the second pass finds the DAG cached
+        with work.once_scope(), work.metered() as meter:
+            stage_compute_time("1f1b", 4, 40, 1, f, b, [0.0] * 4)
+            first = meter.used_s
+            stage_compute_time("1f1b", 4, 40, 1, f, b, [0.0] * 4)    # the same plan again: its walk, not the build
+            again = meter.used_s - first
+        assert first - again == pytest.approx(3 * 4 * 40 * work.V_DAG_BUILD_OP_WORK_S)
+        charged.append(meter.used_s)
+    assert charged[0] == charged[1]
+    for name, pytorch in ORDERS:                    # every walked order; the seed's V-ZB pays its build every call
+        with work.once_scope(), work.metered() as meter:
+            vwalk.v_walk(name, [1.0] * 4, [2.0] * 4, [0.5] * 4, 4, pytorch=pytorch)
+            one = meter.used_s
+            vwalk.v_walk(name, [1.0] * 4, [2.0] * 4, [0.5] * 4, 4, pytorch=pytorch)
+        seed_vzb = name == "v-zb" and not pytorch
+        assert (meter.used_s - one == pytest.approx(one)) if seed_vzb else (meter.used_s - one < 0.5 * one), name
 
 
 def test_the_seed_vzb_is_walked_below_2p_only():

@@ -572,7 +572,8 @@ def p2p_exposed_hops(spec, cfg: ParallelConfig, lock_step: tuple | None = None) 
     1F1B (waited_lock_step: pipeline.lock_step_p2p_s; build_problem asks for it on one node row only, elsewhere the
     lock step is charged on the mapped hops, MappingProblem.pace), ZB-H1 and the walked V-shapes (V-Min, V-Half,
     torchtitan's V-ZB, the seed's V-ZB where vwalk.vzb_walked): their orders walked with the typical hop and without
-    (vwalk.v_walk_p2p_s); without lock_step, one traversal, two, 1.5, 3 and 2.5 (pipeline.p2p_hops; the seed's V-ZB
+    (vwalk.v_walk_p2p_s), and DeepSpeed's engine (training.pipeline_engine) its replay's streams walked likewise
+    (lockstep.deepspeed_time); without lock_step, one traversal, two, 1.5, 3 and 2.5 (pipeline.p2p_hops; the seed's V-ZB
     beyond its walk too). Interleaved (Megatron-Core's order, with or without overlap_p2p_comm): its order run with
     and without hops on the plan's chunk times (pipeline.interleaved_time), the wrap hop included, the same
     traversals charged on the path and the wrap; the ramp-only count (v and v - 1 traversals p/m per micro-batch,

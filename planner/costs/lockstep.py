@@ -2,7 +2,9 @@
 home of the order), exact against the waited-call replay, with an exact periodic steady state. The mapping objective
 (hence the estimate) of a waited 1F1B plan with two or more stages a node on several node rows walks it per row
 boundary (iteration.lock_step_walk_parts; docs/notes/simulator.md, "1F1B's lock step walked in the objective"); one
-stage a node keeps pipeline.lock_step_p2p_s. Its own module: it reads the simulator's orders, which import pipeline."""
+stage a node keeps pipeline.lock_step_p2p_s. DeepSpeed's pipeline engine (its rendezvous 1F1B) is replayed here too, on
+the simulator's own instruction streams (deepspeed_time: iteration.p2p_exposed_hops). Its own module: it reads the
+simulator's orders, which import pipeline."""
 from __future__ import annotations
 
 import functools
@@ -224,8 +226,9 @@ def _short_m(p: int, m: int) -> int:
 
 
 def _dag_charge(p: int, m: int) -> None:
-    """Charge the build of _lock_step_dag(p, m) once per open meter (work.charge_once): the cache serves a process's
-    later solves, but each solve pays its builds, so its work depends on the plan alone."""
+    """Charge the build of _lock_step_dag(p, m) once per solve (work.charge_once in its work.once_scope; every call
+    outside one): the cache serves a process's later solves, but each solve pays its builds, so its work depends on
+    the plan alone."""
     from planner.mapping import work  # here: planner.mapping imports this module
 
     work.charge_once(("lock_step_dag", p, m), 2 * p * m * work.ORDER_BUILD_OP_WORK_S)

@@ -7,8 +7,9 @@ f = forward, b = backward (input grad + weight grad, recompute included), w = we
 
 Exact (to rounding) against the simulator: gpipe, 1f1b, interleaved (m divisible by pp), zb-h1 (any m).
 `stage_compute_time` takes per-stage times (stage 0 carries the embedding, the last stage the output
-layer and the loss): steady state at the slowest stage, warm-up and cool-down at the others' own times;
-for gpipe and 1f1b exact whenever the last stage is the slowest (the usual case), see its docstring.
+layer and the loss): gpipe steady state at the slowest stage, warm-up and cool-down at the others' own times,
+exact whenever the last stage is the slowest (the usual case); 1f1b, zb-h1 and interleaved (m a multiple of pp)
+their orders walked, exact; see its docstring.
 V-Min / V-Half: the steady-state period of seed 001's order (v_period, exact on uniform stages) and a fitted
 warm-up + cool-down (v_ramp). V-ZB: seed 001's order has no repeating bubble (period = the work), its ramp vzb_ramp.
 These closed forms are compute_time's (uniform stages); the estimate walks the V-shapes' orders themselves
@@ -658,7 +659,8 @@ def p2p_hops(schedule: str, pp: int, v: int, m: int | None = None,
     sender and receiver, so a stage with two neighbours spends 4 one-way transfers per micro-batch (an end
     stage 2) and the busiest stage sets the pace, plus the ramp: 4m + 2(pp-4) one-way hops in all for
     pp >= 3 and 2m for pp = 2, charged at the path's mean hop (exact on uniform stages and links; a slow
-    link counts at its share of the mean, as in Pipette's sum).
+    link counts at its share of the mean, as in Pipette's sum; the latency model walks the engine with and
+    without hops instead on the plan's stage times: lockstep.deepspeed_time, iteration.p2p_exposed_hops).
     """
     if engine == "deepspeed" and schedule != "1f1b":
         raise ValueError(f"DeepSpeed's pipeline engine runs only its 1F1B TrainSchedule, not {schedule}")

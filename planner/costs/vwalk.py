@@ -23,7 +23,8 @@ Interleaved runs the same test on its own cuts (pipeline._interleaved_steady: st
 Cost: the DAG is built once per shape (schedule, p, m; the seed's V-ZB per its builder's integer times) and cached;
 a plan times the warm-up, the blocks until the state repeats and the cool-down. Each call is charged what it timed
 (work.ORDER_OP_WORK_S an op) and, for the seed's V-ZB, what its builder took (work.VZB_BUILD_OP_WORK_S an op), cached
-or not, so that the charge depends on the plan alone.
+or not, so that the charge depends on the plan alone; every other order's DAG build once per solve
+(work.V_DAG_BUILD_OP_WORK_S an op, work.charge_once), warm cache or not.
 """
 from __future__ import annotations
 
@@ -372,6 +373,9 @@ def v_walk(schedule: str, f, b, w, m: int, c: float = 0.0, pytorch: bool = False
     from planner.mapping import work  # here: planner.mapping imports the cost modules
 
     work.charge(ops * work.ORDER_OP_WORK_S + built * work.VZB_BUILD_OP_WORK_S)   # cached or not: the plan's charge
+    if not built:       # its shape's DAG, cached per process: each solve pays its build once (the seed's V-ZB: above)
+        work.charge_once(("v_dag", schedule, p, int(m), bool(pytorch and schedule == "v-zb")),
+                         3 * _shape(schedule)[0] * p * m * work.V_DAG_BUILD_OP_WORK_S)
     return tl
 
 

@@ -104,6 +104,10 @@ ORDER_OP_WORK_S = 2e-7
 # every V-shape configuration), and per op of the seed's V-ZB order built at a plan's own times for that walk
 # (simulator/zbv.py, 9-12 us an op measured at p 4-16, load ~1.5; charged ~2x)
 VZB_BUILD_OP_WORK_S = 2e-5
+# per op (3 p m, V-shapes 6 p m) of an order built into vwalk's DAG (ZB-H1's, also 1F1B's compute walk; V-Min, V-Half,
+# PyTorch's V-ZB), once per (schedule, p, m) and solve (charge_once; the seed's V-ZB pays its build per call above):
+# 0.7-1.9 us an op measured at p 8-32, m 64-384, 1.5-5 us at p 4, m 16-64 (load ~2.5), charged ~2-3x at size
+V_DAG_BUILD_OP_WORK_S = 3e-6
 # per call (2 p m of them) of Megatron-Core's 1F1B call streams built into lockstep._lock_step_dag's max-plus DAG, once
 # per (p, m) and solve (charge_once): 9-27 us a call measured at p 4-32, m 40-512 (load ~2), charged ~2-3x
 ORDER_BUILD_OP_WORK_S = 5e-5
