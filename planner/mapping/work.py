@@ -13,6 +13,9 @@ that do not depend on the machine's load:
   (lns_step_work: a fixed part, the grid's blocks, the nodes it places; timed against the annealer in one process);
 - the two-row re-solve (tworows.py): each model's building, by the variables and constraints it built
   (ROWS2_BUILD_WORK_S, ROWS2_ITEM_WORK_S), besides its CP-SAT call;
+- the cost model's order walks (the screen's compute bounds and hop charges): each op timed (ORDER_OP_WORK_S), and
+  what a process caches, each solve once (charge_once inside search.solve's once_scope): the walks' DAG builds
+  (V_DAG_BUILD_OP_WORK_S, ORDER_BUILD_OP_WORK_S) and DeepSpeed's replayed engine (DEEPSPEED_OP_WORK_S);
 - a fixed CPSAT_CALL_WORK_S per CP-SAT call on top of its deterministic time: building and starting a model
   costs ~10 ms of wall time that CP-SAT's own count leaves out, and the decomposition makes thousands of
   small calls.
