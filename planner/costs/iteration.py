@@ -1192,7 +1192,7 @@ PLANE_INT_TOL = 1e-3      # a plane's slopes are crossing counts less the linear
 #                           the step straddled a knee and the plane is left out (it could lie over the curve)
 
 
-def pair_planes(exposed2, typ: float, l1: float, l2: float, at_cs: float, at_typ: float) -> np.ndarray:
+def pair_planes(exposed2, typ: float, l1: float, l2: float, at_cs: float, at_typ: float, hi: float) -> np.ndarray:
     """Planes (n x 3: alpha, beta, gamma; alpha, beta integers) under a row's joint curve in its two boundaries' hops
     (x: the one above, y: below), in the pace's terms: P(x, y) = E(x, y) - at_cs + at_typ - l1 (x - typ) - l2 (y -
     typ), E = exposed2(x, y) the walk with those two hops set and every other typical (E(typ, typ) = at_cs), l1, l2
@@ -1200,11 +1200,13 @@ def pair_planes(exposed2, typ: float, l1: float, l2: float, at_cs: float, at_typ
     max-plus walk: the max over paths of sums with its hops crossing counts as coefficients), so the plane of the
     piece at a point is under it everywhere; with the other boundaries off the typical hop it can lie over the walk,
     as the levelled parts do below it. At each grid point (PLANE_GRID x typ, moved by PLANE_MOVE along an irrational
-    direction so that x = y ties are not hit) its gradient from forward differences (3 walks a point)."""
+    direction so that x = y ties are not hit) its gradient from forward differences (3 walks a point); where the
+    slowest candidate hop `hi` lies past the grid, at it too (a knee out there is met only from its own piece)."""
     out = []
     move, step = PLANE_MOVE * typ, PLANE_STEP * typ
-    for gx in PLANE_GRID:
-        for gy in PLANE_GRID:
+    grid = PLANE_GRID + ((hi / typ,) if hi > 1.1 * PLANE_GRID[-1] * typ else ())
+    for gx in grid:
+        for gy in grid:
             x, y = gx * typ + move, gy * typ + 0.6180339887 * move
             e = exposed2(x, y)
             sx, sy = (exposed2(x + step, y) - e) / step - l1, (exposed2(x, y + step) - e) / step - l2
@@ -1282,8 +1284,8 @@ def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: floa
                 h = list(cs)
                 h[(i - 1) % R], h[i] = x, y
                 return walk(h) - zero
-            qs = tuple(pair_planes(lambda x, y, i=i: exposed2(x, y, i), typ, lin[(i - 1) % R], lin[i], at_cs, at_typ)
-                       for i in range(R))
+            qs = tuple(pair_planes(lambda x, y, i=i: exposed2(x, y, i), typ, lin[(i - 1) % R], lin[i], at_cs, at_typ,
+                                   hi) for i in range(R))
         pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts, planes=qs)
         if drop_flat and max(float(np.max(pc[:, 0] * hi + pc[:, 1])) for pc in parts) <= 1e-9 * (1.0 + abs(at_cs)):
             # every curve one line (its slope's secant noise aside, convex_pieces' equality tolerance): no steep
