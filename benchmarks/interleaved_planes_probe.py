@@ -9,10 +9,10 @@ node, device d touches boundaries d - 1 and d (device 0: the wrap and boundary 0
 add in part, which the max does not say (docs/notes/simulator.md, "Interleaved under one slow boundary"). The design
 measured here: per device its joint curve E_d(x, y) (its two boundaries at x, y, the others typical) is convex (the
 walk is a max-plus path length), so a plane through one of its linear pieces, alpha x + beta y + gamma, is under it
-everywhere; planes taken at a grid of points (x, y in GRID x the typical hop) enter the pace's max, less the linear
-part the form already charges (alpha - L_(d-1), beta - L_d, gamma - const - sum of the other L_j typ). A piece's
-gradient comes from forward differences at a point moved off the grid point by EPS along an irrational direction
-(so that it lies inside one piece, not on a tie such as x = y), 3 walks a point.
+everywhere; planes taken at a grid of points (x, y in --grid x the typical hop, iteration.PLANE_GRID by default, and
+the slowest hop where past it) enter the pace's max, less the linear part the form already charges: the build's own
+iteration.pair_planes (a piece's gradient from forward differences at a point moved off the grid point, 3 walks a
+point).
 
 Per fuzz case (seed/i of benchmarks/fuzz_plans.py): the estimate's slowest column, its mapped hops (the mean of both
 directions, as the objective), the walk's exposed hops against the levelled form and the form with the planes: the
@@ -43,10 +43,7 @@ from planner.mapping.problem import Layout  # noqa: E402
 from planner.search.solve import estimate_plan  # noqa: E402
 from planner.simulator import simulate  # noqa: E402
 
-GRID = (1.0, 1.25, 1.5, 2.0, 3.0)
-EPS = 1e-4            # of the typical hop: the move off the grid point
-DELTA = 1e-7          # of the typical hop: the forward differences' step (well inside EPS)
-PHI = 0.6180339887    # the move's y share: x = y ties (symmetric paths) are not hit
+GRID = it.PLANE_GRID
 
 
 class Form:
@@ -54,7 +51,7 @@ class Form:
     planes, on a walk of per-boundary hops."""
 
     def __init__(self, walk, p: int, typ: float, hi: float, grid=GRID, planes: bool = True):
-        self.walk, self.p, self.typ = walk, p, typ
+        self.walk, self.p, self.typ, self.hi = walk, p, typ, hi
         cc = np.full((p, p), typ)
         np.fill_diagonal(cc, 0.0)
         cc[0, 1] = cc[1, 0] = hi
@@ -72,25 +69,22 @@ class Form:
         return self.walk(list(h)) - self.zero
 
     def _planes(self, d: int, grid) -> np.ndarray:
-        """Device d's planes in the pace's terms: rows (alpha', beta', gamma') on (h_(d-1), h_d)."""
+        """Device d's planes in the pace's terms: rows (alpha', beta', gamma') on (h_(d-1), h_d), as the build takes
+        them (iteration.pair_planes, its PLANE_GRID set to `grid`)."""
         p, typ = self.p, self.typ
         j1, j2 = (d - 1) % p, d
-        out = []
-        for gx in grid:
-            for gy in grid:
-                qx, qy = gx * typ + EPS * typ, gy * typ + PHI * EPS * typ
-                dl = DELTA * typ
 
-                def at(x, y):
-                    h = [typ] * p
-                    h[j1], h[j2] = x, y
-                    return self.E(h)
-                e = at(qx, qy)
-                a, b = (at(qx + dl, qy) - e) / dl, (at(qx, qy + dl) - e) / dl
-                g = e - a * qx - b * qy
-                others = sum(self.L[j] * typ for j in range(p) if j not in (j1, j2))
-                out.append((a - self.L[j1], b - self.L[j2], g - self.const - others))
-        return np.array(out)
+        def exposed2(x, y):
+            h = [typ] * p
+            h[j1], h[j2] = x, y
+            return self.E(h)
+        at_cs = self.E([typ] * p)
+        at_typ = float(np.max(self.steep[0][:, 0] * typ + self.steep[0][:, 1]))     # levelled: every U_j's
+        saved, it.PLANE_GRID = it.PLANE_GRID, tuple(grid)
+        try:
+            return it.pair_planes(exposed2, typ, self.L[j1], self.L[j2], at_cs, at_typ, self.hi)
+        finally:
+            it.PLANE_GRID = saved
 
     def pace_max(self, h) -> float:
         return max(float(np.max(pc[:, 0] * h[r] + pc[:, 1])) for r, pc in enumerate(self.steep))

@@ -1188,7 +1188,8 @@ def zb_h1_walk_parts(f, b, w, m: int, layout: Layout, one_way: np.ndarray, intra
 PLANE_GRID = (1.5, 3.0)   # x the typical hop: the points, per coordinate, where pair_planes takes a row's planes
 PLANE_MOVE = 1e-3         # x the typical hop: a plane's point moved off its grid point (into one piece's interior)
 PLANE_STEP = 1e-5         # x the typical hop: the forward differences' step there
-PLANE_INT_TOL = 1e-3      # a plane's slopes are crossing counts less the linear part's: integers within this, else
+PLANE_INT_TOL = 1e-3      # a plane's slopes are crossing counts less the linear part's: integers within this (or
+PLANE_INT_REL = 1e-5      # this much of the slope: thousands of crossings on a hop of 1e-4 s, seed 1 case 201), else
 #                           the step straddled a knee and the plane is left out (it could lie over the curve)
 
 
@@ -1211,11 +1212,12 @@ def pair_planes(exposed2, typ: float, l1: float, l2: float, at_cs: float, at_typ
             e = exposed2(x, y)
             sx, sy = (exposed2(x + step, y) - e) / step - l1, (exposed2(x, y + step) - e) / step - l2
             a, b = round(sx), round(sy)
-            if abs(sx - a) > PLANE_INT_TOL or abs(sy - b) > PLANE_INT_TOL:
+            if max(abs(sx - a) - PLANE_INT_REL * abs(sx), abs(sy - b) - PLANE_INT_REL * abs(sy)) > PLANE_INT_TOL:
                 continue
             g = e - at_cs + at_typ - l1 * (x - typ) - l2 * (y - typ) - a * x - b * y
             out.append((float(a), float(b), g))
-    return np.array(out).reshape(-1, 3)
+    # none kept: the plane 0, never above the pace's base 0 (so every row has one, as Pace.planes wants)
+    return np.array(out or [(0.0, 0.0, 0.0)])
 
 
 def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: float, intra_s: float, wrap: bool,
