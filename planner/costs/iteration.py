@@ -1125,12 +1125,14 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
     boundary's slope is at most 2 v crossings a micro-batch (4 v for two rows' joint curve): the margin's. Levelled,
     as the lock step's: the boundaries' steep parts differ at the typical hop by position (boundary 0's the largest on
     the fuzz's V100 cases), and unlevelled a slow pair on another boundary was charged nothing up to that (-0.5 s of
-    13.7 on the fuzz's seed 10 case 380; docs/notes/simulator.md, "Interleaved under one slow boundary")."""
+    13.7 on the fuzz's seed 10 case 380; docs/notes/simulator.md, "Interleaved under one slow boundary"). One stage
+    a node on three rows or more: each row's two boundaries' planes too (pair_planes: their rises add in part, -4.0 s
+    of 55.6 on seed 8 case 521; "A device's two boundaries as planes")."""
     c = (one_way + one_way.T) / 2
     np.fill_diagonal(c, 0.0)
     return walked_problem_parts(lambda h: interleaved_time(fc, bc, m, h, blocking), len(fc), layout, c,
                                 typical_inter_hop(one_way, intra_s), intra_s, True, 4.0 * m * len(fc[0]), steep,
-                                level=True)
+                                level=True, planes=layout.a == 1 and layout.rows >= 3)
 
 
 def lock_step_walked(layout: Layout) -> bool:
@@ -1184,8 +1186,44 @@ def zb_h1_walk_parts(f, b, w, m: int, layout: Layout, one_way: np.ndarray, intra
     return hop, pace, const
 
 
+PLANE_GRID = (1.5, 3.0)   # x the typical hop: the points, per coordinate, where pair_planes takes a row's planes
+PLANE_MOVE = 1e-3         # x the typical hop: a plane's point moved off its grid point (into one piece's interior)
+PLANE_STEP = 1e-5         # x the typical hop: the forward differences' step there
+PLANE_INT_TOL = 1e-3      # a plane's slopes are crossing counts less the linear part's: integers within this (or
+PLANE_INT_REL = 1e-5      # this much of the slope: thousands of crossings on a hop of 1e-4 s, seed 1 case 201), else
+#                           the step straddled a knee and the plane is left out (it could lie over the curve)
+
+
+def pair_planes(exposed2, typ: float, l1: float, l2: float, at_cs: float, at_typ: float, hi: float) -> np.ndarray:
+    """Planes (n x 3: alpha, beta, gamma; alpha, beta integers) under a row's joint curve in its two boundaries' hops
+    (x: the one above, y: below), in the pace's terms: P(x, y) = E(x, y) - at_cs + at_typ - l1 (x - typ) - l2 (y -
+    typ), E = exposed2(x, y) the walk with those two hops set and every other typical (E(typ, typ) = at_cs), l1, l2
+    the linear part's slopes (Pace.steep's levelled parts are at_typ at the typical hop, as P). E is convex (a
+    max-plus walk: the max over paths of sums with its hops crossing counts as coefficients), so the plane of the
+    piece at a point is under it everywhere; with the other boundaries off the typical hop it can lie over the walk,
+    as the levelled parts do below it. At each grid point (PLANE_GRID x typ, moved by PLANE_MOVE along an irrational
+    direction so that x = y ties are not hit) its gradient from forward differences (3 walks a point); where the
+    slowest candidate hop `hi` lies past the grid, at it too (a knee out there is met only from its own piece)."""
+    out = []
+    move, step = PLANE_MOVE * typ, PLANE_STEP * typ
+    grid = PLANE_GRID + ((hi / typ,) if hi > 1.1 * PLANE_GRID[-1] * typ else ())
+    for gx in grid:
+        for gy in grid:
+            x, y = gx * typ + move, gy * typ + 0.6180339887 * move
+            e = exposed2(x, y)
+            sx, sy = (exposed2(x + step, y) - e) / step - l1, (exposed2(x, y + step) - e) / step - l2
+            a, b = round(sx), round(sy)
+            if max(abs(sx - a) - PLANE_INT_REL * abs(sx), abs(sy - b) - PLANE_INT_REL * abs(sy)) > PLANE_INT_TOL:
+                continue
+            g = e - at_cs + at_typ - l1 * (x - typ) - l2 * (y - typ) - a * x - b * y
+            out.append((float(a), float(b), g))
+    # none kept: the plane 0, never above the pace's base 0 (so every row has one, as Pace.planes wants)
+    return np.array(out or [(0.0, 0.0, 0.0)])
+
+
 def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: float, intra_s: float, wrap: bool,
-                         slope_max: float, steep: bool = True, level: bool = False, drop_flat: bool = False):
+                         slope_max: float, steep: bool = True, level: bool = False, drop_flat: bool = False,
+                         planes: bool = False):
     """(hop, wrap, pace, const): a schedule's exposed hops, walk(hops) - walk(0) (`walk`: a makespan on per-boundary
     one-way hops, stage boundaries j = 0 .. pp - 2, with `wrap` the last stage -> stage 0 hop after them; 0.0: none),
     on a column's mapped hops c (N x N, symmetric), as  const + Lrow sum_r h_r + Lwrap h_wrap + max_r S_r(h_r)  (r
@@ -1204,7 +1242,9 @@ def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: floa
     bound's relaxation): no pace, each curve walked only for its first slope (two walks a boundary, not its pieces'),
     the same hop and wrap, and const less a margin (rounding, the pieces' secant error; `slope_max`: the most any
     boundary's curve rises per unit hop), so the objective is at most the full one's: that less its max_r S_r(h_r)
-    >= 0 (levelled: less max_r U_r(h_r) - (max S(typical) - min S(typical)) >= 0)."""
+    >= 0 (levelled: less max_r U_r(h_r) - (max S(typical) - min S(typical)) >= 0). `planes` (one stage a node,
+    steep): each row's two boundaries' joint curve as planes in the pace's max too (pair_planes, Pace.planes); they
+    only raise the objective, so the relaxation stays under it."""
     R = layout.rows
     a = pp // R
     cs = typical_boundary_hops(pp, R, typ, intra_s, wrap=wrap)       # R > 1 here: the wrap is the network's
@@ -1241,7 +1281,15 @@ def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: floa
         if level:       # every S_r raised to the largest at the typical hop: U_r = S_r - S_r(typ) + max S(typ)
             parts = tuple(np.stack([pc[:, 0], pc[:, 1] + (at_typ - v)], axis=1) for pc, v in zip(parts, at,
                                                                                                   strict=True))
-        pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts)
+        qs = ()
+        if planes and wrap and a == 1:
+            def exposed2(x, y, i):      # a = 1: row i's boundaries are stage boundaries i - 1 (wrap: pp - 1) and i
+                h = list(cs)
+                h[(i - 1) % R], h[i] = x, y
+                return walk(h) - zero
+            qs = tuple(pair_planes(lambda x, y, i=i: exposed2(x, y, i), typ, lin[(i - 1) % R], lin[i], at_cs, at_typ,
+                                   hi) for i in range(R))
+        pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts, planes=qs)
         if drop_flat and max(float(np.max(pc[:, 0] * hi + pc[:, 1])) for pc in parts) <= 1e-9 * (1.0 + abs(at_cs)):
             # every curve one line (its slope's secant noise aside, convex_pieces' equality tolerance): no steep
             # part, and a pace would only turn the decompositions off; the objective moves by that tolerance at most

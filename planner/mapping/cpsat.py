@@ -38,12 +38,12 @@ from planner.mapping.problem import MappingProblem, robust_const, robust_lower_b
 from planner.mapping.result import MappingResult
 from planner.mapping.sat import Debug, new_solver, solve
 from planner.mapping.units import (
-    PACE_SLACK,
     UNIT,
     cutoff_int,
     has_pace,
     int_objective,
     int_pace_tables,
+    pace_slack,
     rounding_slack,
     to_units,
 )
@@ -110,7 +110,8 @@ def _solve_exact(problems, *, time_limit_s, seed, hint, robust, workers, cutoff,
     if isinstance(pre, MappingResult):
         return pre
 
-    build = grid_build_s(R, K, N, p0.wrap is not None, len(probs), has_pace(probs))
+    build = grid_build_s(R, K, N, p0.wrap is not None, len(probs), has_pace(probs),
+                         any(p.pace is not None and p.pace.planes for p in probs))
     wall_left = None if wall_limit_s is None else wall_limit_s - (time.perf_counter() - t0)
     if build > time_limit_s - spent.used_s or (wall_left is not None and build > wall_left):
         # the model would take longer to build than the work (or the wall clock) left: answer with what the
@@ -246,14 +247,14 @@ def _columns_answer(probs, out, hint, cutoff, robust, wall) -> MappingResult:
     if out.assign is not None:
         a = canonical(out.assign)
         obj = robust_objective(probs, a, robust)
-        bound = float(p.const + out.value * UNIT - rounding_slack(R, has_pace(probs)) * UNIT)
+        bound = float(p.const + out.value * UNIT - rounding_slack(R, pace_slack(probs)) * UNIT)
         return MappingResult(a, obj, min(bound, obj), "OPTIMAL", wall, "exact")
     if cutoff is not None:
         return _pruned(probs, hint, cutoff, robust, wall)
     # hint mode, nothing at or under the hint's own value beyond it: the hint is optimal
     a = hint.copy()
     obj = robust_objective(probs, a, robust)
-    bound = float(p.const + (out.bound - 1) * UNIT - rounding_slack(R, has_pace(probs)) * UNIT)
+    bound = float(p.const + (out.bound - 1) * UNIT - rounding_slack(R, pace_slack(probs)) * UNIT)
     return MappingResult(a, obj, min(bound, obj), "OPTIMAL", wall, "exact")
 
 
@@ -389,10 +390,12 @@ def _path_term(g: _Grid, p: MappingProblem):
     cap = int(hop_c.max() * (g.R - 1) + (wrap_c.max() if wrap_c is not None else 0)) + 1
     if pace is not None:
         terms_max = [v for v in [pace.base] + pace.e + pace.f if v is not None] + [int(t.max()) for t in pace.s]
+        lmax = int(pace.l.max())
+        terms_max += [max(0, a) * lmax + max(0, b) * lmax + g for q in pace.q for a, b, g in q]
         cap += max(0, max(terms_max)) + 2 * int(pace.h.max()) + len(pace.lin) * int(pace.l.max()) + 1
     tpp = m.new_int_var(0, cap, "tpp")
     for j in range(g.K):
-        terms, ph = [], []
+        terms, ph, raw = [], [], []
         for e in [h for h in g.hops if h[0][1] == j] + [w for w in g.wraps if w[0][1] == j]:
             c = wrap_c if e in g.wraps else hop_c
             if pace is not None and e not in g.wraps and e[0][0] in pace.lin:
@@ -402,12 +405,17 @@ def _path_term(g: _Grid, p: MappingProblem):
                 ph.append(_hop_var(m, x, bid, e, pace.s[len(ph)], N))
             elif pace is not None and e not in g.wraps:
                 ph.append(_hop_var(m, x, bid, e, pace.h, N))
+            if pace is not None and pace.q:         # the raw hop, pinned both ways: a plane's coefficient may be < 0
+                raw.append(_hop_var(m, x, bid, e, pace.l, N, exact=True))
         if pace is not None:
             pj = m.new_int_var(0, cap, "")
             if pace.base is not None:
                 m.add(pj >= pace.base)
             for v in ph if pace.s else []:
                 m.add(pj >= v)
+            for i, q in enumerate(pace.q):          # row i's planes on its boundary above (the wrap: row 0) and below
+                for a, b, g0 in q:
+                    m.add(pj >= a * raw[(i - 1) % g.R] + b * raw[i] + g0)
             for r in range(g.R - 1):
                 if pace.e[r] is not None:
                     m.add(pj >= pace.e[r] + ph[r])
@@ -419,13 +427,16 @@ def _path_term(g: _Grid, p: MappingProblem):
     return tpp
 
 
-def _hop_var(m, x, bid, e, c, N):
-    """A hop e = (u, v) of cost table c (units) in the compact big-M form, from both ends."""
+def _hop_var(m, x, bid, e, c, N, exact: bool = False):
+    """A hop e = (u, v) of cost table c (units) in the compact big-M form, from both ends (at least its cost: exact
+    when minimising a sum; `exact`: also at most, for a coefficient of either sign)."""
     ce = m.new_int_var(0, int(c.max()), "")
     u, v = bid[e[0]], bid[e[1]]
     for n in range(N):
         big = int(c[n].max())
         m.add(ce >= sum(int(c[n, q]) * x[v][q] for q in range(N) if q != n) - big * (1 - x[u][n]))
+        if exact:
+            m.add(ce <= sum(int(c[n, q]) * x[v][q] for q in range(N) if q != n) + int(c.max()) * (1 - x[u][n]))
         big = int(c[:, n].max())
         m.add(ce >= sum(int(c[q, n]) * x[u][q] for q in range(N) if q != n) - big * (1 - x[v][n]))
     # a hop leaving (entering) node n costs at least n's cheapest link
@@ -620,10 +631,12 @@ def _grid_result(g: _Grid, solver, st, probs, *, robust, hint, cutoff, pre: _Pre
 GRID_TERM_S = 9e-6
 
 
-def grid_build_s(R: int, K: int, N: int, wrap: bool, scenarios: int = 1, pace: bool = False) -> float:
+def grid_build_s(R: int, K: int, N: int, wrap: bool, scenarios: int = 1, pace: bool = False,
+                 planes: bool = False) -> float:
     """Seconds (work or wall, 1:1, like the two-row models' build) the full grid model takes to build (the lock
-    step's pace: a second set of hop rows, _path_term)."""
-    hops = (R - 1) * K * (2 if pace else 1) + (K if wrap and R > 1 else 0)
+    step's pace: a second set of hop rows, _path_term; interleaved's planes: a third, of raw hops pinned both ways,
+    1.5 rows each)."""
+    hops = (R - 1) * K * (2 if pace else 1) + (K if wrap and R > 1 else 0) + (3 * R * K // 2 if planes else 0)
     return GRID_TERM_S * scenarios * hops * 2 * N * (N - 1)
 
 
@@ -645,7 +658,7 @@ def _int_bound(probs, robust, bound_int) -> float:
     p0 = probs[0]
     nscen = len(probs) if (robust == "mean" and len(probs) > 1) else 1
     terms = (p0.layout.rows + (1 if p0.wrap is not None and p0.layout.rows > 1 else 0) + 3
-             + (PACE_SLACK if has_pace(probs) else 0)) * len(probs)
+             + pace_slack(probs)) * len(probs)
     return robust_const(probs, robust) + bound_int * UNIT / nscen - terms * UNIT
 
 
@@ -654,7 +667,7 @@ def _bound_without_solution(solver, probs, robust, pre: _Presolve) -> float:
     the slice too: what the slice cuts is worse than the hint); so do the pre-solve bounds."""
     p0 = probs[0]
     R = p0.layout.rows
-    slack = rounding_slack(R, has_pace(probs))
+    slack = rounding_slack(R, pace_slack(probs))
     bound = robust_const(probs, robust) + solver.best_objective_bound * UNIT - slack * UNIT
     for s, p in enumerate(probs):
         if pre.slice_caps[s] is not None or pre.path_lbs[s]:

@@ -14,6 +14,8 @@ whole update. The result equals robust_objective(probs, state[:R*K].reshape(R, K
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from planner.mapping.problem import MappingProblem
@@ -32,8 +34,8 @@ class _Scenario:
         self.emb = p.emb.tolist() if (p.emb is not None and R > 1) else None
         self.const = float(p.const)
         # the lock step's pace (problem.Pace), scored per column over its whole node list (a max, not a sum)
-        # (weight, base, e, f, lin, c, steep): terms that are all -inf (interleaved's steep pace has no e, f) are
-        # left out, which changes no maximum; the per-swap cost is then the boundaries' table lookups alone
+        # (weight, base, e, f, lin, c, steep, planes): terms that are all -inf (interleaved's steep pace has no e, f)
+        # are left out, which changes no maximum; the per-swap cost is then the boundaries' table lookups alone
         self.pace = None
         if p.pace is not None and R > 1:
             pc = p.pace
@@ -41,7 +43,8 @@ class _Scenario:
             self.pace = (float(pc.weight), float(pc.base), [float(x) for x in pc.e] if fin_e else None,
                          [float(x) for x in pc.f] if fin_f else None, tuple(pc.lin),
                          [[float(x) for x in r] for r in pc.c],
-                         [[[float(x) for x in r] for r in t] for t in pc.steep_c] or None)
+                         [[[float(x) for x in r] for r in t] for t in pc.steep_c] or None,
+                         [[tuple(float(x) for x in row) for row in q] for q in pc.planes] or None)
         self.dps = []
         if K > 1:
             sym = p._dp_sym
@@ -112,7 +115,7 @@ class SwapEvaluator:
         order as the numpy form."""
         if sc.pace is None:
             return 0.0
-        weight, best, e, f, lin, c, steep = sc.pace
+        weight, best, e, f, lin, c, steep, planes = sc.pace
         s, K, R = self.state, self.K, self.R
         if e is not None or f is not None or lin:
             h = [c[s[r * K + j]][s[(r + 1) * K + j]] for r in range(R - 1)]
@@ -122,6 +125,11 @@ class SwapEvaluator:
                 best = max([best] + [f[i] + h[i - 1] + h[i] for i in range(1, R - 1)])
         if steep is not None:      # Pace.steep_c per boundary, the wrap (row R-1 -> row 0) last
             best = max([best] + [t[s[r * K + j]][s[((r + 1) % R) * K + j]] for r, t in enumerate(steep)])
+        if planes is not None:     # Pace.planes per row, on its boundary above (the wrap for row 0) and below
+            for i, q in enumerate(planes):
+                h1, h2 = c[s[((i - 1) % R) * K + j]][s[i * K + j]], c[s[i * K + j]][s[((i + 1) % R) * K + j]]
+                v = math.inf if math.isinf(h1) or math.isinf(h2) else max(x * h1 + y * h2 + z for x, y, z in q)
+                best = max(best, v)
         out = weight * best
         for r in lin:
             out = out + h[r]

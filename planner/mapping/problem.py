@@ -78,6 +78,10 @@ class Pace:
     # boundaries, no wrap: iteration.lock_step_walk_parts); () for 1F1B's closed form (one stage a node)
     steep: tuple = ()
     steep_c: tuple = field(init=False, default=())   # each boundary's pieces on c (N x N): what every solver reads
+    # per row i with one stage a node (interleaved, three rows or more), also in the max: planes under the walk's joint
+    # curve in the row's two boundaries, alpha h_(i-1) + beta h_i + gamma (h_(-1): the wrap; rows n x 3, alpha and
+    # beta integers, weight 1): their rises add in part, which the per-boundary max misses (iteration.pair_planes)
+    planes: tuple = ()
 
     def __post_init__(self):
         # what the exact models and floors rely on: c symmetric (the floors read its upper triangle), and some term
@@ -93,6 +97,13 @@ class Pace:
             if np.isfinite(self.e).any() or np.isfinite(self.f).any() or self.lin:
                 raise ValueError("a Pace with steep parts carries no e, f or lin terms")
             self.steep_c = tuple(steep_table(pc, self.c) for pc in self.steep)
+        if self.planes:
+            # the exact models put the planes on raw hop variables with integer coefficients (cpsat._path_term)
+            if not self.steep or self.weight != 1.0 or len(self.planes) != len(self.steep):
+                raise ValueError("Pace planes need a steep pace of weight 1, one entry per row")
+            for q in self.planes:
+                if q.ndim != 2 or q.shape[1] != 3 or not np.array_equal(q[:, :2], np.rint(q[:, :2])):
+                    raise ValueError("Pace planes: rows (alpha, beta, gamma), alpha and beta integers")
 
     def costs(self, assign: np.ndarray) -> np.ndarray:
         """Each column's pace term (K)."""
@@ -104,6 +115,9 @@ class Pace:
             R = assign.shape[0]
             for r, t in enumerate(self.steep_c):
                 best = np.maximum(best, t[assign[r], assign[(r + 1) % R]])
+            for i, q in enumerate(self.planes):
+                best = np.maximum(best, plane_value(q, self.c[assign[i - 1], assign[i]],
+                                                    self.c[assign[i], assign[(i + 1) % R]]))
         out = self.weight * best
         for r in self.lin:
             out = out + h[r]
@@ -128,6 +142,16 @@ def steep_table(pieces, c: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):          # a pair without a link (inf) stays inf at slope 0
         t = np.max(pc[:, 0, None, None] * c[None] + pc[:, 1, None, None], axis=0)
     return np.where(np.isinf(c), np.inf, t)
+
+
+def plane_value(q, h1, h2):
+    """A row's planes (Pace.planes) on its two boundaries' hops h1 (row i - 1 to i), h2 (row i to i + 1), floats or
+    arrays: max_k (alpha_k h1 + beta_k h2 + gamma_k), inf where either hop is (no link). The one home of the planes'
+    value in seconds (Pace.costs, the annealer's incremental score)."""
+    h1, h2 = np.asarray(h1, float), np.asarray(h2, float)
+    with np.errstate(invalid="ignore"):
+        v = np.max(q[:, 0:1] * h1[None] + q[:, 1:2] * h2[None] + q[:, 2:3], axis=0)
+    return np.where(np.isinf(h1) | np.isinf(h2), np.inf, v)
 
 
 def steep_floors(tables, iu, k: int):

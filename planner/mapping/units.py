@@ -25,16 +25,30 @@ def to_units(a) -> np.ndarray:
 PACE_SLACK = 3
 
 
-def rounding_slack(rows: int, pace: bool = False) -> int:
+def rounding_slack(rows: int, pace: bool | int = False) -> int:
     """Units an integer objective may lie below the true one: one per rounded term (the R-1 hops, the
-    wrap, a row's base and link, the embedding pair; the lock step's pace: PACE_SLACK)."""
-    return rows + 3 + (PACE_SLACK if pace else 0)
+    wrap, a row's base and link, the embedding pair; the lock step's pace: PACE_SLACK, or `pace` units given as an
+    int: pace_slack's, which counts interleaved's planes too)."""
+    return rows + 3 + (PACE_SLACK if pace is True else int(pace))
 
 
 def has_pace(probs) -> bool:
     """Whether a problem (or any of its scenarios) carries the lock step's pace (MappingProblem.pace)."""
     probs = probs if isinstance(probs, list) else [probs]
     return any(p.pace is not None and p.layout.rows > 1 for p in probs)
+
+
+def pace_slack(probs) -> int:
+    """Units the integer pace may lie off the true one over the problems (0 without a pace): PACE_SLACK, or a plane's
+    (Pace.planes: alpha l1 + beta l2 + g on hops rounded to units, each off by half a unit) if more."""
+    probs = probs if isinstance(probs, list) else [probs]
+    if not has_pace(probs):
+        return 0
+    out = PACE_SLACK
+    for p in probs:
+        for q in (p.pace.planes if p.pace is not None else ()):
+            out = max(out, int(np.ceil((np.abs(q[:, 0]) + np.abs(q[:, 1])).max() / 2)) + 1)
+    return out
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,7 @@ class IntPace:
     f: list                          # R: int or None
     lin: tuple
     s: tuple = ()                    # per boundary (wrap last): to_units(W Pace.steep_c[r]), each pair rounded alone
+    q: tuple = ()                    # per row: Pace.planes as (alpha, beta, to_units(gamma)) ints, on the hops l
 
 
 def int_pace_tables(p: MappingProblem) -> IntPace:
@@ -57,7 +72,8 @@ def int_pace_tables(p: MappingProblem) -> IntPace:
     def u(x):
         return int(to_units(pc.weight * x)) if np.isfinite(x) else None
     return IntPace(to_units(pc.weight * pc.c), to_units(pc.c), u(pc.base), [u(x) for x in pc.e],
-                   [u(x) for x in pc.f], tuple(pc.lin), tuple(to_units(pc.weight * t) for t in pc.steep_c))
+                   [u(x) for x in pc.f], tuple(pc.lin), tuple(to_units(pc.weight * t) for t in pc.steep_c),
+                   tuple([(int(a), int(b), int(to_units(g))) for a, b, g in q] for q in pc.planes))
 
 
 def int_pace_floor(p: MappingProblem) -> int:
@@ -89,6 +105,10 @@ def int_pace(p: MappingProblem, a: np.ndarray, tables: IntPace | None = None) ->
             best = np.maximum(best, t.f[i] + h[i - 1] + h[i])
     for r, tab in enumerate(t.s):
         best = np.maximum(best, tab[a[r], a[(r + 1) % R]])
+    for i, q in enumerate(t.q):
+        h1, h2 = t.l[a[i - 1], a[i]], t.l[a[i], a[(i + 1) % R]]
+        for x, y, g in q:
+            best = np.maximum(best, x * h1 + y * h2 + g)
     for r in t.lin:
         best = best + t.l[a[r], a[r + 1]]
     return best
@@ -123,4 +143,4 @@ def cutoff_int(cutoff: float, probs: list[MappingProblem], robust: str) -> int:
     solve's absolute tolerance, 20 us); without the margin CP-SAT may return the incumbent's own twin
     as 'better' by rounding."""
     R = probs[0].layout.rows
-    return int(np.floor((cutoff - robust_const(probs, robust)) / UNIT)) - rounding_slack(R, has_pace(probs))
+    return int(np.floor((cutoff - robust_const(probs, robust)) / UNIT)) - rounding_slack(R, pace_slack(probs))
