@@ -246,3 +246,12 @@ def test_planes_exact_model_incremental_and_relaxation(make_spec, optimum):
     assert cheap.pace is None and np.array_equal(cheap.hop, prob.hop)
     assert all(cheap.objective(a) <= prob.objective(a) for a in P)
     assert cheap.lower_bound() <= prob.lower_bound() + 1e-12 and cheap.lower_bound() <= best
+
+
+def test_no_planes_with_overlapped_p2p(make_spec):
+    """With overlap_p2p_comm (the default) the levelled max stays within a few % of the walk and the planes' walks are
+    not paid (they took a pp 32, m 128 solve from 2.9 work s to its whole budget): blocking p2p alone carries them."""
+    spec = _spec(make_spec, 7, _two_slow_pairs(7, 0.1))
+    cfg, prob = _problem(spec, (7, 4, 4, 2, 1))
+    assert not p2p_blocking(spec, cfg) and prob.pace is not None and prob.pace.planes == ()
+    assert all(len(q) for q in _problem(_blocking(spec), (7, 4, 4, 2, 1))[1].pace.planes)

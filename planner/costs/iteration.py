@@ -1126,13 +1126,15 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
     as the lock step's: the boundaries' steep parts differ at the typical hop by position (boundary 0's the largest on
     the fuzz's V100 cases), and unlevelled a slow pair on another boundary was charged nothing up to that (-0.5 s of
     13.7 on the fuzz's seed 10 case 380; docs/notes/simulator.md, "Interleaved under one slow boundary"). One stage
-    a node on three rows or more: each row's two boundaries' planes too (pair_planes: their rises add in part, -4.0 s
-    of 55.6 on seed 8 case 521; "A device's two boundaries as planes")."""
+    a node on three rows or more, blocking p2p: each row's two boundaries' planes too (pair_planes: their rises add in
+    part, -4.0 s of 55.6 on seed 8 case 521; "A device's two boundaries as planes"). Not with overlap_p2p_comm: there
+    the levelled form was within -1.9 .. +2.4% of the walk on random hops (planes -1.2 .. +2.7%), and the planes' walks
+    (up to 9 points x 3 a row) took llama3-405b-h100-fsdp-512's solve (pp 32, m 128) from 2.9 to its whole 21 work s."""
     c = (one_way + one_way.T) / 2
     np.fill_diagonal(c, 0.0)
     return walked_problem_parts(lambda h: interleaved_time(fc, bc, m, h, blocking), len(fc), layout, c,
                                 typical_inter_hop(one_way, intra_s), intra_s, True, 4.0 * m * len(fc[0]), steep,
-                                level=True, planes=layout.a == 1 and layout.rows >= 3)
+                                level=True, planes=blocking and layout.a == 1 and layout.rows >= 3)
 
 
 def lock_step_walked(layout: Layout) -> bool:
