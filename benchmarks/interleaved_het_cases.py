@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -51,22 +52,31 @@ def directed_walk(fc, bc, m: int, cf, cb, blocking: bool) -> float:
     return max(e)
 
 
-def one(seed: int, i: int) -> None:
+def fuzz_case(seed: int, i: int) -> SimpleNamespace:
+    """Fuzz case seed/i (benchmarks/fuzz_plans.py) as these scripts read it: the spec and plan, the estimate (est, lay,
+    assign, prob) and the replay on its placement (sim), the chunk times (fc, bc), m, p, blocking, the one-way
+    inter-node hops between the plan's nodes (ow) and NVLink's (intra), and the typical hop (typ)."""
     c = fz.draw(seed, i)
     spec = fz._spec(c["data"], c["spec"])
     cfg = ParallelConfig.from_dict(c["cfg"], None, "config")
     costs = default_costs(spec.cluster)
     est, lay, assign, prob = estimate_plan(spec, cfg, costs=costs)
     sim = simulate(spec, cfg, costs=costs, layout=lay, assign=assign, nodes=prob.nodes)
-    st = it.stage_times(spec, cfg, costs)
-    fc, bc = it.interleaved_chunk_times(spec, cfg, st)
-    m, p, blocking = cfg.num_microbatches, cfg.pp, it.p2p_blocking(spec, cfg)
+    fc, bc = it.interleaved_chunk_times(spec, cfg, it.stage_times(spec, cfg, costs))
     B = spec.cluster.bandwidth[np.ix_(prob.nodes, prob.nodes)]
     with np.errstate(divide="ignore"):
         ow = it.p2p_inter_s(spec, it.p2p_message_bytes(spec, cfg), np.where(B > 0, B, np.inf), costs,
                             it.p2p_share(spec, cfg, lay.b))
     intra = it.p2p_intra_s(spec, it.p2p_message_bytes(spec, cfg), costs)
-    typ = it.typical_inter_hop(ow, intra)
+    return SimpleNamespace(spec=spec, cfg=cfg, est=est, lay=lay, assign=assign, prob=prob, sim=sim, fc=fc, bc=bc,
+                           m=cfg.num_microbatches, p=cfg.pp, blocking=it.p2p_blocking(spec, cfg), ow=ow, intra=intra,
+                           typ=it.typical_inter_hop(ow, intra))
+
+
+def one(seed: int, i: int) -> None:
+    k = fuzz_case(seed, i)
+    cfg, est, lay, assign, prob, sim = k.cfg, k.est, k.lay, k.assign, k.prob, k.sim
+    fc, bc, m, p, blocking, ow, intra, typ = k.fc, k.bc, k.m, k.p, k.blocking, k.ow, k.intra, k.typ
     col = int(np.argmax(prob.path_costs(assign)))
     nodes = assign[:, col]
     cf, cb = [], []

@@ -33,15 +33,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-import fuzz_plans as fz  # noqa: E402
+from interleaved_het_cases import fuzz_case  # noqa: E402
 
-from planner.config import ParallelConfig  # noqa: E402
-from planner.costs import default_costs  # noqa: E402
 from planner.costs import iteration as it  # noqa: E402
 from planner.costs import pipeline as pl  # noqa: E402
 from planner.mapping.problem import Layout  # noqa: E402
-from planner.search.solve import estimate_plan  # noqa: E402
-from planner.simulator import simulate  # noqa: E402
 
 GRID = it.PLANE_GRID
 
@@ -102,21 +98,9 @@ class Form:
 
 
 def case(seed: int, i: int, grid=GRID) -> None:
-    c = fz.draw(seed, i)
-    spec = fz._spec(c["data"], c["spec"])
-    cfg = ParallelConfig.from_dict(c["cfg"], None, "config")
-    costs = default_costs(spec.cluster)
-    est, lay, assign, prob = estimate_plan(spec, cfg, costs=costs)
-    sim = simulate(spec, cfg, costs=costs, layout=lay, assign=assign, nodes=prob.nodes)
-    st = it.stage_times(spec, cfg, costs)
-    fc, bc = it.interleaved_chunk_times(spec, cfg, st)
-    m, p, blocking = cfg.num_microbatches, cfg.pp, it.p2p_blocking(spec, cfg)
-    B = spec.cluster.bandwidth[np.ix_(prob.nodes, prob.nodes)]
-    with np.errstate(divide="ignore"):
-        ow = it.p2p_inter_s(spec, it.p2p_message_bytes(spec, cfg), np.where(B > 0, B, np.inf), costs,
-                            it.p2p_share(spec, cfg, lay.b))
-    intra = it.p2p_intra_s(spec, it.p2p_message_bytes(spec, cfg), costs)
-    typ = it.typical_inter_hop(ow, intra)
+    k = fuzz_case(seed, i)
+    cfg, est, lay, assign, prob, sim = k.cfg, k.est, k.lay, k.assign, k.prob, k.sim
+    fc, bc, m, p, blocking, ow, typ = k.fc, k.bc, k.m, k.p, k.blocking, k.ow, k.typ
     if lay.a != 1:
         print(f"== seed {seed} case {i}: a = {lay.a}, not one stage a node")
         return
