@@ -26,6 +26,7 @@ import numpy as np
 
 from planner.costs import default_costs
 from planner.costs.iteration import build_problem
+from planner.errors import InfeasibleError
 from planner.mapping import layouts
 from planner.search.screen import fitting_configs
 from planner.search.solve import solve
@@ -100,11 +101,9 @@ def main() -> int:
         spec = draw_spec(rng, i)
         try:
             sol = solve(spec, time_limit_s=args.time_limit, seed=0, simulate=False)
-        except Exception as e:          # an infeasible draw (nothing fits) is not a finding; anything else is
-            if type(e).__name__ == "InfeasibleError":
-                print(f"  spec {i}: infeasible ({str(e)[:60]}...)")
-                continue
-            raise
+        except InfeasibleError as e:    # a draw where nothing fits is not a finding; anything else raises
+            print(f"  spec {i}: infeasible ({str(e)[:60]}...)")
+            continue
         opt, cfg, scored = exhaustive(spec)
         rec = sol.solver
         line = (f"  spec {i}: {spec.cluster.nodes} nodes, {scored:6d} placements; solve {rec.status:<10} "
