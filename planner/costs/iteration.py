@@ -1150,8 +1150,9 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
 def lock_step_walked(layout: Layout) -> bool:
     """Whether a waited 1F1B plan's mapped hops are charged by the walk (lock_step_walk_parts): several node rows of
     two or more stages a node, so each stage touches at most one row boundary. One stage a node (a = 1) keeps the
-    closed form (lock_step_problem_parts): a stage's pace there couples its two row boundaries, which a per-boundary
-    curve cannot say (docs/notes/simulator.md, "1F1B's lock step walked", design point 2)."""
+    closed form (lock_step_problem_parts) below LOCK_STEP_A1_WALK: a stage's pace there couples its two row
+    boundaries, which a per-boundary curve cannot say (docs/notes/simulator.md, "1F1B's lock step walked", design
+    point 2); past it the walk with planes does (lock_step_one_stage_walked)."""
     return layout.rows > 1 and layout.a >= 2
 
 
