@@ -96,16 +96,55 @@ def test_bound_only_relaxation_stays_under_the_full_objective(make_spec, case, s
     assert (full_obj - cheap_obj).max() <= float(max(prob.pace.costs(a).max() for a in P)) + 1e-4 * full_obj.max()
 
 
-def test_one_stage_a_node_keeps_the_closed_form(make_spec):
-    """a == 1: lock_step_problem_parts' closed form (Pace's e / f / lin terms, no steep part), bound_only the same
-    problem (tests/test_pace.py checks its values against lock_step_p2p_s)."""
+def test_one_stage_a_node_keeps_the_closed_form_below_its_threshold(make_spec, monkeypatch):
+    """a == 1 with hops under LOCK_STEP_A1_WALK of a stage (and always on two rows): lock_step_problem_parts' closed
+    form (Pace's e / f / lin terms, no steep part), bound_only the same problem (tests/test_pace.py checks its values
+    against lock_step_p2p_s)."""
+    import planner.costs.iteration as it
     spec = _het(make_spec, 6, 1)
     cfg = ParallelConfig(4, 3, 4, 1, 16, "1f1b", 1, "selective")
     lay = Layout(1, 2, 3, 2)
-    assert not bound_differs(spec, cfg, lay)
+    assert build_problem(spec, cfg, lay).pace.steep          # this spec's hops pass the threshold: walked
+    monkeypatch.setattr(it, "LOCK_STEP_A1_WALK", float("inf"))
     a, b = build_problem(spec, cfg, lay), build_problem(spec, cfg, lay, bound_only=True)
     assert a.pace is not None and not a.pace.steep and np.isfinite(a.pace.e).any()
     assert a.const == b.const and np.array_equal(a.hop, b.hop) and np.array_equal(a.pace.c, b.pace.c)
+    two = Layout(1, 2, 2, 2)
+    assert not bound_differs(spec, ParallelConfig(4, 2, 4, 1, 16, "1f1b", 1, "selective"), two)
+
+
+ONE_STAGE = [(6, 4, 4, 2, 1), (5, 8, 4, 1, 1)]      # (nodes, tp, pp, dp, a): one stage a node, four rows
+
+
+@pytest.mark.parametrize("case", ONE_STAGE)
+def test_one_stage_a_node_walked_with_planes(make_spec, optimum, case):
+    """a == 1, hops past LOCK_STEP_A1_WALK of a stage, four rows: each boundary's walked curve (steep, no wrap) and
+    the two interior rows' planes (the end rows, one boundary each, none). On every placement within 3% of the walk
+    on its mapped hops (the closed form: 4-9% off on such hops, benchmarks/lock_step_one_stage_probe.py); CP-SAT proves
+    brute force's optimum with valid bounds, the annealer's incremental score tracks it, and screening's relaxation
+    stays under it."""
+    from swap_checks import assert_exact_is_the_optimum, assert_swaps_track_objective
+    spec = _het(make_spec, case[0], 1)
+    cfg, prob = walked_problem(spec, case, "1f1b")
+    pc = prob.pace
+    assert pc is not None and len(pc.steep) == prob.layout.rows - 1 and len(pc.planes) == prob.layout.rows
+    assert len(pc.planes[0]) == 0 and len(pc.planes[-1]) == 0 and all(len(q) for q in pc.planes[1:-1])
+    errs = []
+    for a in all_placements(prob):
+        walk, cc = _walks(spec, cfg, prob, a)
+        errs += list((prob.path_costs(a) + prob.const) / (cc + walk) - 1)
+    assert max(abs(e) for e in errs) <= 0.03, (min(errs), max(errs))
+    best, best_a = optimum(prob)
+    assert_exact_is_the_optimum(prob, best, best_a)
+    assert_swaps_track_objective(walked_problem(_het(make_spec, case[0], 2), case, "1f1b")[1])
+    # screening's relaxation: no pace, the same hops, under the full objective everywhere (its const may be the
+    # larger: the levelled pace's least value at the typical hop moves into it)
+    assert bound_differs(spec, cfg, prob.layout)
+    _, cheap = walked_problem(spec, case, "1f1b", bound_only=True)
+    assert cheap.pace is None and np.array_equal(cheap.hop, prob.hop)
+    P = all_placements(prob)
+    assert all(cheap.objective(a) <= prob.objective(a) for a in P)
+    assert cheap.lower_bound() <= best + 1e-12
 
 
 def _mixed_scenarios(make_spec, case, seed):

@@ -29,6 +29,14 @@ def _het_spec(make_spec, nodes, seed):
     return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=bw))
 
 
+@pytest.fixture(autouse=True)
+def _closed_form(monkeypatch):
+    # this file is about the closed form: its links are slow enough that three rows or more would take the walk
+    # with planes (iteration.lock_step_one_stage_walked; tests/test_lock_step_objective.py checks that form)
+    import planner.costs.iteration as it
+    monkeypatch.setattr(it, "LOCK_STEP_A1_WALK", float("inf"))
+
+
 # (nodes, tp, pp, dp, layout a) small het grids: 2 x 2 and 3 x 2 blocks, one with a spare node; a = 1 only: two or
 # more stages a node take the walk (tests/test_lock_step_objective.py; this file's a = 2 case, (6, 2, 6, 4, 2), has
 # links fast enough there that its curves are lines and it carries no pace)

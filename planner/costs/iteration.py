@@ -1030,6 +1030,14 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
                                           steep=not bound_only)
         const += add
         wraps = 0.0
+    elif waited_lock_step(spec, cfg) and lock_step_one_stage_walked(layout, [s.forward + s.backward for s in st],
+                                                                    one_way):
+        # Megatron-Core's 1F1B, one stage a node, hops past LOCK_STEP_A1_WALK of a stage: walked per boundary with
+        # each interior stage's two boundaries as planes (the closed form below is -8 .. +4% off there)
+        hop, pace, add = lock_step_walk_parts([s.forward for s in st], [s.backward for s in st], m, layout, one_way,
+                                              intra_s, steep=not bound_only, one_stage=True)
+        const += add
+        wraps = 0.0
     elif waited_lock_step(spec, cfg) and layout.rows > 1:
         # Megatron-Core's 1F1B, one stage a node: lock_step_p2p_s itself on the column's mapped hops (lock_step_pace),
         # not a typical hop's traversals scaled by the mapped ones (a slow link counted at 1 / (pp - 1) of its weight)
@@ -1087,9 +1095,11 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
 
 def bound_differs(spec, cfg: ParallelConfig, layout: Layout) -> bool:
     """Whether build_problem(..., bound_only=True) differs from the full problem (interleaved's steep pace, waited
-    1F1B's and ZB-H1's walked ones)."""
+    1F1B's and ZB-H1's walked ones; with one stage a node, where its hops may be walked: lock_step_one_stage_walked
+    reads them, so on three rows or more this says it may, and the full problem is then built for the exact bound)."""
     return layout.rows > 1 and (interleaved_paced(spec, cfg) or zb_h1_walked(cfg, layout)
-                                or (waited_lock_step(spec, cfg) and lock_step_walked(layout)))
+                                or (waited_lock_step(spec, cfg) and (lock_step_walked(layout) or
+                                                                     (layout.a == 1 and layout.rows >= 3))))
 
 
 def interleaved_paced(spec, cfg: ParallelConfig) -> bool:
@@ -1140,12 +1150,44 @@ def interleaved_problem_parts(fc, bc, m: int, blocking: bool, layout: Layout, on
 def lock_step_walked(layout: Layout) -> bool:
     """Whether a waited 1F1B plan's mapped hops are charged by the walk (lock_step_walk_parts): several node rows of
     two or more stages a node, so each stage touches at most one row boundary. One stage a node (a = 1) keeps the
-    closed form (lock_step_problem_parts): a stage's pace there couples its two row boundaries, which a per-boundary
-    curve cannot say (docs/notes/simulator.md, "1F1B's lock step walked", design point 2)."""
+    closed form (lock_step_problem_parts) below LOCK_STEP_A1_WALK: a stage's pace there couples its two row
+    boundaries, which a per-boundary curve cannot say (docs/notes/simulator.md, "1F1B's lock step walked", design
+    point 2); past it the walk with planes does (lock_step_one_stage_walked)."""
     return layout.rows > 1 and layout.a >= 2
 
 
-def lock_step_walk_parts(f, b, m: int, layout: Layout, one_way: np.ndarray, intra_s: float, steep: bool = True):
+LOCK_STEP_A1_WALK = 0.02   # one stage a node: the walk (with planes) replaces the closed form from a typical hop
+#                            of this share of the fastest stage's F + B (the closed form's error at 1/30: -1.5 ..
+#                            +1.8% on random draws, benchmarks/lock_step_one_stage_probe.py)
+ONE_STAGE_TYPICAL_Q = 0.25  # one_stage_typical_hop's quantile of the candidate hops
+
+
+def lock_step_one_stage_walked(layout: Layout, t, one_way: np.ndarray) -> bool:
+    """Whether a waited 1F1B plan with one stage a node (a = 1, three rows or more) is charged its walk with planes
+    (lock_step_walk_parts(one_stage=True)) rather than lock_step_p2p_s's closed form: where its typical hop
+    (one_stage_typical_hop) is at least LOCK_STEP_A1_WALK of the fastest stage's F + B (t). Below it the closed
+    form is within -0.4 .. +0.3% of the walk at 1/150; at 1/10 -8.3 .. +3.6% where the walk with planes is -1.2 ..
+    +0.6% (docs/notes/simulator.md, "One stage a node: the lock step walked with planes")."""
+    if layout.a != 1 or layout.rows < 3:
+        return False
+    return one_stage_typical_hop(one_way) >= LOCK_STEP_A1_WALK * min(t)
+
+
+def one_stage_typical_hop(one_way: np.ndarray) -> float:
+    """The typical hop of a one-stage-a-node lock step's walked curves: the lower quartile of the candidate boundary
+    hops (each pair's slower direction; inf where none). Levelled curves lie over the walk where a mapped hop falls
+    below the typical one and under it where several rise above it (their rises add in part), and a mapping takes the
+    faster links: on the fuzz of valid plans (rank-order placements, seeds 13 and 0) the 1F1B line's min / max were
+    -2.0 / +0.5% with the fastest hop, -1.2 / +0.5% with the 10th percentile, -0.03 / +1.0% with the quartile, and the
+    median lay over by up to 12.8% on random draws (benchmarks/lock_step_one_stage_probe.py)."""
+    c = np.maximum(one_way, one_way.T)
+    off = c[~np.eye(len(c), dtype=bool)]
+    off = off[np.isfinite(off)]
+    return float(np.quantile(off, ONE_STAGE_TYPICAL_Q)) if off.size else np.inf
+
+
+def lock_step_walk_parts(f, b, m: int, layout: Layout, one_way: np.ndarray, intra_s: float, steep: bool = True,
+                         one_stage: bool = False):
     """(hop, pace, const): Megatron-Core 1F1B's exposed hops, lock_step_time(c) - lock_step_time(0) (the waited-call
     walk, exact against the replay), on a column's mapped row-boundary hops (walked_problem_parts, no wrap). A hop
     is its pair's slower direction (Pace.c, as lock_step_problem_parts: the steady state's calls batch one boundary's
@@ -1153,13 +1195,16 @@ def lock_step_walk_parts(f, b, m: int, layout: Layout, one_way: np.ndarray, intr
     at most its 2 m transfers (a path through the walk's DAG takes each transfer once): the margin's. Levelled (each
     boundary's steep part equal at the typical hop): 1F1B's curves differ by position (the ramp's slope 2 from 0 on
     an early boundary, a first piece of slope 0 on later ones, so Lrow is 0 and the ramp sits in S_r), and without
-    it a slow boundary other than the largest-at-typical one would be charged nothing up to that largest."""
+    it a slow boundary other than the largest-at-typical one would be charged nothing up to that largest.
+    one_stage (a = 1, lock_step_one_stage_walked): each interior stage's two boundaries as planes too (pair_planes),
+    and the typical hop the candidates' lower quartile, not their median (one_stage_typical_hop)."""
     c = np.maximum(one_way, one_way.T)
     np.fill_diagonal(c, 0.0)
     f, b = tuple(map(float, f)), tuple(map(float, b))
-    hop, _, pace, const = walked_problem_parts(lambda h: lock_step_time(f, b, m, h), len(f), layout, c,
-                                               typical_inter_hop(c, intra_s), intra_s, False, 2.0 * m, steep,
-                                               level=True, drop_flat=True)
+    typ = one_stage_typical_hop(one_way) if one_stage else typical_inter_hop(c, intra_s)
+    hop, _, pace, const = walked_problem_parts(lambda h: lock_step_time(f, b, m, h), len(f), layout, c, typ,
+                                               intra_s, False, 2.0 * m, steep, level=True, drop_flat=True,
+                                               planes=one_stage)
     return hop, pace, const
 
 
@@ -1284,13 +1329,14 @@ def walked_problem_parts(walk, pp: int, layout: Layout, c: np.ndarray, typ: floa
             parts = tuple(np.stack([pc[:, 0], pc[:, 1] + (at_typ - v)], axis=1) for pc, v in zip(parts, at,
                                                                                                   strict=True))
         qs = ()
-        if planes and wrap and a == 1:
+        if planes and a == 1 and (wrap or R >= 3):
             def exposed2(x, y, i):      # a = 1: row i's boundaries are stage boundaries i - 1 (wrap: pp - 1) and i
                 h = list(cs)
                 h[(i - 1) % R], h[i] = x, y
                 return walk(h) - zero
+            # without a wrap the end rows touch one boundary each: no planes (their curves are exact in `parts`)
             qs = tuple(pair_planes(lambda x, y, i=i: exposed2(x, y, i), typ, lin[(i - 1) % R], lin[i], at_cs, at_typ,
-                                   hi) for i in range(R))
+                                   hi) if wrap or 0 < i < R - 1 else np.zeros((0, 3)) for i in range(R))
         pace = Pace(c, 1.0, 0.0, np.full(R - 1, -np.inf), np.full(R, -np.inf), (), parts, planes=qs)
         if drop_flat and max(float(np.max(pc[:, 0] * hi + pc[:, 1])) for pc in parts) <= 1e-9 * (1.0 + abs(at_cs)):
             # every curve one line (its slope's secant noise aside, convex_pieces' equality tolerance): no steep

@@ -127,6 +127,8 @@ class SwapEvaluator:
             best = max([best] + [t[s[r * K + j]][s[((r + 1) % R) * K + j]] for r, t in enumerate(steep)])
         if planes is not None:     # Pace.planes per row, on its boundary above (the wrap for row 0) and below
             for i, q in enumerate(planes):
+                if not q:
+                    continue
                 h1, h2 = c[s[((i - 1) % R) * K + j]][s[i * K + j]], c[s[i * K + j]][s[((i + 1) % R) * K + j]]
                 v = math.inf if math.isinf(h1) or math.isinf(h2) else max(x * h1 + y * h2 + z for x, y, z in q)
                 best = max(best, v)

@@ -78,9 +78,11 @@ class Pace:
     # boundaries, no wrap: iteration.lock_step_walk_parts); () for 1F1B's closed form (one stage a node)
     steep: tuple = ()
     steep_c: tuple = field(init=False, default=())   # each boundary's pieces on c (N x N): what every solver reads
-    # per row i with one stage a node (interleaved, three rows or more), also in the max: planes under the walk's joint
-    # curve in the row's two boundaries, alpha h_(i-1) + beta h_i + gamma (h_(-1): the wrap; rows n x 3, alpha and
-    # beta integers, weight 1): their rises add in part, which the per-boundary max misses (iteration.pair_planes)
+    # per row i with one stage a node (interleaved, three rows or more; waited 1F1B past LOCK_STEP_A1_WALK), also in
+    # the max: planes under the walk's joint curve in the row's two boundaries, alpha h_(i-1) + beta h_i + gamma
+    # (h_(-1): the wrap; rows n x 3, alpha and beta integers, weight 1): their rises add in part, which the
+    # per-boundary max misses (iteration.pair_planes). A row with one boundary (no wrap: rows 0 and R - 1) has none:
+    # an empty (0 x 3) array, which every solver skips
     planes: tuple = ()
 
     def __post_init__(self):
@@ -99,7 +101,7 @@ class Pace:
             self.steep_c = tuple(steep_table(pc, self.c) for pc in self.steep)
         if self.planes:
             # the exact models put the planes on raw hop variables with integer coefficients (cpsat._path_term)
-            if not self.steep or self.weight != 1.0 or len(self.planes) != len(self.steep):
+            if not self.steep or self.weight != 1.0 or len(self.planes) != len(self.f):
                 raise ValueError("Pace planes need a steep pace of weight 1, one entry per row")
             for q in self.planes:
                 if q.ndim != 2 or q.shape[1] != 3 or not np.array_equal(q[:, :2], np.rint(q[:, :2])):
@@ -116,8 +118,9 @@ class Pace:
             for r, t in enumerate(self.steep_c):
                 best = np.maximum(best, t[assign[r], assign[(r + 1) % R]])
             for i, q in enumerate(self.planes):
-                best = np.maximum(best, plane_value(q, self.c[assign[i - 1], assign[i]],
-                                                    self.c[assign[i], assign[(i + 1) % R]]))
+                if len(q):
+                    best = np.maximum(best, plane_value(q, self.c[assign[i - 1], assign[i]],
+                                                        self.c[assign[i], assign[(i + 1) % R]]))
         out = self.weight * best
         for r in self.lin:
             out = out + h[r]

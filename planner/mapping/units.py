@@ -47,7 +47,8 @@ def pace_slack(probs) -> int:
     out = PACE_SLACK
     for p in probs:
         for q in (p.pace.planes if p.pace is not None else ()):
-            out = max(out, int(np.ceil((np.abs(q[:, 0]) + np.abs(q[:, 1])).max() / 2)) + 1)
+            if len(q):
+                out = max(out, int(np.ceil((np.abs(q[:, 0]) + np.abs(q[:, 1])).max() / 2)) + 1)
     return out
 
 
