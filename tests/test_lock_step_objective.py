@@ -113,6 +113,26 @@ def test_one_stage_a_node_keeps_the_closed_form_below_its_threshold(make_spec, m
     assert not bound_differs(spec, ParallelConfig(4, 2, 4, 1, 16, "1f1b", 1, "selective"), two)
 
 
+def test_one_stage_gate():
+    """lock_step_one_stage_walked: one stage a node on three rows or more, and a lower-quartile candidate hop of at
+    least LOCK_STEP_A1_WALK of the fastest stage's F + B; never where no pair has a link."""
+    from planner.costs.iteration import LOCK_STEP_A1_WALK, lock_step_one_stage_walked, one_stage_typical_hop
+    rng = np.random.default_rng(0)
+    ow = rng.uniform(0.01, 0.03, (6, 6))
+    np.fill_diagonal(ow, 0.0)
+    typ = one_stage_typical_hop(ow)
+    pair = np.maximum(ow, ow.T)[~np.eye(6, dtype=bool)]
+    assert typ == pytest.approx(np.quantile(pair, 0.25))
+    t = [typ / LOCK_STEP_A1_WALK * 0.999] * 4          # the hop just past the threshold of these stages
+    assert lock_step_one_stage_walked(Layout(1, 1, 4, 1), t, ow)
+    assert not lock_step_one_stage_walked(Layout(1, 1, 4, 1), [x * 1.01 / 0.999 for x in t], ow)
+    assert not lock_step_one_stage_walked(Layout(2, 1, 2, 1), t, ow)      # two stages a node: the walk without
+    assert not lock_step_one_stage_walked(Layout(1, 1, 2, 1), t, ow)      # two rows: one boundary
+    none = np.full((6, 6), np.inf)
+    np.fill_diagonal(none, 0.0)
+    assert not lock_step_one_stage_walked(Layout(1, 1, 4, 1), t, none)
+
+
 ONE_STAGE = [(6, 4, 4, 2, 1), (5, 8, 4, 1, 1)]      # (nodes, tp, pp, dp, a): one stage a node, four rows
 
 

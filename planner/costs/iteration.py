@@ -1170,7 +1170,8 @@ def lock_step_one_stage_walked(layout: Layout, t, one_way: np.ndarray) -> bool:
     +0.6% (docs/notes/simulator.md, "One stage a node: the lock step walked with planes")."""
     if layout.a != 1 or layout.rows < 3:
         return False
-    return one_stage_typical_hop(one_way) >= LOCK_STEP_A1_WALK * min(t)
+    typ = one_stage_typical_hop(one_way)
+    return bool(np.isfinite(typ) and typ >= LOCK_STEP_A1_WALK * min(t))
 
 
 def one_stage_typical_hop(one_way: np.ndarray) -> float:
