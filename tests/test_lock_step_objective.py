@@ -204,6 +204,36 @@ def test_scenarios_with_and_without_a_pace(make_spec, case, robust):
             ev.accept()
 
 
+@pytest.mark.parametrize("robust", ["worst", "mean"])
+def test_one_stage_scenarios_closed_form_and_walked(make_spec, robust):
+    """One stage a node, two snapshots: fast links keep the closed form (under LOCK_STEP_A1_WALK), slow ones take
+    the walk with planes; CP-SAT proves brute force's robust optimum over both and the incremental scorer tracks it."""
+    case = ONE_STAGE[0]
+    spec = _het(make_spec, case[0], 1)
+    n = case[0]
+    fast = np.full((n, n), 2500.0) * np.random.default_rng(1).uniform(0.9, 1.0, size=(n, n))
+    np.fill_diagonal(fast, 0.0)
+    cfg, _ = walked_problem(spec, case, "1f1b")
+    lay = Layout(1, 8 // case[1], case[2], case[3] // (8 // case[1]))
+    probs = [build_problem(spec, cfg, lay, bandwidth=m) for m in (fast, spec.cluster.bandwidth)]
+    assert not probs[0].pace.steep and np.isfinite(probs[0].pace.e).any()        # the closed form
+    assert probs[1].pace.steep and probs[1].pace.planes                          # walked, with planes
+    best, _ = brute_force(probs, robust)
+    ex = solve_exact(probs, robust=robust, time_limit_s=20)
+    assert ex.status == "OPTIMAL" and ex.objective == pytest.approx(best, rel=1e-9) and ex.bound <= best + 1e-9
+    rng = np.random.default_rng(3)
+    R, K = lay.rows, lay.cols
+    ev = SwapEvaluator(probs, list(rng.permutation(probs[0].n)), robust=robust, tie_level=0.9)
+    for _ in range(100):
+        p, q = (int(x) for x in rng.choice(probs[0].n, 2, replace=False))
+        v = ev.propose_swap(p, q)
+        st = list(ev.state)
+        st[p], st[q] = st[q], st[p]
+        assert v == pytest.approx(robust_objective(probs, np.array(st[:R * K]).reshape(R, K), robust), rel=1e-12)
+        if rng.random() < 0.5:
+            ev.accept()
+
+
 def test_anneal_charges_a_pace_in_any_scenario(make_spec):
     """The annealer's work charge counts the pace when any scenario carries one (units.has_pace), not only when the
     first does: the same anneal charged the same whatever the scenarios' order (it was charged ~PACE_ITER_FACTOR
