@@ -1099,7 +1099,8 @@ def bound_differs(spec, cfg: ParallelConfig, layout: Layout) -> bool:
     reads them, so on three rows or more this says it may, and the full problem is then built for the exact bound)."""
     return layout.rows > 1 and (interleaved_paced(spec, cfg) or zb_h1_walked(cfg, layout)
                                 or (waited_lock_step(spec, cfg) and (lock_step_walked(layout) or
-                                                                     (layout.a == 1 and layout.rows >= 3))))
+                                                                     (layout.a == 1 and
+                                                                      3 <= layout.rows <= LOCK_STEP_A1_ROWS))))
 
 
 def interleaved_paced(spec, cfg: ParallelConfig) -> bool:
@@ -1160,15 +1161,18 @@ LOCK_STEP_A1_WALK = 0.02   # one stage a node: the walk (with planes) replaces t
 #                            of this share of the fastest stage's F + B (the closed form's error at 1/30: -1.5 ..
 #                            +1.8% on random draws, benchmarks/lock_step_one_stage_probe.py)
 ONE_STAGE_TYPICAL_Q = 0.25  # one_stage_typical_hop's quantile of the candidate hops
+LOCK_STEP_A1_ROWS = 16      # and at most this many rows: the build walks each boundary's curve and each row's planes,
+#                             so its cost grows as rows^2 x (m up to p + 36); 0.13 work s at pp 16 (m 128-512), 1.9 at
+#                             pp 32 (m 384), and at pp 64 (m 768) 23 work s, which took a 10 s solve to 21 s of wall
 
 
 def lock_step_one_stage_walked(layout: Layout, t, one_way: np.ndarray) -> bool:
-    """Whether a waited 1F1B plan with one stage a node (a = 1, three rows or more) is charged its walk with planes
-    (lock_step_walk_parts(one_stage=True)) rather than lock_step_p2p_s's closed form: where its typical hop
+    """Whether a waited 1F1B plan with one stage a node (a = 1, 3 to LOCK_STEP_A1_ROWS rows) is charged its walk
+    with planes (lock_step_walk_parts(one_stage=True)) rather than lock_step_p2p_s's closed form: where its typical hop
     (one_stage_typical_hop) is at least LOCK_STEP_A1_WALK of the fastest stage's F + B (t). Below it the closed
     form is within -0.4 .. +0.3% of the walk at 1/150; at 1/10 -8.3 .. +3.6% where the walk with planes is -1.2 ..
     +0.6% (docs/notes/simulator.md, "One stage a node: the lock step walked with planes")."""
-    if layout.a != 1 or layout.rows < 3:
+    if layout.a != 1 or not 3 <= layout.rows <= LOCK_STEP_A1_ROWS:
         return False
     typ = one_stage_typical_hop(one_way)
     return bool(np.isfinite(typ) and typ >= LOCK_STEP_A1_WALK * min(t))
