@@ -354,3 +354,18 @@ def test_alternatives_keep_what_the_simulator_overruled_first(make_spec):
     one = dataclasses.replace(spec, search=dataclasses.replace(spec.search, top_k=1))
     alts = alternatives(one, [best, cand(twin, 1.9), cand(other, 2.1)], best, costs, fits=[])
     assert [a["config"] for a in alts] == [twin.as_dict()] and alts[0]["slower_by"] == pytest.approx(-0.05)
+
+
+def test_alternatives_rank_order_scoring_stops_at_its_work(make_spec, monkeypatch):
+    """The summary's alternatives score pruned configs at rank order only while their builds' work is under
+    ALTERNATIVES_WORK_SHARE of the solve's budget (their walks were unbounded: a slow-link stress spec spent 77 of
+    119 profiled seconds there at a 10 s limit). With no share left, only mapped candidates are listed."""
+    import planner.search.solve as solve_mod
+    spec = make_spec(nodes=2, schedules=["1f1b", "interleaved"], recompute=["selective", "full"], zero=[0, 1],
+                     layers=32, hidden=4096, heads=32, memory=40, tensor_parallel=[2, 4, 8])
+    full = solve(spec, time_limit_s=10, simulate=False)
+    assert any(x["mapping"] == "rank order" for x in full.alternatives)
+    monkeypatch.setattr(solve_mod, "ALTERNATIVES_WORK_SHARE", 0.0)
+    none = solve(spec, time_limit_s=10, simulate=False)
+    assert none.alternatives and all(x["mapping"] == "searched" for x in none.alternatives)
+    assert none.config == full.config and none.solver.work_s == full.solver.work_s     # the search is untouched

@@ -9,6 +9,7 @@ from planner.config import fork_note
 from planner.costs import Costs
 from planner.costs.iteration import build_problem, evaluate, memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
+from planner.mapping import work
 from planner.mapping.problem import layouts, robust_objective
 from planner.search.prove import Proof
 from planner.search.rerank import simulate_candidate
@@ -63,10 +64,14 @@ def plan_shape(cfg) -> tuple:
 
 # at most this many pruned configs scored at rank order while looking for each shape's best (bounds the cost)
 SHAPE_SCORES = 48
+# and at most this share of the solve's work budget on their problem builds (each a walk of the plan's order where
+# links are slow: 77 s of a 119 s profiled solve at --time-limit 10 on a slow-link 128-node interleaved stress spec,
+# docs/notes/solver.md "The summary's alternatives, bounded by work"); checked before each build, so one may overrun
+ALTERNATIVES_WORK_SHARE = 1.0
 
 
 def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fits=None, mats=None,
-                 robust: str = "worst") -> list[dict]:
+                 robust: str = "worst", work_s: float | None = None) -> list[dict]:
     """Other configs than the plan (one layout each, at most search.top_k), relative to it. First any searched config
     the estimate rated faster than the plan (one the simulator overruled), then the best config of
     each plan_shape other than the plan's, fastest first; then, while fewer than top_k, the rest (near-duplicates of
@@ -76,19 +81,27 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
     it; its bound already says it cannot beat the plan), as the search scored the candidates: over the bandwidth
     scenarios `mats` (robust worst / mean), or the cluster's matrix. A shape's best is found best-first (a pruned
     config is scored only while its bound is below the best time found for its shape, at most SHAPE_SCORES of them);
-    the rest are the mapped candidates in time order, then the pruned configs in bound order."""
+    the rest are the mapped candidates in time order, then the pruned configs in bound order. work_s: the work (work
+    seconds) their builds may take, None: no limit; past it no further pruned config is scored (deterministic: work,
+    not the clock)."""
     top_k = spec.search.top_k
     searched = {c.cfg: c.result.objective for c in cands}
     timed = {}
+    spent = work.Meter()
 
     def rank_order_s(cfg):
         if cfg not in timed:
             lays = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard)
-            timed[cfg] = None if not lays else float(min(
-                robust_objective(probs, probs[0].rank_order(), robust)
-                for probs in ([build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats or [None]]
-                              for lay in lays)))
+            with work.metered() as mt:
+                timed[cfg] = None if not lays else float(min(
+                    robust_objective(probs, probs[0].rank_order(), robust)
+                    for probs in ([build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats or [None]]
+                                  for lay in lays)))
+            spent.used_s += mt.used_s
         return timed[cfg]
+
+    def over() -> bool:
+        return work_s is not None and spent.used_s >= work_s
 
     def row(cfg):
         t = searched[cfg] if cfg in searched else timed[cfg]
@@ -111,7 +124,7 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
         if cfg in seen or plan_shape(cfg) in shapes:
             continue
         if not exact:
-            if scored >= SHAPE_SCORES:
+            if scored >= SHAPE_SCORES or over():
                 continue
             scored += 1
             t = rank_order_s(cfg)
@@ -131,7 +144,7 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
     for _, cfg in fits or []:
         if len(faster) + len(distinct) + len(rest) >= top_k:
             break
-        if cfg not in seen and rank_order_s(cfg) is not None:
+        if cfg not in seen and (cfg in timed or not over()) and rank_order_s(cfg) is not None:
             seen.add(cfg)
             rest.append(cfg)
     by_time = lambda a: a["iteration_s"]     # noqa: E731
@@ -304,9 +317,10 @@ def micro_batch_note(spec, num_gpus: int) -> str:
 
 
 def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
-              simulate: bool, reranked, fits=None, mats=None, robust: str = "worst") -> Solution:
+              simulate: bool, reranked, fits=None, mats=None, robust: str = "worst",
+              alternatives_work_s: float | None = None) -> Solution:
     """The Solution of `best`; the record is updated to describe it (the re-ranked plan, if the simulator
-    overruled)."""
+    overruled). alternatives_work_s: the work the alternatives' rank-order scoring may take (alternatives)."""
     p0 = best.probs[0]
     # the plan's estimate on the cluster's own matrix (network.bandwidth), as `estimate --mapping` and `simulate` see
     # it; a robust search's problems are the bandwidth snapshots (screen.scenarios), whose worst / mean stays the
@@ -315,7 +329,7 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     est = evaluate(spec, best.cfg, main, best.result.assign, costs)
     if rec.robust != "none":
         rec.snapshots = len(best.probs)
-    alts = alternatives(spec, cands, best, costs, fits, mats, robust)
+    alts = alternatives(spec, cands, best, costs, fits, mats, robust, alternatives_work_s)
     rec.objective = best.result.objective
     rec.bound = min(rec.bound, rec.objective)
     rec.mapping_objective = best.result.objective - p0.const
