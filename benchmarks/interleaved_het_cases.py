@@ -52,6 +52,19 @@ def directed_walk(fc, bc, m: int, cf, cb, blocking: bool) -> float:
     return max(e)
 
 
+def draw_chunks(rng: np.random.Generator, ps) -> tuple:
+    """One random interleaved column for the probes (interleaved_pairs_probe, interleaved_planes_probe): p from ps,
+    v 2 / 4, m = p, 2p or 4p, blocking p2p or not, chunk forwards ~1 (backward 2x), a typical hop c0 of 0.2 / 1 / 3
+    forwards and every boundary (the wrap included) c0 x lognormal(0, 0.25). Returns (p, v, m, blocking, fc, bc, c0,
+    h); each probe then slows its own boundaries."""
+    p, v = int(rng.choice(ps)), int(rng.choice([2, 4]))
+    m = p * int(rng.choice([1, 2, 4]))
+    blocking = bool(rng.integers(2))
+    fc = rng.uniform(0.9, 1.1, (p, v))
+    c0 = float(rng.choice([0.2, 1.0, 3.0]))
+    return p, v, m, blocking, fc, 2 * fc, c0, c0 * np.exp(rng.normal(0, 0.25, p))
+
+
 def fuzz_case(seed: int, i: int) -> SimpleNamespace:
     """Fuzz case seed/i (benchmarks/fuzz_plans.py) as these scripts read it: the spec and plan, the estimate (est, lay,
     assign, prob) and the replay on its placement (sim), the chunk times (fc, bc), m, p, blocking, the one-way

@@ -18,11 +18,15 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from planner.costs import iteration as it
-from planner.costs import pipeline as pl
-from planner.mapping.problem import Layout
+from interleaved_het_cases import draw_chunks  # noqa: E402
+
+from planner.costs import iteration as it  # noqa: E402
+from planner.costs import pipeline as pl  # noqa: E402
+from planner.mapping.problem import Layout  # noqa: E402
 
 
 def main() -> int:
@@ -33,13 +37,7 @@ def main() -> int:
     rng = np.random.default_rng(args.seed)
     rows: dict = {}
     for _ in range(args.draws):
-        p, v = int(rng.choice([4, 8])), int(rng.choice([2, 4]))
-        m = p * int(rng.choice([1, 2, 4]))
-        blocking = bool(rng.integers(2))
-        fc = rng.uniform(0.9, 1.1, (p, v))
-        bc = 2 * fc
-        c0 = float(rng.choice([0.2, 1.0, 3.0]))
-        h = c0 * np.exp(rng.normal(0, 0.25, p))
+        p, v, m, blocking, fc, bc, c0, h = draw_chunks(rng, [4, 8])
         if rng.random() < 0.5:
             h[rng.integers(p)] *= rng.uniform(1.5, 3)
 

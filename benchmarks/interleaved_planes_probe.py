@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from interleaved_het_cases import fuzz_case  # noqa: E402
+from interleaved_het_cases import draw_chunks, fuzz_case  # noqa: E402
 
 from planner.costs import iteration as it  # noqa: E402
 from planner.costs import pipeline as pl  # noqa: E402
@@ -138,13 +138,7 @@ def probe(draws: int, seed: int, grid) -> None:
     worst_under_curve = 0.0
     nwalks = []
     for _ in range(draws):
-        p, v = int(rng.choice([4, 8, 16])), int(rng.choice([2, 4]))
-        m = p * int(rng.choice([1, 2, 4]))
-        blocking = bool(rng.integers(2))
-        fc = rng.uniform(0.9, 1.1, (p, v))
-        bc = 2 * fc
-        c0 = float(rng.choice([0.2, 1.0, 3.0]))
-        h = c0 * np.exp(rng.normal(0, 0.25, p))
+        p, v, m, blocking, fc, bc, c0, h = draw_chunks(rng, [4, 8, 16])
         mode = rng.random()
         if mode < 0.3:
             h[rng.integers(p)] *= rng.uniform(1.5, 3)

@@ -17,45 +17,27 @@ import argparse
 
 import numpy as np
 
-from planner.costs.iteration import pair_planes, typical_boundary_hops, walked_problem_parts
+from planner.costs.iteration import walked_problem_parts
 from planner.costs.lockstep import lock_step_time
 from planner.costs.pipeline import lock_step_p2p_s
-from planner.mapping.problem import Layout, plane_value
+from planner.mapping.problem import Layout
 
 RATIOS = (1 / 150, 1 / 30, 1 / 10, 1 / 3)
 
 
 def walked(f, b, m: int, c, typ: float, planes: bool) -> float:
-    """The walked form's exposed p2p on the path 0 -> 1 -> ... -> pp - 1 with hops c (one column, one stage a row)."""
+    """The walked form's exposed p2p on the path 0 -> 1 -> ... -> pp - 1 with hops c (one column, one stage a row),
+    built as build_problem builds it (walked_problem_parts, with or without the interior rows' planes)."""
     p = len(f)
     C = np.full((p, p), typ)
     np.fill_diagonal(C, 0.0)
     for j in range(p - 1):
         C[j, j + 1] = C[j + 1, j] = c[j]
-
-    def walk(h):
-        return lock_step_time(tuple(f), tuple(b), m, h)
-    hop, _, pace, const = walked_problem_parts(walk, p, Layout(1, 1, p, 1), C, typ, 0.0, False, 2.0 * m,
-                                               level=True, drop_flat=True)
+    hop, _, pace, const = walked_problem_parts(lambda h: lock_step_time(tuple(f), tuple(b), m, h), p,
+                                               Layout(1, 1, p, 1), C, typ, 0.0, False, 2.0 * m, level=True,
+                                               drop_flat=True, planes=planes)
     val = const + sum(hop[j, j + 1] for j in range(p - 1))
-    if pace is None:
-        return val
-    best = float(pace.costs(np.arange(p).reshape(p, 1))[0])
-    if planes and p >= 3:
-        cs = typical_boundary_hops(p, p, typ, 0.0)
-        zero = walk(0.0)
-        at_cs = walk(cs) - zero
-        at_typ = max(float(np.max(pc[:, 0] * typ + pc[:, 1])) for pc in pace.steep)
-        lin = hop[0, 1] / c[0] if c[0] else 0.0
-        hi = max(max(c), typ)
-        for i in range(1, p - 1):
-            def e2(x, y, i=i):
-                h = list(cs)
-                h[i - 1], h[i] = x, y
-                return walk(h) - zero
-            q = pair_planes(e2, typ, lin, lin, at_cs, at_typ, hi)
-            best = max(best, float(np.ravel(plane_value(q, c[i - 1], c[i]))[0]))
-    return val + best
+    return val + (float(pace.costs(np.arange(p).reshape(p, 1))[0]) if pace is not None else 0.0)
 
 
 def main():

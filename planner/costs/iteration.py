@@ -1096,11 +1096,11 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
 def bound_differs(spec, cfg: ParallelConfig, layout: Layout) -> bool:
     """Whether build_problem(..., bound_only=True) differs from the full problem (interleaved's steep pace, waited
     1F1B's and ZB-H1's walked ones; with one stage a node, where its hops may be walked: lock_step_one_stage_walked
-    reads them, so on three rows or more this says it may, and the full problem is then built for the exact bound)."""
+    reads them, so on one_stage_walk_shape's layouts this says it may, and the full problem is then built for the
+    exact bound)."""
     return layout.rows > 1 and (interleaved_paced(spec, cfg) or zb_h1_walked(cfg, layout)
                                 or (waited_lock_step(spec, cfg) and (lock_step_walked(layout) or
-                                                                     (layout.a == 1 and
-                                                                      3 <= layout.rows <= LOCK_STEP_A1_ROWS))))
+                                                                     one_stage_walk_shape(layout))))
 
 
 def interleaved_paced(spec, cfg: ParallelConfig) -> bool:
@@ -1172,10 +1172,16 @@ def lock_step_one_stage_walked(layout: Layout, t, one_way: np.ndarray) -> bool:
     (one_stage_typical_hop) is at least LOCK_STEP_A1_WALK of the fastest stage's F + B (t). Below it the closed
     form is within -0.4 .. +0.3% of the walk at 1/150; at 1/10 -8.3 .. +3.6% where the walk with planes is -1.2 ..
     +0.6% (docs/notes/simulator.md, "One stage a node: the lock step walked with planes")."""
-    if layout.a != 1 or not 3 <= layout.rows <= LOCK_STEP_A1_ROWS:
+    if not one_stage_walk_shape(layout):
         return False
     typ = one_stage_typical_hop(one_way)
     return bool(np.isfinite(typ) and typ >= LOCK_STEP_A1_WALK * min(t))
+
+
+def one_stage_walk_shape(layout: Layout) -> bool:
+    """The layouts lock_step_one_stage_walked may walk, whatever the hops: one stage a node on 3 to LOCK_STEP_A1_ROWS
+    rows (bound_differs asks this, without the hops)."""
+    return layout.a == 1 and 3 <= layout.rows <= LOCK_STEP_A1_ROWS
 
 
 def one_stage_typical_hop(one_way: np.ndarray) -> float:

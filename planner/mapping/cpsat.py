@@ -414,6 +414,7 @@ def _path_term(g: _Grid, p: MappingProblem):
             for v in ph if pace.s else []:
                 m.add(pj >= v)
             for i, q in enumerate(pace.q):          # row i's planes on its boundary above (the wrap: row 0) and below
+                # (1F1B's end rows have none: no wrap)
                 for a, b, g0 in q:
                     m.add(pj >= a * raw[(i - 1) % g.R] + b * raw[i] + g0)
             for r in range(g.R - 1):
@@ -634,8 +635,8 @@ GRID_TERM_S = 9e-6
 def grid_build_s(R: int, K: int, N: int, wrap: bool, scenarios: int = 1, pace: bool = False,
                  planes: bool = False) -> float:
     """Seconds (work or wall, 1:1, like the two-row models' build) the full grid model takes to build (the lock
-    step's pace: a second set of hop rows, _path_term; interleaved's planes: a third, of raw hops pinned both ways,
-    1.5 rows each)."""
+    step's pace: a second set of hop rows, _path_term; Pace.planes (interleaved's, one-stage 1F1B's): a third, of raw
+    hops pinned both ways, 1.5 rows each)."""
     hops = (R - 1) * K * (2 if pace else 1) + (K if wrap and R > 1 else 0) + (3 * R * K // 2 if planes else 0)
     return GRID_TERM_S * scenarios * hops * 2 * N * (N - 1)
 

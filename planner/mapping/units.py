@@ -28,7 +28,7 @@ PACE_SLACK = 3
 def rounding_slack(rows: int, pace: bool | int = False) -> int:
     """Units an integer objective may lie below the true one: one per rounded term (the R-1 hops, the
     wrap, a row's base and link, the embedding pair; the lock step's pace: PACE_SLACK, or `pace` units given as an
-    int: pace_slack's, which counts interleaved's planes too)."""
+    int: pace_slack's, which counts Pace.planes too)."""
     return rows + 3 + (PACE_SLACK if pace is True else int(pace))
 
 
