@@ -44,6 +44,7 @@ from planner.costs.pipeline import (
     stage_compute_time,
 )
 from planner.costs.vwalk import v_walk, v_walk_p2p_s, vzb_hops_walked, vzb_walked
+from planner.mapping import work
 from planner.mapping.problem import Layout, MappingProblem, Pace, layouts
 
 
@@ -974,11 +975,14 @@ def block_bandwidth(bw: np.ndarray, span: int) -> np.ndarray:
 
 def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None = None,
                   bandwidth: np.ndarray | None = None, nodes: np.ndarray | None = None,
-                  bound_only: bool = False) -> MappingProblem:
+                  bound_only: bool = False, walk: bool = True) -> MappingProblem:
     """The mapping problem of (cfg, layout) on the cluster's links (or `bandwidth`, one snapshot), over `nodes`.
     bound_only: a relaxation for bounds alone (screening's), whose objective is at most the full problem's on every
     mapping: interleaved's and waited 1F1B's steep pace left out (>= 0; bound_differs says where), which spares
-    their boundaries' walks."""
+    their boundaries' walks. walk False: no schedule's hops walked per mapped boundary (interleaved, waited 1F1B,
+    ZB-H1): the typical hop's traversals (p2p_exposed_hops; waited 1F1B its closed form, lock_step_problem_parts) on
+    the mapped sum, as one node row has them; the problem says so (MappingProblem.walk_dropped) where that changed
+    it. What build_problems falls back to when the walks would take more work than a search allows."""
     costs = costs or default_costs(spec.cluster)
     cl, model = spec.cluster, spec.model
     bw = cl.bandwidth if bandwidth is None else bandwidth
@@ -993,71 +997,18 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     else:
         B = bw[np.ix_(nodes, nodes)]
     N = len(nodes)
-    pp, m = cfg.pp, cfg.num_microbatches
     st = stage_times(spec, cfg, costs)
     const = compute_const(spec, cfg, costs, st)
 
     # pipeline p2p: activations of one micro-batch (p2p_message_bytes)
     share = p2p_share(spec, cfg, layout.b)
     msg = p2p_message_bytes(spec, cfg)
-    coef = m / pp
     with np.errstate(divide="ignore"):
         one_way = p2p_inter_s(spec, msg, np.where(B > 0, B, np.inf), costs, share)
     intra_s = p2p_intra_s(spec, msg, costs)
-    pace = None
-    wrap = None
-    if interleaved_paced(spec, cfg) and layout.rows > 1:
-        # Megatron-Core's interleaved order walked per mapped boundary: its linear part on the sum, its steep part
-        # (past a chunk's slack) as a bottleneck (Pace.steep), not the typical hop's traversals scaled by the sum
-        fc, bc = interleaved_chunk_times(spec, cfg, st)
-        hop, wrap, pace, add = interleaved_problem_parts(fc, bc, m, p2p_blocking(spec, cfg), layout, one_way, intra_s,
-                                                         steep=not bound_only)
-        const += add
-        wraps = 0.0
-    elif waited_lock_step(spec, cfg) and lock_step_walked(layout):
-        # Megatron-Core's 1F1B, two or more stages a node: its waited calls walked per mapped row boundary (each
-        # stage touches one at most), the linear part on the sum, the rest as a bottleneck (Pace.steep)
-        hop, pace, add = lock_step_walk_parts([s.forward for s in st], [s.backward for s in st], m, layout, one_way,
-                                              intra_s, steep=not bound_only)
-        const += add
-        wraps = 0.0
-    elif zb_h1_walked(cfg, layout):
-        # ZB-H1, two or more stages a node: its order walked per mapped row boundary, as the lock step's below (a slow
-        # link past a stage's slack paces every micro-batch, which the typical hop's traversals scaled by the mapped
-        # sum charged at a share: -5.4% at pp 32 on 16 V100 nodes, the fuzz of valid plans' seed 6 case 682)
-        hop, pace, add = zb_h1_walk_parts([s.forward for s in st], [s.backward for s in st],
-                                          [s.weight_grad for s in st], m, layout, one_way, intra_s,
-                                          steep=not bound_only)
-        const += add
-        wraps = 0.0
-    elif waited_lock_step(spec, cfg) and lock_step_one_stage_walked(layout, [s.forward + s.backward for s in st],
-                                                                    one_way):
-        # Megatron-Core's 1F1B, one stage a node, hops past LOCK_STEP_A1_WALK of a stage: walked per boundary with
-        # each interior stage's two boundaries as planes (the closed form below is -8 .. +4% off there)
-        hop, pace, add = lock_step_walk_parts([s.forward for s in st], [s.backward for s in st], m, layout, one_way,
-                                              intra_s, steep=not bound_only, one_stage=True)
-        const += add
-        wraps = 0.0
-    elif waited_lock_step(spec, cfg) and layout.rows > 1:
-        # Megatron-Core's 1F1B, one stage a node: lock_step_p2p_s itself on the column's mapped hops (lock_step_pace),
-        # not a typical hop's traversals scaled by the mapped ones (a slow link counted at 1 / (pp - 1) of its weight)
-        hop, pace, add = lock_step_problem_parts([s.forward + s.backward for s in st], m, layout, one_way, intra_s)
-        const += add
-        wraps = 0.0
-        if pace.weight == 0 and not pace.lin:
-            pace = None         # one micro-batch: no steady state and no exchange of its own, only the ramp (hop)
-    else:
-        trav, wraps = p2p_exposed_hops(spec, cfg, (st, one_way, intra_s, layout.rows))
-        hop = coef * trav * (one_way + one_way.T)
-        if pp > 1:
-            const += coef * trav * (pp - layout.rows) * (2 * intra_s)
-    intra_hop = 2 * intra_s
-    if wraps and pp > 1:
-        if layout.rows > 1:
-            wrap = coef * wraps * (one_way + one_way.T)
-        else:
-            const += coef * wraps * intra_hop
-    np.fill_diagonal(hop, 0.0)
+    walked = walk and walked_hops(spec, cfg, layout, [s.forward + s.backward for s in st], one_way)
+    base = const
+    hop, wrap, pace, const = p2p_parts(spec, cfg, layout, st, one_way, intra_s, const, walked, bound_only)
 
     # data parallel: per row, one NCCL ring over the b replicas in each of its K nodes, limited by the
     # row's slowest inter-node link of the ring (CommModel.dp_allreduce_time); dp_link[i][n, q] is that time
@@ -1090,7 +1041,106 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
             np.fill_diagonal(emb, 0.0)
         else:                                  # both ends in one node: NVLink, mapping-independent
             const += tied_embedding_intra_s(spec, cfg, costs)
-    return MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const, emb, pace)
+    prob = MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const, emb, pace,
+                          walk_dropped=not walk and walked_hops(spec, cfg, layout, [s.forward + s.backward for s in st],
+                                                                one_way))
+    if walked and bound_only:
+        # the problem its full build falls back to past a search's allowance (build_problems), for the bound
+        hop2, wrap2, pace2, const2 = p2p_parts(spec, cfg, layout, st, one_way, intra_s, base, False, False)
+        prob.typical = replace(prob, hop=hop2, wrap=wrap2, pace=pace2, const=const2, walk_dropped=True)
+    return prob
+
+
+def p2p_parts(spec, cfg: ParallelConfig, layout: Layout, st, one_way: np.ndarray, intra_s: float, const: float,
+              walked: bool, bound_only: bool):
+    """(hop, wrap, pace, const): build_problem's pipeline terms, `const` plus their mapping-independent part: the
+    schedule's hops walked per mapped boundary where `walked` (walked_hops; bound_only: their relaxation), else the
+    typical hop's traversals (waited 1F1B: its closed form)."""
+    pace = None
+    wrap = None
+    pp, m = cfg.pp, cfg.num_microbatches
+    coef = m / pp
+    if walked and interleaved_paced(spec, cfg):
+        # Megatron-Core's interleaved order walked per mapped boundary: its linear part on the sum, its steep part
+        # (past a chunk's slack) as a bottleneck (Pace.steep), not the typical hop's traversals scaled by the sum
+        fc, bc = interleaved_chunk_times(spec, cfg, st)
+        hop, wrap, pace, add = interleaved_problem_parts(fc, bc, m, p2p_blocking(spec, cfg), layout, one_way, intra_s,
+                                                         steep=not bound_only)
+        const += add
+        wraps = 0.0
+    elif walked and waited_lock_step(spec, cfg) and lock_step_walked(layout):
+        # Megatron-Core's 1F1B, two or more stages a node: its waited calls walked per mapped row boundary (each
+        # stage touches one at most), the linear part on the sum, the rest as a bottleneck (Pace.steep)
+        hop, pace, add = lock_step_walk_parts([s.forward for s in st], [s.backward for s in st], m, layout, one_way,
+                                              intra_s, steep=not bound_only)
+        const += add
+        wraps = 0.0
+    elif walked and zb_h1_walked(cfg, layout):
+        # ZB-H1, two or more stages a node: its order walked per mapped row boundary, as the lock step's below (a slow
+        # link past a stage's slack paces every micro-batch, which the typical hop's traversals scaled by the mapped
+        # sum charged at a share: -5.4% at pp 32 on 16 V100 nodes, the fuzz of valid plans' seed 6 case 682)
+        hop, pace, add = zb_h1_walk_parts([s.forward for s in st], [s.backward for s in st],
+                                          [s.weight_grad for s in st], m, layout, one_way, intra_s,
+                                          steep=not bound_only)
+        const += add
+        wraps = 0.0
+    elif walked and waited_lock_step(spec, cfg):
+        # Megatron-Core's 1F1B, one stage a node, hops past LOCK_STEP_A1_WALK of a stage: walked per boundary with
+        # each interior stage's two boundaries as planes (the closed form below is -8 .. +4% off there)
+        hop, pace, add = lock_step_walk_parts([s.forward for s in st], [s.backward for s in st], m, layout, one_way,
+                                              intra_s, steep=not bound_only, one_stage=True)
+        const += add
+        wraps = 0.0
+    elif waited_lock_step(spec, cfg) and layout.rows > 1:
+        # Megatron-Core's 1F1B, one stage a node: lock_step_p2p_s itself on the column's mapped hops (lock_step_pace),
+        # not a typical hop's traversals scaled by the mapped ones (a slow link counted at 1 / (pp - 1) of its weight)
+        hop, pace, add = lock_step_problem_parts([s.forward + s.backward for s in st], m, layout, one_way, intra_s)
+        const += add
+        wraps = 0.0
+        if pace.weight == 0 and not pace.lin:
+            pace = None         # one micro-batch: no steady state and no exchange of its own, only the ramp (hop)
+    else:
+        trav, wraps = p2p_exposed_hops(spec, cfg, (st, one_way, intra_s, layout.rows))
+        hop = coef * trav * (one_way + one_way.T)
+        if pp > 1:
+            const += coef * trav * (pp - layout.rows) * (2 * intra_s)
+    intra_hop = 2 * intra_s
+    if wraps and pp > 1:
+        if layout.rows > 1:
+            wrap = coef * wraps * (one_way + one_way.T)
+        else:
+            const += coef * wraps * intra_hop
+    np.fill_diagonal(hop, 0.0)
+    return hop, wrap, pace, const
+
+
+def walked_hops(spec, cfg: ParallelConfig, layout: Layout, t, one_way: np.ndarray) -> bool:
+    """Whether build_problem charges the plan's pipeline hops by its schedule's walk per mapped boundary: Megatron-
+    Core's interleaved order (interleaved_paced) and waited 1F1B with two or more stages a node (lock_step_walked) on
+    several node rows, ZB-H1 likewise (zb_h1_walked), and waited 1F1B with one stage a node where its hops are slow
+    enough (lock_step_one_stage_walked; t: each stage's F + B)."""
+    if layout.rows < 2:
+        return False
+    return (interleaved_paced(spec, cfg) or zb_h1_walked(cfg, layout)
+            or (waited_lock_step(spec, cfg) and (lock_step_walked(layout)
+                                                  or lock_step_one_stage_walked(layout, t, one_way))))
+
+
+def build_problems(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None, mats, *, bound_only: bool = False,
+                   walk_work_s: float | None = None) -> list[MappingProblem]:
+    """build_problem on each bandwidth matrix of `mats` (None: the cluster's), within walk_work_s work seconds
+    (None: no limit): the builds of a deep pipeline's walked hops on slow links grow with its knees (a pp 32
+    interleaved order on 0.3 GB/s links walked each of its 32 curves ~46 times, 13 work s, where the time limit of
+    10 s buys 3.5), so past that work they are given up at once (work.ceiling: where, depends on the work alone) and
+    every matrix is built again with walk=False, the typical hop's traversals (MappingProblem.walk_dropped): one
+    model for all of a configuration's snapshots."""
+    mats = [None] if mats is None else list(mats)
+    try:
+        with work.ceiling(walk_work_s):
+            return [build_problem(spec, cfg, layout, costs, bandwidth=m, bound_only=bound_only) for m in mats]
+    except work.OverCeiling:
+        return [build_problem(spec, cfg, layout, costs, bandwidth=m, bound_only=bound_only, walk=False)
+                for m in mats]
 
 
 def bound_differs(spec, cfg: ParallelConfig, layout: Layout) -> bool:

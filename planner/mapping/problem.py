@@ -221,6 +221,12 @@ class MappingProblem:
     emb: np.ndarray | None = None
     # Megatron-Core 1F1B's lock step (Pace): a bottleneck over each column's hops, added to its path; None: none
     pace: Pace | None = None
+    # the schedule's hops would be walked per mapped boundary, but their walks were over the search's work allowance
+    # (costs.iteration.build_problems): charged at the typical hop's traversals instead
+    walk_dropped: bool = False
+    # a bound_only relaxation of walked hops: the typical hop's problem (walk_dropped), which its full build falls back
+    # to past a search's allowance; screening bounds the layout under both (search.screen.layout_bound)
+    typical: MappingProblem | None = None
 
     @property
     def n(self) -> int:

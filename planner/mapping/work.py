@@ -122,6 +122,7 @@ ROWS2_BUILD_WORK_S = 0.004
 ROWS2_ITEM_WORK_S = 1.2e-5
 
 _meters: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_meters", default=())
+_ceilings: contextvars.ContextVar[tuple] = contextvars.ContextVar("planner_work_ceilings", default=())
 _once: contextvars.ContextVar[set | None] = contextvars.ContextVar("planner_work_once", default=None)
 
 
@@ -156,10 +157,46 @@ def unmetered():
         _meters.reset(token)
 
 
-def charge(work_s: float) -> None:
-    """Count work_s work seconds in every open meter."""
+class OverCeiling(Exception):
+    """Raised by charge() once the work charged inside a ceiling() block passes its limit."""
+
+
+@dataclass
+class _Ceiling:
+    limit_s: float
+    used_s: float = 0.0
+
+
+@contextmanager
+def ceiling(limit_s: float | None):
+    """with ceiling(w): ... raises OverCeiling from the charge that takes the block's own charges past w work
+    seconds (None: no ceiling): a caller gives up work whose size it cannot know in advance (a deep pipeline's walked
+    curves on slow links) at a point that depends on the work alone, so the outcome is the same on any load. What
+    was charged stays charged in the meters. Builds a process caches (charge_once) do not count: whether this block
+    or an earlier one of the solve paid them must not decide."""
+    if limit_s is None:
+        yield
+        return
+    token = _ceilings.set(_ceilings.get() + (_Ceiling(float(limit_s)),))
+    try:
+        yield
+    finally:
+        _ceilings.reset(token)
+
+
+def charge(work_s: float, once: bool = False) -> None:
+    """Count work_s work seconds in every open meter (and, unless `once`: charge_once's, in every open ceiling;
+    OverCeiling past one's limit)."""
     for m in _meters.get():
         m.used_s += float(work_s)
+    if once:
+        return
+    over = False
+    for c in _ceilings.get():
+        c.used_s += float(work_s)
+        over |= c.used_s > c.limit_s
+    if over:
+        raise OverCeiling
 
 
 @contextmanager
@@ -181,7 +218,7 @@ def charge_once(key, work_s: float) -> None:
         if key in seen:
             return
         seen.add(key)
-    charge(work_s)
+    charge(work_s, once=True)
 
 
 def deadline() -> float | None:

@@ -18,7 +18,7 @@ from planner import interrupt
 from planner.config import ParallelConfig
 from planner.costs import Costs
 from planner.costs.context_parallel import stage_memories
-from planner.costs.iteration import bound_differs, build_problem, compute_const, memory_limit_GiB
+from planner.costs.iteration import bound_differs, build_problems, compute_const, memory_limit_GiB
 from planner.costs.memory import GiB
 from planner.errors import InfeasibleError, SpecError
 from planner.mapping import work
@@ -39,6 +39,11 @@ SCREEN_SHARE = 0.9            # screening stops, once it has an incumbent, when 
 RERANK_WITHIN = 0.03
 RERANK_MAX = 5
 SCREEN_KEEP = 8               # bounded layouts whose problems screening holds for their anneal (the rest: rebuilt)
+# the work a configuration's layout may take to build its problems (every snapshot), as a share of the budget; past
+# it its walked hops are given up for the typical hop's traversals (iteration.build_problems). The shipped specs'
+# dearest build takes 0.91 work s (llama3-405b-h100-fsdp-512, pp 32 on 32 rows), under this share of a 10 s limit's
+# 3.5; a pp 32 interleaved order on 0.3 GB/s links took 13 (docs/notes/solver.md, "Deep pipelines on slow links")
+WALK_SHARE = 0.5
 
 
 @dataclass
@@ -277,6 +282,17 @@ def largest_term(mem) -> tuple[str, float]:
     return top, parts[top]
 
 
+def layout_bound(probs, robust: str, full: bool) -> float:
+    """The bound screening queues a layout at, from its problems `probs` (full: the problems it is mapped on; else
+    build_problem's bound_only relaxation). A relaxation of walked hops bounds the typical hop's model too:
+    the full build may fall back to it (build_problems), whose optimum can lie under the walked relaxation (on
+    0.1 GB/s links, 2.501 s against 2.513: tests/test_walk_allowance.py)."""
+    plb = robust_lower_bound(probs, robust)
+    if not full and probs[0].typical is not None:
+        plb = min(plb, robust_lower_bound([p.typical for p in probs], robust))
+    return plb
+
+
 def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: float, spent, deadline: float,
            progress=None, own_from: float | None = None, bounds: dict | None = None) -> Screening:
     """Best-first branch and bound over (config, layout), with annealed mappings as incumbents.
@@ -324,7 +340,8 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
     start = spent.used_s if own_from is None else own_from      # where screening's own work starts
 
     def problems(k, lay, bound_only: bool = False):
-        probs = [build_problem(spec, fits[k][1], lay, costs, bandwidth=m, bound_only=bound_only) for m in mats]
+        probs = build_problems(spec, fits[k][1], lay, costs, mats, bound_only=bound_only,
+                               walk_work_s=WALK_SHARE * budget)
         work.charge(len(probs) * (work.SCREEN_PROBLEM_WORK_S + work.SCREEN_NODE2_WORK_S * probs[0].n ** 2))
         return probs
 
@@ -338,8 +355,9 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
 
     def bound(k, j, lay, probs, full) -> int:
         """Bound layout j of config k on `probs` (full: the full problems, kept for the anneal) and queue it at its
-        bound; 1 where that bound prunes it."""
-        plb = robust_lower_bound(probs, robust)
+        bound; 1 where that bound prunes it. A relaxation of walked hops (not full) bounds the typical hop's model
+        too (the full build may fall back to it: build_problems), so that it stays under either."""
+        plb = layout_bound(probs, robust, full)
         bounds[fits[k][1]][j] = (plb, j, lay, full)
         if best is not None and plb >= cut():
             return 1
@@ -382,7 +400,9 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
             bounds[cfg] = [None] * len(lays)
             for j, lay in enumerate(lays):
                 exact = not bound_differs(spec, cfg, lay)
-                pruned_bound += bound(k, j, lay, problems(k, lay, bound_only=not exact), exact)
+                probs = problems(k, lay, bound_only=not exact)
+                # a relaxation over the walks' allowance: the full build would fall back too, to these problems
+                pruned_bound += bound(k, j, lay, probs, exact or probs[0].walk_dropped)
             bounded += 1
             if progress:
                 progress(bounded, len(fits))

@@ -7,7 +7,7 @@ import time
 
 from planner.config import fork_note
 from planner.costs import Costs
-from planner.costs.iteration import build_problem, evaluate, memory_limit_GiB, stage_memory
+from planner.costs.iteration import build_problem, build_problems, evaluate, memory_limit_GiB, stage_memory
 from planner.costs.memory import GiB
 from planner.mapping import work
 from planner.mapping.problem import layouts, robust_objective
@@ -71,7 +71,7 @@ ALTERNATIVES_WORK_SHARE = 1.0
 
 
 def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fits=None, mats=None,
-                 robust: str = "worst", work_s: float | None = None) -> list[dict]:
+                 robust: str = "worst", work_s: float | None = None, walk_work_s: float | None = None) -> list[dict]:
     """Other configs than the plan (one layout each, at most search.top_k), relative to it. First any searched config
     the estimate rated faster than the plan (one the simulator overruled), then the best config of
     each plan_shape other than the plan's, fastest first; then, while fewer than top_k, the rest (near-duplicates of
@@ -83,7 +83,7 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
     config is scored only while its bound is below the best time found for its shape, at most SHAPE_SCORES of them);
     the rest are the mapped candidates in time order, then the pruned configs in bound order. work_s: the work (work
     seconds) their builds may take, None: no limit; past it no further pruned config is scored (deterministic: work,
-    not the clock)."""
+    not the clock). walk_work_s: each build's allowance for walked hops, as screening's (iteration.build_problems)."""
     top_k = spec.search.top_k
     searched = {c.cfg: c.result.objective for c in cands}
     timed = {}
@@ -95,7 +95,7 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
             with work.metered() as mt:
                 timed[cfg] = None if not lays else float(min(
                     robust_objective(probs, probs[0].rank_order(), robust)
-                    for probs in ([build_problem(spec, cfg, lay, costs, bandwidth=m) for m in mats or [None]]
+                    for probs in (build_problems(spec, cfg, lay, costs, mats, walk_work_s=walk_work_s)
                                   for lay in lays)))
             spent.used_s += mt.used_s
         return timed[cfg]
@@ -316,20 +316,31 @@ def micro_batch_note(spec, num_gpus: int) -> str:
             f"also divides into micro-batches of {shown}: name them in search.micro_batch_sizes to search them")
 
 
+def walk_dropped_note(best: Candidate, walk_work_s: float | None) -> str:
+    """What the plan's estimate lacks where its hops' walks were over the search's allowance (build_problems)."""
+    if not best.probs[0].walk_dropped:
+        return ""
+    return (f"the plan's pipeline hops are charged at the typical hop, not walked per mapped boundary: the walks "
+            f"would take more than the {walk_work_s:.2f} work s a configuration's problems may take at this time "
+            "limit (on slow links the estimate can then run 15% under the simulation); a longer --time-limit walks "
+            "them")
+
+
 def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
               simulate: bool, reranked, fits=None, mats=None, robust: str = "worst",
-              alternatives_work_s: float | None = None) -> Solution:
+              alternatives_work_s: float | None = None, walk_work_s: float | None = None) -> Solution:
     """The Solution of `best`; the record is updated to describe it (the re-ranked plan, if the simulator
-    overruled). alternatives_work_s: the work the alternatives' rank-order scoring may take (alternatives)."""
+    overruled). alternatives_work_s: the work the alternatives' rank-order scoring may take (alternatives);
+    walk_work_s: each of their builds' allowance for walked hops (screening's)."""
     p0 = best.probs[0]
     # the plan's estimate on the cluster's own matrix (network.bandwidth), as `estimate --mapping` and `simulate` see
     # it; a robust search's problems are the bandwidth snapshots (screen.scenarios), whose worst / mean stays the
     # record's objective and the alternatives' scale (SolverRecord.robust_over says which is which)
-    main = p0 if rec.robust == "none" else build_problem(spec, best.cfg, best.layout, costs)
+    main = p0 if rec.robust == "none" else build_problem(spec, best.cfg, best.layout, costs, walk=not p0.walk_dropped)
     est = evaluate(spec, best.cfg, main, best.result.assign, costs)
     if rec.robust != "none":
         rec.snapshots = len(best.probs)
-    alts = alternatives(spec, cands, best, costs, fits, mats, robust, alternatives_work_s)
+    alts = alternatives(spec, cands, best, costs, fits, mats, robust, alternatives_work_s, walk_work_s)
     rec.objective = best.result.objective
     rec.bound = min(rec.bound, rec.objective)
     rec.mapping_objective = best.result.objective - p0.const
@@ -337,7 +348,7 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     for why in (fsdp_comparison(spec, best, cands, costs, fits), cp_comparison(spec, best, cands, costs, fits),
                 context_parallel_hint(spec, best.cfg, costs), micro_batch_note(spec, best.cfg.num_gpus),
                 idle_gpus_note(spec, best.cfg), fp8_param_gather_note(spec, best.cfg), zero2_note(spec, best.cfg),
-                fork_note(best.cfg)):
+                fork_note(best.cfg), walk_dropped_note(best, walk_work_s)):
         if why and why not in rec.note:
             rec.note = ((rec.note + "; ") if rec.note else "") + why
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)

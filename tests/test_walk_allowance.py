@@ -1,0 +1,151 @@
+"""The walks' allowance (iteration.build_problems, work.ceiling): a configuration's walked hops are given up, for the
+typical hop's traversals, once their builds pass the work a search allows them; screening's bounds stay under
+either model, and the solution says which one its plan was scored on."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+from planner.config import ParallelConfig
+from planner.costs import default_costs
+from planner.costs.iteration import build_problem, build_problems
+from planner.mapping import work
+from planner.mapping.bruteforce import all_placements
+from planner.mapping.problem import Layout
+from planner.search import screen as screen_mod
+from planner.search.screen import fitting_configs, layout_bound, scenarios, screen
+from planner.search.solve import solve
+
+# one configuration, tp 4 pp 4 dp 2 m 32 v 2, on two layouts: a column of 4 node rows and 2 x 2
+SEARCH = {"schedules": ["interleaved"], "recompute": ["selective"], "zero": [0], "tensor_parallel": [4],
+          "pipeline_parallel": [4], "micro_batch_sizes": [1], "virtual_stages": [2], "sequence_parallel": [True],
+          "uneven_stages": [0]}
+
+
+def _slow_spec(make_spec, nodes=7, factor=0.02, **search):
+    spec = make_spec(nodes=nodes, gbs=64, layers=24, **(search or SEARCH))
+    bw = spec.cluster.bandwidth * factor
+    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=bw))
+
+
+def _case(spec):
+    fits, _ = fitting_configs(spec, default_costs(spec.cluster))
+    assert [cfg for _, cfg in fits] == [ParallelConfig(4, 4, 2, 1, 32, "interleaved", 2, "selective", 0, True)]
+    return fits[0][1], Layout(1, 2, 4, 1)
+
+
+def _objectives(probs, n=12, seed=0):
+    rng = np.random.default_rng(seed)
+    lay = probs[0].layout
+    out = []
+    for _ in range(n):
+        assign = rng.permutation(probs[0].n)[:lay.blocks].reshape(lay.rows, lay.cols)
+        out.append([p.objective(assign) for p in probs])
+    return np.array(out)
+
+
+def test_a_ceiling_raises_past_its_limit_and_leaves_the_charge_counted():
+    with work.metered() as m:
+        with pytest.raises(work.OverCeiling):
+            with work.ceiling(1.0):
+                work.charge(0.6)
+                work.charge_once(("test_walk_allowance", id(m)), 5.0)    # a cached build: not the block's own
+                work.charge(0.3)
+                work.charge(0.2)
+        with work.ceiling(None):
+            work.charge(100.0)
+    assert m.used_s == pytest.approx(106.1)
+    with work.ceiling(1.0):      # nested: the inner one trips on its own charges
+        work.charge(0.5)
+        with pytest.raises(work.OverCeiling), work.ceiling(0.1):
+            work.charge(0.2)
+
+
+def test_build_problems_falls_back_to_the_typical_hop_past_its_allowance(make_spec):
+    spec = _slow_spec(make_spec)
+    cfg, lay = _case(spec)
+    costs = default_costs(spec.cluster)
+    mats = [spec.cluster.bandwidth, spec.cluster.bandwidth * 0.5]
+    walked = build_problems(spec, cfg, lay, costs, mats)
+    assert not any(p.walk_dropped for p in walked) and walked[0].pace is not None
+    with work.metered() as m:
+        build_problems(spec, cfg, lay, costs, mats)
+    # an allowance the walks fit in changes nothing; one they do not: every snapshot on the typical hop's model
+    same = build_problems(spec, cfg, lay, costs, mats, walk_work_s=2 * m.used_s)
+    np.testing.assert_array_equal(_objectives(same), _objectives(walked))
+    dropped = build_problems(spec, cfg, lay, costs, mats, walk_work_s=0.3 * m.used_s)
+    assert all(p.walk_dropped and p.pace is None for p in dropped)
+    typical = [build_problem(spec, cfg, lay, costs, bandwidth=b, walk=False) for b in mats]
+    np.testing.assert_array_equal(_objectives(dropped), _objectives(typical))
+    assert not np.array_equal(_objectives(dropped), _objectives(walked))
+    # a plan the walks never cover (one node row) is not marked, whatever the allowance
+    one_row = build_problems(spec, cfg, Layout(4, 2, 1, 1), costs, None, walk_work_s=0.0)
+    assert not one_row[0].walk_dropped
+
+
+def test_a_relaxation_of_walked_hops_is_queued_under_both_models(make_spec):
+    """A layout bounded on its walked relaxation may be mapped on the typical hop's model (its full build over the
+    allowance), whose optimum can lie under that relaxation: screening queues it at the lesser (layout_bound)."""
+    spec = _slow_spec(make_spec, factor=0.005)
+    cfg, lay = _case(spec)
+    costs = default_costs(spec.cluster)
+    mats = scenarios(spec, None)
+    relaxed = [build_problem(spec, cfg, lay, costs, bound_only=True)]
+    typical = build_problem(spec, cfg, lay, costs, walk=False)
+    walked = build_problem(spec, cfg, lay, costs)
+    optimum = {name: min(p.objective(a) for a in all_placements(p)) for name, p in (("typical", typical),
+                                                                                      ("walked", walked))}
+    assert relaxed[0].lower_bound() > optimum["typical"]       # the relaxation alone would be over it
+    plb = layout_bound(relaxed, "worst", full=False)
+    assert plb <= min(optimum.values()) + 1e-12
+    # full problems, or a relaxation already on the typical hop's model: their own bound
+    assert layout_bound([walked], "worst", full=True) == walked.lower_bound()
+    dropped = build_problems(spec, cfg, lay, costs, mats, bound_only=True, walk_work_s=0.0)
+    assert dropped[0].walk_dropped
+    assert layout_bound(dropped, "worst", full=False) == typical.lower_bound()
+
+
+def test_screening_maps_a_configuration_on_the_typical_hop_past_the_allowance(make_spec, monkeypatch):
+    """An allowance between a relaxation's work and its full build's: the layouts are bounded on their walked
+    relaxations and mapped on the typical hop's model; every bound left is under both models' rank orders."""
+    spec = _slow_spec(make_spec)
+    cfg, lay = _case(spec)
+    costs = default_costs(spec.cluster)
+    relaxed, full = [], []
+    for lay_ in (lay, Layout(2, 1, 2, 2)):
+        for out, only in ((relaxed, True), (full, False)):
+            with work.metered() as m:
+                build_problem(spec, cfg, lay_, costs, bound_only=only)
+            out.append(m.used_s)
+    assert max(relaxed) < min(full) / 1.5
+    budget = work.WORK_PER_S * 20
+    monkeypatch.setattr(screen_mod, "WALK_SHARE", (max(relaxed) + min(full)) / 2 / budget)
+    mats = scenarios(spec, None)
+    fits, _ = fitting_configs(spec, costs)
+    bounds: dict = {}
+    with work.metered() as spent:
+        sc = screen(spec, fits, mats, costs, seed=0, robust="worst", budget=budget, spent=spent,
+                    deadline=time.perf_counter() + 120, bounds=bounds)
+    assert sc.cands and all(c.probs[0].walk_dropped for c in sc.cands)
+    for c, entries in bounds.items():
+        for plb, _, lay_, _ in entries:
+            for walk in (True, False):
+                prob = build_problem(spec, c, lay_, costs, walk=walk)
+                assert plb <= prob.objective(prob.rank_order()) + 1e-12, (c.label(), lay_, walk)
+
+
+def test_a_solve_says_when_its_plan_is_scored_without_the_walks(make_spec, monkeypatch):
+    spec = _slow_spec(make_spec)
+    base = solve(spec, time_limit_s=4, simulate=False)
+    assert "typical hop" not in (base.solver.note or "")
+    monkeypatch.setattr(screen_mod, "WALK_SHARE", 1e-9)
+    sol = solve(spec, time_limit_s=4, simulate=False)
+    assert "charged at the typical hop, not walked" in sol.solver.note
+    cfg, lay = sol.config, sol.layout
+    prob = build_problem(spec, cfg, lay, walk=False)
+    assert sol.estimate.iteration_s == pytest.approx(prob.objective(sol.assign), rel=1e-12)
+    again = solve(spec, time_limit_s=4, simulate=False)
+    assert again.solver.note == sol.solver.note and np.array_equal(again.assign, sol.assign)
