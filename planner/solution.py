@@ -32,6 +32,8 @@ class SolverRecord:
     #                                  (the wall-clock safety stop: the plan may depend on the machine's load)
     work_s: float = 0.0              # work seconds spent (planner/mapping/work.py: deterministic, unlike wall_s)
     snapshots: int = 0               # robust only: the bandwidth snapshots the objective is taken over
+    walks_dropped: bool = False      # the plan's hops charged at the typical hop: their walks were over the search's
+    #                                  allowance (costs.iteration.build_problems; the note says so)
 
     @property
     def gap(self) -> float:
@@ -61,6 +63,7 @@ class SolverRecord:
                 "mapping_gap": self.mapping_gap, "stopped_by": self.stopped_by, "work_s": round(self.work_s, 6),
                 **({"robust": self.robust, "snapshots": self.snapshots, "robust_over": self.robust_over}
                    if self.robust != "none" else {}),
+                **({"walks_dropped": True} if self.walks_dropped else {}),
                 **({"note": self.note} if self.note else {})}
 
 

@@ -140,7 +140,8 @@ def test_screening_maps_a_configuration_on_the_typical_hop_past_the_allowance(ma
 def test_a_solve_says_when_its_plan_is_scored_without_the_walks(make_spec, monkeypatch):
     spec = _slow_spec(make_spec)
     base = solve(spec, time_limit_s=4, simulate=False)
-    assert "typical hop" not in (base.solver.note or "")
+    assert "typical hop" not in (base.solver.note or "") and not base.solver.walks_dropped
+    assert "walks_dropped" not in base.solver.as_dict()
     monkeypatch.setattr(screen_mod, "WALK_SHARE", 1e-9)
     sol = solve(spec, time_limit_s=4, simulate=False)
     assert "charged at the typical hop, not walked" in sol.solver.note
@@ -149,3 +150,19 @@ def test_a_solve_says_when_its_plan_is_scored_without_the_walks(make_spec, monke
     assert sol.estimate.iteration_s == pytest.approx(prob.objective(sol.assign), rel=1e-12)
     again = solve(spec, time_limit_s=4, simulate=False)
     assert again.solver.note == sol.solver.note and np.array_equal(again.assign, sol.assign)
+
+
+def test_compare_scores_its_baselines_on_the_plans_model(make_spec, monkeypatch):
+    """Where the solves gave their walks up, compare's baseline rows are on the typical hop's model too: one
+    objective for every row (a walked rank order against a typical-hop plan read as the planner's gain)."""
+    from planner.search.compare import compare
+    spec = _slow_spec(make_spec)
+    monkeypatch.setattr(screen_mod, "WALK_SHARE", 1e-9)
+    out = compare(spec, time_limit_s=1, seed=0)
+    sol = solve(spec, time_limit_s=1, simulate=False)
+    assert sol.solver.walks_dropped and sol.solver.as_dict()["walks_dropped"] is True
+    prob = build_problem(spec, sol.config, sol.layout, walk=False)
+    rank = next(r for r in out["rows"] if r["method"] == "best config, rank-order mapping")
+    assert rank["iteration_s"] == pytest.approx(prob.objective(prob.rank_order()), rel=1e-12)
+    walked = build_problem(spec, sol.config, sol.layout)
+    assert rank["iteration_s"] != pytest.approx(walked.objective(walked.rank_order()), rel=1e-9)

@@ -104,11 +104,12 @@ def rule_of_thumb_config(spec, costs) -> ParallelConfig | None:
     return None
 
 
-def scenario_problems(spec, cfg, layout, costs, robust: str) -> list:
+def scenario_problems(spec, cfg, layout, costs, robust: str, walk: bool = True) -> list:
     """The mapping problems a plan is scored on under the spec's objective (solver.robust): the cluster's matrix, or
-    its bandwidth snapshots for worst / mean, as `solve` scores the planner's rows (screen.scenarios)."""
+    its bandwidth snapshots for worst / mean, as `solve` scores the planner's rows (screen.scenarios); walk False:
+    on the typical hop's model, as a solve whose walks were over its allowance scored its plan (walks_dropped)."""
     from planner.search.screen import scenarios
-    return [build_problem(spec, cfg, layout, costs, bandwidth=m) for m in scenarios(spec, robust)]
+    return [build_problem(spec, cfg, layout, costs, bandwidth=m, walk=walk) for m in scenarios(spec, robust)]
 
 
 def megatron_heuristic(spec, costs):
@@ -155,7 +156,10 @@ def compare(spec, time_limit_s: float | None = None, seed: int = 0, robust_plan:
     rob = robust if robust != "none" else "worst"
     # the best config's mapping: rank order vs Pipette's annealer at its published settings (alpha .999), given the
     # same time limit as the planner's rows
-    probs = scenario_problems(spec, ex.config, ex.layout, costs, robust)
+    # on the model the portfolio's plan was scored on (its walks given up past the solve's allowance: the typical
+    # hop's, for every row)
+    walk = not ex.solver.walks_dropped
+    probs = scenario_problems(spec, ex.config, ex.layout, costs, robust, walk)
     prob = probs[0]
     ro = robust_objective(probs, prob.rank_order(), rob)
     rows.append({"method": "best config, rank-order mapping", "config": ex.config.label(), "iteration_s": ro,
@@ -167,7 +171,7 @@ def compare(spec, time_limit_s: float | None = None, seed: int = 0, robust_plan:
                  "mapping_s": pip.objective - prob.const})
     cfg, est, inside = megatron_heuristic(spec, costs)
     if cfg is not None:
-        mp = scenario_problems(spec, cfg, default_layout(cfg, spec.cluster.gpus_per_node), costs, robust)
+        mp = scenario_problems(spec, cfg, default_layout(cfg, spec.cluster.gpus_per_node), costs, robust, walk)
         rows.append({"method": "Megatron heuristic (largest tp, min pp), rank order" + (
                          "" if inside else ": outside the search space, no comparison"),
                      "config": cfg.label(), "iteration_s": robust_objective(mp, mp[0].rank_order(), rob),

@@ -342,6 +342,7 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
         rec.snapshots = len(best.probs)
     alts = alternatives(spec, cands, best, costs, fits, mats, robust, alternatives_work_s, walk_work_s)
     rec.objective = best.result.objective
+    rec.walks_dropped = p0.walk_dropped
     rec.bound = min(rec.bound, rec.objective)
     rec.mapping_objective = best.result.objective - p0.const
     rec.mapping_bound = max(0.0, min(best.result.bound, best.result.objective) - p0.const)
