@@ -8,9 +8,14 @@ mapping.layouts call) and every placement of its blocks on the nodes is scored b
   optimal   where the solve says OPTIMAL, its objective == the exhaustive optimum (relative 1e-6)
   found     otherwise, its objective >= the optimum, and how far over it is (printed)
 
+With --walk-share S the solve gives each configuration's builds S of its work budget (screen.WALK_SHARE, which
+is 0.5) and the exhaustion scores each layout on the model the solve's builds then take (iteration.build_problems
+with that allowance: walked, or past it the typical hop's): a small S makes the walked relaxations queue layouts
+whose full builds fall back (screen.layout_bound's bound under both models).
+
 What it does not check: the memory screen (the configurations it drops are trusted) and the simulator's re-rank
 (solve runs with simulate=False). Nothing is tuned on it; it prints figures and exits 1 on a failed check.
-Run:  python benchmarks/solve_vs_exhaustive.py [--specs 20] [--seed 0] [--time-limit 20]
+Run:  python benchmarks/solve_vs_exhaustive.py [--specs 20] [--seed 0] [--time-limit 20] [--walk-share S]
 """
 from __future__ import annotations
 
@@ -25,9 +30,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import numpy as np
 
 from planner.costs import default_costs
-from planner.costs.iteration import build_problem
+from planner.costs.iteration import build_problems
 from planner.errors import InfeasibleError
-from planner.mapping import layouts
+from planner.mapping import layouts, work
+from planner.search import screen
 from planner.search.screen import fitting_configs
 from planner.search.solve import solve
 from planner.spec import parse_spec
@@ -71,15 +77,16 @@ def draw_spec(rng: np.random.Generator, i: int):
     return parse_spec(d, f"exhaustive-{i}.yaml")
 
 
-def exhaustive(spec) -> tuple[float, object, int]:
-    """(the least objective over every fitting config, layout and placement; its config; placements scored)."""
+def exhaustive(spec, walk_work_s: float | None = None) -> tuple[float, object, int]:
+    """(the least objective over every fitting config, layout and placement; its config; placements scored), each
+    layout on build_problems' model within walk_work_s (None: walked wherever its schedule is)."""
     costs = default_costs(spec.cluster)
     fits, _ = fitting_configs(spec, costs)
     best, arg, scored = float("inf"), None, 0
     n = spec.cluster.nodes
     for _, cfg in fits:
         for lay in layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard):
-            prob = build_problem(spec, cfg, lay, costs)
+            prob = build_problems(spec, cfg, lay, costs, None, walk_work_s=walk_work_s)[0]
             for nodes in itertools.permutations(range(n), lay.blocks):
                 val = prob.objective(np.array(nodes).reshape(lay.rows, lay.cols))
                 scored += 1
@@ -93,9 +100,15 @@ def main() -> int:
     ap.add_argument("--specs", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-limit", type=float, default=20.0)
+    ap.add_argument("--walk-share", type=float, default=None,
+                    help="each configuration's build allowance, a share of the work budget (default: the solve's)")
     args = ap.parse_args()
+    allowance = None
+    if args.walk_share is not None:
+        screen.WALK_SHARE = args.walk_share
+        allowance = args.walk_share * work.WORK_PER_S * args.time_limit
     rng = np.random.default_rng(args.seed)
-    fails, over, optimal = [], [], 0
+    fails, over, optimal, dropped = [], [], 0, 0
     t0 = time.perf_counter()
     for i in range(args.specs):
         spec = draw_spec(rng, i)
@@ -104,8 +117,9 @@ def main() -> int:
         except InfeasibleError as e:    # a draw where nothing fits is not a finding; anything else raises
             print(f"  spec {i}: infeasible ({str(e)[:60]}...)")
             continue
-        opt, cfg, scored = exhaustive(spec)
+        opt, cfg, scored = exhaustive(spec, allowance)
         rec = sol.solver
+        dropped += rec.walks_dropped
         line = (f"  spec {i}: {spec.cluster.nodes} nodes, {scored:6d} placements; solve {rec.status:<10} "
                 f"{rec.objective:.6f} (bound {rec.bound:.6f}), exhaustive {opt:.6f} ({cfg.label()})")
         print(line)
@@ -119,7 +133,9 @@ def main() -> int:
                 fails.append(f"spec {i}: OPTIMAL at {rec.objective:.6f}, the optimum is {opt:.6f}")
         else:
             over.append(rec.objective / opt - 1)
-    print(f"{args.specs} specs (seed {args.seed}), {optimal} proved optimal, {time.perf_counter() - t0:.0f} s")
+    print(f"{args.specs} specs (seed {args.seed}), {optimal} proved optimal, {time.perf_counter() - t0:.0f} s"
+          + (f"; {dropped} plans on the typical hop's model (walk share {args.walk_share:g})"
+             if args.walk_share is not None else ""))
     if over:
         print(f"  not proved: {len(over)}, over the optimum by median {np.median(over):+.3%}, max {max(over):+.3%}")
     for f in fails:
