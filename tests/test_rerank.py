@@ -79,3 +79,21 @@ def test_the_estimates_optimum_is_overruled_only_beyond_the_margin(make_spec, mo
     monkeypatch.setattr(rerank, "_sim_pair", lambda spec_, c, *a, **k: (sims[c.cfg], 1.0))
     win, _ = rerank.rerank_by_simulation(spec, [best, second], best, costs=None)
     assert (win is second) is overruled
+
+
+def test_the_summary_reads_the_plans_simulation_from_the_rerank(make_spec, monkeypatch):
+    """The plan was simulated by the re-rank on the cluster's matrix: the summary reports that replay, not a second
+    one (3 s a replay at pp 64, m 1536), and the same figures as a solve that replays again."""
+    import planner.simulator as simulator
+    spec = _spec(make_spec)
+    before = solve(spec, time_limit_s=5)
+    real, plans = simulator.simulate, []
+
+    def counted(spec_, cfg, **k):
+        plans.append(cfg)
+        return real(spec_, cfg, **k)
+
+    monkeypatch.setattr(simulator, "simulate", counted)
+    sol = solve(spec, time_limit_s=5)
+    assert plans.count(sol.config) == 1
+    assert sol.simulated == before.simulated

@@ -52,12 +52,22 @@ def test_a_ceiling_raises_past_its_limit_and_leaves_the_charge_counted():
         with pytest.raises(work.OverCeiling):
             with work.ceiling(1.0):
                 work.charge(0.6)
-                work.charge_once(("test_walk_allowance", id(m)), 5.0)    # a cached build: not the block's own
                 work.charge(0.3)
                 work.charge(0.2)
         with work.ceiling(None):
             work.charge(100.0)
-    assert m.used_s == pytest.approx(106.1)
+    assert m.used_s == pytest.approx(101.1)
+    # a cached build (charge_once) counts once in a ceiling, whether or not the solve paid it before: where the
+    # block stops does not depend on what ran earlier
+    key = ("test_walk_allowance", "dag")
+    with work.once_scope(), work.metered() as m:
+        work.charge_once(key, 0.5)
+        with work.ceiling(0.8):
+            work.charge_once(key, 0.5)          # paid already: not in the meter, in the ceiling
+            work.charge_once(key, 0.5)          # the ceiling has it: not again
+            with pytest.raises(work.OverCeiling):
+                work.charge(0.4)
+    assert m.used_s == pytest.approx(0.9)
     with work.ceiling(1.0):      # nested: the inner one trips on its own charges
         work.charge(0.5)
         with pytest.raises(work.OverCeiling), work.ceiling(0.1):
@@ -166,3 +176,16 @@ def test_compare_scores_its_baselines_on_the_plans_model(make_spec, monkeypatch)
     assert rank["iteration_s"] == pytest.approx(prob.objective(prob.rank_order()), rel=1e-12)
     walked = build_problem(spec, sol.config, sol.layout)
     assert rank["iteration_s"] != pytest.approx(walked.objective(walked.rank_order()), rel=1e-9)
+
+
+def test_a_ceiling_stops_the_lock_steps_walk_before_building_its_dag():
+    """The DAG a 1F1B walk builds first is charged before it is built (a pp 64, m 1536 DAG takes ~1 s): a ceiling
+    under its charge stops the walk with nothing built."""
+    from planner.costs import lockstep
+    p, m = 7, 53        # a shape no other test walks
+    f, b = (1.0,) * p, (2.0,) * p
+    built = lockstep._lock_step_dag.cache_info().currsize
+    with pytest.raises(work.OverCeiling), work.ceiling(1e-9):
+        lockstep.lock_step_time(f, b, m, 0.1)
+    assert lockstep._lock_step_dag.cache_info().currsize == built
+    assert lockstep.lock_step_time(f, b, m, 0.1) > lockstep.lock_step_time(f, b, m)

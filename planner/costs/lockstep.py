@@ -280,10 +280,15 @@ def lock_step_time(f, b, m: int, c=0.0, c_back=None) -> float:
         return xs
     cf = hops(c)
     cb = cf if c_back is None else hops(c_back)
+    first = _short_m(p, int(m)) if p >= 2 else None
+    if first is not None:
+        # the DAG every walk builds first, charged before it is built: a work ceiling stops there, not after it
+        _dag_charge(p, first)
     t, calls, built = _lock_step_time(tuple(map(float, f)), tuple(map(float, b)), int(m), cf + cb)
     work.charge(calls * work.ORDER_OP_WORK_S)
     for mb in built:
-        _dag_charge(p, mb)
+        if mb != first:
+            _dag_charge(p, mb)
     return t
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextvars
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # calibration: docs/notes/solver.md, "Deterministic work budget"
 WORK_PER_S = 0.35                # work seconds per second of a user's time limit (one = one CP-SAT deterministic s)
@@ -165,6 +165,7 @@ class OverCeiling(Exception):
 class _Ceiling:
     limit_s: float
     used_s: float = 0.0
+    keys: set = field(default_factory=set)      # charge_once's keys counted in this block
 
 
 @contextmanager
@@ -172,8 +173,8 @@ def ceiling(limit_s: float | None):
     """with ceiling(w): ... raises OverCeiling from the charge that takes the block's own charges past w work
     seconds (None: no ceiling): a caller gives up work whose size it cannot know in advance (a deep pipeline's walked
     curves on slow links) at a point that depends on the work alone, so the outcome is the same on any load. What
-    was charged stays charged in the meters. Builds a process caches (charge_once) do not count: whether this block
-    or an earlier one of the solve paid them must not decide."""
+    was charged stays charged in the meters. A build a process caches (charge_once) counts once in the block whether
+    or not the solve paid it before: where the block stops must not depend on what ran earlier."""
     if limit_s is None:
         yield
         return
@@ -184,15 +185,21 @@ def ceiling(limit_s: float | None):
         _ceilings.reset(token)
 
 
-def charge(work_s: float, once: bool = False) -> None:
-    """Count work_s work seconds in every open meter (and, unless `once`: charge_once's, in every open ceiling;
-    OverCeiling past one's limit)."""
+def charge(work_s: float, key=None) -> None:
+    """Count work_s work seconds in every open meter and every open ceiling (with a charge_once `key`: in the
+    ceilings that have not counted it yet); OverCeiling past a ceiling's limit."""
     for m in _meters.get():
         m.used_s += float(work_s)
-    if once:
-        return
+    _ceiling_charge(work_s, key)
+
+
+def _ceiling_charge(work_s: float, key=None) -> None:
     over = False
     for c in _ceilings.get():
+        if key is not None:
+            if key in c.keys:
+                continue
+            c.keys.add(key)
         c.used_s += float(work_s)
         over |= c.used_s > c.limit_s
     if over:
@@ -216,9 +223,10 @@ def charge_once(key, work_s: float) -> None:
     seen = _once.get()
     if seen is not None:
         if key in seen:
+            _ceiling_charge(work_s, key)      # paid by the solve already; a ceiling still counts it (ceiling)
             return
         seen.add(key)
-    charge(work_s, once=True)
+    charge(work_s, key)
 
 
 def deadline() -> float | None:

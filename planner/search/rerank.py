@@ -23,10 +23,17 @@ from planner.search.screen import RERANK_MAX, RERANK_WITHIN, Candidate
 RERANK_MARGIN = 0.005
 
 
-def simulate_candidate(spec, c: Candidate, costs: Costs):
-    """The simulation of one candidate's plan, on the candidate nodes its mapping indexes."""
+def simulate_candidate(spec, c: Candidate, costs: Costs, keep: bool = False):
+    """The simulation of one candidate's plan, on the candidate nodes its mapping indexes. keep: on the solve's own
+    spec (the cluster's matrix), kept on the candidate (Candidate.sim) and read from there on a later call."""
     from planner.simulator import simulate as run_sim
-    return run_sim(spec, c.cfg, costs=costs, layout=c.layout, assign=c.result.assign, nodes=c.probs[0].nodes)
+    kept = getattr(c, "sim", None) if keep else None
+    if kept is not None and kept[0] is spec:
+        return kept[1]
+    sim = run_sim(spec, c.cfg, costs=costs, layout=c.layout, assign=c.result.assign, nodes=c.probs[0].nodes)
+    if keep:
+        c.sim = (spec, sim)
+    return sim
 
 
 def rerank_by_simulation(spec, cands, best, costs, scenarios=None, robust="worst"):
@@ -96,7 +103,7 @@ def _sim_pair(spec, c, costs, scenarios=None, robust="worst"):
     """(simulated iteration seconds, simulated peak GiB) of a candidate; over scenarios, the worst (or
     mean) time and the worst peak."""
     if not scenarios:
-        sim = simulate_candidate(spec, c, costs)
+        sim = simulate_candidate(spec, c, costs, keep=True)
         return sim.iteration_s, sim.peak_memory_max_GiB
     sims = [simulate_candidate(dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, bandwidth=m)),
                                c, costs)

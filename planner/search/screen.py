@@ -54,6 +54,9 @@ class Candidate:
     probs: list
     result: MappingResult
     proved: bool = False
+    # (spec, its plan's simulation on that spec's own matrix), once made (rerank.simulate_candidate with keep: the
+    # summary reads it instead of a second replay, 3 s at pp 64, m 1536)
+    sim: object = field(default=None, compare=False, repr=False)
 
 
 @dataclass

@@ -355,7 +355,7 @@ def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, 
     sol = Solution(spec, best.cfg, best.layout, best.result.assign, p0.nodes, est, rec, alts)
     if simulate:
         from planner.simulator import agreement
-        sim = simulate_candidate(spec, best, costs)
+        sim = simulate_candidate(spec, best, costs, keep=True)
         sol.simulated = {"iteration_s": sim.iteration_s, "bubble_fraction": sim.bubble_fraction,
                          "peak_memory_GiB": sim.peak_memory_max_GiB,
                          "peak_memory_per_gpu_GiB": [round(x, 3) for x in sim.peak_memory_GiB],
