@@ -185,7 +185,8 @@ def test_a_ceiling_stops_the_lock_steps_walk_before_building_its_dag():
     p, m = 7, 53        # a shape no other test walks
     f, b = (1.0,) * p, (2.0,) * p
     built = lockstep._lock_step_dag.cache_info().currsize
-    with pytest.raises(work.OverCeiling), work.ceiling(1e-9):
+    with work.metered() as meter, pytest.raises(work.OverCeiling), work.ceiling(1e-9):
         lockstep.lock_step_time(f, b, m, 0.1)
     assert lockstep._lock_step_dag.cache_info().currsize == built
+    assert meter.used_s == 0.0          # nothing built, nothing charged
     assert lockstep.lock_step_time(f, b, m, 0.1) > lockstep.lock_step_time(f, b, m)

@@ -225,34 +225,52 @@ def _short_m(p: int, m: int) -> int:
     return m if m < lo + LOCK_STEP_MOD else lo + (m - lo) % LOCK_STEP_MOD
 
 
-def _dag_charge(p: int, m: int) -> None:
+def _dag_charge(p: int, m: int, ahead: bool = False) -> None:
     """Charge the build of _lock_step_dag(p, m) once per solve (work.charge_once in its work.once_scope; every call
     outside one): the cache serves a process's later solves, but each solve pays its builds, so its work depends on
-    the plan alone."""
+    the plan alone. ahead: before the build (work.charge_once's)."""
     from planner.mapping import work  # here: planner.mapping imports this module
 
-    work.charge_once(("lock_step_dag", p, m), 2 * p * m * work.ORDER_BUILD_OP_WORK_S)
+    work.charge_once(("lock_step_dag", p, m), 2 * p * m * work.ORDER_BUILD_OP_WORK_S, ahead)
 
 
-@functools.lru_cache(maxsize=4096)
 def _lock_step_time(f: tuple, b: tuple, m: int, c: tuple) -> tuple[float, int, tuple]:
     """(lock_step_time's makespan, the calls its walks timed, the m of each DAG walked). Past _short_m, the walk of
     the shorter m' (same p, stage times and hops) stands for it: their DAGs are the same warm-up, the same steady
     iterations (m - p of them, as many cuts) and the same cool-down, so both walks find the steady state at the same
     iteration i with the same period q and shift D, jump k = (m - p - 1 - i) // q periods and time the same
     remainder (m = m' mod q); the max-plus walk is shift-invariant, so T(m) = T(m') + (m - m') / q * D
-    (tests/test_lock_step_walk.py: equal to the whole walk). Without a steady state found, the whole DAG is walked."""
+    (tests/test_lock_step_walk.py: equal to the whole walk). Without a steady state found, the whole DAG is walked.
+    Its two walks are cached apart (_lock_step_short, _lock_step_whole), so lock_step_time charges each DAG before
+    the walk that builds it."""
     p = len(f)
     if p < 2:
         return m * (f[0] + b[0]), 0, ()
     ms, timed = _short_m(p, m), 0
     if ms < m:
-        t, timed, found = _lock_step_walk(f, b, ms, c)
-        if found is not None:
-            q, D = found
-            return t + (m - ms) // q * D, timed, (ms,)
-    t, more, _ = _lock_step_walk(f, b, m, c)
+        t, timed = _lock_step_short(f, b, m, c)
+        if t is not None:
+            return t, timed, (ms,)
+    t, more = _lock_step_whole(f, b, m, c)
     return t, timed + more, (ms, m) if ms < m else (m,)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lock_step_short(f: tuple, b: tuple, m: int, c: tuple) -> tuple[float | None, int]:
+    """(the makespan of m from the walk of _short_m(p, m), None where it found no steady state; the calls timed)."""
+    ms = _short_m(len(f), m)
+    t, timed, found = _lock_step_walk(f, b, ms, c)
+    if found is None:
+        return None, timed
+    q, D = found
+    return t + (m - ms) // q * D, timed
+
+
+@functools.lru_cache(maxsize=4096)
+def _lock_step_whole(f: tuple, b: tuple, m: int, c: tuple) -> tuple[float, int]:
+    """(the makespan of the whole DAG's walk, the calls timed)."""
+    t, timed, _ = _lock_step_walk(f, b, m, c)
+    return t, timed
 
 
 def lock_step_time(f, b, m: int, c=0.0, c_back=None) -> float:
@@ -280,15 +298,20 @@ def lock_step_time(f, b, m: int, c=0.0, c_back=None) -> float:
         return xs
     cf = hops(c)
     cb = cf if c_back is None else hops(c_back)
-    first = _short_m(p, int(m)) if p >= 2 else None
-    if first is not None:
-        # the DAG every walk builds first, charged before it is built: a work ceiling stops there, not after it
-        _dag_charge(p, first)
-    t, calls, built = _lock_step_time(tuple(map(float, f)), tuple(map(float, b)), int(m), cf + cb)
-    work.charge(calls * work.ORDER_OP_WORK_S)
-    for mb in built:
-        if mb != first:
-            _dag_charge(p, mb)
+    f, b, m, c = tuple(map(float, f)), tuple(map(float, b)), int(m), cf + cb
+    if p < 2:
+        return _lock_step_time(f, b, m, c)[0]
+    # each DAG charged before the walk that builds it (a pp 64 one takes seconds): a work ceiling stops there
+    ms = _short_m(p, m)
+    _dag_charge(p, ms, ahead=True)
+    if ms < m:
+        t, timed = _lock_step_short(f, b, m, c)
+        work.charge(timed * work.ORDER_OP_WORK_S)
+        if t is not None:
+            return t
+        _dag_charge(p, m, ahead=True)
+    t, timed = _lock_step_whole(f, b, m, c)
+    work.charge(timed * work.ORDER_OP_WORK_S)
     return t
 
 

@@ -216,10 +216,13 @@ def once_scope():
         _once.reset(token)
 
 
-def charge_once(key, work_s: float) -> None:
+def charge_once(key, work_s: float, ahead: bool = False) -> None:
     """charge(work_s) the first time `key` is charged in the innermost once_scope (every time outside one): a build
     its process caches (lockstep's DAGs) is paid once by each solve, whatever an earlier solve left in the cache, so a
-    solve's work depends on its plan alone."""
+    solve's work depends on its plan alone. ahead: charged before the work it pays for, so a ceiling it would take
+    past its limit raises first and nothing is charged (the work is not done)."""
+    if ahead and any(key not in c.keys and c.used_s + work_s > c.limit_s for c in _ceilings.get()):
+        raise OverCeiling
     seen = _once.get()
     if seen is not None:
         if key in seen:

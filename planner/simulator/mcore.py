@@ -109,10 +109,11 @@ def _stage_stream(s: int, p: int, m: int, kinds: list, mbs: list, lo: int, hi: i
     return ins
 
 
-def run(streams: list[list[tuple]], dur: list, n_ops: int) -> tuple[list, list]:
+def run(streams: list[list[tuple]], dur: list, n_ops: int, lat: list) -> tuple[list, list]:
     """Start and end of every compute op. A device runs its stream until a call with a transfer whose peer has
     not posted it; the peer that posts it later times the transfer (start = the later post) and, when that was
-    the call's last open transfer, wakes the waiting device at the call's end (its slowest transfer)."""
+    the call's last open transfer, wakes the waiting device at the call's end (its slowest transfer). The streams'
+    transfers carry slots into `lat` (call_skeleton), so one build serves every pipeline's links."""
     D = len(streams)
     start = [0.0] * n_ops
     end = [0.0] * n_ops
@@ -148,7 +149,7 @@ def run(streams: list[list[tuple]], dur: list, n_ops: int) -> tuple[list, list]:
                     waiting += 1
                     continue
                 od, ot = peer
-                e = (t if t > ot else ot) + sec
+                e = (t if t > ot else ot) + lat[sec]
                 if e > fin:
                     fin = e
                 if e > done[od]:
@@ -168,8 +169,16 @@ def run(streams: list[list[tuple]], dur: list, n_ops: int) -> tuple[list, list]:
     return start, end
 
 
-def timeline(g: Graph, p: int, m: int, dur: list, lat_f: np.ndarray, lat_b: np.ndarray) -> tuple[list, list]:
+def call_skeleton(g: Graph, p: int, m: int) -> list[list[tuple]]:
+    """call_streams with each transfer's seconds replaced by its slot: lat_f[s] is slot s, lat_b[s] slot p + s (the
+    replay times each of a plan's pipelines on the one build: timeline's `skeleton`)."""
+    return call_streams(g, p, m, list(range(p)), [p + s for s in range(p)])
+
+
+def timeline(g: Graph, p: int, m: int, dur: list, lat_f: np.ndarray, lat_b: np.ndarray,
+             skeleton: list | None = None) -> tuple[list, list]:
     """Start and end of every op of a 1F1B graph `g` run by Megatron-Core's waited p2p calls (one pipeline's
-    links)."""
-    streams = call_streams(g, p, m, np.asarray(lat_f, float).tolist(), np.asarray(lat_b, float).tolist())
-    return run(streams, dur, len(dur))
+    links); `skeleton`: call_skeleton(g, p, m), built once for several pipelines."""
+    skeleton = call_skeleton(g, p, m) if skeleton is None else skeleton
+    lat = np.asarray(lat_f, float).tolist() + np.asarray(lat_b, float).tolist()
+    return run(skeleton, dur, len(dur), lat)

@@ -167,6 +167,8 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
     best = None
     grad_last = np.full((p, v), -np.inf)
     launch = None
+    # Megatron-Core's call streams, built once for every distinct pipeline (each times them on its own links)
+    skeleton = mcore.call_skeleton(g, p, sched.m) if mcore_1f1b and pipeline_engine != "deepspeed" else None
     for row in uniq:
         lat = row[g.edge, g.stage]
         op_dur = durl
@@ -191,7 +193,7 @@ def _simulate_core(sched: Schedule, dur: np.ndarray, lat_f: np.ndarray, lat_b: n
         if pipeline_engine == "deepspeed":       # its own lock-step instruction streams, rendezvous p2p
             start, end = deepspeed.timeline(g, p, sched.m, durl, row[1], row[2])
         elif mcore_1f1b:
-            start, end = mcore.timeline(g, p, sched.m, durl, row[1], row[2])
+            start, end = mcore.timeline(g, p, sched.m, durl, row[1], row[2], skeleton)
         else:
             start, end = engine.run(offs, pred, lat.tolist(), op_dur)
         start, end = np.asarray(start), np.asarray(end)
