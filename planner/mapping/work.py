@@ -29,6 +29,10 @@ give a second of the limit 75% of it (25% margin), i.e. ANNEAL_ITERS_PER_S = 0.7
 limit must then end within 10.5 s of wall with two solves at once. A faster machine ends the same search sooner.
 The wall clock stays as a safety stop only; a search it ends says so (stopped_by "wall").
 
+A ceiling (ceiling(w)) bounds one piece of work whose size is not known ahead: the charge that takes the block past
+w work seconds raises OverCeiling, at a point that depends on the work alone (search.screen gives each
+configuration's problem builds WALK_SHARE of the budget: costs.iteration.build_problems falls back past it).
+
 Meters nest (a solve inside a solve): a charge counts in every open meter of the current context, so a
 caller sees what its callees spent. Context variables keep concurrent solves in threads apart. A meter may
 carry the wall-clock safety stop (deadline): inside it, every CP-SAT call stops at that deadline and at no
