@@ -96,6 +96,21 @@ def test_build_problems_falls_back_to_the_typical_hop_past_its_allowance(make_sp
     assert not one_row[0].walk_dropped
 
 
+def test_a_relaxations_typical_sibling_is_the_fallback_problem(make_spec):
+    """MappingProblem.typical of a bound_only build (its pipeline terms rebuilt, the rest shared) scores every
+    mapping exactly as build_problem(walk=False), on each snapshot; problems without walked hops carry none."""
+    spec = _slow_spec(make_spec, factor=0.05)
+    cfg, lay = _case(spec)
+    costs = default_costs(spec.cluster)
+    for bw in (spec.cluster.bandwidth, spec.cluster.bandwidth * 0.3):
+        relaxed = build_problem(spec, cfg, lay, costs, bandwidth=bw, bound_only=True)
+        fresh = build_problem(spec, cfg, lay, costs, bandwidth=bw, walk=False)
+        assert relaxed.typical.walk_dropped and relaxed.typical.typical is None
+        np.testing.assert_array_equal(_objectives([relaxed.typical]), _objectives([fresh]))
+    assert build_problem(spec, cfg, lay, costs).typical is None
+    assert build_problem(spec, cfg, Layout(4, 2, 1, 1), costs, bound_only=True).typical is None
+
+
 def test_a_relaxation_of_walked_hops_is_queued_under_both_models(make_spec):
     """A layout bounded on its walked relaxation may be mapped on the typical hop's model (its full build over the
     allowance), whose optimum can lie under that relaxation: screening queues it at the lesser (layout_bound)."""
