@@ -205,3 +205,14 @@ def test_a_ceiling_stops_the_lock_steps_walk_before_building_its_dag():
     assert lockstep._lock_step_dag.cache_info().currsize == built
     assert meter.used_s == 0.0          # nothing built, nothing charged
     assert lockstep.lock_step_time(f, b, m, 0.1) > lockstep.lock_step_time(f, b, m)
+
+
+def test_the_alternatives_say_which_rows_were_scored_without_the_walks(make_spec, monkeypatch):
+    search = dict(SEARCH, micro_batch_sizes=[1, 2])
+    spec = _slow_spec(make_spec, **search)
+    monkeypatch.setattr(screen_mod, "WALK_SHARE", 1e-9)
+    sol = solve(spec, time_limit_s=4, simulate=False)
+    assert sol.alternatives and all(a.get("walks_dropped") for a in sol.alternatives)
+    monkeypatch.undo()
+    sol = solve(spec, time_limit_s=4, simulate=False)
+    assert sol.alternatives and not any("walks_dropped" in a for a in sol.alternatives)

@@ -29,9 +29,10 @@ from planner.costs.iteration import build_problem, default_layout, evaluate
 from planner.errors import SpecError
 from planner.mapping import work
 from planner.mapping.problem import layouts
+from planner.search import screen as screen_mod
 from planner.search.prove import prove
 from planner.search.rerank import SimulationVeto, rerank_by_simulation
-from planner.search.screen import SCREEN_SHARE, WALK_SHARE, fitting_configs, scenarios, screen
+from planner.search.screen import SCREEN_SHARE, fitting_configs, scenarios, screen
 from planner.search.summary import ALTERNATIVES_WORK_SHARE, note_overruled, solver_record, summarise
 from planner.solution import Solution, mapping_to_assign
 
@@ -112,7 +113,7 @@ def _solve(spec, method, time_limit_s, seed, costs, robust, progress, num_gpus, 
     with work.unmetered():
         sol = summarise(spec, best, screening.cands, rec, costs, simulate=simulate, reranked=reranked, fits=kept,
                         mats=mats, robust=rob, alternatives_work_s=ALTERNATIVES_WORK_SHARE * budget,
-                        walk_work_s=WALK_SHARE * budget)
+                        walk_work_s=screen_mod.WALK_SHARE * budget)
     # checked after the summary (its simulation takes a while): a Ctrl-C at any point of the solve is reported,
     # so the command line's exit code (130) always matches the file's status
     if interrupt.requested():

@@ -83,20 +83,27 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
     config is scored only while its bound is below the best time found for its shape, at most SHAPE_SCORES of them);
     the rest are the mapped candidates in time order, then the pruned configs in bound order. work_s: the work (work
     seconds) their builds may take, None: no limit; past it no further pruned config is scored (deterministic: work,
-    not the clock). walk_work_s: each build's allowance for walked hops, as screening's (iteration.build_problems)."""
+    not the clock). walk_work_s: each build's allowance for walked hops, as screening's (iteration.build_problems); a
+    row scored on the typical hop's model past it says `walks_dropped: true`."""
     top_k = spec.search.top_k
     searched = {c.cfg: c.result.objective for c in cands}
     timed = {}
     spent = work.Meter()
 
+    # configs scored on the typical hop's model (their walks over the allowance: build_problems), as `searched` reads
+    # each config's candidates
+    dropped = {cfg for cfg, d in {c.cfg: c.probs[0].walk_dropped for c in cands}.items() if d}
+
     def rank_order_s(cfg):
         if cfg not in timed:
             lays = layouts(cfg.tp * cfg.cp, cfg.pp, cfg.dp, spec.cluster.gpus_per_node, cfg.dp_shard)
             with work.metered() as mt:
-                timed[cfg] = None if not lays else float(min(
-                    robust_objective(probs, probs[0].rank_order(), robust)
-                    for probs in (build_problems(spec, cfg, lay, costs, mats, walk_work_s=walk_work_s)
-                                  for lay in lays)))
+                scored = [(robust_objective(probs, probs[0].rank_order(), robust), probs[0].walk_dropped)
+                          for probs in (build_problems(spec, cfg, lay, costs, mats, walk_work_s=walk_work_s)
+                                        for lay in lays)]
+            timed[cfg] = float(min(scored)[0]) if scored else None
+            if scored and min(scored)[1]:
+                dropped.add(cfg)
             spent.used_s += mt.used_s
         return timed[cfg]
 
@@ -107,7 +114,8 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
         t = searched[cfg] if cfg in searched else timed[cfg]
         return {"config": cfg.as_dict(), "iteration_s": t, "slower_by": t / best.result.objective - 1,
                 "peak_memory_GiB": max(m.total for m in stage_memory(spec, cfg, costs)) / GiB,
-                "mapping": "searched" if cfg in searched else "rank order"}
+                "mapping": "searched" if cfg in searched else "rank order",
+                **({"walks_dropped": True} if cfg in dropped else {})}
 
     # configs the estimate rated faster than the plan (the simulator overruled them: note_overruled) come first,
     # whatever their shape: they are the evidence for the re-ranking (a negative slower_by)
