@@ -347,7 +347,7 @@ def test_alternatives_keep_what_the_simulator_overruled_first(make_spec):
     twin = ParallelConfig.from_dict({**cfg.as_dict(), "sequence_parallel": not cfg.sequence_parallel})
 
     def cand(c, t):
-        return SimpleNamespace(cfg=c, result=SimpleNamespace(objective=t))
+        return SimpleNamespace(cfg=c, result=SimpleNamespace(objective=t), probs=[SimpleNamespace(walk_dropped=False)])
     other = next(ParallelConfig.from_dict(a["config"]) for a in sol.alternatives
                  if plan_shape(ParallelConfig.from_dict(a["config"])) != plan_shape(cfg))
     best = cand(cfg, 2.0)
