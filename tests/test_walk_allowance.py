@@ -216,3 +216,48 @@ def test_the_alternatives_say_which_rows_were_scored_without_the_walks(make_spec
     monkeypatch.undo()
     sol = solve(spec, time_limit_s=4, simulate=False)
     assert sol.alternatives and not any("walks_dropped" in a for a in sol.alternatives)
+
+
+def test_estimate_of_a_solution_without_the_walks_says_it_walks_them(tmp_path, monkeypatch):
+    """`estimate --mapping SOLUTION` walks the hops the solution's search charged at the typical hop, and says so."""
+    import json
+
+    import yaml
+    from plan_fixtures import run_cli
+    rng = np.random.default_rng(0)
+    bw = 0.5 * rng.uniform(0.3, 1.0, size=(7, 7))
+    np.fill_diagonal(bw, 0)
+    d = {"model": {"name": "m", "num_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "vocab_size": 50257},
+         "cluster": {"name": "c", "gpu": {"type": "A100", "memory_GiB": 80,
+                                          "peak_tflops": {"bf16": 312, "fp16": 312, "fp32": 19.5}},
+                     "nodes": 7, "gpus_per_node": 8,
+                     "network": {"intra_node": {"bandwidth_GBps": 300}, "inter_node": {"bandwidth_Gbps": 200},
+                                 "bandwidth_matrix": bw.tolist()}},
+         "training": {"global_batch_size": 64, "seq_length": 2048}, "search": SEARCH,
+         "solver": {"time_limit_s": 4}}
+    spec, sol = tmp_path / "s.yaml", tmp_path / "sol.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    monkeypatch.setattr(screen_mod, "WALK_SHARE", 1e-9)
+    assert run_cli(["solve", str(spec), "--out", str(sol), "--no-simulate"])[0] == 0
+    monkeypatch.undo()
+    s = yaml.safe_load(sol.read_text())
+    assert s["solver"]["walks_dropped"] is True
+    c = s["config"]
+    flags = ["estimate", str(spec), "--tp", "4", "--pp", "4", "--dp", "2", "--mbs", "1", "--vpp", str(c["vpp"]),
+             "--recompute", "selective", "--zero", "0", "--sp", "--mapping", str(sol)]
+    rc, out, err = run_cli([*flags, "--json"])
+    assert rc == 0, err
+    est = json.loads(out)
+    assert est["solution_walks_dropped"] is True
+    assert est["estimate"]["iteration_s"] != pytest.approx(s["estimate"]["iteration_s"], rel=1e-6)
+    rc, _, err = run_cli(flags)
+    assert rc == 0 and "walks them per boundary" in err
+    # a solution that walked them: the same figure, nothing said
+    sol2 = tmp_path / "sol2.yaml"
+    assert run_cli(["solve", str(spec), "--out", str(sol2), "--no-simulate"])[0] == 0
+    s2 = yaml.safe_load(sol2.read_text())
+    assert "walks_dropped" not in s2["solver"] and s2["config"] == c
+    rc, out, err = run_cli([*flags[:-1], str(sol2), "--json"])
+    est = json.loads(out)
+    assert rc == 0 and "solution_walks_dropped" not in est
+    assert est["estimate"]["iteration_s"] == pytest.approx(s2["estimate"]["iteration_s"], rel=1e-9)

@@ -22,15 +22,19 @@ def run(args) -> int:
     spec = spec_arg(args.spec)
     cfg = config_from_args(args, spec)
     spec = with_engine(args, spec, cfg)
-    mapping = load_solution(args.mapping).get("mapping") if args.mapping else None
+    sol = load_solution(args.mapping) if args.mapping else {}
+    mapping = sol.get("mapping")
     est, lay, assign, prob = estimate_plan(spec, cfg, mapping, file=args.mapping)
+    # the solution's figures were on the typical hop's model (its search could not afford the walks): this one walks
+    walked = bool((sol.get("solver") or {}).get("walks_dropped")) and not prob.walk_dropped
     d = {"config": cfg.as_dict(), "pipeline_engine": spec.training.pipeline_engine,
          # as a solution writes it: physical nodes (a block wider than a node: its first node, and its span)
          "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b,
                     **({"nodes_per_block": lay.span} if lay.span > 1 else {}),
                     "node_grid": [[int(prob.nodes[k]) for k in row] for row in assign]},
          "estimate": estimate_dict(spec, est), "fits": est.fits,
-         "placement": "rank order" if mapping is None else "solution"}
+         "placement": "rank order" if mapping is None else "solution",
+         **({"solution_walks_dropped": True} if walked else {})}
     if spec.cluster.gpu.variability is not None:         # gpu.variability: the slowest GPU's factor on GPU work
         from planner.costs import default_costs
         d["slowest_gpu_factor"] = default_costs(spec.cluster).compute.straggler(spec.cluster, cfg)
@@ -50,6 +54,9 @@ def run(args) -> int:
                   # ZeRO-3: the exposed collectives and FSDP2's copies on the compute stream (costs/fsdp.py)
                   f"{'dp + FSDP copies' if cfg.zero == 3 else 'dp'} {est.dp_comm_s:.4f}, "
                   f"tied-embedding {est.emb_comm_s:.4f} s)")
+        if walked:
+            con.print("the solution's estimate charged these pipeline hops at the typical hop (walks_dropped: its "
+                      "search could not afford their walks); this estimate walks them per boundary, so it differs")
         if mapping is None and assign.size > 1 and _unequal_links(spec.cluster.bandwidth):
             con.print("placement: rank order (Megatron's default); this cluster's node links are unequal, so another "
                       "placement may be faster: `planner solve` searches them, `--mapping SOLUTION` uses one")
