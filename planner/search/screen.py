@@ -318,7 +318,9 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
     layout, full)]) keeps the layouts' bounds across calls: a re-search after a simulation veto starts from them. A
     layout is bounded first on build_problem's bound_only relaxation (interleaved's steep pace left out: a few walks a
     boundary instead of its curves'), and again on its full problem (`full`) when that bound comes first: the problem
-    its anneal needs anyway, so configurations that are pruned never pay for their curves."""
+    its anneal needs anyway, so configurations that are pruned never pay for their curves. Each layout's builds
+    (every snapshot) may take WALK_SHARE of the budget; past it, its walked hops fall back to the typical hop's
+    model (iteration.build_problems), and a relaxation's bound holds under both (layout_bound)."""
     best: Candidate | None = None
     cands: list[Candidate] = []
     open_bounds: list[float] = []
