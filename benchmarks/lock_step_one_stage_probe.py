@@ -7,7 +7,7 @@ the lock step walked on those hops (lockstep.lock_step_time, exact against the r
   planes   walked, plus each interior stage's two boundaries as planes under their joint curve (pair_planes, the
            form interleaved gets with one stage a node), on the row's two hops.
 
-Random draws (seeded): pp 3-16, m pp..4 pp, uniform stages with a heavier first (half the draws, up to 1.4x) and last
+Random draws (seeded): pp 3-16 (`--pp`), m pp..4 pp, uniform stages with a heavier first (half the draws, up to 1.4x) and last
 (70%, up to 1.6x) stage, backward 2x forward; hops a ratio of a stage's F + B, each x U(0.75, 1.25), one boundary
 x 1.5-3 in half the draws, two adjacent ones x 2 in 30%. `--typ`: the typical hop the walked forms take, as a
 quantile of the column's own hops (0: its fastest; 0.5: its median), times `--typ-scale` (below 1: a typical hop
@@ -46,14 +46,16 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--typ", type=float, default=0.5, help="quantile of the column's hops (0: fastest, 0.5: median)")
     ap.add_argument("--typ-scale", type=float, default=1.0)
+    ap.add_argument("--pp", type=int, nargs=2, default=(3, 16), metavar=("LO", "HI"),
+                    help="pipeline depths drawn, inclusive")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
-    print(f"# {args.draws} draws a ratio, seed {args.seed}, typical hop = {args.typ_scale:g} x quantile {args.typ:g} "
-          "of the column's hops; error of compute + p2p against the walk")
+    print(f"# {args.draws} draws a ratio, seed {args.seed}, pp {args.pp[0]}-{args.pp[1]}, typical hop = "
+          f"{args.typ_scale:g} x quantile {args.typ:g} of the column's hops; error of compute + p2p against the walk")
     for ratio in RATIOS:
         err = {"closed": [], "walked": [], "planes": []}
         for _ in range(args.draws):
-            p, = rng.integers(3, 17, 1)
+            p, = rng.integers(args.pp[0], args.pp[1] + 1, 1)
             p = int(p)
             m = int(rng.integers(p, 4 * p + 1))
             f = np.full(p, 1.0)

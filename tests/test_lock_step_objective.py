@@ -114,11 +114,10 @@ def test_one_stage_a_node_keeps_the_closed_form_below_its_threshold(make_spec, m
 
 
 def test_one_stage_gate():
-    """lock_step_one_stage_walked: one stage a node on 3 to LOCK_STEP_A1_ROWS rows (the build's walks grow as rows
-    squared), and a lower-quartile candidate hop of at least LOCK_STEP_A1_WALK of the fastest stage's F + B; never
-    where no pair has a link."""
+    """lock_step_one_stage_walked: one stage a node on 3 rows or more (a search's allowance bounds the deep ones'
+    builds: tests/test_walk_allowance.py), and a lower-quartile candidate hop of at least LOCK_STEP_A1_WALK of the
+    fastest stage's F + B; never where no pair has a link."""
     from planner.costs.iteration import (
-        LOCK_STEP_A1_ROWS,
         LOCK_STEP_A1_WALK,
         lock_step_one_stage_walked,
         one_stage_typical_hop,
@@ -134,9 +133,8 @@ def test_one_stage_gate():
     assert not lock_step_one_stage_walked(Layout(1, 1, 4, 1), [x * 1.01 / 0.999 for x in t], ow)
     assert not lock_step_one_stage_walked(Layout(2, 1, 2, 1), t, ow)      # two stages a node: the walk without
     assert not lock_step_one_stage_walked(Layout(1, 1, 2, 1), t, ow)      # two rows: one boundary
-    deep = LOCK_STEP_A1_ROWS
-    assert lock_step_one_stage_walked(Layout(1, 1, deep, 1), [t[0]] * deep, ow)
-    assert not lock_step_one_stage_walked(Layout(1, 1, 2 * deep, 1), [t[0]] * 2 * deep, ow)
+    for deep in (16, 64):
+        assert lock_step_one_stage_walked(Layout(1, 1, deep, 1), [t[0]] * deep, ow)
     none = np.full((6, 6), np.inf)
     np.fill_diagonal(none, 0.0)
     assert not lock_step_one_stage_walked(Layout(1, 1, 4, 1), t, none)

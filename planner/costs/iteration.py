@@ -1211,13 +1211,15 @@ LOCK_STEP_A1_WALK = 0.02   # one stage a node: the walk (with planes) replaces t
 #                            of this share of the fastest stage's F + B (the closed form's error at 1/30: -1.5 ..
 #                            +1.8% on random draws, benchmarks/lock_step_one_stage_probe.py)
 ONE_STAGE_TYPICAL_Q = 0.25  # one_stage_typical_hop's quantile of the candidate hops
-LOCK_STEP_A1_ROWS = 16      # and at most this many rows: the build walks each boundary's curve and each row's planes,
-#                             so its cost grows as rows^2 x (m up to p + 36); 0.13 work s at pp 16 (m 128-512), 1.9 at
-#                             pp 32 (m 384), and at pp 64 (m 768) 23 work s, which took a 10 s solve to 21 s of wall
+# No cap on the rows: the build walks each boundary's curve and each row's planes, so its cost grows as rows^2 x (m up
+# to p + 36): 0.13 work s at pp 16 (m 128-512), 1.9 at pp 32 (m 384), 23 at pp 64 (m 768), which took a 10 s solve to
+# 21 s of wall under a cap of 16 rows (Nov 27). A search's allowance bounds it now (build_problems: past it, the closed
+# form); on pp 17-40 the walk with planes is -0.3 .. +0.8% of the walk at 1/10 where the closed form is -5.9 .. +2.8%
+# (benchmarks/lock_step_one_stage_probe.py --pp 17 40 --typ 0.25 --draws 30)
 
 
 def lock_step_one_stage_walked(layout: Layout, t, one_way: np.ndarray) -> bool:
-    """Whether a waited 1F1B plan with one stage a node (a = 1, 3 to LOCK_STEP_A1_ROWS rows) is charged its walk
+    """Whether a waited 1F1B plan with one stage a node (a = 1, 3 rows or more) is charged its walk
     with planes (lock_step_walk_parts(one_stage=True)) rather than lock_step_p2p_s's closed form: where its typical hop
     (one_stage_typical_hop) is at least LOCK_STEP_A1_WALK of the fastest stage's F + B (t). Below it the closed
     form is within -0.4 .. +0.3% of the walk at 1/150; at 1/10 -8.3 .. +3.6% where the walk with planes is -1.2 ..
@@ -1229,9 +1231,9 @@ def lock_step_one_stage_walked(layout: Layout, t, one_way: np.ndarray) -> bool:
 
 
 def one_stage_walk_shape(layout: Layout) -> bool:
-    """The layouts lock_step_one_stage_walked may walk, whatever the hops: one stage a node on 3 to LOCK_STEP_A1_ROWS
-    rows (bound_differs asks this, without the hops)."""
-    return layout.a == 1 and 3 <= layout.rows <= LOCK_STEP_A1_ROWS
+    """The layouts lock_step_one_stage_walked may walk, whatever the hops: one stage a node on 3 rows or more
+    (bound_differs asks this, without the hops)."""
+    return layout.a == 1 and layout.rows >= 3
 
 
 def one_stage_typical_hop(one_way: np.ndarray) -> float:
