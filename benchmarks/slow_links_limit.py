@@ -40,7 +40,6 @@ def write_copies(d: str, names) -> dict:
     cl = yaml.safe_load(open(os.path.join(ROOT, "clusters", "a100-128x8-het.yaml")))
     bw = np.loadtxt(os.path.join(ROOT, "clusters", cl["network"]["bandwidth_matrix"]), delimiter=",")
     np.savetxt(os.path.join(d, "slow.bandwidth.csv"), bw * SCALE, delimiter=",", fmt="%.4f")
-    cl.pop("generator", None)
     cl["network"].pop("generator", None)
     cl.update(name="slow", description="every link of a100-128x8-het at 2%: a stress copy, not a measurement")
     cl["network"]["bandwidth_matrix"] = "slow.bandwidth.csv"

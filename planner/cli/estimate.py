@@ -25,8 +25,9 @@ def run(args) -> int:
     sol = load_solution(args.mapping) if args.mapping else {}
     mapping = sol.get("mapping")
     est, lay, assign, prob = estimate_plan(spec, cfg, mapping, file=args.mapping)
-    # the solution's figures were on the typical hop's model (its search could not afford the walks): this one walks
-    walked = bool((sol.get("solver") or {}).get("walks_dropped")) and not prob.walk_dropped
+    # the solution's figures for this plan were on the typical hop's model (its search could not afford the walks):
+    # this estimate, which has no limit, walks them
+    walked = bool((sol.get("solver") or {}).get("walks_dropped")) and sol.get("config") == cfg.as_dict()
     d = {"config": cfg.as_dict(), "pipeline_engine": spec.training.pipeline_engine,
          # as a solution writes it: physical nodes (a block wider than a node: its first node, and its span)
          "layout": {"stages_per_node": lay.a, "replicas_per_node": lay.b,

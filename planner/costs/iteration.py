@@ -1006,7 +1006,8 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
     with np.errstate(divide="ignore"):
         one_way = p2p_inter_s(spec, msg, np.where(B > 0, B, np.inf), costs, share)
     intra_s = p2p_intra_s(spec, msg, costs)
-    walked = walk and walked_hops(spec, cfg, layout, [s.forward + s.backward for s in st], one_way)
+    walks = walked_hops(spec, cfg, layout, [s.forward + s.backward for s in st], one_way)
+    walked = walk and walks
     base = const
     hop, wrap, pace, const = p2p_parts(spec, cfg, layout, st, one_way, intra_s, const, walked, bound_only)
 
@@ -1042,10 +1043,10 @@ def build_problem(spec, cfg: ParallelConfig, layout: Layout, costs: Costs | None
         else:                                  # both ends in one node: NVLink, mapping-independent
             const += tied_embedding_intra_s(spec, cfg, costs)
     prob = MappingProblem(layout, nodes, hop, wrap, dp_base, dp_link, const, emb, pace,
-                          walk_dropped=not walk and walked_hops(spec, cfg, layout, [s.forward + s.backward for s in st],
-                                                                one_way))
+                          walk_dropped=walks and not walk)
     if walked and bound_only:
-        # the problem its full build falls back to past a search's allowance (build_problems), for the bound
+        # the problem its full build falls back to past a search's allowance (build_problems), for the bound; only
+        # the pipeline terms differ (walked hops need several rows, so no later term was added to const)
         hop2, wrap2, pace2, const2 = p2p_parts(spec, cfg, layout, st, one_way, intra_s, base, False, False)
         prob.typical = replace(prob, hop=hop2, wrap=wrap2, pace=pace2, const=const2, walk_dropped=True)
     return prob

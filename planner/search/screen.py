@@ -360,8 +360,7 @@ def screen(spec, fits, mats, costs: Costs, *, seed: int, robust: str, budget: fl
 
     def bound(k, j, lay, probs, full) -> int:
         """Bound layout j of config k on `probs` (full: the full problems, kept for the anneal) and queue it at its
-        bound; 1 where that bound prunes it. A relaxation of walked hops (not full) bounds the typical hop's model
-        too (the full build may fall back to it: build_problems), so that it stays under either."""
+        bound (layout_bound); 1 where that bound prunes it."""
         plb = layout_bound(probs, robust, full)
         bounds[fits[k][1]][j] = (plb, j, lay, full)
         if best is not None and plb >= cut():

@@ -101,8 +101,9 @@ def alternatives(spec, cands: list[Candidate], best: Candidate, costs: Costs, fi
                 scored = [(robust_objective(probs, probs[0].rank_order(), robust), probs[0].walk_dropped)
                           for probs in (build_problems(spec, cfg, lay, costs, mats, walk_work_s=walk_work_s)
                                         for lay in lays)]
-            timed[cfg] = float(min(scored)[0]) if scored else None
-            if scored and min(scored)[1]:
+            least = min(scored) if scored else None
+            timed[cfg] = None if least is None else float(least[0])
+            if least is not None and least[1]:
                 dropped.add(cfg)
             spent.used_s += mt.used_s
         return timed[cfg]
@@ -330,8 +331,8 @@ def walk_dropped_note(best: Candidate, walk_work_s: float | None) -> str:
         return ""
     return (f"the plan's pipeline hops are charged at the typical hop, not walked per mapped boundary: the walks "
             f"would take more than the {walk_work_s:.2f} work s a configuration's problems may take at this time "
-            "limit (on slow links the estimate can then run 15% under the simulation); a longer --time-limit walks "
-            "them")
+            "limit, and on slow links this estimate runs under the walked one (`planner estimate --mapping` walks "
+            "them; so does a longer --time-limit)")
 
 
 def summarise(spec, best: Candidate, cands: list[Candidate], rec: SolverRecord, costs: Costs, *,
